@@ -1,0 +1,133 @@
+//! The control API's one error type and its JSON shape:
+//! `{"error":{"code":"…","message":"…","field":"…"|null}}` with a stable `code`.
+
+use hyper::StatusCode;
+use serde_json::json;
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// Stable machine-readable code; clients branch on it, so never rename one.
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or invalid credentials: send `Authorization: apikey <token>`",
+        )
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "method not allowed on this resource",
+        )
+    }
+
+    pub fn malformed_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+    }
+
+    pub fn invalid_type(field: &str, expected: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            format!("`{field}` must be {expected}"),
+        )
+        .at(field)
+    }
+
+    pub fn invalid_query(param: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_query", message).at(param)
+    }
+
+    pub fn unknown_field(field: &str) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_field",
+            format!("unknown field `{field}`"),
+        )
+        .at(field)
+    }
+
+    pub fn required(field: &str, why: &str) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+            format!("`{field}` is required{why}"),
+        )
+        .at(field)
+    }
+
+    pub fn invalid_value(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", message).at(field)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the request was not applied",
+        )
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code, "message": self.message, "field": self.field}})
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        // The details go to the log, not to the client: they can name files and SQL.
+        tracing::error!(error = %e, "store failure");
+        ApiError::internal()
+    }
+}

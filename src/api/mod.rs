@@ -1,0 +1,478 @@
+//! The control API (hyper): authenticates, routes and answers `/streaming/*`, `/fastedge/v1/*`
+//! and `/security/iaas/*` over a [`Store`]; every response is JSON, every error an [`ApiError`].
+
+pub mod auth;
+pub mod error;
+pub mod fastedge;
+pub mod fields;
+pub mod quality_sets;
+pub mod security;
+pub mod streams;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::{Method, Request, Response, StatusCode};
+use url::Url;
+
+use crate::quality::QualitySets;
+use crate::server::{full, json_response, Body};
+use crate::store::{Store, StoreError};
+pub use auth::ApiKeys;
+pub use error::ApiError;
+
+/// The OpenAPI document, kept in the repository and served as is.
+pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+
+/// Largest request body the API reads; any record fits in a few KiB.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How many times a PATCH re-reads and re-applies after losing a race to another writer.
+const UPDATE_RETRIES: usize = 5;
+
+/// Where clients reach us: the base of every URL returned in a record.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// Without a trailing slash, e.g. `https://live.example.com` or `http://127.0.0.1:8080/base`.
+    pub public_url: String,
+    /// Host part of `public_url` (IPv6 in brackets), used for rtmp:// and srt:// URLs.
+    pub ingest_host: String,
+    pub rtmp_port: u16,
+    pub srt_port: u16,
+}
+
+impl Endpoints {
+    pub fn new(public_url: &Url, rtmp_port: u16, srt_port: u16) -> Endpoints {
+        Endpoints {
+            public_url: public_url.as_str().trim_end_matches('/').to_owned(),
+            ingest_host: public_url.host_str().unwrap_or("127.0.0.1").to_owned(),
+            rtmp_port,
+            srt_port,
+        }
+    }
+}
+
+/// Shared state of the control API.
+pub struct Api {
+    pub store: Arc<dyn Store>,
+    pub keys: ApiKeys,
+    pub quality_sets: QualitySets,
+    pub endpoints: Endpoints,
+    pub fastedge_app_domain: String,
+}
+
+/// What a path names; dispatch matches on it and the method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Streams,
+    Stream,
+    StreamPlaylist,
+    QualitySets,
+    QualitySetDefault,
+    Apps,
+    App,
+    ProfileTemplates,
+}
+
+/// The route table: (path pattern, route, methods). `{id}` is a positive integer. The OpenAPI
+/// document lists exactly these (checked by a test).
+const ROUTES: &[(&str, Route, &[Method])] = &[
+    (
+        "/streaming/streams",
+        Route::Streams,
+        &[Method::GET, Method::POST],
+    ),
+    (
+        "/streaming/streams/{id}",
+        Route::Stream,
+        &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/streaming/streams/{id}/playlist.m3u8",
+        Route::StreamPlaylist,
+        &[Method::GET],
+    ),
+    (
+        "/streaming/quality_sets",
+        Route::QualitySets,
+        &[Method::GET],
+    ),
+    (
+        "/streaming/quality_sets/default",
+        Route::QualitySetDefault,
+        &[Method::PUT],
+    ),
+    (
+        "/fastedge/v1/apps",
+        Route::Apps,
+        &[Method::GET, Method::POST],
+    ),
+    (
+        "/fastedge/v1/apps/{id}",
+        Route::App,
+        &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/security/iaas/profile-templates",
+        Route::ProfileTemplates,
+        &[Method::GET],
+    ),
+];
+
+/// (pattern, methods) of every authenticated route, for the OpenAPI consistency check.
+pub fn route_table() -> impl Iterator<Item = (&'static str, &'static [Method])> {
+    ROUTES.iter().map(|(p, _, m)| (*p, *m))
+}
+
+/// Path prefixes the API owns: everything below them needs a key, even a path that does not
+/// exist, so an unauthenticated caller cannot map the routes.
+pub const API_PREFIXES: &[&str] = &["/streaming/", "/fastedge/", "/security/"];
+
+pub fn owns(path: &str) -> bool {
+    API_PREFIXES.iter().any(|p| path.starts_with(p))
+        || API_PREFIXES.iter().any(|p| path == &p[..p.len() - 1])
+}
+
+/// Matches `path` against a route pattern, returning the `{id}` value if any.
+fn match_route(pattern: &str, path: &str) -> Option<Option<i64>> {
+    let mut id = None;
+    let mut pat = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (pat.next(), got.next()) {
+            (None, None) => return Some(id),
+            (Some("{id}"), Some(seg)) => id = Some(parse_id(seg)?),
+            (Some(p), Some(seg)) if p == seg => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Ids are positive decimal integers without sign or leading zeros: `007` or `+7` is not `7`.
+fn parse_id(seg: &str) -> Option<i64> {
+    if seg.is_empty() || seg.len() > 18 || seg.starts_with('0') {
+        return None;
+    }
+    if !seg.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seg.parse().ok()
+}
+
+impl Api {
+    /// Answers one request to a path under [`API_PREFIXES`].
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let result = if !self.keys.allows(req.headers()) {
+            Err(ApiError::unauthorized())
+        } else {
+            self.route(req).await
+        };
+        match result {
+            Ok(resp) => resp,
+            Err(e) => {
+                if e.status.is_server_error() {
+                    tracing::error!(%method, %path, error = %e, "api request failed");
+                } else {
+                    tracing::debug!(%method, %path, error = %e, "api request refused");
+                }
+                error_response(&e)
+            }
+        }
+    }
+
+    async fn route(self: &Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let path = req.uri().path().to_owned();
+        for (pattern, route, methods) in ROUTES {
+            let Some(id) = match_route(pattern, &path) else {
+                continue;
+            };
+            if !methods.contains(req.method()) {
+                let mut resp = error_response(&ApiError::method_not_allowed());
+                let allow = methods
+                    .iter()
+                    .map(Method::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                resp.headers_mut().insert(
+                    ALLOW,
+                    HeaderValue::from_str(&allow).expect("method names are valid"),
+                );
+                return Ok(resp);
+            }
+            let id = id.unwrap_or_default();
+            let method = req.method().clone();
+            return match (route, method) {
+                (Route::Streams, Method::GET) => streams::list(self, req.uri().query()).await,
+                (Route::Streams, _) => streams::create(self, read_json(req).await?).await,
+                (Route::Stream, Method::GET) => streams::get(self, id).await,
+                (Route::Stream, Method::PATCH) => {
+                    streams::update(self, id, read_json(req).await?).await
+                }
+                (Route::Stream, _) => streams::delete(self, id).await,
+                (Route::StreamPlaylist, _) => streams::legacy_playlist(self, id).await,
+                (Route::QualitySets, _) => quality_sets::list(self).await,
+                (Route::QualitySetDefault, _) => {
+                    quality_sets::set_default(self, read_json(req).await?).await
+                }
+                (Route::Apps, Method::GET) => fastedge::list(self, req.uri().query()).await,
+                (Route::Apps, _) => fastedge::create(self, read_json(req).await?).await,
+                (Route::App, Method::GET) => fastedge::get(self, id).await,
+                (Route::App, Method::PATCH) => {
+                    fastedge::update(self, id, read_json(req).await?).await
+                }
+                (Route::App, _) => fastedge::delete(self, id).await,
+                (Route::ProfileTemplates, _) => security::list(self).await,
+            };
+        }
+        Err(ApiError::not_found("resource"))
+    }
+
+    /// Runs a store call on the blocking pool: SQLite I/O must not stall the async workers.
+    pub async fn db<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&*store))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "store task failed");
+                ApiError::internal()
+            })?
+            .map_err(ApiError::from)
+    }
+}
+
+/// Read-modify-write with compare-and-set, retried when another writer got in between.
+pub(crate) async fn update_with_retry<R, Load, Apply, Save, Fut1, Fut2>(
+    mut load: Load,
+    mut apply: Apply,
+    mut save: Save,
+) -> Result<R, ApiError>
+where
+    Load: FnMut() -> Fut1,
+    Fut1: std::future::Future<Output = Result<R, ApiError>>,
+    Apply: FnMut(R) -> Result<R, ApiError>,
+    Save: FnMut(R) -> Fut2,
+    Fut2: std::future::Future<Output = Result<Option<R>, ApiError>>,
+{
+    for _ in 0..UPDATE_RETRIES {
+        let current = load().await?;
+        let changed = apply(current)?;
+        if let Some(saved) = save(changed).await? {
+            return Ok(saved);
+        }
+    }
+    Err(ApiError::conflict(
+        "the record kept changing under concurrent updates; retry",
+    ))
+}
+
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let mut resp = json_response(e.status, &e.body());
+    if e.status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("apikey"));
+    }
+    resp
+}
+
+/// Reads a JSON request body: 415 for a non-JSON content type, 413 over [`MAX_BODY_BYTES`]
+/// (refused from `Content-Length` before reading when declared), 400 for bad JSON.
+pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {
+    if let Some(ct) = req.headers().get(CONTENT_TYPE) {
+        let essence = ct
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be application/json",
+            ));
+        }
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let bytes: Bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_body",
+                format!("cannot read the body: {e}"),
+            ))
+        }
+    };
+    if bytes.is_empty() {
+        return Err(ApiError::malformed_json(
+            "the body is empty; a JSON object is expected",
+        ));
+    }
+    // serde_json refuses nesting deeper than 128 levels, so hostile depth is a 400, not a stack
+    // overflow.
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::malformed_json(format!("invalid JSON: {e}")))
+}
+
+/// Query parameters as (name, value) pairs; a parameter given twice is ambiguous → 400.
+pub fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if pairs.iter().any(|(seen, _)| *seen == k) {
+            return Err(ApiError::invalid_query(
+                &k,
+                format!("`{k}` is given more than once"),
+            ));
+        }
+        pairs.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(pairs)
+}
+
+/// Parses a query integer within `range`, naming the parameter on failure.
+pub fn query_int<T>(
+    name: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ApiError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    value
+        .parse::<T>()
+        .ok()
+        .filter(|v| range.contains(v))
+        .ok_or_else(|| {
+            ApiError::invalid_query(
+                name,
+                format!(
+                    "`{name}` must be an integer in {}..={}",
+                    range.start(),
+                    range.end()
+                ),
+            )
+        })
+}
+
+pub fn redirect(location: &str) -> Result<Response<Body>, ApiError> {
+    Response::builder()
+        .status(StatusCode::MOVED_PERMANENTLY)
+        .header(hyper::header::LOCATION, location)
+        .body(full(Bytes::new()))
+        .map_err(|_| ApiError::internal())
+}
+
+pub fn no_content() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(crate::server::empty())
+        .expect("static response is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_ids_strictly() {
+        assert_eq!(
+            match_route("/streaming/streams/{id}", "/streaming/streams/42"),
+            Some(Some(42))
+        );
+        for bad in [
+            "0",
+            "007",
+            "+7",
+            "-1",
+            "1e3",
+            "",
+            "99999999999999999999",
+            "4%32",
+        ] {
+            assert_eq!(
+                match_route(
+                    "/streaming/streams/{id}",
+                    &format!("/streaming/streams/{bad}")
+                ),
+                None,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            match_route("/streaming/streams", "/streaming/streams/"),
+            None
+        );
+        assert_eq!(
+            match_route("/streaming/streams", "/streaming/streams"),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn openapi_lists_exactly_the_route_table() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, item) in paths {
+            for method in ["get", "put", "post", "delete", "patch", "head", "options"] {
+                if item.get(method).is_some()
+                    && !["/healthz", "/openapi.json"].contains(&path.as_str())
+                {
+                    documented.push((path.clone(), method.to_uppercase()));
+                }
+            }
+        }
+        let mut served: Vec<(String, String)> = route_table()
+            .flat_map(|(p, ms)| ms.iter().map(move |m| (p.to_owned(), m.to_string())))
+            .collect();
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
+        assert!(paths.contains_key("/healthz") && paths.contains_key("/openapi.json"));
+    }
+
+    #[test]
+    fn api_prefixes_are_owned() {
+        assert!(owns("/streaming/streams"));
+        assert!(owns("/streaming"));
+        assert!(owns("/fastedge/v1/apps"));
+        assert!(!owns("/cmaf/1/master.m3u8"));
+        assert!(!owns("/healthz"));
+    }
+
+    #[test]
+    fn duplicate_query_parameters_are_refused() {
+        let e = query_pairs(Some("page=1&page=2")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("page"));
+        assert_eq!(query_pairs(Some("a=1&b=%20x")).unwrap()[1].1, " x");
+    }
+}

@@ -1,0 +1,493 @@
+//! `/streaming/streams`: create, read, list, patch and delete stream records; validation of the
+//! writable fields and rendering of the full record (settings + ingest/playback URLs + live state).
+
+use std::sync::Arc;
+
+use hyper::{Response, StatusCode};
+use rand::RngCore;
+use serde::Serialize;
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::fields::{char_len, Fields, Nullable};
+use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
+use crate::server::{json_response, Body};
+use crate::store::{Projection, RecordType, StreamRow, StreamSettings, Update};
+
+/// Fixed page size of `GET /streaming/streams?page=N`.
+pub const STREAMS_PAGE_SIZE: u32 = 25;
+pub const MAX_NAME_CHARS: usize = 255;
+pub const MAX_ENTITY_DATA_CHARS: usize = 4096;
+/// A PULL stream cycles through its URIs; more than a handful is a configuration mistake.
+pub const MAX_PULL_URIS: usize = 8;
+pub const MAX_URI_FIELD_CHARS: usize = 4096;
+pub const MAX_BROADCAST_IDS: usize = 100;
+pub const DVR_DURATION_RANGE: std::ops::RangeInclusive<i64> = 30..=14_400;
+pub const PULL_SCHEMES: &[&str] = &["rtmp", "rtmps", "srt", "http", "https"];
+
+/// Fields the server computes: accepted in a body (clients send back what they read) and ignored.
+const READ_ONLY: &[&str] = &[
+    "id",
+    "token",
+    "live",
+    "backup_live",
+    "push_url",
+    "backup_push_url",
+    "push_url_srt",
+    "backup_push_url_srt",
+    "push_url_whip",
+    "created_at",
+    "started_at_primary",
+    "started_at_backup",
+    "finished_at_primary",
+    "iframe_url",
+    "dash_url",
+    "hls_cmaf_url",
+    "hls_mpegts_url",
+    "screenshot",
+    "transcoded_qualities",
+    "recording_duration",
+    "transcoding_speed",
+    "frame_rate",
+    "video_height",
+    "video_width",
+    "html_overlays",
+];
+
+/// The receiving/transcoding state of a stream, owned by the ingest side; all off while nothing
+/// is being received.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveStatus {
+    pub live: bool,
+    pub backup_live: bool,
+    pub transcoded_qualities: Vec<String>,
+    pub recording_duration: f64,
+    pub transcoding_speed: Option<f64>,
+    pub frame_rate: Option<f64>,
+    pub video_height: Option<u32>,
+    pub video_width: Option<u32>,
+}
+
+/// The record as the API returns it; field order is the documented one.
+#[derive(Debug, Serialize)]
+pub struct StreamView {
+    id: i64,
+    #[serde(flatten)]
+    settings: StreamSettings,
+    low_latency_enabled: bool,
+    token: String,
+    live: bool,
+    backup_live: bool,
+    push_url: Option<String>,
+    backup_push_url: Option<String>,
+    push_url_srt: Option<String>,
+    backup_push_url_srt: Option<String>,
+    push_url_whip: Option<String>,
+    created_at: String,
+    started_at_primary: Option<String>,
+    started_at_backup: Option<String>,
+    finished_at_primary: Option<String>,
+    iframe_url: String,
+    dash_url: String,
+    hls_cmaf_url: String,
+    hls_mpegts_url: String,
+    screenshot: String,
+    transcoded_qualities: Vec<String>,
+    recording_duration: f64,
+    transcoding_speed: Option<f64>,
+    frame_rate: Option<f64>,
+    video_height: Option<u32>,
+    video_width: Option<u32>,
+    html_overlays: Vec<Value>,
+}
+
+pub fn iso8601(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339)
+        .expect("UTC timestamps within 0000..9999 format")
+}
+
+impl Api {
+    pub fn stream_view(&self, row: StreamRow, live: LiveStatus) -> StreamView {
+        let e = &self.endpoints;
+        let (id, token, base) = (row.id, &row.token, &e.public_url);
+        let push = !row.settings.pull;
+        let when_push = |url: String| push.then_some(url);
+        StreamView {
+            id,
+            low_latency_enabled: true,
+            token: token.clone(),
+            live: live.live,
+            backup_live: live.backup_live,
+            push_url: when_push(format!(
+                "rtmp://{}:{}/in/{id}?{token}",
+                e.ingest_host, e.rtmp_port
+            )),
+            backup_push_url: when_push(format!(
+                "rtmp://{}:{}/in/{id}b?{token}",
+                e.ingest_host, e.rtmp_port
+            )),
+            push_url_srt: when_push(format!(
+                "srt://{}:{}?streamid={id}#{token}",
+                e.ingest_host, e.srt_port
+            )),
+            backup_push_url_srt: when_push(format!(
+                "srt://{}:{}?streamid={id}b#{token}",
+                e.ingest_host, e.srt_port
+            )),
+            push_url_whip: when_push(format!("{base}/whip/{id}?token={token}")),
+            created_at: iso8601(row.created_at),
+            started_at_primary: row.started_at_primary.map(iso8601),
+            started_at_backup: row.started_at_backup.map(iso8601),
+            finished_at_primary: row.finished_at_primary.map(iso8601),
+            iframe_url: format!("{base}/player/{id}"),
+            dash_url: format!("{base}/cmaf/{id}/index.mpd"),
+            hls_cmaf_url: format!("{base}/cmaf/{id}/master.m3u8"),
+            hls_mpegts_url: format!("{base}/mpegts/{id}/master_mpegts.m3u8"),
+            screenshot: format!("{base}/screenshots/{id}/last.jpg"),
+            transcoded_qualities: live.transcoded_qualities,
+            recording_duration: live.recording_duration,
+            transcoding_speed: live.transcoding_speed,
+            frame_rate: live.frame_rate,
+            video_height: live.video_height,
+            video_width: live.video_width,
+            html_overlays: Vec::new(),
+            settings: row.settings,
+        }
+    }
+
+    fn render(&self, status: StatusCode, row: StreamRow) -> Response<Body> {
+        json_response(status, &self.stream_view(row, LiveStatus::default()))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Create,
+    Update,
+}
+
+/// Applies the writable fields present in `f` onto `s`, type-checking each.
+fn apply(mut f: Fields, s: &mut StreamSettings, mode: Mode) -> Result<(), ApiError> {
+    fn set<T>(target: &mut T, value: Option<T>) {
+        if let Some(v) = value {
+            *target = v;
+        }
+    }
+    fn set_nullable<T>(target: &mut Option<T>, value: Nullable<T>) {
+        if let Some(v) = value {
+            *target = v;
+        }
+    }
+    set(&mut s.name, f.string("name")?);
+    set(&mut s.active, f.bool("active")?);
+    set(&mut s.pull, f.bool("pull")?);
+    set_nullable(&mut s.uri, f.nullable_string("uri")?);
+    set(&mut s.auto_record, f.bool("auto_record")?);
+    set(&mut s.dvr_enabled, f.bool("dvr_enabled")?);
+    if let Some(v) = f.string("record_type")? {
+        s.record_type = match v.as_str() {
+            "origin" => RecordType::Origin,
+            "transcoded" => RecordType::Transcoded,
+            _ => {
+                return Err(ApiError::invalid_value(
+                    "record_type",
+                    "`record_type` must be \"origin\" or \"transcoded\"",
+                ))
+            }
+        }
+    }
+    set(
+        &mut s.hls_mpegts_endlist_tag,
+        f.bool("hls_mpegts_endlist_tag")?,
+    );
+    if let Some(v) = f.int("dvr_duration")? {
+        if !DVR_DURATION_RANGE.contains(&v) {
+            return Err(ApiError::invalid_value(
+                "dvr_duration",
+                format!(
+                    "`dvr_duration` must be within {}..={} seconds",
+                    DVR_DURATION_RANGE.start(),
+                    DVR_DURATION_RANGE.end()
+                ),
+            ));
+        }
+        s.dvr_duration = v as u32;
+    }
+    set_nullable(&mut s.cdn_id, f.nullable_int("cdn_id")?);
+    set_nullable(
+        &mut s.client_user_id,
+        f.nullable_integer_number("client_user_id")?,
+    );
+    set_nullable(
+        &mut s.client_entity_data,
+        f.nullable_string("client_entity_data")?,
+    );
+    set(&mut s.html_overlay, f.bool("html_overlay")?);
+    set_nullable(&mut s.quality_set_id, f.nullable_int("quality_set_id")?);
+    set(&mut s.broadcast_ids, f.int_array("broadcast_ids")?);
+    if let Some(v) = f.string("projection")? {
+        s.projection = match v.as_str() {
+            "regular" => Projection::Regular,
+            "vr360" => Projection::Vr360,
+            "vr180" => Projection::Vr180,
+            "vr360tb" => Projection::Vr360tb,
+            _ => {
+                return Err(ApiError::invalid_value(
+                    "projection",
+                    "`projection` must be one of regular, vr360, vr180, vr360tb",
+                ))
+            }
+        }
+    }
+    match mode {
+        Mode::Update => {
+            // Deprecated: low latency is always on. Type-checked, then ignored.
+            f.bool("low_latency_enabled")?;
+        }
+        Mode::Create if f.contains("low_latency_enabled") => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "deprecated_field",
+                "`low_latency_enabled` is deprecated (low latency is always on) and is accepted on update only",
+            )
+            .at("low_latency_enabled"));
+        }
+        Mode::Create => {}
+    }
+    f.finish(READ_ONLY)
+}
+
+/// Rules over the merged record (after a PATCH the combination must still hold).
+fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
+    let name_len = char_len(s.name.trim());
+    if name_len == 0 {
+        return Err(ApiError::required("name", " and must not be blank"));
+    }
+    if char_len(&s.name) > MAX_NAME_CHARS {
+        return Err(ApiError::invalid_value(
+            "name",
+            format!("`name` must be at most {MAX_NAME_CHARS} characters"),
+        ));
+    }
+    match s.uri.as_deref().map(str::trim) {
+        None | Some("") if s.pull => {
+            return Err(ApiError::required("uri", " when `pull` is true"));
+        }
+        None | Some("") => {}
+        Some(uri) => validate_uris(uri).map_err(|m| ApiError::invalid_value("uri", m))?,
+    }
+    if let Some(data) = &s.client_entity_data {
+        if char_len(data) > MAX_ENTITY_DATA_CHARS {
+            return Err(ApiError::invalid_value(
+                "client_entity_data",
+                format!("`client_entity_data` must be at most {MAX_ENTITY_DATA_CHARS} characters"),
+            ));
+        }
+    }
+    if s.broadcast_ids.len() > MAX_BROADCAST_IDS || s.broadcast_ids.iter().any(|&b| b < 1) {
+        return Err(ApiError::invalid_value(
+            "broadcast_ids",
+            format!("`broadcast_ids` must hold at most {MAX_BROADCAST_IDS} positive integers"),
+        ));
+    }
+    if s.cdn_id.is_some_and(|c| c < 0) {
+        return Err(ApiError::invalid_value(
+            "cdn_id",
+            "`cdn_id` must not be negative",
+        ));
+    }
+    if let Some(q) = s.quality_set_id {
+        if api.quality_sets.get(q).is_none() {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_quality_set",
+                format!("quality set {q} does not exist (see GET /streaming/quality_sets)"),
+            )
+            .at("quality_set_id"));
+        }
+    }
+    Ok(())
+}
+
+/// Space-separated source URLs of allowed schemes, each with a host.
+pub fn validate_uris(field: &str) -> Result<(), String> {
+    if char_len(field) > MAX_URI_FIELD_CHARS {
+        return Err(format!(
+            "`uri` must be at most {MAX_URI_FIELD_CHARS} characters"
+        ));
+    }
+    let uris: Vec<&str> = field.split_whitespace().collect();
+    if uris.len() > MAX_PULL_URIS {
+        return Err(format!("`uri` holds at most {MAX_PULL_URIS} URLs"));
+    }
+    for uri in uris {
+        let parsed = url::Url::parse(uri).map_err(|e| format!("`{uri}` is not a URL: {e}"))?;
+        if !PULL_SCHEMES.contains(&parsed.scheme()) {
+            return Err(format!(
+                "`{uri}`: scheme `{}` is not allowed (use one of {})",
+                parsed.scheme(),
+                PULL_SCHEMES.join(", ")
+            ));
+        }
+        // WHATWG parsing repairs `http:///x` and `http:x` into `http://x/`; a source URL
+        // must name its host explicitly.
+        let explicit_host = uri
+            .get(parsed.scheme().len()..)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+        if !explicit_host || parsed.host_str().is_none_or(str::is_empty) {
+            return Err(format!("`{uri}` has no host"));
+        }
+    }
+    Ok(())
+}
+
+/// 128 random bits, hex: safe in every URL form we hand out (RTMP key, SRT stream id, query).
+fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiError> {
+    let fields = Fields::new(body, "body")?;
+    if !fields.contains("name") {
+        return Err(ApiError::required("name", ""));
+    }
+    let mut settings = StreamSettings::default();
+    apply(fields, &mut settings, Mode::Create)?;
+    validate(api, &settings)?;
+    let token = new_token();
+    let now = OffsetDateTime::now_utc();
+    let row = api
+        .db(move |s| s.create_stream(&settings, &token, now))
+        .await?;
+    tracing::info!(stream = row.id, name = %row.settings.name, "stream created");
+    Ok(api.render(StatusCode::CREATED, row))
+}
+
+async fn load(api: &Api, id: i64) -> Result<StreamRow, ApiError> {
+    api.db(move |s| s.get_stream(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("stream"))
+}
+
+pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    Ok(api.render(StatusCode::OK, load(api, id).await?))
+}
+
+pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let mut page = 1u64;
+    for (k, v) in query_pairs(query)? {
+        if k == "page" {
+            page = query_int("page", &v, 1..=1_000_000_000)?;
+        }
+    }
+    let offset = (page - 1) * u64::from(STREAMS_PAGE_SIZE);
+    let (rows, total) = api
+        .db(move |s| s.list_streams(offset, STREAMS_PAGE_SIZE))
+        .await?;
+    let views: Vec<StreamView> = rows
+        .into_iter()
+        .map(|r| api.stream_view(r, LiveStatus::default()))
+        .collect();
+    let mut resp = json_response(StatusCode::OK, &views);
+    resp.headers_mut()
+        .insert("x-total-count", hyper::header::HeaderValue::from(total));
+    Ok(resp)
+}
+
+pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Body>, ApiError> {
+    let mut outer = Fields::new(body, "body")?;
+    let Some(patch) = outer.take_value("stream") else {
+        return Err(ApiError::required(
+            "stream",
+            ": the body is {\"stream\": {...}}",
+        ));
+    };
+    outer.finish(&[])?;
+    let row = update_with_retry(
+        || load(api, id),
+        |mut row| {
+            apply(
+                Fields::new(patch.clone(), "stream")?,
+                &mut row.settings,
+                Mode::Update,
+            )?;
+            validate(api, &row.settings)?;
+            Ok(row)
+        },
+        |row| async move {
+            let revision = row.revision;
+            match api
+                .db(move |s| s.update_stream(id, revision, &row.settings))
+                .await?
+            {
+                Update::Done(saved) => Ok(Some(saved)),
+                Update::Stale => Ok(None),
+                Update::NotFound | Update::NameTaken => Err(ApiError::not_found("stream")),
+            }
+        },
+    )
+    .await?;
+    tracing::info!(stream = id, "stream updated");
+    Ok(api.render(StatusCode::OK, row))
+}
+
+pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    if !api.db(move |s| s.delete_stream(id)).await? {
+        return Err(ApiError::not_found("stream"));
+    }
+    tracing::info!(stream = id, "stream deleted");
+    Ok(super::no_content())
+}
+
+/// Deprecated path kept for old clients: a permanent redirect to the MPEG-TS HLS playlist.
+pub async fn legacy_playlist(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    let row = load(api, id).await?;
+    super::redirect(&api.stream_view(row, LiveStatus::default()).hls_mpegts_url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_rules() {
+        assert!(validate_uris("rtmp://a/live/x srt://b:9000 https://c/x.m3u8").is_ok());
+        for bad in [
+            "file:///etc/passwd",
+            "ftp://a/x",
+            "rtmp://",
+            "not a url",
+            "http:///x",
+            "http:x.example/a",
+            &"rtmp://a/x ".repeat(MAX_PULL_URIS + 1),
+        ] {
+            assert!(validate_uris(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_distinct() {
+        let (a, b) = (new_token(), new_token());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn create_rejects_deprecated_field_but_update_ignores_it() {
+        let body = serde_json::json!({"name": "x", "low_latency_enabled": false});
+        let mut s = StreamSettings::default();
+        let e = apply(
+            Fields::new(body.clone(), "body").unwrap(),
+            &mut s,
+            Mode::Create,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "deprecated_field");
+        apply(Fields::new(body, "body").unwrap(), &mut s, Mode::Update).unwrap();
+    }
+}

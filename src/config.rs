@@ -1,0 +1,343 @@
+//! Configuration: defaults ← `livepack.toml` ← `LIVEPACK_*` environment ← command-line flags,
+//! merged field by field and validated into one [`Config`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use url::Url;
+
+pub const DEFAULT_CONFIG_FILE: &str = "livepack.toml";
+/// Loopback by default: the control API holds secrets, so exposing it is an explicit choice.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+pub const DEFAULT_RTMP_ADDR: &str = "0.0.0.0:1935";
+pub const DEFAULT_RTMPS_ADDR: &str = "0.0.0.0:1936";
+pub const DEFAULT_SRT_ADDR: &str = "0.0.0.0:5001";
+pub const DEFAULT_DATA_DIR: &str = "data";
+pub const DEFAULT_FASTEDGE_APP_DOMAIN: &str = "fastedge.localhost";
+/// Enough for any real deployment's control plane plus media players; more are refused at accept.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
+/// A client that has not sent its full request head by then is cut off (slowloris).
+pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECS: u64 = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{origin}: invalid value {value:?} for {key}: {reason}")]
+    Invalid {
+        origin: &'static str,
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Every setting optional: one layer of configuration (file, environment or flags).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub http_addr: Option<SocketAddr>,
+    pub rtmp_addr: Option<SocketAddr>,
+    pub rtmps_addr: Option<SocketAddr>,
+    pub srt_addr: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub api_keys: Option<Vec<String>>,
+    pub public_url: Option<String>,
+    pub quality_sets_file: Option<PathBuf>,
+    pub profile_templates_file: Option<PathBuf>,
+    pub fastedge_app_domain: Option<String>,
+    pub http_max_connections: Option<usize>,
+    pub http_header_timeout_secs: Option<u64>,
+}
+
+impl Layer {
+    /// Later layers win, field by field.
+    pub fn over(self, lower: Layer) -> Layer {
+        Layer {
+            http_addr: self.http_addr.or(lower.http_addr),
+            rtmp_addr: self.rtmp_addr.or(lower.rtmp_addr),
+            rtmps_addr: self.rtmps_addr.or(lower.rtmps_addr),
+            srt_addr: self.srt_addr.or(lower.srt_addr),
+            data_dir: self.data_dir.or(lower.data_dir),
+            api_keys: self.api_keys.or(lower.api_keys),
+            public_url: self.public_url.or(lower.public_url),
+            quality_sets_file: self.quality_sets_file.or(lower.quality_sets_file),
+            profile_templates_file: self.profile_templates_file.or(lower.profile_templates_file),
+            fastedge_app_domain: self.fastedge_app_domain.or(lower.fastedge_app_domain),
+            http_max_connections: self.http_max_connections.or(lower.http_max_connections),
+            http_header_timeout_secs: self
+                .http_header_timeout_secs
+                .or(lower.http_header_timeout_secs),
+        }
+    }
+
+    /// Reads a TOML file; a missing file is an empty layer only when `required` is false.
+    pub fn from_file(path: &Path, required: bool) -> Result<Layer, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Layer::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Reads the `LIVEPACK_*` variables through `get` (so tests need not touch the process env).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
+        const ORIGIN: &str = "environment";
+        let addr = |key: &'static str| -> Result<Option<SocketAddr>, ConfigError> {
+            get(key).map(|v| parse_addr(ORIGIN, key, &v)).transpose()
+        };
+        let number = |key: &'static str| -> Result<Option<u64>, ConfigError> {
+            get(key)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
+                        origin: ORIGIN,
+                        key,
+                        value: v.clone(),
+                        reason: e.to_string(),
+                    })
+                })
+                .transpose()
+        };
+        Ok(Layer {
+            http_addr: addr("LIVEPACK_HTTP_ADDR")?,
+            rtmp_addr: addr("LIVEPACK_RTMP_ADDR")?,
+            rtmps_addr: addr("LIVEPACK_RTMPS_ADDR")?,
+            srt_addr: addr("LIVEPACK_SRT_ADDR")?,
+            data_dir: get("LIVEPACK_DATA_DIR").map(PathBuf::from),
+            api_keys: get("LIVEPACK_API_KEYS").map(|v| split_keys(&v)),
+            public_url: get("LIVEPACK_PUBLIC_URL"),
+            quality_sets_file: get("LIVEPACK_QUALITY_SETS_FILE").map(PathBuf::from),
+            profile_templates_file: get("LIVEPACK_PROFILE_TEMPLATES_FILE").map(PathBuf::from),
+            fastedge_app_domain: get("LIVEPACK_FASTEDGE_APP_DOMAIN"),
+            http_max_connections: number("LIVEPACK_HTTP_MAX_CONNECTIONS")?.map(|n| n as usize),
+            http_header_timeout_secs: number("LIVEPACK_HTTP_HEADER_TIMEOUT_SECS")?,
+        })
+    }
+}
+
+/// Comma-separated keys; blanks are dropped so `a,,b` or a trailing comma is harmless.
+pub fn split_keys(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn parse_addr(
+    origin: &'static str,
+    key: &'static str,
+    v: &str,
+) -> Result<SocketAddr, ConfigError> {
+    v.trim()
+        .parse()
+        .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
+            origin,
+            key,
+            value: v.to_owned(),
+            reason: format!("{e} (expected IP:PORT, e.g. 127.0.0.1:8080)"),
+        })
+}
+
+/// The validated configuration the daemon runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub http_addr: SocketAddr,
+    pub rtmp_addr: SocketAddr,
+    pub rtmps_addr: SocketAddr,
+    pub srt_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Empty means "generate one into the data dir" (done by the daemon at start).
+    pub api_keys: Vec<String>,
+    /// Base of every returned URL; `None` means derived from the bound HTTP address.
+    pub public_url: Option<Url>,
+    pub quality_sets_file: Option<PathBuf>,
+    pub profile_templates_file: Option<PathBuf>,
+    pub fastedge_app_domain: String,
+    pub http_max_connections: usize,
+    pub http_header_timeout_secs: u64,
+}
+
+impl Config {
+    pub fn from_layer(layer: Layer) -> Result<Config, ConfigError> {
+        const ORIGIN: &str = "configuration";
+        let public_url = layer
+            .public_url
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| parse_public_url(&u))
+            .transpose()?;
+        let fastedge_app_domain = layer
+            .fastedge_app_domain
+            .unwrap_or_else(|| DEFAULT_FASTEDGE_APP_DOMAIN.to_owned());
+        if fastedge_app_domain.is_empty()
+            || !fastedge_app_domain
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "fastedge_app_domain",
+                value: fastedge_app_domain,
+                reason: "must be a DNS name".into(),
+            });
+        }
+        let http_max_connections = layer
+            .http_max_connections
+            .unwrap_or(DEFAULT_HTTP_MAX_CONNECTIONS);
+        if http_max_connections == 0 {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "http_max_connections",
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let http_header_timeout_secs = layer
+            .http_header_timeout_secs
+            .unwrap_or(DEFAULT_HTTP_HEADER_TIMEOUT_SECS);
+        if !(1..=300).contains(&http_header_timeout_secs) {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "http_header_timeout_secs",
+                value: http_header_timeout_secs.to_string(),
+                reason: "must be 1..=300".into(),
+            });
+        }
+        let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
+        Ok(Config {
+            http_addr: layer
+                .http_addr
+                .unwrap_or_else(|| default_addr(DEFAULT_HTTP_ADDR)),
+            rtmp_addr: layer
+                .rtmp_addr
+                .unwrap_or_else(|| default_addr(DEFAULT_RTMP_ADDR)),
+            rtmps_addr: layer
+                .rtmps_addr
+                .unwrap_or_else(|| default_addr(DEFAULT_RTMPS_ADDR)),
+            srt_addr: layer
+                .srt_addr
+                .unwrap_or_else(|| default_addr(DEFAULT_SRT_ADDR)),
+            data_dir: layer
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            api_keys: layer.api_keys.unwrap_or_default(),
+            public_url,
+            quality_sets_file: layer.quality_sets_file,
+            profile_templates_file: layer.profile_templates_file,
+            fastedge_app_domain,
+            http_max_connections,
+            http_header_timeout_secs,
+        })
+    }
+}
+
+fn parse_public_url(u: &str) -> Result<Url, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        origin: "configuration",
+        key: "public_url",
+        value: u.to_owned(),
+        reason,
+    };
+    let url = Url::parse(u.trim()).map_err(|e| invalid(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(invalid("must be an http(s) URL with a host".into()));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("must not carry a query or fragment".into()));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(c.http_addr.to_string(), DEFAULT_HTTP_ADDR);
+        assert_eq!(c.rtmp_addr.port(), 1935);
+        assert_eq!(c.srt_addr.port(), 5001);
+        assert!(c.api_keys.is_empty());
+        assert!(c.public_url.is_none());
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file() {
+        let file: Layer = toml::from_str(
+            "http_addr = \"127.0.0.1:1\"\nrtmp_addr = \"127.0.0.1:2\"\nsrt_addr = \"127.0.0.1:3\"",
+        )
+        .unwrap();
+        let env = Layer::from_env(env(&[
+            ("LIVEPACK_RTMP_ADDR", "127.0.0.1:20"),
+            ("LIVEPACK_SRT_ADDR", "127.0.0.1:30"),
+            ("LIVEPACK_API_KEYS", "a, b,,c,"),
+        ]))
+        .unwrap();
+        let flags = Layer {
+            srt_addr: Some("127.0.0.1:300".parse().unwrap()),
+            ..Layer::default()
+        };
+        let c = Config::from_layer(flags.over(env.over(file))).unwrap();
+        assert_eq!(c.http_addr.port(), 1);
+        assert_eq!(c.rtmp_addr.port(), 20);
+        assert_eq!(c.srt_addr.port(), 300);
+        assert_eq!(c.api_keys, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        let err = Layer::from_env(env(&[("LIVEPACK_HTTP_ADDR", "localhost")])).unwrap_err();
+        assert!(err.to_string().contains("LIVEPACK_HTTP_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn unknown_file_key_is_rejected() {
+        assert!(toml::from_str::<Layer>("htp_addr = \"127.0.0.1:1\"").is_err());
+    }
+
+    #[test]
+    fn public_url_must_be_http_with_host() {
+        for bad in ["ftp://x", "http://", "not a url", "http://h/?q=1"] {
+            let layer = Layer {
+                public_url: Some(bad.into()),
+                ..Layer::default()
+            };
+            assert!(Config::from_layer(layer).is_err(), "{bad} accepted");
+        }
+        let layer = Layer {
+            public_url: Some("https://live.example.com/base".into()),
+            ..Layer::default()
+        };
+        assert!(Config::from_layer(layer).is_ok());
+    }
+}

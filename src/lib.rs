@@ -1,0 +1,21 @@
+//! # livepack — live-media ingest and packaging daemon
+//!
+//! Layout (see `ARCHITECTURE.md` in the shared notes for the reasons):
+//! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
+//! - [`store`]: persistence of the control-plane records behind the `Store` trait (SQLite).
+//! - [`api`]: the control API over the store — streams, quality sets, FastEdge apps, security
+//!   profile templates; JSON in and out, `Authorization: apikey` on every request.
+//! - [`quality`]: the ABR ladders (`pipelines/quality_sets.toml`).
+//! - [`server`]: the HTTP listener shared by the API and media delivery.
+//! - [`daemon`]: wires them together and runs until shutdown.
+//!
+//! Media flows one way: ingest → `media` frames → one GStreamer pipeline per stream → packager →
+//! HTTP delivery; ingest never imports the pipeline or the packager.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod daemon;
+pub mod quality;
+pub mod server;
+pub mod store;

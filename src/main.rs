@@ -1,0 +1,116 @@
+//! The `livepack` binary: flags, configuration, logging, runtime, signals → graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use livepack::config::{self, Config, Layer};
+use livepack::daemon::{self, KeySource};
+
+/// Self-hosted live-media ingest and packaging daemon.
+///
+/// Settings come from livepack.toml, then LIVEPACK_* environment variables, then these flags.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// TOML configuration file [default: ./livepack.toml if present]
+    #[arg(long, env = "LIVEPACK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Control API and media delivery address [default: 127.0.0.1:8080]
+    #[arg(long)]
+    http_addr: Option<SocketAddr>,
+    /// RTMP ingest address [default: 0.0.0.0:1935]
+    #[arg(long)]
+    rtmp_addr: Option<SocketAddr>,
+    /// RTMPS ingest address [default: 0.0.0.0:1936]
+    #[arg(long)]
+    rtmps_addr: Option<SocketAddr>,
+    /// SRT ingest address [default: 0.0.0.0:5001]
+    #[arg(long)]
+    srt_addr: Option<SocketAddr>,
+    /// Directory for the database, keys and media [default: ./data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Comma-separated API keys [default: one generated into DATA_DIR/api_key]
+    #[arg(long)]
+    api_keys: Option<String>,
+    /// Base URL used in returned URLs, e.g. https://live.example.com
+    #[arg(long)]
+    public_url: Option<String>,
+}
+
+impl Args {
+    fn layer(&self) -> Layer {
+        Layer {
+            http_addr: self.http_addr,
+            rtmp_addr: self.rtmp_addr,
+            rtmps_addr: self.rtmps_addr,
+            srt_addr: self.srt_addr,
+            data_dir: self.data_dir.clone(),
+            api_keys: self.api_keys.as_deref().map(config::split_keys),
+            public_url: self.public_url.clone(),
+            ..Layer::default()
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let (path, required) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_CONFIG_FILE), false),
+    };
+    let file = Layer::from_file(&path, required)?;
+    let env = Layer::from_env(|k| std::env::var(k).ok())?;
+    let config = Config::from_layer(args.layer().over(env.over(file)))?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let running = daemon::start(config).await?;
+    // The banner is the contract with scripts/run and the tests: one `key: value` per line.
+    println!("livepack {} ready", env!("CARGO_PKG_VERSION"));
+    println!("http: {}", running.http_addr);
+    println!("public_url: {}", running.public_url);
+    match &running.key_source {
+        KeySource::Configured => println!("api_key: (configured)"),
+        KeySource::DataDir { path, key } => {
+            println!("api_key: {key}");
+            println!("api_key_file: {}", path.display());
+        }
+    }
+    println!(
+        "try: curl -H 'Authorization: apikey <key>' {}/streaming/streams",
+        running.public_url.as_str().trim_end_matches('/')
+    );
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! The HTTP listener shared by the control API and media delivery: accept loop with a connection
+//! cap, header-read timeout, header size limit, and graceful shutdown of in-flight requests.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Response body for every route; boxed so that later routes can stream (chunked DASH parts).
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Request heads larger than this are answered 431 by hyper: no route needs more, and it bounds
+/// what a peer can make us buffer per connection.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// How long in-flight requests get to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+pub fn empty() -> Body {
+    full(Bytes::new())
+}
+
+pub fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response<Body> {
+    let body = serde_json::to_vec(value).expect("response types always serialize");
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header(hyper::header::CACHE_CONTROL, "no-store")
+        .body(full(body))
+        .expect("static headers are valid")
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+}
+
+/// Serves `listener` until `shutdown` turns true, then lets in-flight requests finish (up to
+/// [`SHUTDOWN_GRACE`]) and returns.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    limits: HttpLimits,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES);
+
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning on a full fd table.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            // The guard wait_for returns is not Send: drop it inside the future.
+            _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = limits.max_connections, "http connection limit reached; refusing");
+            tokio::spawn(refuse_busy(stream));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let fut = handler(req, peer);
+            async move { Ok::<_, Infallible>(fut.await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "http connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("http connections drained"),
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!("http connections still open after the grace period; closing them")
+        }
+    }
+}
+
+async fn refuse_busy(mut stream: tokio::net::TcpStream) {
+    const BUSY: &[u8] =
+        b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+    let _ = stream.shutdown().await;
+}

@@ -1,0 +1,267 @@
+//! Persistence of the control-plane records (streams, FastEdge apps, profile templates, settings)
+//! behind the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded default backend.
+//!
+//! The trait is synchronous on purpose: callers run it on the blocking pool, and a PostgreSQL
+//! backend for several nodes can implement it with a sync client without an async-trait layer.
+
+pub mod sqlite;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("stored record {kind} {id} is corrupt: {reason}")]
+    Corrupt {
+        kind: &'static str,
+        id: i64,
+        reason: String,
+    },
+    #[error("cannot prepare data dir {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("database schema version {found} is newer than this build knows ({known})")]
+    SchemaTooNew { found: i64, known: i64 },
+}
+
+/// Outcome of a compare-and-set update: the caller re-reads and re-applies on `Stale`.
+#[derive(Debug)]
+pub enum Update<T> {
+    Done(T),
+    NotFound,
+    /// Another writer changed the record since `revision` was read.
+    Stale,
+    /// A unique name is already taken by another record.
+    NameTaken,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordType {
+    Origin,
+    Transcoded,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Projection {
+    Regular,
+    Vr360,
+    Vr180,
+    Vr360tb,
+}
+
+pub const DEFAULT_DVR_DURATION_SECS: u32 = 14_400;
+
+/// The writable part of a stream record, stored as one JSON document so that adding a field
+/// needs no table migration (missing keys take their serde default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamSettings {
+    pub name: String,
+    pub active: bool,
+    pub pull: bool,
+    pub uri: Option<String>,
+    pub auto_record: bool,
+    pub dvr_enabled: bool,
+    pub record_type: RecordType,
+    pub hls_mpegts_endlist_tag: bool,
+    pub dvr_duration: u32,
+    pub cdn_id: Option<i64>,
+    /// Kept as the JSON number the client sent, so 64-bit ids round-trip exactly.
+    pub client_user_id: Option<serde_json::Number>,
+    pub client_entity_data: Option<String>,
+    pub html_overlay: bool,
+    pub quality_set_id: Option<i64>,
+    pub broadcast_ids: Vec<i64>,
+    pub projection: Projection,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            name: String::new(),
+            active: true,
+            pull: false,
+            uri: None,
+            auto_record: false,
+            dvr_enabled: false,
+            record_type: RecordType::Origin,
+            hls_mpegts_endlist_tag: true,
+            dvr_duration: DEFAULT_DVR_DURATION_SECS,
+            cdn_id: None,
+            client_user_id: None,
+            client_entity_data: None,
+            html_overlay: false,
+            quality_set_id: None,
+            broadcast_ids: Vec::new(),
+            projection: Projection::Regular,
+        }
+    }
+}
+
+/// A stream as stored: settings plus what the daemon owns (id, token, timestamps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRow {
+    pub id: i64,
+    pub revision: i64,
+    pub token: String,
+    pub created_at: OffsetDateTime,
+    pub started_at_primary: Option<OffsetDateTime>,
+    pub started_at_backup: Option<OffsetDateTime>,
+    pub finished_at_primary: Option<OffsetDateTime>,
+    pub settings: StreamSettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApiType {
+    #[serde(rename = "wasi-http")]
+    WasiHttp,
+    #[serde(rename = "proxy-wasm")]
+    ProxyWasm,
+}
+
+impl ApiType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiType::WasiHttp => "wasi-http",
+            ApiType::ProxyWasm => "proxy-wasm",
+        }
+    }
+}
+
+/// The writable part of a FastEdge app record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppSettings {
+    pub name: String,
+    pub status: u8,
+    pub binary: Option<i64>,
+    pub comment: String,
+    pub api_type: ApiType,
+    pub debug_until: Option<String>,
+    pub template: Option<i64>,
+    pub template_name: Option<String>,
+    pub networks: Vec<String>,
+    pub upgradeable_to: Option<i64>,
+    pub plan_id: i64,
+    pub plan: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppRow {
+    pub id: i64,
+    pub revision: i64,
+    pub settings: AppSettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppOrderKey {
+    Name,
+    Status,
+    Id,
+    Template,
+    Binary,
+    Plan,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AppFilter {
+    /// Matched case-insensitively as a substring (Unicode lower-casing).
+    pub name: Option<String>,
+    pub api_type: Option<ApiType>,
+    pub status: Option<u8>,
+    pub template: Option<i64>,
+    pub binary: Option<i64>,
+    pub plan: Option<i64>,
+    pub order: Option<(AppOrderKey, bool)>,
+    pub limit: u32,
+    pub offset: u64,
+}
+
+/// A security profile template, kept exactly in the shape the API returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileTemplate {
+    pub id: i64,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub fields: Vec<ProfileTemplateField>,
+    #[serde(default)]
+    pub base_template: Option<i64>,
+    pub version: String,
+    pub created: String,
+    #[serde(default)]
+    pub template_sifter: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileTemplateField {
+    pub id: i64,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub field_type: String,
+    pub required: bool,
+    #[serde(default)]
+    pub default: Option<String>,
+    #[serde(default)]
+    pub validation_schema: serde_json::Value,
+}
+
+/// Everything the control plane persists. Every mutating call is atomic and durable when it
+/// returns `Ok`: the API acknowledges a write only after this.
+pub trait Store: Send + Sync + 'static {
+    fn create_stream(
+        &self,
+        settings: &StreamSettings,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Result<StreamRow, StoreError>;
+    fn get_stream(&self, id: i64) -> Result<Option<StreamRow>, StoreError>;
+    /// Newest first; returns the page and the total number of streams.
+    fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError>;
+    /// Replaces the settings if the record is still at `revision`.
+    fn update_stream(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &StreamSettings,
+    ) -> Result<Update<StreamRow>, StoreError>;
+    fn delete_stream(&self, id: i64) -> Result<bool, StoreError>;
+    /// Live-state timestamps owned by the ingest side; `None` leaves a column as it is.
+    fn set_stream_times(
+        &self,
+        id: i64,
+        started_at_primary: Option<OffsetDateTime>,
+        started_at_backup: Option<OffsetDateTime>,
+        finished_at_primary: Option<OffsetDateTime>,
+    ) -> Result<bool, StoreError>;
+
+    fn create_app(&self, settings: &AppSettings) -> Result<Update<AppRow>, StoreError>;
+    fn get_app(&self, id: i64) -> Result<Option<AppRow>, StoreError>;
+    /// Returns the page and the number of apps matching the filter before paging.
+    fn list_apps(&self, filter: &AppFilter) -> Result<(Vec<AppRow>, u64), StoreError>;
+    fn update_app(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &AppSettings,
+    ) -> Result<Update<AppRow>, StoreError>;
+    fn delete_app(&self, id: i64) -> Result<bool, StoreError>;
+
+    /// Inserts or replaces templates by id.
+    fn upsert_profile_templates(&self, templates: &[ProfileTemplate]) -> Result<(), StoreError>;
+    fn list_profile_templates(&self) -> Result<Vec<ProfileTemplate>, StoreError>;
+
+    /// Small named settings (the default quality set, one-time seeding marks).
+    fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
+    fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
+}

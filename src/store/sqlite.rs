@@ -1,0 +1,607 @@
+//! The embedded default [`Store`]: one SQLite file in the data dir, WAL journal, versioned
+//! migrations, `synchronous=FULL` so an acknowledged write survives `kill -9` and power loss.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use time::OffsetDateTime;
+
+use super::{
+    AppFilter, AppOrderKey, AppRow, AppSettings, ProfileTemplate, Store, StoreError, StreamRow,
+    StreamSettings, Update,
+};
+
+pub const DB_FILE_NAME: &str = "livepack.db";
+
+/// Each entry moves the schema from version `index` to `index + 1` (stored in `user_version`).
+/// Append only: a shipped migration is never edited.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE streams (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    revision INTEGER NOT NULL,
+    token TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    started_at_primary_ms INTEGER,
+    started_at_backup_ms INTEGER,
+    finished_at_primary_ms INTEGER,
+    settings TEXT NOT NULL
+);
+CREATE TABLE apps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    revision INTEGER NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    name_folded TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    api_type TEXT NOT NULL,
+    template INTEGER,
+    binary INTEGER,
+    plan_id INTEGER NOT NULL,
+    plan TEXT NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE profile_templates (
+    id INTEGER PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"#];
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `DATA_DIR/livepack.db` and brings its schema up to date.
+    pub fn open_in(data_dir: &Path) -> Result<SqliteStore, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        Self::open(&data_dir.join(DB_FILE_NAME))
+    }
+
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let mut conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written (the transaction
+        // rolls back on drop), so the connection is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version as i64 + 1)?;
+        tx.commit()?;
+        tracing::info!(version = version + 1, "database schema migrated");
+    }
+    Ok(())
+}
+
+fn to_ms(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn from_ms(kind: &'static str, id: i64, ms: i64) -> Result<OffsetDateTime, StoreError> {
+    OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).map_err(|e| {
+        StoreError::Corrupt {
+            kind,
+            id,
+            reason: e.to_string(),
+        }
+    })
+}
+
+fn opt_from_ms(id: i64, ms: Option<i64>) -> Result<Option<OffsetDateTime>, StoreError> {
+    ms.map(|ms| from_ms("stream", id, ms)).transpose()
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(
+    kind: &'static str,
+    id: i64,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        kind,
+        id,
+        reason: e.to_string(),
+    })
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("record types always serialize")
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+}
+
+const STREAM_COLUMNS: &str = "id, revision, token, created_at_ms, started_at_primary_ms, \
+     started_at_backup_ms, finished_at_primary_ms, settings";
+
+type RawStream = (
+    i64,
+    i64,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    String,
+);
+
+fn raw_stream(r: &Row<'_>) -> rusqlite::Result<RawStream> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+fn stream_from_raw(raw: RawStream) -> Result<StreamRow, StoreError> {
+    let (id, revision, token, created, started_p, started_b, finished_p, settings) = raw;
+    Ok(StreamRow {
+        id,
+        revision,
+        token,
+        created_at: from_ms("stream", id, created)?,
+        started_at_primary: opt_from_ms(id, started_p)?,
+        started_at_backup: opt_from_ms(id, started_b)?,
+        finished_at_primary: opt_from_ms(id, finished_p)?,
+        settings: from_json("stream", id, &settings)?,
+    })
+}
+
+fn get_stream_in(conn: &Connection, id: i64) -> Result<Option<StreamRow>, StoreError> {
+    conn.query_row(
+        &format!("SELECT {STREAM_COLUMNS} FROM streams WHERE id = ?1"),
+        [id],
+        raw_stream,
+    )
+    .optional()?
+    .map(stream_from_raw)
+    .transpose()
+}
+
+const APP_COLUMNS: &str = "id, revision, settings";
+
+fn app_from_raw((id, revision, settings): (i64, i64, String)) -> Result<AppRow, StoreError> {
+    Ok(AppRow {
+        id,
+        revision,
+        settings: from_json("app", id, &settings)?,
+    })
+}
+
+fn get_app_in(conn: &Connection, id: i64) -> Result<Option<AppRow>, StoreError> {
+    conn.query_row(
+        &format!("SELECT {APP_COLUMNS} FROM apps WHERE id = ?1"),
+        [id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .optional()?
+    .map(app_from_raw)
+    .transpose()
+}
+
+/// Unicode-aware folding done here rather than by SQLite's ASCII-only `lower()`.
+fn fold(name: &str) -> String {
+    name.to_lowercase()
+}
+
+fn order_column(key: AppOrderKey) -> &'static str {
+    match key {
+        AppOrderKey::Name => "name",
+        AppOrderKey::Status => "status",
+        AppOrderKey::Id => "id",
+        AppOrderKey::Template => "template",
+        AppOrderKey::Binary => "binary",
+        AppOrderKey::Plan => "plan",
+    }
+}
+
+impl Store for SqliteStore {
+    fn create_stream(
+        &self,
+        settings: &StreamSettings,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Result<StreamRow, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO streams (revision, token, created_at_ms, settings) VALUES (1, ?1, ?2, ?3)",
+            params![token, to_ms(now), to_json(settings)],
+        )?;
+        let id = conn.last_insert_rowid();
+        get_stream_in(&conn, id)?.ok_or(StoreError::Corrupt {
+            kind: "stream",
+            id,
+            reason: "vanished after insert".into(),
+        })
+    }
+
+    fn get_stream(&self, id: i64) -> Result<Option<StreamRow>, StoreError> {
+        get_stream_in(&self.conn(), id)
+    }
+
+    fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError> {
+        let conn = self.conn();
+        let total: i64 = conn.query_row("SELECT COUNT(*) FROM streams", [], |r| r.get(0))?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {STREAM_COLUMNS} FROM streams ORDER BY id DESC LIMIT ?1 OFFSET ?2"
+        ))?;
+        let raws = stmt
+            .query_map(
+                params![limit, offset.min(i64::MAX as u64) as i64],
+                raw_stream,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = raws
+            .into_iter()
+            .map(stream_from_raw)
+            .collect::<Result<_, _>>()?;
+        Ok((rows, total as u64))
+    }
+
+    fn update_stream(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &StreamSettings,
+    ) -> Result<Update<StreamRow>, StoreError> {
+        let conn = self.conn();
+        let changed = conn.execute(
+            "UPDATE streams SET settings = ?1, revision = revision + 1 WHERE id = ?2 AND revision = ?3",
+            params![to_json(settings), id, revision],
+        )?;
+        Ok(match (changed, get_stream_in(&conn, id)?) {
+            (1, Some(row)) => Update::Done(row),
+            (_, None) => Update::NotFound,
+            _ => Update::Stale,
+        })
+    }
+
+    fn delete_stream(&self, id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM streams WHERE id = ?1", [id])?
+            == 1)
+    }
+
+    fn set_stream_times(
+        &self,
+        id: i64,
+        started_at_primary: Option<OffsetDateTime>,
+        started_at_backup: Option<OffsetDateTime>,
+        finished_at_primary: Option<OffsetDateTime>,
+    ) -> Result<bool, StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE streams SET \
+               started_at_primary_ms = COALESCE(?2, started_at_primary_ms), \
+               started_at_backup_ms = COALESCE(?3, started_at_backup_ms), \
+               finished_at_primary_ms = COALESCE(?4, finished_at_primary_ms) \
+             WHERE id = ?1",
+            params![
+                id,
+                started_at_primary.map(to_ms),
+                started_at_backup.map(to_ms),
+                finished_at_primary.map(to_ms)
+            ],
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn create_app(&self, s: &AppSettings) -> Result<Update<AppRow>, StoreError> {
+        let conn = self.conn();
+        let inserted = conn.execute(
+            "INSERT INTO apps (revision, name, name_folded, status, api_type, template, binary, \
+               plan_id, plan, settings) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                s.name,
+                fold(&s.name),
+                s.status,
+                s.api_type.as_str(),
+                s.template,
+                s.binary,
+                s.plan_id,
+                s.plan,
+                to_json(s)
+            ],
+        );
+        match inserted {
+            Err(e) if is_unique_violation(&e) => return Ok(Update::NameTaken),
+            other => other?,
+        };
+        let id = conn.last_insert_rowid();
+        Ok(get_app_in(&conn, id)?.map_or(Update::NotFound, Update::Done))
+    }
+
+    fn get_app(&self, id: i64) -> Result<Option<AppRow>, StoreError> {
+        get_app_in(&self.conn(), id)
+    }
+
+    fn list_apps(&self, f: &AppFilter) -> Result<(Vec<AppRow>, u64), StoreError> {
+        let mut clauses: Vec<&str> = Vec::new();
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(name) = &f.name {
+            clauses.push("instr(name_folded, ?) > 0");
+            args.push(fold(name).into());
+        }
+        if let Some(t) = f.api_type {
+            clauses.push("api_type = ?");
+            args.push(t.as_str().to_owned().into());
+        }
+        if let Some(s) = f.status {
+            clauses.push("status = ?");
+            args.push(i64::from(s).into());
+        }
+        if let Some(t) = f.template {
+            clauses.push("template = ?");
+            args.push(t.into());
+        }
+        if let Some(b) = f.binary {
+            clauses.push("binary = ?");
+            args.push(b.into());
+        }
+        if let Some(p) = f.plan {
+            clauses.push("plan_id = ?");
+            args.push(p.into());
+        }
+        let where_sql = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", clauses.join(" AND "))
+        };
+        let (key, descending) = f.order.unwrap_or((AppOrderKey::Id, false));
+        let dir = if descending { "DESC" } else { "ASC" };
+        // id (ascending) breaks ties so paging through equal keys neither repeats nor skips a row.
+        let order_sql = format!("ORDER BY {} {dir}, id ASC", order_column(key));
+
+        let conn = self.conn();
+        let count: i64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM apps {where_sql}"),
+            rusqlite::params_from_iter(args.iter()),
+            |r| r.get(0),
+        )?;
+        let mut page_args = args.clone();
+        page_args.push(i64::from(f.limit).into());
+        page_args.push((f.offset.min(i64::MAX as u64) as i64).into());
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {APP_COLUMNS} FROM apps {where_sql} {order_sql} LIMIT ? OFFSET ?"
+        ))?;
+        let raws = stmt
+            .query_map(rusqlite::params_from_iter(page_args.iter()), |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = raws
+            .into_iter()
+            .map(app_from_raw)
+            .collect::<Result<_, _>>()?;
+        Ok((rows, count as u64))
+    }
+
+    fn update_app(
+        &self,
+        id: i64,
+        revision: i64,
+        s: &AppSettings,
+    ) -> Result<Update<AppRow>, StoreError> {
+        let conn = self.conn();
+        let changed = conn.execute(
+            "UPDATE apps SET name = ?1, name_folded = ?2, status = ?3, api_type = ?4, \
+               template = ?5, binary = ?6, plan_id = ?7, plan = ?8, settings = ?9, \
+               revision = revision + 1 WHERE id = ?10 AND revision = ?11",
+            params![
+                s.name,
+                fold(&s.name),
+                s.status,
+                s.api_type.as_str(),
+                s.template,
+                s.binary,
+                s.plan_id,
+                s.plan,
+                to_json(s),
+                id,
+                revision
+            ],
+        );
+        let changed = match changed {
+            Err(e) if is_unique_violation(&e) => return Ok(Update::NameTaken),
+            other => other?,
+        };
+        Ok(match (changed, get_app_in(&conn, id)?) {
+            (1, Some(row)) => Update::Done(row),
+            (_, None) => Update::NotFound,
+            _ => Update::Stale,
+        })
+    }
+
+    fn delete_app(&self, id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM apps WHERE id = ?1", [id])?
+            == 1)
+    }
+
+    fn upsert_profile_templates(&self, templates: &[ProfileTemplate]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for t in templates {
+            tx.execute(
+                "INSERT INTO profile_templates (id, body) VALUES (?1, ?2) \
+                 ON CONFLICT(id) DO UPDATE SET body = excluded.body",
+                params![t.id, to_json(t)],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn list_profile_templates(&self) -> Result<Vec<ProfileTemplate>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT id, body FROM profile_templates ORDER BY id")?;
+        let raws = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        raws.into_iter()
+            .map(|(id, body)| from_json("profile template", id, &body))
+            .collect()
+    }
+
+    fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) \
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ApiType, Projection};
+
+    fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
+        AppSettings {
+            name: name.into(),
+            status,
+            binary: Some(1),
+            comment: String::new(),
+            api_type: ApiType::WasiHttp,
+            debug_until: None,
+            template: None,
+            template_name: None,
+            networks: vec![],
+            upgradeable_to: None,
+            plan_id,
+            plan: "basic".into(),
+        }
+    }
+
+    #[test]
+    fn stream_round_trip_and_compare_and_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        let mut s = StreamSettings {
+            name: "a".into(),
+            projection: Projection::Vr180,
+            ..StreamSettings::default()
+        };
+        let now = OffsetDateTime::now_utc();
+        let row = store.create_stream(&s, "tok", now).unwrap();
+        assert_eq!(row.settings, s);
+        assert_eq!(to_ms(row.created_at), to_ms(now));
+        s.name = "b".into();
+        let Update::Done(updated) = store.update_stream(row.id, row.revision, &s).unwrap() else {
+            panic!("first update must apply")
+        };
+        assert_eq!(updated.revision, row.revision + 1);
+        assert!(matches!(
+            store.update_stream(row.id, row.revision, &s).unwrap(),
+            Update::Stale
+        ));
+        assert!(matches!(
+            store.update_stream(999, 1, &s).unwrap(),
+            Update::NotFound
+        ));
+        assert!(store.delete_stream(row.id).unwrap());
+        assert!(!store.delete_stream(row.id).unwrap());
+    }
+
+    #[test]
+    fn reopening_keeps_data_and_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SqliteStore::open_in(dir.path()).unwrap();
+            store.set_setting("k", "v").unwrap();
+        }
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        assert_eq!(store.get_setting("k").unwrap().as_deref(), Some("v"));
+        let v: i64 = store
+            .conn()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn app_names_are_unique_and_filters_fold_unicode() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        assert!(matches!(
+            store.create_app(&app("straße-1", 1, 1)).unwrap(),
+            Update::Done(_)
+        ));
+        assert!(matches!(
+            store.create_app(&app("straße-1", 1, 1)).unwrap(),
+            Update::NameTaken
+        ));
+        store.create_app(&app("other", 2, 2)).unwrap();
+        let filter = AppFilter {
+            name: Some("STRASSE".into()),
+            limit: 10,
+            ..AppFilter::default()
+        };
+        // to_lowercase does not map ß to ss: only a case fold, not full normalisation.
+        assert_eq!(store.list_apps(&filter).unwrap().1, 0);
+        let filter = AppFilter {
+            name: Some("STRAßE".into()),
+            limit: 10,
+            ..AppFilter::default()
+        };
+        assert_eq!(store.list_apps(&filter).unwrap().1, 1);
+        let filter = AppFilter {
+            order: Some((AppOrderKey::Status, true)),
+            limit: 1,
+            ..AppFilter::default()
+        };
+        let (page, count) = store.list_apps(&filter).unwrap();
+        assert_eq!(count, 2);
+        assert_eq!(page[0].settings.name, "other");
+    }
+}

@@ -1,0 +1,232 @@
+//! Test harness: runs the real `livepack` binary on 127.0.0.1 with ephemeral ports and a
+//! temporary data dir, and talks to it over real HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+/// Marks a variable the harness would set as removed instead.
+pub const UNSET: &str = "<unset>";
+pub const KEY: &str = "test-key-0123456789";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Daemon {
+    child: Child,
+    pub base: String,
+    pub key: String,
+    pub banner: Vec<String>,
+    client: reqwest::Client,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    /// The stable error code of a JSON error body.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or("<no error code>")
+    }
+    pub fn field(&self) -> Option<&str> {
+        self.body["error"]["field"].as_str()
+    }
+}
+
+impl Daemon {
+    /// Starts with the test key configured.
+    pub fn start(dir: &Path) -> Daemon {
+        Daemon::start_with(dir, &[("LIVEPACK_API_KEYS", KEY)])
+    }
+
+    pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_full(dir, env, &[])
+    }
+
+    /// `env` overrides the harness defaults; a value of [`UNSET`] removes the variable.
+    pub fn start_full(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_livepack"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("LIVEPACK_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.current_dir(dir)
+            .env("RUST_LOG", "warn")
+            .env("LIVEPACK_HTTP_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_RTMP_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_RTMPS_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_SRT_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_DATA_DIR", dir.join("data"))
+            .envs(env.iter().copied().filter(|(_, v)| *v != UNSET))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, _) in env.iter().filter(|(_, v)| *v == UNSET) {
+            cmd.env_remove(k);
+        }
+        let mut child = cmd.spawn().expect("spawn livepack");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut banner = Vec::new();
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let done = line.starts_with("try:");
+                    banner.push(line);
+                    if done {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "daemon did not print its banner: {banner:?}, status {:?}",
+                        child.try_wait()
+                    );
+                }
+            }
+        }
+        let value = |k: &str| {
+            banner
+                .iter()
+                .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+                .map(str::to_owned)
+        };
+        let base = format!("http://{}", value("http").expect("http line"));
+        let key = env
+            .iter()
+            .find(|(k, _)| *k == "LIVEPACK_API_KEYS")
+            .map(|(_, v)| v.split(',').next().unwrap().trim().to_owned())
+            .or_else(|| value("api_key"))
+            .unwrap();
+        Daemon {
+            child,
+            base,
+            key,
+            banner,
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// `kill -9`: no chance to flush anything.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then wait (bounded) for the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("daemon did not exit within 15 s of SIGTERM");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A request with the daemon's API key.
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        let auth = format!("apikey {}", self.key);
+        self.raw(
+            method,
+            path,
+            &[("authorization", auth.as_str())],
+            body.map(|b| b.to_string()),
+        )
+        .await
+    }
+
+    /// A request with exactly the given headers and raw body.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<String>,
+    ) -> Reply {
+        let mut req = self.client.request(method, self.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call(Method::GET, path, None).await
+    }
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(body)).await
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> Reply {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.call(Method::DELETE, path, None).await
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[allow(dead_code)]
+pub fn data_dir(dir: &Path) -> PathBuf {
+    dir.join("data")
+}

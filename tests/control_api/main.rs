@@ -1,0 +1,9 @@
+//! End-to-end tests of the control API: the real binary on 127.0.0.1, real HTTP, real SQLite.
+
+mod common;
+
+mod auth;
+mod fastedge;
+mod lifecycle;
+mod openapi;
+mod streams;

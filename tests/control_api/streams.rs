@@ -1,0 +1,646 @@
+//! `/streaming/streams`: create/read/list/patch/delete, every validation rule, URL shapes.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{tempdir, Daemon};
+
+fn assert_record_shape(rec: &Value) {
+    let keys = [
+        "id",
+        "name",
+        "active",
+        "pull",
+        "uri",
+        "low_latency_enabled",
+        "auto_record",
+        "dvr_enabled",
+        "record_type",
+        "hls_mpegts_endlist_tag",
+        "dvr_duration",
+        "cdn_id",
+        "client_user_id",
+        "client_entity_data",
+        "html_overlay",
+        "quality_set_id",
+        "broadcast_ids",
+        "projection",
+        "token",
+        "live",
+        "backup_live",
+        "push_url",
+        "backup_push_url",
+        "push_url_srt",
+        "backup_push_url_srt",
+        "push_url_whip",
+        "created_at",
+        "started_at_primary",
+        "started_at_backup",
+        "finished_at_primary",
+        "iframe_url",
+        "dash_url",
+        "hls_cmaf_url",
+        "hls_mpegts_url",
+        "screenshot",
+        "transcoded_qualities",
+        "recording_duration",
+        "transcoding_speed",
+        "frame_rate",
+        "video_height",
+        "video_width",
+        "html_overlays",
+    ];
+    let obj = rec.as_object().expect("record is an object");
+    for k in keys {
+        assert!(obj.contains_key(k), "record lacks `{k}`: {rec}");
+    }
+    assert_eq!(obj.len(), keys.len(), "unexpected extra keys in {rec}");
+}
+
+#[tokio::test]
+async fn create_returns_defaults_urls_and_computed_fields() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let r = d
+        .post("/streaming/streams", json!({"name": "Main show"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let rec = &r.body;
+    assert_record_shape(rec);
+    let id = rec["id"].as_i64().unwrap();
+    let token = rec["token"].as_str().unwrap();
+    assert_eq!(token.len(), 32);
+    assert_eq!(rec["name"], "Main show");
+    assert_eq!(rec["active"], true);
+    assert_eq!(rec["pull"], false);
+    assert_eq!(rec["low_latency_enabled"], true);
+    assert_eq!(rec["auto_record"], false);
+    assert_eq!(rec["dvr_enabled"], false);
+    assert_eq!(rec["record_type"], "origin");
+    assert_eq!(rec["hls_mpegts_endlist_tag"], true);
+    assert_eq!(rec["dvr_duration"], 14400);
+    assert_eq!(rec["projection"], "regular");
+    assert_eq!(rec["broadcast_ids"], json!([]));
+    assert_eq!(rec["live"], false);
+    assert_eq!(rec["backup_live"], false);
+    assert_eq!(rec["transcoding_speed"], Value::Null);
+    assert_eq!(rec["started_at_primary"], Value::Null);
+    let created = rec["created_at"].as_str().unwrap();
+    assert!(
+        time::OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+            .is_ok(),
+        "created_at {created} is not ISO 8601"
+    );
+
+    // URL shapes, with the ingest host from the public URL and the configured ports.
+    let base = &d.base;
+    let host = base
+        .trim_start_matches("http://")
+        .split(':')
+        .next()
+        .unwrap();
+    let push = url::Url::parse(rec["push_url"].as_str().unwrap()).unwrap();
+    assert_eq!(push.scheme(), "rtmp");
+    assert_eq!(push.host_str(), Some(host));
+    assert_eq!(push.path(), format!("/in/{id}"));
+    assert_eq!(push.query(), Some(token));
+    assert_eq!(
+        rec["backup_push_url"].as_str().unwrap(),
+        rec["push_url"]
+            .as_str()
+            .unwrap()
+            .replace(&format!("/in/{id}?"), &format!("/in/{id}b?"))
+    );
+    let srt = rec["push_url_srt"].as_str().unwrap();
+    assert!(srt.starts_with(&format!("srt://{host}:")), "{srt}");
+    assert!(srt.ends_with(&format!("?streamid={id}#{token}")), "{srt}");
+    assert!(rec["backup_push_url_srt"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("?streamid={id}b#{token}")));
+    assert_eq!(
+        rec["push_url_whip"],
+        format!("{base}/whip/{id}?token={token}")
+    );
+    assert_eq!(rec["hls_cmaf_url"], format!("{base}/cmaf/{id}/master.m3u8"));
+    assert_eq!(rec["dash_url"], format!("{base}/cmaf/{id}/index.mpd"));
+    assert_eq!(
+        rec["hls_mpegts_url"],
+        format!("{base}/mpegts/{id}/master_mpegts.m3u8")
+    );
+    assert_eq!(
+        rec["screenshot"],
+        format!("{base}/screenshots/{id}/last.jpg")
+    );
+    assert_eq!(rec["iframe_url"], format!("{base}/player/{id}"));
+
+    // GET returns the same record.
+    let got = d.get(&format!("/streaming/streams/{id}")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(&got.body, rec);
+}
+
+#[tokio::test]
+async fn every_writable_field_round_trips() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let body = json!({
+        "name": "all", "active": false, "pull": true,
+        "uri": "rtmp://src.example/live/a srt://10.0.0.1:9000 https://cdn.example/x.m3u8",
+        "auto_record": true, "dvr_enabled": true, "record_type": "transcoded",
+        "hls_mpegts_endlist_tag": false, "dvr_duration": 30, "cdn_id": 7,
+        "client_user_id": 18446744073709551615u64, "client_entity_data": "ü".repeat(4096),
+        "html_overlay": true, "quality_set_id": 2, "broadcast_ids": [3, 1, 2], "projection": "vr360tb"
+    });
+    let r = d.post("/streaming/streams", body.clone()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    for (k, v) in body.as_object().unwrap() {
+        assert_eq!(&r.body[k], v, "field {k}");
+    }
+    // client_user_id comes back as the exact integer text sent.
+    let id = r.body["id"].as_i64().unwrap();
+    let raw = reqwest::Client::new()
+        .get(d.url(&format!("/streaming/streams/{id}")))
+        .header("authorization", format!("apikey {}", d.key))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        raw.contains("\"client_user_id\":18446744073709551615"),
+        "{raw}"
+    );
+    // PULL streams have no push URLs.
+    for k in [
+        "push_url",
+        "backup_push_url",
+        "push_url_srt",
+        "backup_push_url_srt",
+        "push_url_whip",
+    ] {
+        assert_eq!(r.body[k], Value::Null, "{k}");
+    }
+}
+
+#[tokio::test]
+async fn validation_rules_name_the_field() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let cases: Vec<(Value, StatusCode, &str, &str)> = vec![
+        (
+            json!({}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+            "name",
+        ),
+        (
+            json!({"name": "  "}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+            "name",
+        ),
+        (
+            json!({"name": 5}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "name",
+        ),
+        (
+            json!({"name": null}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "name",
+        ),
+        (
+            json!({"name": "x".repeat(256)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "name",
+        ),
+        (
+            json!({"name": "a", "active": "yes"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "active",
+        ),
+        (
+            json!({"name": "a", "pull": true}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+            "uri",
+        ),
+        (
+            json!({"name": "a", "pull": true, "uri": " "}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+            "uri",
+        ),
+        (
+            json!({"name": "a", "pull": true, "uri": "file:///etc/passwd"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "uri",
+        ),
+        (
+            json!({"name": "a", "pull": true, "uri": "rtmp://ok/x ftp://no/x"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "uri",
+        ),
+        (
+            json!({"name": "a", "uri": "javascript:alert(1)"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "uri",
+        ),
+        (
+            json!({"name": "a", "dvr_duration": 29}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "dvr_duration",
+        ),
+        (
+            json!({"name": "a", "dvr_duration": 14401}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "dvr_duration",
+        ),
+        (
+            json!({"name": "a", "dvr_duration": 60.5}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "dvr_duration",
+        ),
+        (
+            json!({"name": "a", "record_type": "both"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "record_type",
+        ),
+        (
+            json!({"name": "a", "projection": "flat"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "projection",
+        ),
+        (
+            json!({"name": "a", "client_entity_data": "x".repeat(4097)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "client_entity_data",
+        ),
+        (
+            json!({"name": "a", "client_user_id": "abc"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "client_user_id",
+        ),
+        (
+            json!({"name": "a", "client_user_id": 1.5}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "client_user_id",
+        ),
+        (
+            json!({"name": "a", "quality_set_id": 999}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_quality_set",
+            "quality_set_id",
+        ),
+        (
+            json!({"name": "a", "broadcast_ids": [1, "2"]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "broadcast_ids",
+        ),
+        (
+            json!({"name": "a", "broadcast_ids": [0]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "broadcast_ids",
+        ),
+        (
+            json!({"name": "a", "cdn_id": "x"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "cdn_id",
+        ),
+        (
+            json!({"name": "a", "html_overlay": 1}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "html_overlay",
+        ),
+        (
+            json!({"name": "a", "colour": "red"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_field",
+            "colour",
+        ),
+        (
+            json!({"name": "a", "low_latency_enabled": true}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "deprecated_field",
+            "low_latency_enabled",
+        ),
+        (
+            json!(["name"]),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "body",
+        ),
+    ];
+    for (body, status, code, field) in cases {
+        let r = d.post("/streaming/streams", body.clone()).await;
+        assert_eq!(
+            (r.status, r.code(), r.field()),
+            (status, code, Some(field)),
+            "body {body}: {}",
+            r.body
+        );
+        assert!(r.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    // Nothing was created by any refused request.
+    let list = d.get("/streaming/streams").await;
+    assert_eq!(list.headers["x-total-count"], "0");
+    assert_eq!(list.body, json!([]));
+}
+
+#[tokio::test]
+async fn malformed_bodies_and_limits() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let auth = format!("apikey {}", d.key);
+    let h = [("authorization", auth.as_str())];
+    let post = |body: String| d.raw(reqwest::Method::POST, "/streaming/streams", &h, Some(body));
+
+    let r = post("{\"name\": ".into()).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "malformed_json")
+    );
+    let r = post(String::new()).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "malformed_json")
+    );
+    // Nesting deeper than the parser allows is a 400, not a crash.
+    let deep = format!(
+        "{{\"name\":\"a\",\"x\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let r = post(deep).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "malformed_json")
+    );
+    // Over 1 MiB → 413.
+    let big = json!({"name": "a", "client_entity_data": "x".repeat(1024 * 1024)}).to_string();
+    let r = post(big).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+    );
+    // Not JSON → 415.
+    let r = d
+        .client_raw_with_type("text/plain", "{\"name\":\"a\"}")
+        .await;
+    assert_eq!(r, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // The daemon is still healthy and nothing was stored.
+    assert_eq!(
+        d.get("/streaming/streams").await.headers["x-total-count"],
+        "0"
+    );
+}
+
+impl Daemon {
+    async fn client_raw_with_type(&self, content_type: &str, body: &str) -> StatusCode {
+        reqwest::Client::new()
+            .post(self.url("/streaming/streams"))
+            .header("authorization", format!("apikey {}", self.key))
+            .header("content-type", content_type)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+}
+
+#[tokio::test]
+async fn patch_changes_only_given_fields() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let created = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "a", "cdn_id": 5, "dvr_enabled": true}),
+        )
+        .await
+        .body;
+    let id = created["id"].as_i64().unwrap();
+    let path = format!("/streaming/streams/{id}");
+
+    let r = d
+        .patch(
+            &path,
+            json!({"stream": {"name": "b", "cdn_id": null, "low_latency_enabled": false,
+            "token": "forged", "live": true, "id": 999}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["name"], "b");
+    assert_eq!(r.body["cdn_id"], Value::Null);
+    assert_eq!(r.body["dvr_enabled"], true, "untouched field kept");
+    assert_eq!(
+        r.body["low_latency_enabled"], true,
+        "deprecated field always true"
+    );
+    assert_eq!(r.body["token"], created["token"], "read-only token ignored");
+    assert_eq!(r.body["id"], id);
+    assert_eq!(r.body["live"], false);
+    assert_eq!(r.body["created_at"], created["created_at"]);
+
+    // A rule over the merged record: turning pull on needs a uri.
+    let r = d.patch(&path, json!({"stream": {"pull": true}})).await;
+    assert_eq!(
+        (r.status, r.code(), r.field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "required", Some("uri"))
+    );
+    let r = d
+        .patch(
+            &path,
+            json!({"stream": {"pull": true, "uri": "srt://127.0.0.1:9000"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["push_url"], Value::Null);
+
+    for (body, status, code) in [
+        (
+            json!({"name": "flat"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "required",
+        ),
+        (
+            json!({"stream": {}, "name": "x"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_field",
+        ),
+        (
+            json!({"stream": "x"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            json!({"stream": {"dvr_duration": 5}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+        ),
+        (
+            json!({"stream": {"bogus": 1}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_field",
+        ),
+        (
+            json!({"stream": {"low_latency_enabled": "no"}}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+    ] {
+        let r = d.patch(&path, body.clone()).await;
+        assert_eq!((r.status, r.code()), (status, code), "{body}");
+    }
+    let r = d
+        .patch(
+            "/streaming/streams/424242",
+            json!({"stream": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
+    // The refused patches changed nothing.
+    assert_eq!(d.get(&path).await.body["name"], "b");
+}
+
+#[tokio::test]
+async fn concurrent_patches_to_different_fields_all_land() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let id = d
+        .post("/streaming/streams", json!({"name": "a"}))
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
+    let path = format!("/streaming/streams/{id}");
+    let (a, b, c) = tokio::join!(
+        d.patch(&path, json!({"stream": {"cdn_id": 1}})),
+        d.patch(&path, json!({"stream": {"auto_record": true}})),
+        d.patch(&path, json!({"stream": {"projection": "vr180"}})),
+    );
+    for r in [a, b, c] {
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    let rec = d.get(&path).await.body;
+    assert_eq!(
+        (
+            rec["cdn_id"].clone(),
+            rec["auto_record"].clone(),
+            rec["projection"].clone()
+        ),
+        (json!(1), json!(true), json!("vr180"))
+    );
+}
+
+#[tokio::test]
+async fn list_pages_newest_first_with_total() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let mut ids = Vec::new();
+    for i in 0..27 {
+        ids.push(
+            d.post("/streaming/streams", json!({"name": format!("s{i}")}))
+                .await
+                .body["id"]
+                .as_i64()
+                .unwrap(),
+        );
+    }
+    let page1 = d.get("/streaming/streams").await;
+    assert_eq!(page1.headers["x-total-count"], "27");
+    let got: Vec<i64> = page1
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    let newest: Vec<i64> = ids.iter().rev().take(25).copied().collect();
+    assert_eq!(got, newest);
+    let page2 = d.get("/streaming/streams?page=2").await;
+    let got2: Vec<i64> = page2
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(got2, vec![ids[1], ids[0]]);
+    assert_eq!(d.get("/streaming/streams?page=3").await.body, json!([]));
+    for bad in ["page=0", "page=-1", "page=x", "page=1&page=2"] {
+        let r = d.get(&format!("/streaming/streams?{bad}")).await;
+        assert_eq!(
+            (r.status, r.code(), r.field()),
+            (StatusCode::BAD_REQUEST, "invalid_query", Some("page")),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn delete_and_legacy_playlist_redirect() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post("/streaming/streams", json!({"name": "a"}))
+        .await
+        .body;
+    let id = rec["id"].as_i64().unwrap();
+    let r = d
+        .get(&format!("/streaming/streams/{id}/playlist.m3u8"))
+        .await;
+    assert_eq!(r.status, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(
+        r.headers["location"],
+        rec["hls_mpegts_url"].as_str().unwrap()
+    );
+
+    let r = d.delete(&format!("/streaming/streams/{id}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    for path in [
+        format!("/streaming/streams/{id}"),
+        format!("/streaming/streams/{id}/playlist.m3u8"),
+    ] {
+        let r = d.get(&path).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::NOT_FOUND, "not_found"),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        d.delete(&format!("/streaming/streams/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Ids are never reused after a delete.
+    let next = d
+        .post("/streaming/streams", json!({"name": "b"}))
+        .await
+        .body;
+    assert!(next["id"].as_i64().unwrap() > id);
+}
