@@ -5,7 +5,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Debian packages the build and the tests need. gcc builds the bundled SQLite.
-APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config)
+APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -37,4 +37,18 @@ ensure_rust() {
 ensure_deps() {
   ensure_apt "${APT_PACKAGES[@]}"
   ensure_rust
+}
+
+# Python test tools live in a venv under target/, away from the system Python.
+PY_TOOLS="$REPO_ROOT/target/pytools"
+
+ensure_python_tool() {
+  local package="$1" binary="$2"
+  [ -x "$PY_TOOLS/bin/$binary" ] && return 0
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    ensure_apt python3-venv
+  fi
+  [ -x "$PY_TOOLS/bin/pip" ] || python3 -m venv "$PY_TOOLS"
+  echo "==> installing $package into $PY_TOOLS"
+  "$PY_TOOLS/bin/pip" install --quiet --disable-pip-version-check "$package"
 }

@@ -77,24 +77,24 @@ impl Fields {
     }
 
     pub fn int(&mut self, key: &str) -> Result<Option<i64>, ApiError> {
-        self.typed(key, "an integer", |v| v.as_i64())
+        self.typed(key, "an integer", |v| as_int(&v))
     }
 
     pub fn nullable_int(&mut self, key: &str) -> Result<Nullable<i64>, ApiError> {
-        self.nullable(key, "an integer", |v| v.as_i64())
+        self.nullable(key, "an integer", |v| as_int(&v))
     }
 
-    /// An integer kept as the client's JSON number (any i64 or u64), never a float.
+    /// An integer kept as the client's JSON number (any i64 or u64), so 64-bit ids round-trip.
     pub fn nullable_integer_number(&mut self, key: &str) -> Result<Nullable<Number>, ApiError> {
         self.nullable(key, "an integer", |v| match v {
             Value::Number(n) if n.is_i64() || n.is_u64() => Some(n),
-            _ => None,
+            other => as_int(&other).map(Number::from),
         })
     }
 
     pub fn int_array(&mut self, key: &str) -> Result<Option<Vec<i64>>, ApiError> {
         self.typed(key, "an array of integers", |v| match v {
-            Value::Array(items) => items.iter().map(Value::as_i64).collect(),
+            Value::Array(items) => items.iter().map(as_int).collect(),
             _ => None,
         })
     }
@@ -113,6 +113,18 @@ impl Fields {
             None => Ok(()),
         }
     }
+}
+
+/// JSON Schema counts `2.0` as the integer 2 (a number with a zero fractional part), and so do
+/// we, but only where a double is exact (|x| ≤ 2^53): serde_json reads an integer literal beyond
+/// i64/u64 as a rounded double, which must not pass for a neighbouring value.
+fn as_int(v: &Value) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    v.as_i64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && (-EXACT..=EXACT).contains(f))
+            .map(|f| f as i64)
+    })
 }
 
 fn as_string(v: Value) -> Option<String> {
@@ -135,7 +147,9 @@ mod tests {
     #[test]
     fn types_and_nulls() {
         let mut f = Fields::new(
-            json!({"s": "x", "n": null, "i": 5, "f": 1.5, "b": true, "big": 18446744073709551615u64}),
+            json!({"s": "x", "n": null, "i": 5, "f": 1.5, "b": true, "big": 18446744073709551615u64,
+                "whole": 3.0, "huge": 1e19,
+                "below_min": null}),
             "body",
         )
         .unwrap();
@@ -143,6 +157,15 @@ mod tests {
         assert_eq!(f.nullable_string("n").unwrap(), Some(None));
         assert_eq!(f.int("i").unwrap(), Some(5));
         assert_eq!(f.int("f").unwrap_err().code, "invalid_type");
+        assert_eq!(f.int("whole").unwrap(), Some(3));
+        assert_eq!(f.int("huge").unwrap_err().code, "invalid_type");
+        let below_min: Value = serde_json::from_str("-9223372036854775809").unwrap();
+        let mut g = Fields::new(json!({ "v": below_min }), "body").unwrap();
+        assert!(
+            g.nullable_integer_number("v").is_err(),
+            "rounded, not exact"
+        );
+        f.take_value("below_min");
         assert_eq!(f.bool("b").unwrap(), Some(true));
         assert_eq!(
             f.nullable_integer_number("big")
