@@ -16,6 +16,8 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod ingest;
+pub mod media;
 pub mod quality;
 pub mod server;
 pub mod store;

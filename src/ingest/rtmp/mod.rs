@@ -1,0 +1,3 @@
+//! RTMP and RTMPS ingest (rml_rtmp): listener, connection shell, FLV → media adapter.
+
+pub mod to_media;
