@@ -18,6 +18,7 @@ pub mod config;
 pub mod daemon;
 pub mod ingest;
 pub mod media;
+pub mod package;
 pub mod quality;
 pub mod server;
 pub mod store;

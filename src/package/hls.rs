@@ -1,0 +1,503 @@
+//! LL-HLS (draft-pantos-hls-rfc8216bis) from the segment store: master and media playlists, the
+//! blocking-reload query rules, delta updates. Pure functions: the HTTP layer does the waiting.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::store::{Rendition, RenditionKind, StreamPackage};
+
+/// rfc8216bis §6.2.5.2: "the server SHOULD immediately return Bad Request … if the _HLS_part
+/// exceeds the last Partial Segment in the current Playlist by the Advance Part Limit", which
+/// is 3.
+pub const ADVANCE_PART_LIMIT: u64 = 3;
+/// Parts and segments a client may ask for in advance of the live edge (§6.2.5.2: "greater than
+/// the Media Sequence Number of the last Media Segment in the current Playlist plus two").
+pub const ADVANCE_MSN_LIMIT: u64 = 2;
+/// §6.2.5.2 lets the server give up on a blocking request after three target durations.
+pub const BLOCK_TIMEOUT_TARGETS: u32 = 3;
+pub const AUDIO_GROUP: &str = "aac";
+pub const PLAYLIST_VERSION: u32 = 9;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaQuery {
+    pub msn: Option<u64>,
+    pub part: Option<u64>,
+    /// `_HLS_skip=YES` (or `v2`): a delta update.
+    pub skip: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest(pub String);
+
+/// Parses the LL-HLS delivery directives; other query parameters are not ours to judge.
+pub fn parse_query(query: Option<&str>) -> Result<MediaQuery, BadRequest> {
+    let mut q = MediaQuery::default();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let number = |what: &str| {
+            v.parse::<u64>()
+                .map_err(|_| BadRequest(format!("{what} must be a decimal integer")))
+        };
+        match k.as_ref() {
+            "_HLS_msn" => q.msn = Some(number("_HLS_msn")?),
+            "_HLS_part" => q.part = Some(number("_HLS_part")?),
+            "_HLS_skip" => match v.as_ref() {
+                "YES" | "v2" => q.skip = true,
+                _ => return Err(BadRequest("_HLS_skip must be YES or v2".into())),
+            },
+            _ => {}
+        }
+    }
+    if q.part.is_some() && q.msn.is_none() {
+        // §6.2.5.2: "_HLS_part … MUST be ignored [is invalid] without _HLS_msn": we answer 400.
+        return Err(BadRequest("_HLS_part requires _HLS_msn".into()));
+    }
+    Ok(q)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Answer now.
+    Ready,
+    /// Hold the request until the store changes.
+    Wait,
+    Bad(BadRequest),
+}
+
+/// Decides a blocking playlist request (§6.2.5.2) against the rendition's current state.
+pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: u64) -> Readiness {
+    let Some(msn) = q.msn else {
+        return Readiness::Ready;
+    };
+    let Some((last_msn, last_part)) = r.last_part() else {
+        return if ended {
+            Readiness::Ready
+        } else {
+            Readiness::Wait
+        };
+    };
+    if msn > last_msn.saturating_add(ADVANCE_MSN_LIMIT) {
+        return Readiness::Bad(BadRequest(format!(
+            "_HLS_msn {msn} is beyond the live edge ({last_msn}) plus {ADVANCE_MSN_LIMIT}"
+        )));
+    }
+    if let Some(part) = q.part {
+        // Distance in parts from the newest part; more than the Advance Part Limit is refused.
+        let ahead = (msn - last_msn.min(msn))
+            .saturating_mul(parts_per_segment)
+            .saturating_add(part)
+            .saturating_sub(if msn == last_msn { last_part as u64 } else { 0 });
+        if msn >= last_msn && ahead > ADVANCE_PART_LIMIT + parts_per_segment {
+            return Readiness::Bad(BadRequest(format!(
+                "_HLS_part {part} of segment {msn} is too far ahead of the live edge"
+            )));
+        }
+    }
+    if ended {
+        return Readiness::Ready;
+    }
+    let satisfied = match q.part {
+        Some(part) => r.part_settled(msn, usize::try_from(part).unwrap_or(usize::MAX)),
+        None => r.last_complete_msn().is_some_and(|done| done >= msn),
+    };
+    if satisfied {
+        Readiness::Ready
+    } else {
+        Readiness::Wait
+    }
+}
+
+pub fn block_timeout(pkg: &StreamPackage) -> Duration {
+    Duration::from_secs(pkg.config.target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
+}
+
+fn pdt(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.5}", d.as_secs_f64())
+}
+
+/// The multivariant playlist: one variant per video rendition, audio as an EXT-X-MEDIA group
+/// (or an audio-only variant when there is no video).
+pub fn render_master(pkg: &StreamPackage) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}\n#EXT-X-INDEPENDENT-SEGMENTS"
+    );
+    let audio = pkg
+        .renditions
+        .iter()
+        .find(|r| matches!(r.kind, RenditionKind::Audio { .. }));
+    let videos: Vec<&Rendition> = pkg
+        .renditions
+        .iter()
+        .filter(|r| matches!(r.kind, RenditionKind::Video { .. }))
+        .collect();
+    if let Some(a) = audio {
+        let channels = match a.kind {
+            RenditionKind::Audio { channels, .. } => channels,
+            RenditionKind::Video { .. } => 2,
+        };
+        if videos.is_empty() {
+            let _ = writeln!(
+                out,
+                "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\"\n{}/index.m3u8",
+                a.peak_bitrate(),
+                a.average_bitrate(),
+                a.codecs,
+                a.name
+            );
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"{}\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"{channels}\",URI=\"{}/index.m3u8\"",
+            a.name, a.name
+        );
+    }
+    for v in videos {
+        let RenditionKind::Video {
+            width,
+            height,
+            frame_rate,
+        } = v.kind
+        else {
+            continue;
+        };
+        let (peak, avg, codecs, group) = match audio {
+            Some(a) => (
+                v.peak_bitrate() + a.peak_bitrate(),
+                v.average_bitrate() + a.average_bitrate(),
+                format!("{},{}", v.codecs, a.codecs),
+                format!(",AUDIO=\"{AUDIO_GROUP}\""),
+            ),
+            None => (
+                v.peak_bitrate(),
+                v.average_bitrate(),
+                v.codecs.clone(),
+                String::new(),
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "#EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={avg},CODECS=\"{codecs}\",RESOLUTION={width}x{height},FRAME-RATE={frame_rate:.3}{group}\n{}/index.m3u8",
+            v.name
+        );
+    }
+    out
+}
+
+/// A media playlist (§4.4): the live window of `r`, its parts near the live edge, the preload
+/// hint and the other renditions' reports. `skip` makes it a delta update (§6.2.5.1).
+pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: bool) -> String {
+    let cfg = &pkg.config;
+    let td = cfg.target_duration_secs();
+    let part_target = cfg.part;
+    let skip_until = Duration::from_secs(td * 6);
+    let segments = r.segments();
+    // The listed window: the newest complete segments plus the open one.
+    let complete: Vec<usize> = (0..segments.len())
+        .filter(|&i| segments[i].complete)
+        .collect();
+    let first_listed = complete
+        .len()
+        .checked_sub(cfg.window_segments)
+        .map_or(0, |n| complete[n]);
+    let listed = segments.range(first_listed..);
+    let hidden_discontinuities = segments
+        .range(..first_listed)
+        .filter(|s| s.discontinuity)
+        .count() as u64;
+    let first_msn = segments.get(first_listed).map_or(r.next_msn(), |s| s.msn);
+
+    let mut out = String::new();
+    let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}");
+    let _ = writeln!(out, "#EXT-X-TARGETDURATION:{td}");
+    // §4.4.3.8: PART-HOLD-BACK "MUST be at least three times the Part Target Duration".
+    let _ = writeln!(
+        out,
+        "#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL={:.1},PART-HOLD-BACK={:.3}",
+        skip_until.as_secs_f64(),
+        part_target.as_secs_f64() * 3.0
+    );
+    let _ = writeln!(
+        out,
+        "#EXT-X-PART-INF:PART-TARGET={:.3}",
+        part_target.as_secs_f64()
+    );
+    let _ = writeln!(out, "#EXT-X-MEDIA-SEQUENCE:{first_msn}");
+    let disc_seq = r.discontinuity_sequence() + hidden_discontinuities;
+    if disc_seq > 0 {
+        let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc_seq}");
+    }
+    let _ = writeln!(out, "#EXT-X-MAP:URI=\"init.mp4\"");
+
+    // Delta update: skip the leading segments older than the Skip Boundary from the end.
+    let total: Duration = listed.clone().map(|s| s.duration()).sum();
+    let mut skipped = 0usize;
+    if skip {
+        let mut elapsed = Duration::ZERO;
+        for s in listed.clone() {
+            elapsed += s.duration();
+            if s.complete && total.saturating_sub(elapsed) > skip_until {
+                skipped += 1;
+            } else {
+                break;
+            }
+        }
+        let _ = writeln!(out, "#EXT-X-SKIP:SKIPPED-SEGMENTS={skipped}");
+    }
+    // §4.4.4.9: parts of segments "more than three Target Durations from the end" are removed.
+    let parts_from = total.saturating_sub(Duration::from_secs(td * 3));
+    let mut start = Duration::ZERO;
+    for s in listed.skip(skipped) {
+        let seg_start = start;
+        start += s.duration();
+        if s.discontinuity {
+            out.push_str("#EXT-X-DISCONTINUITY\n");
+        }
+        let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", pdt(s.pdt));
+        if !s.complete || seg_start >= parts_from {
+            for (i, p) in s.parts.iter().enumerate() {
+                let _ = write!(
+                    out,
+                    "#EXT-X-PART:DURATION={},URI=\"part_{}_{i}.m4s\"",
+                    secs(p.duration),
+                    s.msn
+                );
+                out.push_str(if p.independent {
+                    ",INDEPENDENT=YES\n"
+                } else {
+                    "\n"
+                });
+            }
+        }
+        if s.complete {
+            let _ = writeln!(out, "#EXTINF:{},\nseg_{}.m4s", secs(s.duration()), s.msn);
+        }
+    }
+    if !pkg.ended {
+        if let Some((msn, idx)) = next_part_hint(r, cfg.segment) {
+            let _ = writeln!(
+                out,
+                "#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"part_{msn}_{idx}.m4s\""
+            );
+        }
+    }
+    for other in pkg.renditions.iter().filter(|o| o.name != r.name) {
+        if let Some((msn, part)) = other.last_part() {
+            let _ = writeln!(
+                out,
+                "#EXT-X-RENDITION-REPORT:URI=\"../{}/index.m3u8\",LAST-MSN={msn},LAST-PART={part}",
+                other.name
+            );
+        }
+    }
+    if endlist {
+        out.push_str("#EXT-X-ENDLIST\n");
+    }
+    out
+}
+
+/// The part the client should ask for next: the open segment's next part, or the first part of
+/// the next segment once the open one has reached its target duration (segments are cut at
+/// forced keyframes, so that is when the next fragment starts).
+pub fn next_part_hint(r: &Rendition, segment_target: Duration) -> Option<(u64, usize)> {
+    let (msn, idx) = r.last_part()?;
+    let open = r.open_segment();
+    let full = open.is_none_or(|s| s.duration() + Duration::from_millis(50) >= segment_target);
+    Some(if full { (msn + 1, 0) } else { (msn, idx + 1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::store::tests::part;
+    use crate::package::store::PackagingConfig;
+
+    fn package(parts: usize) -> StreamPackage {
+        package_with(parts, 3)
+    }
+
+    fn package_with(parts: usize, window_segments: usize) -> StreamPackage {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut video = Rendition::new(
+            "720p",
+            RenditionKind::Video {
+                width: 1280,
+                height: 720,
+                frame_rate: 30.0,
+            },
+            "avc1.64001f",
+            3_000_000,
+        );
+        let mut audio = Rendition::new(
+            "audio",
+            RenditionKind::Audio {
+                channels: 2,
+                sample_rate: 48000,
+            },
+            "mp4a.40.2",
+            128_000,
+        );
+        video.init = Some(bytes::Bytes::from_static(b"init"));
+        audio.init = Some(bytes::Bytes::from_static(b"init"));
+        let mut pkg = StreamPackage::new(
+            PackagingConfig {
+                window_segments,
+                retain_segments: 1,
+                ..PackagingConfig::default()
+            },
+            vec![video, audio],
+        );
+        for i in 0..parts {
+            let t = t0 + Duration::from_millis(500 * i as u64);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 500, t));
+        }
+        pkg
+    }
+
+    #[test]
+    fn golden_master() {
+        let pkg = package(1);
+        assert_eq!(
+            render_master(&pkg),
+            "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aac\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"2\",URI=\"audio/index.m3u8\"\n\
+#EXT-X-STREAM-INF:BANDWIDTH=3128000,AVERAGE-BANDWIDTH=3128000,CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=30.000,AUDIO=\"aac\"\n\
+720p/index.m3u8\n"
+        );
+    }
+
+    #[test]
+    fn golden_media_playlist() {
+        // 22 parts = 5 complete segments (msn 0..4) + 2 parts of msn 5.
+        let pkg = package(22);
+        let text = render_media(&pkg, &pkg.renditions[0], false, false);
+        assert_eq!(
+            text,
+            "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-TARGETDURATION:2\n\
+#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL=12.0,PART-HOLD-BACK=1.500\n\
+#EXT-X-PART-INF:PART-TARGET=0.500\n#EXT-X-MEDIA-SEQUENCE:2\n#EXT-X-MAP:URI=\"init.mp4\"\n\
+#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:04.000Z\n\
+#EXTINF:2.00000,\nseg_2.m4s\n\
+#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:06.000Z\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_3_0.m4s\",INDEPENDENT=YES\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_3_1.m4s\"\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_3_2.m4s\"\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_3_3.m4s\"\n\
+#EXTINF:2.00000,\nseg_3.m4s\n\
+#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:08.000Z\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_4_0.m4s\",INDEPENDENT=YES\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_4_1.m4s\"\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_4_2.m4s\"\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_4_3.m4s\"\n\
+#EXTINF:2.00000,\nseg_4.m4s\n\
+#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:10.000Z\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_5_0.m4s\",INDEPENDENT=YES\n\
+#EXT-X-PART:DURATION=0.50000,URI=\"part_5_1.m4s\"\n\
+#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"part_5_2.m4s\"\n\
+#EXT-X-RENDITION-REPORT:URI=\"../audio/index.m3u8\",LAST-MSN=5,LAST-PART=1\n"
+        );
+    }
+
+    #[test]
+    fn hint_moves_to_next_segment_when_open_one_is_full() {
+        let pkg = package(8);
+        assert_eq!(
+            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            Some((2, 0))
+        );
+        let pkg = package(9);
+        assert_eq!(
+            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            Some((2, 1))
+        );
+    }
+
+    #[test]
+    fn delta_update_skips_old_segments_and_endlist() {
+        let pkg = package_with(22, 10);
+        let full = render_media(&pkg, &pkg.renditions[0], false, false);
+        assert!(!full.contains("EXT-X-SKIP"));
+        let delta = render_media(&pkg, &pkg.renditions[0], true, false);
+        // 11 s of media listed (6 segments incl. the open one); 12 s skip boundary: none skipped.
+        assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS=0\n"));
+        let mut long = package_with(60, 10);
+        let delta = render_media(&long, &long.renditions[0], true, false);
+        assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS="), "{delta}");
+        assert!(!delta.contains("SKIPPED-SEGMENTS=0"), "{delta}");
+        long.ended = true;
+        let ended = render_media(&long, &long.renditions[0], false, true);
+        assert!(ended.ends_with("#EXT-X-ENDLIST\n"));
+        assert!(!ended.contains("PRELOAD-HINT"));
+    }
+
+    #[test]
+    fn query_rules() {
+        assert_eq!(parse_query(None).unwrap(), MediaQuery::default());
+        let q = parse_query(Some("_HLS_msn=5&_HLS_part=2&_HLS_skip=YES&x=1")).unwrap();
+        assert_eq!((q.msn, q.part, q.skip), (Some(5), Some(2), true));
+        assert!(parse_query(Some("_HLS_part=1")).is_err());
+        assert!(parse_query(Some("_HLS_msn=-1")).is_err());
+        assert!(parse_query(Some("_HLS_msn=18446744073709551616")).is_err());
+        assert!(parse_query(Some("_HLS_skip=NO")).is_err());
+        assert!(parse_query(Some("_HLS_msn=18446744073709551615")).is_ok());
+    }
+
+    #[test]
+    fn blocking_table() {
+        // Live edge: segment 5 open with parts 0 and 1; segment 4 complete. 4 parts/segment.
+        let pkg = package(22);
+        let r = &pkg.renditions[0];
+        let q = |msn: Option<u64>, part: Option<u64>| MediaQuery {
+            msn,
+            part,
+            skip: false,
+        };
+        let table = [
+            (q(None, None), Readiness::Ready),
+            (q(Some(4), None), Readiness::Ready),
+            (q(Some(5), None), Readiness::Wait),
+            (q(Some(5), Some(1)), Readiness::Ready),
+            (q(Some(5), Some(2)), Readiness::Wait),
+            (q(Some(6), Some(0)), Readiness::Wait),
+            (q(Some(7), None), Readiness::Wait),
+            (q(Some(2), Some(9)), Readiness::Ready),
+        ];
+        for (query, expected) in table {
+            assert_eq!(readiness(r, false, &query, 4), expected, "{query:?}");
+        }
+        for bad in [
+            q(Some(8), None),
+            q(Some(u64::MAX), None),
+            q(Some(5), Some(100)),
+            q(Some(7), Some(9)),
+        ] {
+            assert!(
+                matches!(readiness(r, false, &bad, 4), Readiness::Bad(_)),
+                "{bad:?}"
+            );
+        }
+        // After the end nothing blocks.
+        assert_eq!(
+            readiness(r, true, &q(Some(6), Some(0)), 4),
+            Readiness::Ready
+        );
+    }
+}

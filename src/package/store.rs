@@ -1,0 +1,416 @@
+//! The segment store of one stream: per rendition the init segment and a window of CMAF segments
+//! made of parts (LL-HLS partial segments = LL-DASH chunks). Sans-IO: parts in, state out; the
+//! HLS/DASH renderers and the HTTP layer read it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+/// Segment and part targets plus the live window, validated by [`PackagingConfig::new`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PackagingConfig {
+    pub segment: Duration,
+    pub part: Duration,
+    /// Complete segments listed in a live playlist (without DVR).
+    pub window_segments: usize,
+    /// Segments kept fetchable after they leave the playlist, for players that are behind.
+    pub retain_segments: usize,
+}
+
+pub const DEFAULT_SEGMENT: Duration = Duration::from_secs(2);
+pub const DEFAULT_PART: Duration = Duration::from_millis(500);
+pub const SEGMENT_RANGE_MS: std::ops::RangeInclusive<u64> = 2000..=4000;
+pub const PART_RANGE_MS: std::ops::RangeInclusive<u64> = 500..=1000;
+/// Live window: 6 segments = 12 s at the default size, enough for a player's start-up and
+/// the 3-target-duration hold-back of regular HLS clients.
+pub const DEFAULT_WINDOW_SEGMENTS: usize = 6;
+pub const DEFAULT_RETAIN_SEGMENTS: usize = 4;
+
+impl Default for PackagingConfig {
+    fn default() -> Self {
+        PackagingConfig {
+            segment: DEFAULT_SEGMENT,
+            part: DEFAULT_PART,
+            window_segments: DEFAULT_WINDOW_SEGMENTS,
+            retain_segments: DEFAULT_RETAIN_SEGMENTS,
+        }
+    }
+}
+
+impl PackagingConfig {
+    pub fn new(segment_ms: u64, part_ms: u64) -> Result<Self, String> {
+        if !SEGMENT_RANGE_MS.contains(&segment_ms) {
+            return Err(format!(
+                "segment duration must be 2000..=4000 ms, not {segment_ms}"
+            ));
+        }
+        if !PART_RANGE_MS.contains(&part_ms) || segment_ms % part_ms != 0 {
+            return Err(format!(
+                "part duration must be 500..=1000 ms and divide the segment duration, not {part_ms}"
+            ));
+        }
+        Ok(PackagingConfig {
+            segment: Duration::from_millis(segment_ms),
+            part: Duration::from_millis(part_ms),
+            ..PackagingConfig::default()
+        })
+    }
+
+    /// EXT-X-TARGETDURATION: whole seconds, never below a segment's rounded duration.
+    pub fn target_duration_secs(&self) -> u64 {
+        self.segment.as_secs_f64().ceil() as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub data: Bytes,
+    pub duration: Duration,
+    /// Starts with an IDR frame (EXT-X-PART INDEPENDENT=YES).
+    pub independent: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub msn: u64,
+    pub parts: Vec<Part>,
+    pub pdt: OffsetDateTime,
+    /// First segment after a publisher reconnect or source switch.
+    pub discontinuity: bool,
+    pub complete: bool,
+}
+
+impl Segment {
+    pub fn duration(&self) -> Duration {
+        self.parts.iter().map(|p| p.duration).sum()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.data.len()).sum()
+    }
+
+    /// The whole segment: the concatenation of its parts.
+    pub fn data(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [only] => only.data.clone(),
+            parts => {
+                let mut out = Vec::with_capacity(self.bytes());
+                for p in parts {
+                    out.extend_from_slice(&p.data);
+                }
+                Bytes::from(out)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RenditionKind {
+    Video {
+        width: u32,
+        height: u32,
+        frame_rate: f64,
+    },
+    Audio {
+        channels: u8,
+        sample_rate: u32,
+    },
+}
+
+/// A part as the pipeline delivers it.
+#[derive(Debug, Clone)]
+pub struct PartIn {
+    /// First part of a new segment (a CMAF fragment start).
+    pub starts_segment: bool,
+    pub independent: bool,
+    pub duration: Duration,
+    /// Wall-clock time of the part's first sample (EXT-X-PROGRAM-DATE-TIME).
+    pub pdt: OffsetDateTime,
+    pub data: Bytes,
+}
+
+#[derive(Debug)]
+pub struct Rendition {
+    /// Path segment in URLs: `1080p`, `audio`.
+    pub name: String,
+    pub kind: RenditionKind,
+    /// RFC 6381 codec string, e.g. `avc1.64001f`, `mp4a.40.2`.
+    pub codecs: String,
+    /// Configured bitrate in bits/s (a floor for BANDWIDTH before segments exist).
+    pub nominal_bitrate: u64,
+    pub init: Option<Bytes>,
+    segments: VecDeque<Segment>,
+    next_msn: u64,
+    pending_discontinuity: bool,
+    /// Discontinuities among the segments dropped from the store; the renderer adds those among
+    /// segments kept but no longer listed (EXT-X-DISCONTINUITY-SEQUENCE).
+    discontinuity_sequence: u64,
+}
+
+impl Rendition {
+    pub fn new(name: &str, kind: RenditionKind, codecs: &str, nominal_bitrate: u64) -> Self {
+        Rendition {
+            name: name.to_owned(),
+            kind,
+            codecs: codecs.to_owned(),
+            nominal_bitrate,
+            init: None,
+            segments: VecDeque::new(),
+            next_msn: 0,
+            pending_discontinuity: false,
+            discontinuity_sequence: 0,
+        }
+    }
+
+    pub fn segments(&self) -> &VecDeque<Segment> {
+        &self.segments
+    }
+
+    pub fn discontinuity_sequence(&self) -> u64 {
+        self.discontinuity_sequence
+    }
+
+    /// The segment being produced, if its first part exists.
+    pub fn open_segment(&self) -> Option<&Segment> {
+        self.segments.back().filter(|s| !s.complete)
+    }
+
+    pub fn segment(&self, msn: u64) -> Option<&Segment> {
+        let first = self.segments.front()?.msn;
+        self.segments
+            .get(usize::try_from(msn.checked_sub(first)?).ok()?)
+    }
+
+    /// (msn, part index) of the newest part, if any.
+    pub fn last_part(&self) -> Option<(u64, usize)> {
+        self.segments
+            .back()
+            .map(|s| (s.msn, s.parts.len().saturating_sub(1)))
+    }
+
+    /// The newest complete segment's msn.
+    pub fn last_complete_msn(&self) -> Option<u64> {
+        self.segments
+            .iter()
+            .rev()
+            .find(|s| s.complete)
+            .map(|s| s.msn)
+    }
+
+    /// Whether part `part` of segment `msn` exists (or can no longer appear because the segment
+    /// closed with fewer parts and a later one exists).
+    pub fn part_settled(&self, msn: u64, part: usize) -> bool {
+        match self.last_part() {
+            None => false,
+            Some((last_msn, last_idx)) => last_msn > msn || (last_msn == msn && last_idx >= part),
+        }
+    }
+
+    /// Starts the next segment with EXT-X-DISCONTINUITY (publisher came back, source switched).
+    pub fn mark_discontinuity(&mut self) {
+        self.pending_discontinuity = true;
+        self.close_open_segment();
+    }
+
+    /// Closes the open segment (end of stream, or before a discontinuity).
+    pub fn close_open_segment(&mut self) {
+        if let Some(s) = self.segments.back_mut() {
+            s.complete = true;
+        }
+    }
+
+    /// Continues numbering after `msn` (a new epoch must never reuse a sequence number).
+    pub fn continue_after(&mut self, msn: u64) {
+        self.next_msn = self.next_msn.max(msn + 1);
+    }
+
+    pub fn next_msn(&self) -> u64 {
+        self.next_msn
+    }
+
+    pub fn push_part(&mut self, part: PartIn, keep_segments: usize) {
+        let open = self.segments.back().is_some_and(|s| !s.complete);
+        if part.starts_segment || !open {
+            self.close_open_segment();
+            let discontinuity = std::mem::take(&mut self.pending_discontinuity);
+            self.segments.push_back(Segment {
+                msn: self.next_msn,
+                parts: Vec::new(),
+                pdt: part.pdt,
+                discontinuity,
+                complete: false,
+            });
+            self.next_msn += 1;
+        }
+        let seg = self.segments.back_mut().expect("just ensured");
+        seg.parts.push(Part {
+            data: part.data,
+            duration: part.duration,
+            independent: part.independent,
+        });
+        while self.segments.len() > keep_segments.max(2) {
+            if self
+                .segments
+                .pop_front()
+                .is_some_and(|old| old.discontinuity)
+            {
+                self.discontinuity_sequence += 1;
+            }
+        }
+    }
+
+    /// Peak bits/s over the complete segments held, or the nominal rate before there are any.
+    pub fn peak_bitrate(&self) -> u64 {
+        let measured = self
+            .segments
+            .iter()
+            .filter(|s| s.complete && !s.duration().is_zero())
+            .map(|s| (s.bytes() as f64 * 8.0 / s.duration().as_secs_f64()) as u64)
+            .max()
+            .unwrap_or(0);
+        measured.max(self.nominal_bitrate)
+    }
+
+    pub fn average_bitrate(&self) -> u64 {
+        let (bytes, secs) = self
+            .segments
+            .iter()
+            .filter(|s| s.complete)
+            .fold((0usize, 0f64), |(b, d), s| {
+                (b + s.bytes(), d + s.duration().as_secs_f64())
+            });
+        if secs > 0.0 {
+            (bytes as f64 * 8.0 / secs) as u64
+        } else {
+            self.nominal_bitrate
+        }
+    }
+}
+
+/// Everything packaged for one stream: its renditions and whether the broadcast ended.
+#[derive(Debug)]
+pub struct StreamPackage {
+    pub config: PackagingConfig,
+    pub renditions: Vec<Rendition>,
+    /// The broadcast is over: playlists end with EXT-X-ENDLIST when the record asks for it.
+    pub ended: bool,
+}
+
+impl StreamPackage {
+    pub fn new(config: PackagingConfig, renditions: Vec<Rendition>) -> Self {
+        StreamPackage {
+            config,
+            renditions,
+            ended: false,
+        }
+    }
+
+    pub fn rendition(&self, name: &str) -> Option<&Rendition> {
+        self.renditions.iter().find(|r| r.name == name)
+    }
+
+    pub fn rendition_mut(&mut self, name: &str) -> Option<&mut Rendition> {
+        self.renditions.iter_mut().find(|r| r.name == name)
+    }
+
+    /// How many segments a rendition keeps: the playlist window plus the fetchable tail.
+    pub fn keep_segments(&self) -> usize {
+        self.config.window_segments + 1 + self.config.retain_segments
+    }
+
+    pub fn push_part(&mut self, rendition: usize, part: PartIn) {
+        let keep = self.keep_segments();
+        if let Some(r) = self.renditions.get_mut(rendition) {
+            r.push_part(part, keep);
+        }
+    }
+
+    /// Every rendition has its init segment and at least one part: playable.
+    pub fn ready(&self) -> bool {
+        !self.renditions.is_empty()
+            && self
+                .renditions
+                .iter()
+                .all(|r| r.init.is_some() && r.last_part().is_some())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn part(starts: bool, ms: u64, t: OffsetDateTime) -> PartIn {
+        PartIn {
+            starts_segment: starts,
+            independent: starts,
+            duration: Duration::from_millis(ms),
+            pdt: t,
+            data: Bytes::from(vec![0u8; 100]),
+        }
+    }
+
+    #[test]
+    fn parts_build_segments_and_the_window_slides() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let mut r = Rendition::new(
+            "720p",
+            RenditionKind::Video {
+                width: 1280,
+                height: 720,
+                frame_rate: 30.0,
+            },
+            "avc1.64001f",
+            1,
+        );
+        for i in 0..40u64 {
+            r.push_part(part(i % 4 == 0, 500, t0), 5);
+        }
+        assert_eq!(r.segments().len(), 5);
+        assert_eq!(r.segments().front().unwrap().msn, 5);
+        assert_eq!(r.last_part(), Some((9, 3)));
+        assert_eq!(r.last_complete_msn(), Some(8));
+        assert!(r.open_segment().is_some());
+        assert_eq!(r.segment(8).unwrap().duration(), Duration::from_secs(2));
+        assert!(r.segment(4).is_none());
+        assert!(r.part_settled(9, 3) && !r.part_settled(9, 4) && r.part_settled(8, 7));
+        // 100 bytes every 500 ms.
+        assert_eq!(r.peak_bitrate(), 1600);
+    }
+
+    #[test]
+    fn discontinuity_numbering_never_goes_back() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let mut r = Rendition::new(
+            "audio",
+            RenditionKind::Audio {
+                channels: 2,
+                sample_rate: 48000,
+            },
+            "mp4a.40.2",
+            1,
+        );
+        r.push_part(part(true, 500, t0), 3);
+        r.push_part(part(false, 500, t0), 3);
+        r.mark_discontinuity();
+        r.push_part(part(true, 500, t0), 3);
+        assert!(r.segment(1).unwrap().discontinuity);
+        assert!(r.segment(0).unwrap().complete);
+        for _ in 0..3 {
+            r.push_part(part(true, 500, t0), 3);
+        }
+        // The discontinuity segment (msn 1) left the window: the sequence counts it.
+        assert_eq!(r.segments().front().unwrap().msn, 2);
+        assert_eq!(r.discontinuity_sequence(), 1);
+    }
+
+    #[test]
+    fn config_ranges() {
+        assert!(PackagingConfig::new(2000, 500).is_ok());
+        assert!(PackagingConfig::new(4000, 1000).is_ok());
+        assert!(PackagingConfig::new(1000, 500).is_err());
+        assert!(PackagingConfig::new(2000, 400).is_err());
+        assert!(PackagingConfig::new(3000, 800).is_err());
+    }
+}
