@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use url::Url;
 
+use crate::package::PackagingConfig;
+
 pub const DEFAULT_CONFIG_FILE: &str = "livepack.toml";
 /// Loopback by default: the control API holds secrets, so exposing it is an explicit choice.
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
@@ -19,6 +21,10 @@ pub const DEFAULT_FASTEDGE_APP_DOMAIN: &str = "fastedge.localhost";
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
 /// A client that has not sent its full request head by then is cut off (slowloris).
 pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECS: u64 = 10;
+pub const DEFAULT_SEGMENT_MS: u64 = 2000;
+pub const DEFAULT_PART_MS: u64 = 500;
+/// Outputs outlive a publisher disconnect by this much; a reconnect continues them.
+pub const DEFAULT_GRACE_SECS: u64 = 60;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -57,6 +63,11 @@ pub struct Layer {
     pub fastedge_app_domain: Option<String>,
     pub http_max_connections: Option<usize>,
     pub http_header_timeout_secs: Option<u64>,
+    pub rtmps_cert_file: Option<PathBuf>,
+    pub rtmps_key_file: Option<PathBuf>,
+    pub segment_duration_ms: Option<u64>,
+    pub part_duration_ms: Option<u64>,
+    pub grace_period_secs: Option<u64>,
 }
 
 impl Layer {
@@ -77,6 +88,11 @@ impl Layer {
             http_header_timeout_secs: self
                 .http_header_timeout_secs
                 .or(lower.http_header_timeout_secs),
+            rtmps_cert_file: self.rtmps_cert_file.or(lower.rtmps_cert_file),
+            rtmps_key_file: self.rtmps_key_file.or(lower.rtmps_key_file),
+            segment_duration_ms: self.segment_duration_ms.or(lower.segment_duration_ms),
+            part_duration_ms: self.part_duration_ms.or(lower.part_duration_ms),
+            grace_period_secs: self.grace_period_secs.or(lower.grace_period_secs),
         }
     }
 
@@ -131,6 +147,11 @@ impl Layer {
             fastedge_app_domain: get("LIVEPACK_FASTEDGE_APP_DOMAIN"),
             http_max_connections: number("LIVEPACK_HTTP_MAX_CONNECTIONS")?.map(|n| n as usize),
             http_header_timeout_secs: number("LIVEPACK_HTTP_HEADER_TIMEOUT_SECS")?,
+            rtmps_cert_file: get("LIVEPACK_RTMPS_CERT_FILE").map(PathBuf::from),
+            rtmps_key_file: get("LIVEPACK_RTMPS_KEY_FILE").map(PathBuf::from),
+            segment_duration_ms: number("LIVEPACK_SEGMENT_DURATION_MS")?,
+            part_duration_ms: number("LIVEPACK_PART_DURATION_MS")?,
+            grace_period_secs: number("LIVEPACK_GRACE_PERIOD_SECS")?,
         })
     }
 }
@@ -176,6 +197,11 @@ pub struct Config {
     pub fastedge_app_domain: String,
     pub http_max_connections: usize,
     pub http_header_timeout_secs: u64,
+    /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
+    pub rtmps_cert_file: Option<PathBuf>,
+    pub rtmps_key_file: Option<PathBuf>,
+    pub packaging: PackagingConfig,
+    pub grace_period: std::time::Duration,
 }
 
 impl Config {
@@ -223,6 +249,40 @@ impl Config {
                 reason: "must be 1..=300".into(),
             });
         }
+        if layer.rtmps_cert_file.is_some() != layer.rtmps_key_file.is_some() {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "rtmps_cert_file",
+                value: String::new(),
+                reason: "rtmps_cert_file and rtmps_key_file go together".into(),
+            });
+        }
+        let segment_ms = layer.segment_duration_ms.unwrap_or(DEFAULT_SEGMENT_MS);
+        let part_ms = layer.part_duration_ms.unwrap_or(DEFAULT_PART_MS);
+        if segment_ms % 1000 != 0 {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "segment_duration_ms",
+                value: segment_ms.to_string(),
+                reason: "must be whole seconds: 2000, 3000 or 4000".into(),
+            });
+        }
+        let packaging =
+            PackagingConfig::new(segment_ms, part_ms).map_err(|reason| ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "segment_duration_ms/part_duration_ms",
+                value: format!("{segment_ms}/{part_ms}"),
+                reason,
+            })?;
+        let grace = layer.grace_period_secs.unwrap_or(DEFAULT_GRACE_SECS);
+        if grace > 3600 {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "grace_period_secs",
+                value: grace.to_string(),
+                reason: "must be 0..=3600".into(),
+            });
+        }
         let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
         Ok(Config {
             http_addr: layer
@@ -247,6 +307,10 @@ impl Config {
             fastedge_app_domain,
             http_max_connections,
             http_header_timeout_secs,
+            rtmps_cert_file: layer.rtmps_cert_file,
+            rtmps_key_file: layer.rtmps_key_file,
+            packaging,
+            grace_period: std::time::Duration::from_secs(grace),
         })
     }
 }

@@ -16,9 +16,34 @@ use url::Url;
 
 use crate::api::{self, Api, ApiError, ApiKeys, Endpoints};
 use crate::config::Config;
+use crate::ingest::rtmp::listener as rtmp;
+use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
+use crate::registry::Registry;
+use crate::serve;
 use crate::server::{self, json_response, Body, HttpLimits};
 use crate::store::{SqliteStore, Store, StoreError};
+
+/// GStreamer elements the pipelines need, checked at start so a missing plugin package is an
+/// immediate, named error rather than a failure at the first publish.
+const REQUIRED_ELEMENTS: &[&str] = &[
+    "appsrc",
+    "appsink",
+    "h264parse",
+    "avdec_h264",
+    "videoconvert",
+    "videorate",
+    "videoscale",
+    "x264enc",
+    "tee",
+    "queue",
+    "aacparse",
+    "avdec_aac",
+    "audioconvert",
+    "audioresample",
+    "avenc_aac",
+    "cmafmux",
+];
 
 pub const API_KEY_FILE: &str = "api_key";
 
@@ -43,6 +68,12 @@ pub enum DaemonError {
     },
     #[error("startup task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    #[error("GStreamer element `{0}` is missing: install the GStreamer plugin packages (scripts/run does)")]
+    MissingElement(&'static str),
+    #[error("RTMPS: {0}")]
+    Tls(#[from] rtmp::TlsError),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the
@@ -55,11 +86,14 @@ pub enum KeySource {
 
 pub struct Running {
     pub http_addr: SocketAddr,
+    pub rtmp_addr: SocketAddr,
+    pub rtmps_addr: SocketAddr,
     pub public_url: Url,
     pub key_source: KeySource,
     shutdown: watch::Sender<bool>,
     http: tokio::task::JoinHandle<()>,
     store: Arc<dyn Store>,
+    pub registry: Arc<Registry>,
 }
 
 impl Running {
@@ -122,24 +156,51 @@ fn public_url(config: &Config, bound: SocketAddr) -> Url {
 pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let data_dir = config.data_dir.clone();
     let templates_file = config.profile_templates_file.clone();
+    let need_key = config.api_keys.is_empty();
     let (store, key) = tokio::task::spawn_blocking(move || {
         let store = SqliteStore::open_in(&data_dir)?;
         tracing::info!(db = %store.path().display(), "store opened");
         api::security::seed_templates(&store, templates_file.as_deref())?;
-        Ok::<_, DaemonError>((store, data_dir_key(&data_dir)?))
+        let key = need_key.then(|| data_dir_key(&data_dir)).transpose()?;
+        Ok::<_, DaemonError>((store, key))
     })
     .await??;
     let store: Arc<dyn Store> = Arc::new(store);
-    let (keys, key_source) = if config.api_keys.is_empty() {
-        let (path, key) = key;
-        (
+    let (keys, key_source) = match key {
+        Some((path, key)) => (
             ApiKeys::new(std::slice::from_ref(&key)),
             KeySource::DataDir { path, key },
-        )
-    } else {
-        (ApiKeys::new(&config.api_keys), KeySource::Configured)
+        ),
+        None => (ApiKeys::new(&config.api_keys), KeySource::Configured),
     };
-    let quality_sets = QualitySets::load(config.quality_sets_file.as_deref())?;
+    let quality_sets = Arc::new(QualitySets::load(config.quality_sets_file.as_deref())?);
+    tokio::task::spawn_blocking(|| {
+        pipeline::init()?;
+        for name in REQUIRED_ELEMENTS {
+            if gstreamer::ElementFactory::find(name).is_none() {
+                return Err(DaemonError::MissingElement(name));
+            }
+        }
+        Ok(())
+    })
+    .await??;
+    let registry = Registry::new(
+        store.clone(),
+        quality_sets.clone(),
+        config.packaging,
+        config.grace_period,
+    );
+    let tls = {
+        let (cert, key, dir) = (
+            config.rtmps_cert_file.clone(),
+            config.rtmps_key_file.clone(),
+            config.data_dir.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            rtmp::tls_acceptor(cert.as_deref(), key.as_deref(), &dir)
+        })
+        .await??
+    };
 
     let listener = TcpListener::bind(config.http_addr)
         .await
@@ -153,13 +214,25 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         addr: config.http_addr,
         source,
     })?;
+    let bind = |what: &'static str, addr: SocketAddr| async move {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|source| DaemonError::Bind { what, addr, source })?;
+        let bound = l
+            .local_addr()
+            .map_err(|source| DaemonError::Bind { what, addr, source })?;
+        Ok::<_, DaemonError>((l, bound))
+    };
+    let (rtmp_listener, rtmp_addr) = bind("rtmp", config.rtmp_addr).await?;
+    let (rtmps_listener, rtmps_addr) = bind("rtmps", config.rtmps_addr).await?;
     let public_url = public_url(&config, http_addr);
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
         quality_sets,
-        endpoints: Endpoints::new(&public_url, config.rtmp_addr.port(), config.srt_addr.port()),
+        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), config.srt_addr.port()),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
+        registry: registry.clone(),
     });
     let (shutdown, shutdown_rx) = watch::channel(false);
     let limits = HttpLimits {
@@ -170,10 +243,28 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         let api = api.clone();
         async move { route(api, req).await }
     };
+    tokio::spawn(rtmp::serve(
+        rtmp_listener,
+        None,
+        registry.clone(),
+        rtmp::DEFAULT_MAX_CONNECTIONS,
+        shutdown_rx.clone(),
+    ));
+    tokio::spawn(rtmp::serve(
+        rtmps_listener,
+        Some(tls),
+        registry.clone(),
+        rtmp::DEFAULT_MAX_CONNECTIONS,
+        shutdown_rx.clone(),
+    ));
     let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
+    tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, "rtmp listening");
     Ok(Running {
         http_addr,
+        rtmp_addr,
+        rtmps_addr,
+        registry,
         public_url,
         key_source,
         shutdown,
@@ -205,6 +296,7 @@ async fn route(api: Arc<Api>, req: Request<Incoming>) -> Response<Body> {
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.handle(req).await,
+        p if serve::owns(p) => serve::handle(api.registry.clone(), req).await,
         _ => api::error_response(&ApiError::not_found("resource")),
     }
 }

@@ -84,6 +84,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // The banner is the contract with scripts/run and the tests: one `key: value` per line.
     println!("livepack {} ready", env!("CARGO_PKG_VERSION"));
     println!("http: {}", running.http_addr);
+    println!("rtmp: {}", running.rtmp_addr);
+    println!("rtmps: {}", running.rtmps_addr);
     println!("public_url: {}", running.public_url);
     match &running.key_source {
         KeySource::Configured => println!("api_key: (configured)"),

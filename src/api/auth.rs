@@ -40,6 +40,11 @@ impl ApiKeys {
     }
 }
 
+/// Equality that takes the same time whatever the inputs (compares digests).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    digest(a).ct_eq(&digest(b)).into()
+}
+
 fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }

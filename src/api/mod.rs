@@ -59,9 +59,10 @@ impl Endpoints {
 pub struct Api {
     pub store: Arc<dyn Store>,
     pub keys: ApiKeys,
-    pub quality_sets: QualitySets,
+    pub quality_sets: Arc<QualitySets>,
     pub endpoints: Endpoints,
     pub fastedge_app_domain: String,
+    pub registry: Arc<crate::registry::Registry>,
 }
 
 /// What a path names; dispatch matches on it and the method.

@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 
 use super::fields::{char_len, Fields, Nullable};
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
+use crate::registry::LiveStatus;
 use crate::server::{json_response, Body};
 use crate::store::{Projection, RecordType, StreamRow, StreamSettings, Update};
 
@@ -54,20 +55,6 @@ const READ_ONLY: &[&str] = &[
     "video_width",
     "html_overlays",
 ];
-
-/// The receiving/transcoding state of a stream, owned by the ingest side; all off while nothing
-/// is being received.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LiveStatus {
-    pub live: bool,
-    pub backup_live: bool,
-    pub transcoded_qualities: Vec<String>,
-    pub recording_duration: f64,
-    pub transcoding_speed: Option<f64>,
-    pub frame_rate: Option<f64>,
-    pub video_height: Option<u32>,
-    pub video_width: Option<u32>,
-}
 
 /// The record as the API returns it; field order is the documented one.
 #[derive(Debug, Serialize)]
@@ -157,7 +144,8 @@ impl Api {
     }
 
     fn render(&self, status: StatusCode, row: StreamRow) -> Response<Body> {
-        json_response(status, &self.stream_view(row, LiveStatus::default()))
+        let live = self.registry.status(row.id);
+        json_response(status, &self.stream_view(row, live))
     }
 }
 
@@ -390,7 +378,10 @@ pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>,
         .await?;
     let views: Vec<StreamView> = rows
         .into_iter()
-        .map(|r| api.stream_view(r, LiveStatus::default()))
+        .map(|r| {
+            let live = api.registry.status(r.id);
+            api.stream_view(r, live)
+        })
         .collect();
     let mut resp = json_response(StatusCode::OK, &views);
     resp.headers_mut()

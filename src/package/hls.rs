@@ -244,7 +244,6 @@ pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: boo
     if disc_seq > 0 {
         let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc_seq}");
     }
-    let _ = writeln!(out, "#EXT-X-MAP:URI=\"init.mp4\"");
 
     // Delta update: skip the leading segments older than the Skip Boundary from the end.
     let total: Duration = listed.clone().map(|s| s.duration()).sum();
@@ -264,11 +263,17 @@ pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: boo
     // §4.4.4.9: parts of segments "more than three Target Durations from the end" are removed.
     let parts_from = total.saturating_sub(Duration::from_secs(td * 3));
     let mut start = Duration::ZERO;
+    let mut map: Option<u32> = None;
     for s in listed.skip(skipped) {
         let seg_start = start;
         start += s.duration();
         if s.discontinuity {
             out.push_str("#EXT-X-DISCONTINUITY\n");
+        }
+        // §4.4.4.5: EXT-X-MAP applies to every segment after it until the next one.
+        if map != Some(s.init_version) {
+            let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{}.mp4\"", s.init_version);
+            map = Some(s.init_version);
         }
         let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", pdt(s.pdt));
         if !s.complete || seg_start >= parts_from {
@@ -354,8 +359,8 @@ mod tests {
             "mp4a.40.2",
             128_000,
         );
-        video.init = Some(bytes::Bytes::from_static(b"init"));
-        audio.init = Some(bytes::Bytes::from_static(b"init"));
+        video.set_init(bytes::Bytes::from_static(b"init"));
+        audio.set_init(bytes::Bytes::from_static(b"init"));
         let mut pkg = StreamPackage::new(
             PackagingConfig {
                 window_segments,
@@ -393,8 +398,8 @@ mod tests {
             text,
             "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-TARGETDURATION:2\n\
 #EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL=12.0,PART-HOLD-BACK=1.500\n\
-#EXT-X-PART-INF:PART-TARGET=0.500\n#EXT-X-MEDIA-SEQUENCE:2\n#EXT-X-MAP:URI=\"init.mp4\"\n\
-#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:04.000Z\n\
+#EXT-X-PART-INF:PART-TARGET=0.500\n#EXT-X-MEDIA-SEQUENCE:2\n\
+#EXT-X-MAP:URI=\"init_0.mp4\"\n#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:04.000Z\n\
 #EXTINF:2.00000,\nseg_2.m4s\n\
 #EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:06.000Z\n\
 #EXT-X-PART:DURATION=0.50000,URI=\"part_3_0.m4s\",INDEPENDENT=YES\n\

@@ -77,6 +77,8 @@ pub struct Segment {
     pub msn: u64,
     pub parts: Vec<Part>,
     pub pdt: OffsetDateTime,
+    /// Which init segment (`init_{n}.mp4`) its fragments decode with.
+    pub init_version: u32,
     /// First segment after a publisher reconnect or source switch.
     pub discontinuity: bool,
     pub complete: bool,
@@ -140,7 +142,9 @@ pub struct Rendition {
     pub codecs: String,
     /// Configured bitrate in bits/s (a floor for BANDWIDTH before segments exist).
     pub nominal_bitrate: u64,
-    pub init: Option<Bytes>,
+    /// Init segments by version, newest last; a new one comes with every pipeline epoch whose
+    /// encoder headers differ, and older ones stay while segments still refer to them.
+    inits: VecDeque<(u32, Bytes)>,
     segments: VecDeque<Segment>,
     next_msn: u64,
     pending_discontinuity: bool,
@@ -156,12 +160,41 @@ impl Rendition {
             kind,
             codecs: codecs.to_owned(),
             nominal_bitrate,
-            init: None,
+            inits: VecDeque::new(),
             segments: VecDeque::new(),
             next_msn: 0,
             pending_discontinuity: false,
             discontinuity_sequence: 0,
         }
+    }
+
+    /// Installs the init segment for the parts that follow; identical bytes keep the version.
+    pub fn set_init(&mut self, init: Bytes) {
+        if self.inits.back().is_some_and(|(_, b)| *b == init) {
+            return;
+        }
+        let version = self.inits.back().map_or(0, |(v, _)| v + 1);
+        self.inits.push_back((version, init));
+        // Keep only versions still referenced by a held segment, plus the newest.
+        let oldest_used = self.segments.front().map_or(version, |s| s.init_version);
+        while self.inits.len() > 1 && self.inits.front().is_some_and(|(v, _)| *v < oldest_used) {
+            self.inits.pop_front();
+        }
+    }
+
+    pub fn init(&self, version: u32) -> Option<&Bytes> {
+        self.inits
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map(|(_, b)| b)
+    }
+
+    pub fn has_init(&self) -> bool {
+        !self.inits.is_empty()
+    }
+
+    fn current_init_version(&self) -> u32 {
+        self.inits.back().map_or(0, |(v, _)| *v)
     }
 
     pub fn segments(&self) -> &VecDeque<Segment> {
@@ -235,10 +268,12 @@ impl Rendition {
         if part.starts_segment || !open {
             self.close_open_segment();
             let discontinuity = std::mem::take(&mut self.pending_discontinuity);
+            let init_version = self.current_init_version();
             self.segments.push_back(Segment {
                 msn: self.next_msn,
                 parts: Vec::new(),
                 pdt: part.pdt,
+                init_version,
                 discontinuity,
                 complete: false,
             });
@@ -294,8 +329,10 @@ impl Rendition {
 pub struct StreamPackage {
     pub config: PackagingConfig,
     pub renditions: Vec<Rendition>,
-    /// The broadcast is over: playlists end with EXT-X-ENDLIST when the record asks for it.
+    /// The broadcast is over: no more parts will come.
     pub ended: bool,
+    /// The record's `hls_mpegts_endlist_tag`: end playlists with EXT-X-ENDLIST once ended.
+    pub endlist_tag: bool,
 }
 
 impl StreamPackage {
@@ -304,6 +341,7 @@ impl StreamPackage {
             config,
             renditions,
             ended: false,
+            endlist_tag: true,
         }
     }
 
@@ -333,7 +371,7 @@ impl StreamPackage {
             && self
                 .renditions
                 .iter()
-                .all(|r| r.init.is_some() && r.last_part().is_some())
+                .all(|r| r.has_init() && r.last_part().is_some())
     }
 }
 

@@ -1,0 +1,272 @@
+//! One RTMP(S) connection: handshake, session (rml_rtmp behind the [`ChunkGuard`]), publish
+//! authorisation through the registry, and FLV → media forwarding. The I/O shell around the
+//! sans-IO parts.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rml_rtmp::handshake::{Handshake, HandshakeProcessResult, PeerType};
+use rml_rtmp::sessions::{
+    ServerSession, ServerSessionConfig, ServerSessionEvent as Event, ServerSessionResult as Res,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::guard::ChunkGuard;
+use super::key;
+use super::to_media::FlvToMedia;
+use crate::registry::{Publisher, Registry};
+
+/// A peer that has not started publishing within this time is closed (slow handshakes, idle
+/// connections that only hold a slot).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A publisher that sends nothing for this long is gone.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_BUFFER: usize = 64 * 1024;
+/// Per-frame adapter errors tolerated before the publisher is cut off as broken.
+const MAX_MEDIA_ERRORS: u64 = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("handshake: {0:?}")]
+    Handshake(rml_rtmp::handshake::HandshakeError),
+    #[error("session: {0:?}")]
+    Session(rml_rtmp::sessions::ServerSessionError),
+    #[error("protocol: {0}")]
+    Guard(#[from] super::guard::GuardError),
+    #[error("no publish within {0:?}")]
+    Timeout(Duration),
+    #[error("publish refused: {0}")]
+    Refused(String),
+    #[error("too many bad media messages")]
+    BadMedia,
+}
+
+/// Drives one connection to its end; every error is logged by the caller with the peer.
+pub async fn run<S>(mut sock: S, peer: SocketAddr, registry: Arc<Registry>) -> Result<(), ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; READ_BUFFER];
+    let started = tokio::time::Instant::now();
+    let deadline = started + HANDSHAKE_TIMEOUT;
+
+    // Handshake (C0/C1/C2 ↔ S0/S1/S2).
+    let mut handshake = Handshake::new(PeerType::Server);
+    let rest = loop {
+        let n = read_until(&mut sock, &mut buf, deadline).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        match handshake
+            .process_bytes(&buf[..n])
+            .map_err(ConnError::Handshake)?
+        {
+            HandshakeProcessResult::InProgress { response_bytes } => {
+                sock.write_all(&response_bytes).await?
+            }
+            HandshakeProcessResult::Completed {
+                response_bytes,
+                remaining_bytes,
+            } => {
+                sock.write_all(&response_bytes).await?;
+                break remaining_bytes;
+            }
+        }
+    };
+
+    let mut config = ServerSessionConfig::new();
+    config.chunk_size = 4096;
+    let (mut session, initial) = ServerSession::new(config).map_err(ConnError::Session)?;
+    let mut guard = ChunkGuard::new();
+    let mut state = State {
+        publisher: None,
+        adapter: FlvToMedia::new(),
+        media_errors: 0,
+        close: false,
+    };
+    let mut pending = initial;
+    let mut input = rest;
+    loop {
+        if !input.is_empty() {
+            guard.check(&input)?;
+            pending.extend(session.handle_input(&input).map_err(ConnError::Session)?);
+        }
+        while !pending.is_empty() {
+            for result in std::mem::take(&mut pending) {
+                match result {
+                    Res::OutboundResponse(packet) => sock.write_all(&packet.bytes).await?,
+                    Res::RaisedEvent(event) => {
+                        pending.extend(
+                            handle_event(event, &mut session, &mut state, &registry, peer).await?,
+                        );
+                    }
+                    Res::UnhandleableMessageReceived(_) => {}
+                }
+            }
+        }
+        if state.close {
+            sock.flush().await?;
+            let _ = sock.shutdown().await;
+            return Ok(());
+        }
+        let wait_until = if state.publisher.is_some() {
+            tokio::time::Instant::now() + IDLE_TIMEOUT
+        } else {
+            deadline
+        };
+        let n = read_until(&mut sock, &mut buf, wait_until).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        input = buf[..n].to_vec();
+    }
+}
+
+struct State {
+    publisher: Option<Publisher>,
+    adapter: FlvToMedia,
+    media_errors: u64,
+    close: bool,
+}
+
+async fn read_until<S: AsyncRead + Unpin>(
+    sock: &mut S,
+    buf: &mut [u8],
+    deadline: tokio::time::Instant,
+) -> Result<usize, ConnError> {
+    match tokio::time::timeout_at(deadline, sock.read(buf)).await {
+        Ok(read) => Ok(read?),
+        Err(_) => Err(ConnError::Timeout(HANDSHAKE_TIMEOUT.min(IDLE_TIMEOUT))),
+    }
+}
+
+async fn handle_event(
+    event: Event,
+    session: &mut ServerSession,
+    state: &mut State,
+    registry: &Arc<Registry>,
+    peer: SocketAddr,
+) -> Result<Vec<Res>, ConnError> {
+    let session_err = ConnError::Session;
+    match event {
+        Event::ConnectionRequested {
+            request_id,
+            app_name,
+        } => {
+            if app_name.trim_end_matches('/') == key::APP {
+                session.accept_request(request_id).map_err(session_err)
+            } else {
+                state.close = true;
+                tracing::warn!(%peer, app = %app_name.escape_debug(), "rtmp connect refused: unknown application");
+                session
+                    .reject_request(
+                        request_id,
+                        "NetConnection.Connect.Rejected",
+                        "unknown application",
+                    )
+                    .map_err(session_err)
+            }
+        }
+        Event::PublishStreamRequested {
+            request_id,
+            app_name,
+            stream_key,
+            ..
+        } => {
+            if state.publisher.is_some() {
+                state.close = true;
+                return session
+                    .reject_request(
+                        request_id,
+                        "NetStream.Publish.BadName",
+                        "already publishing",
+                    )
+                    .map_err(session_err);
+            }
+            let verdict = match key::parse(&app_name, &stream_key) {
+                Ok(k) => registry
+                    .publish(k.stream_id, k.slot, &k.token, "rtmp")
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match verdict {
+                Ok(publisher) => {
+                    tracing::info!(%peer, stream = publisher.stream_id, "rtmp publish accepted");
+                    state.publisher = Some(publisher);
+                    session.accept_request(request_id).map_err(session_err)
+                }
+                Err(reason) => {
+                    tracing::warn!(%peer, key = %stream_key.escape_debug(), %reason, "rtmp publish refused");
+                    state.close = true;
+                    session
+                        .reject_request(request_id, "NetStream.Publish.BadName", &reason)
+                        .map_err(session_err)
+                }
+            }
+        }
+        Event::VideoDataReceived {
+            data, timestamp, ..
+        } => {
+            let msg = state.adapter.video(timestamp.value, &data);
+            forward(state, msg, peer)?;
+            Ok(Vec::new())
+        }
+        Event::AudioDataReceived {
+            data, timestamp, ..
+        } => {
+            let msg = state.adapter.audio(timestamp.value, &data);
+            forward(state, msg, peer)?;
+            Ok(Vec::new())
+        }
+        Event::PublishStreamFinished { .. } => {
+            state.close = true;
+            Ok(Vec::new())
+        }
+        Event::PlayStreamRequested { request_id, .. } => {
+            // This is an ingest: playback is HLS/DASH over HTTP.
+            state.close = true;
+            session
+                .reject_request(
+                    request_id,
+                    "NetStream.Play.Failed",
+                    "playback is not served over RTMP",
+                )
+                .map_err(session_err)
+        }
+        // releaseStream, FCPublish, FCUnpublish, _checkbw and friends need no answer.
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn forward(
+    state: &mut State,
+    msg: Result<Option<crate::media::MediaMessage>, super::to_media::FlvError>,
+    peer: SocketAddr,
+) -> Result<(), ConnError> {
+    let Some(publisher) = state.publisher.as_mut() else {
+        return Ok(());
+    };
+    match msg {
+        Ok(Some(m)) => {
+            if !publisher.send(m) {
+                // The pipeline ended (failed): nothing more to do for this publisher.
+                return Err(ConnError::Refused("the stream's pipeline stopped".into()));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            state.media_errors += 1;
+            if state.media_errors == 1 || state.media_errors % 100 == 0 {
+                tracing::warn!(%peer, stream = publisher.stream_id, error = %e, count = state.media_errors, "rtmp media message dropped");
+            }
+            if state.media_errors > MAX_MEDIA_ERRORS {
+                return Err(ConnError::BadMedia);
+            }
+        }
+    }
+    Ok(())
+}

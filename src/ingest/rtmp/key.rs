@@ -1,0 +1,91 @@
+//! Publish names: `rtmp://HOST:PORT/in/{id}?{token}` as one URL (ffmpeg: app `in`, key
+//! `{id}?{token}`) or split the OBS way (server `rtmp://HOST:PORT/in`, key `{id}?{token}`);
+//! `{id}b` is the backup input. Sans-IO.
+
+use crate::registry::Slot;
+
+/// The only application name we publish under.
+pub const APP: &str = "in";
+/// Longer keys are refused before any parsing (a real one is ~45 bytes).
+pub const MAX_KEY_BYTES: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("application must be `{APP}`")]
+    App,
+    #[error("publish name longer than {MAX_KEY_BYTES} bytes")]
+    TooLong,
+    #[error("publish name is not `{{id}}?{{token}}`")]
+    Malformed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishKey {
+    pub stream_id: i64,
+    pub slot: Slot,
+    pub token: String,
+}
+
+pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
+    if app.trim_end_matches('/') != APP {
+        return Err(KeyError::App);
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(KeyError::TooLong);
+    }
+    let (name, token) = key.split_once('?').ok_or(KeyError::Malformed)?;
+    let token = token.strip_prefix("token=").unwrap_or(token);
+    let (digits, slot) = match name.strip_suffix('b') {
+        Some(d) => (d, Slot::Backup),
+        None => (name, Slot::Main),
+    };
+    let valid_id = !digits.is_empty()
+        && digits.len() <= 18
+        && !digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit());
+    let valid_token = !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !valid_id || !valid_token {
+        return Err(KeyError::Malformed);
+    }
+    Ok(PublishKey {
+        stream_id: digits.parse().map_err(|_| KeyError::Malformed)?,
+        slot,
+        token: token.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_forms() {
+        let k = parse("in", "42?abc123").unwrap();
+        assert_eq!(
+            (k.stream_id, k.slot, k.token.as_str()),
+            (42, Slot::Main, "abc123")
+        );
+        let k = parse("in/", "42b?token=abc").unwrap();
+        assert_eq!((k.stream_id, k.slot), (42, Slot::Backup));
+    }
+
+    #[test]
+    fn refused_forms() {
+        for (app, key) in [
+            ("live", "42?abc"),
+            ("in/sub", "42?abc"),
+            ("in", "42"),
+            ("in", "?abc"),
+            ("in", "042?abc"),
+            ("in", "4x2?abc"),
+            ("in", "42?"),
+            ("in", "../42?abc"),
+            ("in", "42?ab\0c"),
+            ("in", "42?a/../b"),
+            ("in", "99999999999999999999?abc"),
+        ] {
+            assert!(parse(app, key).is_err(), "{app} {key}");
+        }
+        assert_eq!(parse("in", &"1".repeat(1000)), Err(KeyError::TooLong));
+    }
+}

@@ -1,0 +1,373 @@
+//! Builds a stream's pipeline from its [`Plan`]:
+//!
+//! ```text
+//! appsrc(h264) ! h264parse ! avdec_h264 ! videoconvert ! videorate ! I420@fps ! tee
+//!   tee. ! queue ! videoscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
+//! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo
+//!   ! avenc_aac ! cmafmux ! appsink
+//! ```
+//!
+//! Decode once, scale once per rung. cmafmux asks its encoder for a keyframe at every fragment
+//! start (`send-force-keyunit`); all encoders see the same frames with the same timestamps, so
+//! the renditions' segments line up.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app::AppSrc;
+use time::OffsetDateTime;
+
+use super::ladder::{output_fps, part_duration, Ladder};
+use super::sink::{self, SpeedWindow};
+use super::{PipelineError, APPSRC_MAX_BYTES};
+use crate::media::{AacConfig, H264Config};
+use crate::package::{PackagingConfig, Rendition, RenditionKind};
+use crate::registry::SharedStatus;
+
+/// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
+pub const X264_PRESET: &str = "veryfast";
+pub const AUDIO_RATE: i32 = 48_000;
+pub const AUDIO_CHANNELS: i32 = 2;
+pub const AUDIO_RENDITION: &str = "audio";
+
+#[derive(Debug, Clone)]
+pub struct VideoRung {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    pub kbps: u32,
+}
+
+/// Everything needed to build one epoch's pipeline.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub stream_id: i64,
+    pub fps: u32,
+    pub segment: Duration,
+    pub part: Duration,
+    pub video: Option<H264Config>,
+    pub audio: Option<AacConfig>,
+    pub video_rungs: Vec<VideoRung>,
+    pub audio_kbps: u32,
+    /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
+    pub wall_base: OffsetDateTime,
+}
+
+impl Plan {
+    pub fn new(
+        stream_id: i64,
+        ladder: &Ladder,
+        video: Option<&H264Config>,
+        audio: Option<&AacConfig>,
+        measured_fps: Option<f64>,
+        packaging: PackagingConfig,
+    ) -> Plan {
+        let fps = output_fps(measured_fps);
+        let video_rungs = video
+            .map(|v| {
+                ladder
+                    .capped(v.height)
+                    .into_iter()
+                    .map(|r| {
+                        // Keep the source's display shape; even sizes for 4:2:0.
+                        let width =
+                            (f64::from(r.height) * f64::from(v.width) / f64::from(v.height) / 2.0)
+                                .round() as u32
+                                * 2;
+                        VideoRung {
+                            name: r.name,
+                            width: width.max(2),
+                            height: r.height,
+                            kbps: r.video_kbps,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let part = if video.is_some() {
+            part_duration(fps, packaging.segment, packaging.part)
+        } else {
+            packaging.part
+        };
+        Plan {
+            stream_id,
+            fps,
+            segment: packaging.segment,
+            part,
+            video: video.cloned(),
+            audio: audio.cloned(),
+            video_rungs,
+            audio_kbps: ladder.audio_kbps(),
+            wall_base: OffsetDateTime::now_utc(),
+        }
+    }
+
+    pub fn rendition_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.video_rungs.iter().map(|r| r.name.clone()).collect();
+        if self.audio.is_some() {
+            names.push(AUDIO_RENDITION.into());
+        }
+        names
+    }
+
+    /// The package renditions this plan produces, in order (video rungs, then audio).
+    fn renditions(&self) -> Vec<Rendition> {
+        let mut out: Vec<Rendition> = self
+            .video_rungs
+            .iter()
+            .map(|r| {
+                Rendition::new(
+                    &r.name,
+                    RenditionKind::Video {
+                        width: r.width,
+                        height: r.height,
+                        frame_rate: f64::from(self.fps),
+                    },
+                    "avc1.640028",
+                    u64::from(r.kbps) * 1000,
+                )
+            })
+            .collect();
+        if self.audio.is_some() {
+            out.push(Rendition::new(
+                AUDIO_RENDITION,
+                RenditionKind::Audio {
+                    channels: AUDIO_CHANNELS as u8,
+                    sample_rate: AUDIO_RATE as u32,
+                },
+                "mp4a.40.2",
+                u64::from(self.audio_kbps) * 1000,
+            ));
+        }
+        out
+    }
+}
+
+pub fn h264_caps(c: &H264Config) -> gst::Caps {
+    gst::Caps::builder("video/x-h264")
+        .field("stream-format", "avc")
+        .field("alignment", "au")
+        .field("codec_data", gst::Buffer::from_slice(c.avcc.clone()))
+        .build()
+}
+
+pub fn aac_caps(c: &AacConfig) -> gst::Caps {
+    gst::Caps::builder("audio/mpeg")
+        .field("mpegversion", 4i32)
+        .field("stream-format", "raw")
+        .field("codec_data", gst::Buffer::from_slice(c.asc.clone()))
+        .field("rate", c.sample_rate as i32)
+        .field("channels", i32::from(c.channels))
+        .build()
+}
+
+pub struct Built {
+    pub pipeline: gst::Pipeline,
+    pub video_src: Option<AppSrc>,
+    pub audio_src: Option<AppSrc>,
+}
+
+fn make(factory: &str) -> Result<gst::Element, PipelineError> {
+    gst::ElementFactory::make(factory).build().map_err(|e| {
+        PipelineError::Build(format!(
+            "{factory}: {e} (is its GStreamer plugin installed?)"
+        ))
+    })
+}
+
+fn capsfilter(caps: gst::Caps) -> Result<gst::Element, PipelineError> {
+    gst::ElementFactory::make("capsfilter")
+        .property("caps", caps)
+        .build()
+        .map_err(|e| PipelineError::Build(format!("capsfilter: {e}")))
+}
+
+fn link(pipeline: &gst::Pipeline, chain: &[gst::Element]) -> Result<(), PipelineError> {
+    pipeline
+        .add_many(chain)
+        .map_err(|e| PipelineError::Build(e.to_string()))?;
+    gst::Element::link_many(chain).map_err(|e| PipelineError::Build(format!("link: {e}")))
+}
+
+fn appsrc(caps: gst::Caps) -> Result<AppSrc, PipelineError> {
+    let src = AppSrc::builder()
+        .caps(&caps)
+        .format(gst::Format::Time)
+        .is_live(true)
+        .max_bytes(APPSRC_MAX_BYTES)
+        .build();
+    // Never block the ingest: a full queue drops its oldest buffers.
+    src.set_property_from_str("leaky-type", "downstream");
+    Ok(src)
+}
+
+fn cmafmux(plan: &Plan) -> Result<gst::Element, PipelineError> {
+    let mux = make("cmafmux")?;
+    mux.set_property(
+        "fragment-duration",
+        gst::ClockTime::from_nseconds(plan.segment.as_nanos() as u64),
+    );
+    mux.set_property(
+        "chunk-duration",
+        gst::ClockTime::from_nseconds(plan.part.as_nanos() as u64),
+    );
+    Ok(mux)
+}
+
+/// Builds the pipeline (state NULL) and installs the plan's renditions in the package.
+pub fn build(
+    plan: &Plan,
+    package: Arc<crate::package::Package>,
+    status: SharedStatus,
+    speed: Arc<Mutex<SpeedWindow>>,
+) -> Result<Built, PipelineError> {
+    let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
+    let renditions = plan.renditions();
+    let names: Vec<String> = renditions.iter().map(|r| r.name.clone()).collect();
+    package.update(|p| {
+        p.config.segment = plan.segment;
+        p.config.part = plan.part;
+        install_renditions(p, renditions);
+    });
+    // Metrics follow the first rendition (the top video rung, or audio).
+    let meter = Some((speed, status));
+
+    let mut video_src = None;
+    if let Some(v) = &plan.video {
+        let src = appsrc(h264_caps(v))?;
+        let head = [
+            src.clone().upcast::<gst::Element>(),
+            make("h264parse")?,
+            make("avdec_h264")?,
+            make("videoconvert")?,
+            make("videorate")?,
+            capsfilter(
+                gst::Caps::builder("video/x-raw")
+                    .field("format", "I420")
+                    .field("framerate", gst::Fraction::new(plan.fps as i32, 1))
+                    .build(),
+            )?,
+            make("tee")?,
+        ];
+        link(&pipeline, &head)?;
+        let tee = head.last().expect("tee").clone();
+        for (i, rung) in plan.video_rungs.iter().enumerate() {
+            let queue = make("queue")?;
+            // Bounded by time, not leaky: dropping in one branch only would misalign segments.
+            queue.set_property("max-size-buffers", 0u32);
+            queue.set_property("max-size-bytes", 0u32);
+            queue.set_property("max-size-time", 2_000_000_000u64);
+            let enc = make("x264enc")?;
+            enc.set_property("bitrate", rung.kbps);
+            enc.set_property_from_str("tune", "zerolatency");
+            enc.set_property_from_str("speed-preset", X264_PRESET);
+            // Keyframes come from cmafmux's force-keyunit requests at fragment starts; the GOP cap
+            // is only a fallback, and scene cuts must not add keyframes in one rung only.
+            enc.set_property(
+                "key-int-max",
+                plan.fps * plan.segment.as_secs().max(1) as u32 * 2,
+            );
+            enc.set_property("option-string", "scenecut=0");
+            let sink = sink::appsink(
+                package.clone(),
+                i,
+                plan.wall_base,
+                if i == 0 { meter.clone() } else { None },
+            );
+            let chain = [
+                queue,
+                make("videoscale")?,
+                capsfilter(
+                    gst::Caps::builder("video/x-raw")
+                        .field("width", rung.width as i32)
+                        .field("height", rung.height as i32)
+                        .field("pixel-aspect-ratio", gst::Fraction::new(1, 1))
+                        .build(),
+                )?,
+                enc,
+                capsfilter(
+                    gst::Caps::builder("video/x-h264")
+                        .field("profile", "high")
+                        .build(),
+                )?,
+                make("h264parse")?,
+                cmafmux(plan)?,
+                sink.upcast(),
+            ];
+            link(&pipeline, &chain)?;
+            tee.link(&chain[0])
+                .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
+        }
+        video_src = Some(src);
+    }
+
+    let mut audio_src = None;
+    if let Some(a) = &plan.audio {
+        let src = appsrc(aac_caps(a))?;
+        let enc = make("avenc_aac")?;
+        enc.set_property(
+            "bitrate",
+            i32::try_from(plan.audio_kbps * 1000).unwrap_or(128_000),
+        );
+        let index = names.len() - 1;
+        let sink = sink::appsink(
+            package.clone(),
+            index,
+            plan.wall_base,
+            if plan.video.is_none() { meter } else { None },
+        );
+        let chain = [
+            src.clone().upcast::<gst::Element>(),
+            make("aacparse")?,
+            make("avdec_aac")?,
+            make("audioconvert")?,
+            make("audioresample")?,
+            capsfilter(
+                gst::Caps::builder("audio/x-raw")
+                    .field("rate", AUDIO_RATE)
+                    .field("channels", AUDIO_CHANNELS)
+                    .build(),
+            )?,
+            enc,
+            cmafmux(plan)?,
+            sink.upcast(),
+        ];
+        link(&pipeline, &chain)?;
+        audio_src = Some(src);
+    }
+    Ok(Built {
+        pipeline,
+        video_src,
+        audio_src,
+    })
+}
+
+/// Puts the new epoch's renditions in the package. A rendition that existed before keeps its
+/// segments and numbering (its next segment carries EXT-X-DISCONTINUITY); a new one starts after
+/// the highest sequence number any rendition used, so numbers never go back.
+fn install_renditions(p: &mut crate::package::StreamPackage, fresh: Vec<Rendition>) {
+    let next = p.renditions.iter().map(|r| r.next_msn()).max().unwrap_or(0);
+    let mut old = std::mem::take(&mut p.renditions);
+    for mut r in fresh {
+        match old.iter().position(|o| o.name == r.name) {
+            Some(i) => {
+                let mut kept = old.swap_remove(i);
+                kept.kind = r.kind;
+                kept.nominal_bitrate = r.nominal_bitrate;
+                if next > 0 {
+                    kept.continue_after(next - 1);
+                }
+                p.renditions.push(kept);
+            }
+            None => {
+                if next > 0 {
+                    r.continue_after(next - 1);
+                    r.mark_discontinuity();
+                }
+                p.renditions.push(r);
+            }
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! One GStreamer pipeline per live stream: `media` frames in through appsrc, decoded once,
+//! scaled once per rung, x264/AAC encoded, CMAF-muxed (`cmafmux` chunks = LL-HLS parts) and
+//! handed to the stream's [`Package`] from appsink callbacks. A failing pipeline ends only its
+//! own stream.
+
+mod build;
+mod ladder;
+mod sink;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use tokio::sync::mpsc;
+
+use crate::media::{AacConfig, Frame, H264Config, MediaMessage, TrackKind};
+use crate::package::Package;
+use crate::registry::{LiveStatus, SharedStatus};
+pub use ladder::{Ladder, Rung};
+
+/// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate.
+/// An encoder that sends only one kind of track starts after this much media.
+const PROBE_MEDIA: Duration = Duration::from_millis(1000);
+/// Frames held while probing; more means the source is broken.
+const MAX_PROBE_FRAMES: usize = 2000;
+/// No usable media within this time after publish → the stream ends.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a drained pipeline may take to flush its last parts at the end.
+const EOS_TIMEOUT: Duration = Duration::from_secs(5);
+/// appsrc queue bound: past it the oldest buffers are dropped (the ingest never blocks).
+const APPSRC_MAX_BYTES: u64 = 32 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("GStreamer initialisation: {0}")]
+    Init(String),
+    #[error("cannot build the pipeline: {0}")]
+    Build(String),
+    #[error("pipeline state change failed: {0}")]
+    State(String),
+    #[error("pipeline error from {source_name}: {message}")]
+    Runtime {
+        source_name: String,
+        message: String,
+    },
+    #[error("no usable media within {0:?}")]
+    NoMedia(Duration),
+}
+
+/// Initialises GStreamer and registers the statically linked `cmafmux` once per process.
+pub fn init() -> Result<(), PipelineError> {
+    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        gst::init().map_err(|e| e.to_string())?;
+        gstfmp4::plugin_register_static().map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(PipelineError::Init)
+}
+
+/// What the first second of media told us.
+struct Probe {
+    video: Option<H264Config>,
+    audio: Option<AacConfig>,
+    frames: Vec<Frame>,
+    /// Measured source frame rate.
+    fps: Option<f64>,
+}
+
+async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, PipelineError> {
+    let mut p = Probe {
+        video: None,
+        audio: None,
+        frames: Vec::new(),
+        fps: None,
+    };
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut seen_keyframe = false;
+    loop {
+        let span = p
+            .frames
+            .first()
+            .zip(p.frames.last())
+            .map(|(a, b)| Duration::from_nanos(b.dts.saturating_sub(a.dts)));
+        let both = p.video.is_some() && p.audio.is_some() && seen_keyframe;
+        let video_frames = p
+            .frames
+            .iter()
+            .filter(|f| f.track == TrackKind::Video)
+            .count();
+        if (both && video_frames >= 12) || span.is_some_and(|s| s >= PROBE_MEDIA) {
+            break;
+        }
+        if p.frames.len() >= MAX_PROBE_FRAMES {
+            break;
+        }
+        let msg = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(None), // publisher left before anything usable
+            Err(_) => return Err(PipelineError::NoMedia(START_TIMEOUT)),
+        };
+        match msg {
+            MediaMessage::VideoConfig(c) => p.video = Some(c),
+            MediaMessage::AudioConfig(c) => p.audio = Some(c),
+            MediaMessage::Frame(f) => {
+                // Video starts at a keyframe, so the decoder never sees a headless GOP.
+                if f.track == TrackKind::Video {
+                    if !seen_keyframe && !f.keyframe {
+                        continue;
+                    }
+                    seen_keyframe = true;
+                }
+                p.frames.push(f);
+            }
+        }
+    }
+    if p.video.is_none() && p.audio.is_none() {
+        return Err(PipelineError::NoMedia(START_TIMEOUT));
+    }
+    if p.video.is_none() {
+        p.frames.retain(|f| f.track == TrackKind::Audio);
+    }
+    if p.audio.is_none() {
+        p.frames.retain(|f| f.track == TrackKind::Video);
+    }
+    p.fps = measure_fps(
+        p.frames
+            .iter()
+            .filter(|f| f.track == TrackKind::Video)
+            .map(|f| f.dts),
+    );
+    Ok(Some(p))
+}
+
+/// Frames per second from decode timestamps (ns): the median interval, robust to jitter.
+pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
+    let times: Vec<u64> = dts.collect();
+    let mut gaps: Vec<u64> = times
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .filter(|&g| g > 0)
+        .collect();
+    if gaps.len() < 3 {
+        return None;
+    }
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2] as f64;
+    Some(1e9 / median)
+}
+
+/// Runs the stream's pipeline until the publisher leaves (the channel closes) or it fails.
+pub async fn run(
+    stream_id: i64,
+    ladder: Ladder,
+    package: Arc<Package>,
+    status: SharedStatus,
+    mut rx: mpsc::Receiver<MediaMessage>,
+) -> Result<(), PipelineError> {
+    let Some(probe) = probe(&mut rx).await? else {
+        return Ok(());
+    };
+    init()?;
+    let plan = build::Plan::new(
+        stream_id,
+        &ladder,
+        probe.video.as_ref(),
+        probe.audio.as_ref(),
+        probe.fps,
+        package.read(|p| p.config),
+    );
+    {
+        let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+        *s = LiveStatus {
+            live: true,
+            transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
+            frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
+            video_width: probe.video.as_ref().map(|v| v.width),
+            video_height: probe.video.as_ref().map(|v| v.height),
+            ..LiveStatus::default()
+        };
+    }
+    let metrics = Arc::new(Mutex::new(sink::SpeedWindow::default()));
+    let built = {
+        let package = package.clone();
+        let status = status.clone();
+        let metrics = metrics.clone();
+        let plan = plan.clone();
+        tokio::task::spawn_blocking(move || build::build(&plan, package, status, metrics))
+            .await
+            .map_err(|e| PipelineError::Build(e.to_string()))??
+    };
+    tracing::info!(
+        stream = stream_id,
+        renditions = ?plan.rendition_names(),
+        fps = plan.fps,
+        part_ms = plan.part.as_millis() as u64,
+        "pipeline starting"
+    );
+    let pipeline = built.pipeline.clone();
+    let bus_rx = watch_bus(&pipeline);
+    set_state(&pipeline, gst::State::Playing).await?;
+
+    let mut pusher = Pusher {
+        video: built.video_src.clone(),
+        audio: built.audio_src.clone(),
+        base: probe.frames.iter().map(|f| f.dts).min().unwrap_or(0),
+        fps_window: VecDeque::new(),
+        status: status.clone(),
+    };
+    for f in probe.frames {
+        pusher.push(f);
+    }
+    let result = pump(&mut rx, &mut pusher, bus_rx).await;
+    // Drain: the last parts are flushed by EOS before the pipeline stops.
+    for src in [&built.video_src, &built.audio_src].into_iter().flatten() {
+        let _ = src.end_of_stream();
+    }
+    let bus = pipeline.bus().expect("pipelines have a bus");
+    let _ = tokio::task::spawn_blocking(move || {
+        bus.timed_pop_filtered(
+            gst::ClockTime::from_nseconds(EOS_TIMEOUT.as_nanos() as u64),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+    })
+    .await;
+    set_state(&pipeline, gst::State::Null).await?;
+    tracing::info!(stream = stream_id, "pipeline stopped");
+    result
+}
+
+async fn pump(
+    rx: &mut mpsc::Receiver<MediaMessage>,
+    pusher: &mut Pusher,
+    mut bus_rx: mpsc::Receiver<PipelineError>,
+) -> Result<(), PipelineError> {
+    loop {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(MediaMessage::Frame(f)) => pusher.push(f),
+                Some(MediaMessage::VideoConfig(c)) => pusher.video_config(&c),
+                Some(MediaMessage::AudioConfig(c)) => pusher.audio_config(&c),
+                None => return Ok(()),
+            },
+            err = bus_rx.recv() => if let Some(e) = err { return Err(e) },
+        }
+    }
+}
+
+struct Pusher {
+    video: Option<gstreamer_app::AppSrc>,
+    audio: Option<gstreamer_app::AppSrc>,
+    /// Subtracted from every timestamp so the pipeline's running time starts at 0.
+    base: u64,
+    fps_window: VecDeque<u64>,
+    status: SharedStatus,
+}
+
+impl Pusher {
+    fn push(&mut self, f: Frame) {
+        if f.track == TrackKind::Video && self.video.is_some() {
+            self.measure(f.dts);
+        }
+        let src = match f.track {
+            TrackKind::Video => self.video.as_ref(),
+            TrackKind::Audio => self.audio.as_ref(),
+        };
+        let Some(src) = src else { return };
+        let dts = f.dts.saturating_sub(self.base);
+        let pts = f.pts.saturating_sub(self.base).max(dts);
+        let mut buffer = gst::Buffer::from_slice(f.data);
+        {
+            let b = buffer.get_mut().expect("fresh buffer is writable");
+            b.set_pts(gst::ClockTime::from_nseconds(pts));
+            b.set_dts(gst::ClockTime::from_nseconds(dts));
+            if !f.keyframe {
+                b.set_flags(gst::BufferFlags::DELTA_UNIT);
+            }
+        }
+        // Errors here mean the pipeline is flushing or gone; the bus reports why.
+        let _ = src.push_buffer(buffer);
+    }
+
+    /// Source frame rate over the last ~2 s, published as `frame_rate`.
+    fn measure(&mut self, dts: u64) {
+        self.fps_window.push_back(dts);
+        while self.fps_window.len() > 2
+            && dts.saturating_sub(*self.fps_window.front().expect("non-empty")) > 2_000_000_000
+        {
+            self.fps_window.pop_front();
+        }
+        if self.fps_window.len() % 15 == 0 {
+            if let Some(fps) = measure_fps(self.fps_window.iter().copied()) {
+                let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                s.frame_rate = Some((fps * 100.0).round() / 100.0);
+            }
+        }
+    }
+
+    fn video_config(&mut self, c: &H264Config) {
+        if let Some(src) = &self.video {
+            src.set_caps(Some(&build::h264_caps(c)));
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            s.video_width = Some(c.width);
+            s.video_height = Some(c.height);
+        }
+    }
+
+    fn audio_config(&mut self, c: &AacConfig) {
+        if let Some(src) = &self.audio {
+            src.set_caps(Some(&build::aac_caps(c)));
+        }
+    }
+}
+
+/// Forwards pipeline errors from a blocking bus reader to the async side.
+fn watch_bus(pipeline: &gst::Pipeline) -> mpsc::Receiver<PipelineError> {
+    let (tx, rx) = mpsc::channel(4);
+    let bus = pipeline.bus().expect("pipelines have a bus");
+    let weak = pipeline.downgrade();
+    std::thread::Builder::new()
+        .name("gst-bus".into())
+        .spawn(move || loop {
+            if weak.upgrade().is_none() || tx.is_closed() {
+                return;
+            }
+            let Some(msg) = bus.timed_pop_filtered(
+                gst::ClockTime::from_mseconds(200),
+                &[gst::MessageType::Error, gst::MessageType::Warning],
+            ) else {
+                continue;
+            };
+            match msg.view() {
+                gst::MessageView::Error(e) => {
+                    let err = PipelineError::Runtime {
+                        source_name: msg
+                            .src()
+                            .map(|s| s.path_string().to_string())
+                            .unwrap_or_default(),
+                        message: format!("{} ({:?})", e.error(), e.debug()),
+                    };
+                    let _ = tx.blocking_send(err);
+                    return;
+                }
+                gst::MessageView::Warning(w) => {
+                    tracing::warn!(error = %w.error(), debug = ?w.debug(), "pipeline warning");
+                }
+                _ => {}
+            }
+        })
+        .expect("spawning a thread");
+    rx
+}
+
+async fn set_state(pipeline: &gst::Pipeline, state: gst::State) -> Result<(), PipelineError> {
+    let p = pipeline.clone();
+    tokio::task::spawn_blocking(move || p.set_state(state))
+        .await
+        .map_err(|e| PipelineError::State(e.to_string()))?
+        .map(|_| ())
+        .map_err(|e| PipelineError::State(format!("{state:?}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fps_from_rtmp_millisecond_timestamps() {
+        // 30 fps as RTMP carries it: 33/34 ms steps.
+        let dts = (0..30u64).map(|i| (i * 1000 / 30) * 1_000_000);
+        let fps = measure_fps(dts).unwrap();
+        assert!((fps - 30.3).abs() < 0.5, "{fps}");
+        assert_eq!(measure_fps([0u64, 1].into_iter()), None);
+    }
+}

@@ -1,0 +1,441 @@
+//! Media delivery over HTTP: LL-HLS playlists (with blocking reload), init segments, parts and
+//! segments from the registry's packages; CORS for browsers, byte ranges, cache headers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::package::hls::{self, Readiness};
+use crate::package::{Package, StreamPackage};
+use crate::registry::Registry;
+use crate::server::{empty, full, Body};
+
+pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
+/// Parts and segments never change once published (sequence numbers are never reused).
+const IMMUTABLE: &str = "public, max-age=86400, immutable";
+/// Playlists change with every part; a blocking request's answer is fresh by construction.
+const PLAYLIST_CACHE: &str = "no-cache";
+/// Longest rendition name accepted in a path; real ones are like `1080p` or `audio`.
+const MAX_NAME: usize = 32;
+
+/// Paths this module answers (after the method check).
+pub fn owns(path: &str) -> bool {
+    path.starts_with("/cmaf/")
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Master,
+    Playlist(String),
+    Init(String, u32),
+    Segment(String, u64),
+    Part(String, u64, usize),
+}
+
+/// `/cmaf/{id}/…` → (id, target). Anything else, including any `..` or percent-escape, is not a
+/// resource: names are matched exactly, never used as file paths.
+fn parse_path(path: &str) -> Option<(i64, Target)> {
+    let rest = path.strip_prefix("/cmaf/")?;
+    let mut parts = rest.split('/');
+    let id = parts.next()?;
+    if id.is_empty()
+        || id.len() > 18
+        || id.starts_with('0')
+        || !id.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let id: i64 = id.parse().ok()?;
+    let a = parts.next()?;
+    let b = parts.next();
+    if parts.next().is_some() {
+        return None;
+    }
+    let target = match (a, b) {
+        ("master.m3u8", None) => Target::Master,
+        (name, Some(file)) => {
+            let valid = !name.is_empty()
+                && name.len() <= MAX_NAME
+                && name.bytes().all(|c| c.is_ascii_alphanumeric());
+            if !valid {
+                return None;
+            }
+            let name = name.to_owned();
+            if file == "index.m3u8" {
+                Target::Playlist(name)
+            } else if let Some(v) = file
+                .strip_prefix("init_")
+                .and_then(|f| f.strip_suffix(".mp4"))
+            {
+                Target::Init(name, number(v)?)
+            } else if let Some(n) = file
+                .strip_prefix("seg_")
+                .and_then(|f| f.strip_suffix(".m4s"))
+            {
+                Target::Segment(name, number(n)?)
+            } else if let Some(p) = file
+                .strip_prefix("part_")
+                .and_then(|f| f.strip_suffix(".m4s"))
+            {
+                let (msn, idx) = p.split_once('_')?;
+                Target::Part(name, number(msn)?, number(idx)?)
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    };
+    Some((id, target))
+}
+
+/// Decimal without sign or leading zeros (so each resource has exactly one name).
+fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty()
+        || s.len() > 20
+        || (s.len() > 1 && s.starts_with('0'))
+        || !s.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn with_common(mut resp: Response<Body>) -> Response<Body> {
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Content-Length, Content-Range, Accept-Ranges"),
+    );
+    resp
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    with_common(
+        Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .header(header::CACHE_CONTROL, "no-store")
+            .body(full(Bytes::from_static(text.as_bytes())))
+            .expect("static response"),
+    )
+}
+
+fn not_found() -> Response<Body> {
+    plain(StatusCode::NOT_FOUND, "not found\n")
+}
+
+pub async fn handle(
+    registry: Arc<Registry>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    if req.method() == Method::OPTIONS {
+        // CORS preflight: any origin may read the media.
+        return with_common(
+            Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .header(header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, OPTIONS")
+                .header(header::ACCESS_CONTROL_ALLOW_HEADERS, "Range")
+                .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
+                .body(empty())
+                .expect("static response"),
+        );
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut resp = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        resp.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, OPTIONS"),
+        );
+        return resp;
+    }
+    let head = req.method() == Method::HEAD;
+    let Some((id, target)) = parse_path(req.uri().path()) else {
+        return not_found();
+    };
+    // Unknown or not-live streams cost a map lookup and nothing else.
+    let Some(package) = registry.package(id) else {
+        return not_found();
+    };
+    let range = req.headers().get(header::RANGE).cloned();
+    let resp = match target {
+        Target::Master => master(&package).await,
+        Target::Playlist(name) => playlist(&package, &name, req.uri().query()).await,
+        Target::Init(name, v) => {
+            let init = package.read(|p| p.rendition(&name).and_then(|r| r.init(v).cloned()));
+            media_body(
+                init,
+                mp4_type(&package, &name),
+                "public, max-age=60",
+                range.as_ref(),
+            )
+        }
+        Target::Segment(name, msn) => {
+            let data = package
+                .wait_for(timeout(&package), |p| {
+                    let r = p.rendition(&name)?;
+                    match r.segment(msn) {
+                        Some(s) if s.complete => Some(Some(s.data())),
+                        Some(_) => None, // still being produced
+                        None => Some(None),
+                    }
+                })
+                .await
+                .flatten();
+            media_body(data, "video/iso.segment", IMMUTABLE, range.as_ref())
+        }
+        Target::Part(name, msn, idx) => part(&package, &name, msn, idx)
+            .await
+            .map_or_else(not_found, |data| {
+                media_body(Some(data), "video/iso.segment", IMMUTABLE, range.as_ref())
+            }),
+    };
+    if head {
+        let (parts, _) = resp.into_parts();
+        return Response::from_parts(parts, empty());
+    }
+    resp
+}
+
+fn mp4_type(package: &Package, name: &str) -> &'static str {
+    let audio = package.read(|p| {
+        p.rendition(name)
+            .is_some_and(|r| matches!(r.kind, crate::package::RenditionKind::Audio { .. }))
+    });
+    if audio {
+        "audio/mp4"
+    } else {
+        "video/mp4"
+    }
+}
+
+fn playlist_response(text: String) -> Response<Body> {
+    with_common(
+        Response::builder()
+            .header(header::CONTENT_TYPE, PLAYLIST_TYPE)
+            .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
+            .body(full(text))
+            .expect("valid response"),
+    )
+}
+
+async fn master(package: &Package) -> Response<Body> {
+    // A player that opens the stream right at publish waits for the first parts instead of
+    // getting an empty ladder.
+    let timeout = timeout(package);
+    match package
+        .wait_for(timeout, |p| p.ready().then(|| hls::render_master(p)))
+        .await
+    {
+        Some(text) => playlist_response(text),
+        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+    }
+}
+
+async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Response<Body> {
+    let q = match hls::parse_query(query) {
+        Ok(q) => q,
+        Err(hls::BadRequest(reason)) => {
+            let _ = reason;
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "invalid LL-HLS delivery directive\n",
+            );
+        }
+    };
+    if package.read(|p| p.rendition(name).is_none()) {
+        return not_found();
+    }
+    let render = |p: &StreamPackage| -> Option<Result<String, StatusCode>> {
+        let r = p.rendition(name)?;
+        let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
+        match hls::readiness(r, p.ended, &q, pps.max(1)) {
+            Readiness::Ready => Some(Ok(hls::render_media(
+                p,
+                r,
+                q.skip,
+                p.ended && p.endlist_tag,
+            ))),
+            Readiness::Wait => None,
+            Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
+        }
+    };
+    match package.wait_for(timeout(package), render).await {
+        Some(Ok(text)) => playlist_response(text),
+        Some(Err(_)) => plain(
+            StatusCode::BAD_REQUEST,
+            "_HLS_msn/_HLS_part beyond the live edge\n",
+        ),
+        // §6.2.5.2: a request held longer than three target durations gets 503.
+        None => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the requested part did not appear in time\n",
+        ),
+    }
+}
+
+/// A part, waiting for it when it is the next one to be produced (the preload hint).
+async fn part(package: &Package, name: &str, msn: u64, idx: usize) -> Option<Bytes> {
+    let timeout = timeout(package);
+    package
+        .wait_for(timeout, |p| {
+            let r = p.rendition(name)?;
+            if let Some(part) = r.segment(msn).and_then(|s| s.parts.get(idx)) {
+                return Some(Some(part.data.clone()));
+            }
+            let (last_msn, last_idx) = r.last_part()?;
+            let upcoming =
+                (msn == last_msn && idx == last_idx + 1) || (msn == last_msn + 1 && idx == 0);
+            if upcoming && !p.ended {
+                None
+            } else {
+                Some(None)
+            }
+        })
+        .await
+        .flatten()
+}
+
+/// Serves bytes with an optional single `Range` (RFC 9110 §14): 206 for a satisfiable range,
+/// 416 otherwise; anything we cannot parse is ignored (200 with the whole body).
+fn media_body(
+    data: Option<Bytes>,
+    content_type: &'static str,
+    cache: &'static str,
+    range: Option<&HeaderValue>,
+) -> Response<Body> {
+    let Some(data) = data else {
+        return not_found();
+    };
+    let len = data.len() as u64;
+    let builder = Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, cache)
+        .header(header::ACCEPT_RANGES, "bytes");
+    let resp = match range
+        .and_then(|r| r.to_str().ok())
+        .map(|r| parse_range(r, len))
+    {
+        Some(RangeSpec::Satisfiable(start, end)) => builder
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(header::CONTENT_RANGE, format!("bytes {start}-{end}/{len}"))
+            .body(full(data.slice(start as usize..=end as usize))),
+        Some(RangeSpec::Unsatisfiable) => builder
+            .status(StatusCode::RANGE_NOT_SATISFIABLE)
+            .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+            .body(empty()),
+        Some(RangeSpec::Ignore) | None => builder.body(full(data)),
+    };
+    with_common(resp.expect("valid response"))
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum RangeSpec {
+    Satisfiable(u64, u64),
+    Unsatisfiable,
+    Ignore,
+}
+
+fn parse_range(value: &str, len: u64) -> RangeSpec {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return RangeSpec::Ignore;
+    };
+    if spec.contains(',') {
+        return RangeSpec::Ignore; // multipart ranges: the whole body is a valid answer
+    }
+    let Some((a, b)) = spec.split_once('-') else {
+        return RangeSpec::Ignore;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    let parsed = match (a.is_empty(), b.is_empty()) {
+        (false, _) => {
+            let Ok(start) = a.parse::<u64>() else {
+                return RangeSpec::Ignore;
+            };
+            let end = if b.is_empty() {
+                Some(len.saturating_sub(1))
+            } else {
+                match b.parse::<u64>() {
+                    Ok(e) if e >= start => Some(e.min(len.saturating_sub(1))),
+                    _ => return RangeSpec::Ignore,
+                }
+            };
+            (start < len).then_some((start, end.unwrap_or(0)))
+        }
+        (true, false) => {
+            let Ok(n) = b.parse::<u64>() else {
+                return RangeSpec::Ignore;
+            };
+            (n > 0 && len > 0).then(|| (len.saturating_sub(n), len - 1))
+        }
+        (true, true) => return RangeSpec::Ignore,
+    };
+    match parsed {
+        Some((s, e)) => RangeSpec::Satisfiable(s, e),
+        None => RangeSpec::Unsatisfiable,
+    }
+}
+
+/// How long a blocking request may be held: three target durations (§6.2.5.2).
+fn timeout(package: &Package) -> Duration {
+    package.read(hls::block_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(parse_path("/cmaf/7/master.m3u8"), Some((7, Target::Master)));
+        assert_eq!(
+            parse_path("/cmaf/7/720p/part_12_3.m4s"),
+            Some((7, Target::Part("720p".into(), 12, 3)))
+        );
+        assert_eq!(
+            parse_path("/cmaf/7/audio/init_0.mp4"),
+            Some((7, Target::Init("audio".into(), 0)))
+        );
+        for bad in [
+            "/cmaf/07/master.m3u8",
+            "/cmaf/7/../master.m3u8",
+            "/cmaf/7/%2e%2e/index.m3u8",
+            "/cmaf/7/720p/../../x",
+            "/cmaf/7/720p/seg_01.m4s",
+            "/cmaf/7/720p/seg_1.m4s/x",
+            "/cmaf/7/720p/part_1.m4s",
+            "/cmaf/7/72 0p/index.m3u8",
+            "/cmaf/7/720p/seg_18446744073709551616.m4s",
+            "/cmaf//master.m3u8",
+        ] {
+            assert_eq!(parse_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), RangeSpec::Satisfiable(0, 9));
+        assert_eq!(
+            parse_range("bytes=90-", 100),
+            RangeSpec::Satisfiable(90, 99)
+        );
+        assert_eq!(
+            parse_range("bytes=-10", 100),
+            RangeSpec::Satisfiable(90, 99)
+        );
+        assert_eq!(
+            parse_range("bytes=50-500", 100),
+            RangeSpec::Satisfiable(50, 99)
+        );
+        assert_eq!(parse_range("bytes=100-", 100), RangeSpec::Unsatisfiable);
+        assert_eq!(parse_range("bytes=5-1", 100), RangeSpec::Ignore);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), RangeSpec::Ignore);
+        assert_eq!(parse_range("items=0-1", 100), RangeSpec::Ignore);
+    }
+}
