@@ -31,7 +31,7 @@ impl Ladder {
                 audio_kbps: q.audio_bitrate_kbps,
             })
             .collect();
-        rungs.sort_by(|a, b| b.height.cmp(&a.height));
+        rungs.sort_by_key(|r| std::cmp::Reverse(r.height));
         Ladder { rungs }
     }
 

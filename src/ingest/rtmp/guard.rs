@@ -344,7 +344,7 @@ mod tests {
 
     #[test]
     fn refuses_deep_nesting_and_short_commands() {
-        let deep = [vec![0x0a, 0, 0, 0, 1].repeat(5000), vec![5]].concat();
+        let deep = [[0x0a, 0, 0, 0, 1].repeat(5000), vec![5]].concat();
         let mut g = ChunkGuard::new();
         let mut set_size = header0(2, 4, MSG_SET_CHUNK_SIZE);
         set_size.extend_from_slice(&65_535u32.to_be_bytes());

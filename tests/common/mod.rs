@@ -1,5 +1,6 @@
-//! Test harness: runs the real `livepack` binary on 127.0.0.1 with ephemeral ports and a
-//! temporary data dir, and talks to it over real HTTP.
+//! Test harness shared by the end-to-end suites: runs the real `livepack` binary on 127.0.0.1
+//! with ephemeral ports and a temporary data dir, and talks to it over real HTTP.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ pub struct Daemon {
     pub base: String,
     pub key: String,
     pub banner: Vec<String>,
+    pub rtmp: String,
+    pub rtmps: String,
     client: reqwest::Client,
 }
 
@@ -118,8 +121,12 @@ impl Daemon {
             .map(|(_, v)| v.split(',').next().unwrap().trim().to_owned())
             .or_else(|| value("api_key"))
             .unwrap();
+        let rtmp = value("rtmp").expect("rtmp line");
+        let rtmps = value("rtmps").expect("rtmps line");
         Daemon {
             child,
+            rtmp,
+            rtmps,
             base,
             key,
             banner,
@@ -226,7 +233,6 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-#[allow(dead_code)]
 pub fn data_dir(dir: &Path) -> PathBuf {
     dir.join("data")
 }

@@ -1,0 +1,520 @@
+//! End to end: ffmpeg pushes fixtures over RTMP/RTMPS into the real daemon; ffprobe and an
+//! independent m3u8 parser read the LL-HLS output; refusals leave nothing behind.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use common::{tempdir, Daemon, KEY};
+
+/// Transcoding tests share two cores: one at a time keeps each in real time. An async lock, so
+/// a waiting test does not block its runtime (and its HTTP client's connection pool).
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
+}
+
+fn fixture(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("fixtures").join(name);
+    if !path.exists() {
+        let ok = Command::new(root.join("scripts/make-fixtures"))
+            .status()
+            .unwrap();
+        assert!(ok.success(), "scripts/make-fixtures failed");
+    }
+    path
+}
+
+/// ffmpeg publishing a fixture in real time, `loops` extra times.
+fn push(url: &str, fixture_name: &str, loops: u32) -> Child {
+    Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
+        .arg(loops.to_string())
+        .arg("-i")
+        .arg(fixture(fixture_name))
+        .args(["-c", "copy", "-f", "flv"])
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ffmpeg")
+}
+
+/// Waits (bounded) for an ffmpeg to exit; returns its success and stderr.
+async fn finish(mut child: Child, within: Duration) -> (bool, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            return (status.success(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (false, "timed out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn record(d: &Daemon, id: i64) -> Value {
+    d.get(&format!("/streaming/streams/{id}")).await.body
+}
+
+/// Polls the record until `pred` holds (bounded).
+async fn wait_record(
+    d: &Daemon,
+    id: i64,
+    within: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = record(d, id).await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "record never reached the state: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create(d: &Daemon, body: Value) -> Value {
+    let r = d.post("/streaming/streams", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r.body
+}
+
+async fn text(url: &str) -> (StatusCode, String) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+fn ffprobe(url: &str) -> Value {
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-rw_timeout",
+            "15000000",
+            "-show_streams",
+            "-show_format",
+            "-of",
+            "json",
+        ])
+        .arg(url)
+        .output()
+        .expect("ffprobe");
+    assert!(
+        out.status.success(),
+        "ffprobe {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until every media playlist behind `master_url` lists `n` complete segments: a classic
+/// (non-LL) client like ffprobe ignores parts and needs whole segments.
+async fn wait_segments(master_url: &str, n: usize) {
+    let base = master_url.trim_end_matches("master.m3u8").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, master) = text(master_url).await;
+        let uris: Vec<String> = master
+            .lines()
+            .filter_map(|l| {
+                l.strip_suffix("index.m3u8\"")
+                    .and_then(|l| l.rsplit_once("URI=\""))
+                    .map(|(_, u)| format!("{u}index.m3u8"))
+                    .or_else(|| (!l.starts_with('#') && !l.is_empty()).then(|| l.to_owned()))
+            })
+            .collect();
+        let mut all = !uris.is_empty();
+        for uri in &uris {
+            let (_, t) = text(&format!("{base}{uri}")).await;
+            all &= t.matches("#EXTINF").count() >= n;
+        }
+        if all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "playlists never held {n} segments:\n{master}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
+    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MediaPlaylist(p)) => p,
+        other => panic!("not a media playlist: {other:?}\n{text}"),
+    }
+}
+
+#[tokio::test]
+async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+        ],
+    );
+    let rec = create(&d, json!({"name": "spine"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 1);
+
+    let live = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    assert_eq!(live["video_width"], 1280);
+    assert_eq!(live["video_height"], 720);
+    assert_eq!(
+        live["transcoded_qualities"],
+        json!(["720p", "480p", "360p"])
+    );
+    let fps = live["frame_rate"].as_f64().unwrap();
+    assert!((29.0..31.5).contains(&fps), "frame_rate {fps}");
+    assert!(live["started_at_primary"].is_string());
+    assert!(live["finished_at_primary"].is_null());
+
+    // The master playlist, read by an independent parser.
+    let master_url = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
+    let (status, master_text) = text(&master_url).await;
+    assert_eq!(status, StatusCode::OK);
+    let master = match m3u8_rs::parse_playlist_res(master_text.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
+        other => panic!("not a master playlist: {other:?}"),
+    };
+    assert!(master.independent_segments);
+    let heights: Vec<u64> = master
+        .variants
+        .iter()
+        .map(|v| v.resolution.unwrap().height)
+        .collect();
+    assert_eq!(heights, [720, 480, 360]);
+    for v in &master.variants {
+        let codecs = v.codecs.as_deref().unwrap();
+        assert!(
+            codecs.starts_with("avc1.64") && codecs.ends_with(",mp4a.40.2"),
+            "{codecs}"
+        );
+        assert!(v.bandwidth > 0 && v.average_bandwidth.unwrap() > 0);
+        assert_eq!(v.audio.as_deref(), Some("aac"));
+        assert!((v.frame_rate.unwrap() - 30.0).abs() < 0.01);
+    }
+    assert_eq!(master.alternatives.len(), 1);
+    assert_eq!(
+        master.alternatives[0].media_type,
+        m3u8_rs::AlternativeMediaType::Audio
+    );
+
+    // ffprobe reads the whole ladder.
+    wait_segments(&master_url, 2).await;
+    let probe = ffprobe(&master_url);
+    let streams = probe["streams"].as_array().unwrap();
+    let mut video: Vec<(i64, i64)> = streams
+        .iter()
+        .filter(|s| s["codec_type"] == "video")
+        .map(|s| (s["width"].as_i64().unwrap(), s["height"].as_i64().unwrap()))
+        .collect();
+    video.sort();
+    video.dedup();
+    assert_eq!(video, [(640, 360), (854, 480), (1280, 720)]);
+    assert!(streams.iter().any(|s| s["codec_name"] == "aac"));
+    assert!(streams
+        .iter()
+        .filter(|s| s["codec_type"] == "video")
+        .all(|s| s["codec_name"] == "h264" && s["pix_fmt"] == "yuv420p"));
+
+    // Media playlist: LL-HLS tags, parts of 0.5 s, segments of 2 s aligned across renditions.
+    let base = master_url.trim_end_matches("master.m3u8").to_owned();
+    let (_, t720) = text(&format!("{base}720p/index.m3u8")).await;
+    for tag in [
+        "#EXT-X-VERSION:9",
+        "#EXT-X-TARGETDURATION:2",
+        "#EXT-X-PART-INF:PART-TARGET=0.500",
+        "CAN-BLOCK-RELOAD=YES",
+        "PART-HOLD-BACK=1.500",
+        "#EXT-X-PRELOAD-HINT:TYPE=PART",
+        "#EXT-X-RENDITION-REPORT:URI=\"../480p/index.m3u8\"",
+        "#EXT-X-PROGRAM-DATE-TIME:",
+        "INDEPENDENT=YES",
+    ] {
+        assert!(t720.contains(tag), "missing {tag} in\n{t720}");
+    }
+    let pl = media_playlist(&t720);
+    assert!(
+        pl.segments.iter().all(|s| (s.duration - 2.0).abs() < 0.05),
+        "{t720}"
+    );
+    let (_, t360) = text(&format!("{base}360p/index.m3u8")).await;
+    let pl360 = media_playlist(&t360);
+    assert_eq!(
+        pl.media_sequence, pl360.media_sequence,
+        "renditions share segment numbering"
+    );
+
+    // A segment (init + fragment) decodes in ffprobe with the advertised duration.
+    let seg_uri = &pl.segments.last().unwrap().uri;
+    let init = reqwest::get(format!("{base}720p/init_0.mp4"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let seg = reqwest::get(format!("{base}720p/{seg_uri}")).await.unwrap();
+    assert_eq!(seg.headers()["content-type"], "video/iso.segment");
+    assert!(seg.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
+    let seg = seg.bytes().await.unwrap();
+    let file = dir.path().join("seg.mp4");
+    std::fs::write(&file, [init.as_ref(), seg.as_ref()].concat()).unwrap();
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-count_packets",
+            "-show_entries",
+            "stream=nb_read_packets,codec_name",
+            "-of",
+            "json",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let probe: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &probe["streams"][0];
+    assert_eq!(s["codec_name"], "h264");
+    assert_eq!(
+        s["nb_read_packets"], "60",
+        "a 2 s segment at 30 fps: {probe}"
+    );
+
+    // Blocking reload: ask for the part after the live edge; it arrives within a part or two.
+    let next_msn = pl.media_sequence + pl.segments.len() as u64 + 1;
+    let t0 = Instant::now();
+    let (status, blocked) = text(&format!(
+        "{base}720p/index.m3u8?_HLS_msn={next_msn}&_HLS_part=0"
+    ))
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        blocked.contains(&format!("part_{next_msn}_0.m4s")),
+        "{blocked}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(6));
+    for bad in [
+        "_HLS_part=1",
+        "_HLS_msn=18446744073709551615",
+        "_HLS_msn=x",
+        &format!("_HLS_msn={}", next_msn + 50),
+    ] {
+        let (status, _) = text(&format!("{base}720p/index.m3u8?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    // Byte ranges and CORS on a part.
+    let part = reqwest::Client::new()
+        .get(format!("{base}720p/part_{next_msn}_0.m4s"))
+        .header("range", "bytes=0-7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(part.headers()["access-control-allow-origin"], "*");
+    let head = part.bytes().await.unwrap();
+    assert!(&head[4..8] == b"styp" || &head[4..8] == b"moof", "{head:?}");
+
+    // The publisher ends: the record goes off air; after the grace period the playlist ends.
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "ffmpeg failed: {err}");
+    let ended = wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+    assert!(ended["finished_at_primary"].is_string());
+    assert_eq!(ended["started_at_primary"], live["started_at_primary"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, t) = text(&format!("{base}720p/index.m3u8")).await;
+        if t.ends_with("#EXT-X-ENDLIST\n") {
+            assert!(!t.contains("PRELOAD-HINT"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ENDLIST after the grace period:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn rtmps_push_and_reconnect_continue_the_playlist() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(&d, json!({"name": "tls", "quality_set_id": 3})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let token = rec["token"].as_str().unwrap();
+    let url = format!("rtmps://{}/in/{id}?{token}", d.rtmps);
+    let ffmpeg = push(&url, "av-720p.flv", 0);
+    wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "rtmps push failed: {err}");
+    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+    let playlist = format!("{}/cmaf/{id}/720p/index.m3u8", d.base);
+    let (_, before) = text(&playlist).await;
+    let before = media_playlist(&before);
+    let last_before = before.media_sequence + before.segments.len() as u64 - 1;
+
+    // Back within the grace period (plain RTMP this time): same playlist, a discontinuity, and
+    // sequence numbers that only go forward.
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let (_, t) = text(&playlist).await;
+        let p = media_playlist(&t);
+        if p.segments.iter().any(|s| s.discontinuity) && !p.segments.last().unwrap().discontinuity {
+            break (t, p);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no discontinuity after reconnect:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let (t, p) = after;
+    let first_new =
+        p.segments.iter().position(|s| s.discontinuity).unwrap() as u64 + p.media_sequence;
+    assert!(
+        first_new > last_before,
+        "msn went back: {first_new} <= {last_before}\n{t}"
+    );
+    assert!(t.matches("#EXT-X-MAP").count() >= 1);
+    let _ = finish(ffmpeg, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn refused_publishes_allocate_nothing() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let ok = create(&d, json!({"name": "ok"})).await;
+    let inactive = create(&d, json!({"name": "off", "active": false})).await;
+    let pull = create(
+        &d,
+        json!({"name": "pull", "pull": true, "uri": "rtmp://127.0.0.1:9/x"}),
+    )
+    .await;
+    let id = ok["id"].as_i64().unwrap();
+    let token = ok["token"].as_str().unwrap();
+    let rtmp = &d.rtmp;
+    let cases = [
+        format!("rtmp://{rtmp}/in/999?{token}"),
+        format!("rtmp://{rtmp}/in/{id}?wrongtoken"),
+        format!("rtmp://{rtmp}/in/{id}"),
+        format!("rtmp://{rtmp}/live/{id}?{token}"),
+        format!(
+            "rtmp://{rtmp}/in/{}?{}",
+            inactive["id"],
+            inactive["token"].as_str().unwrap()
+        ),
+        format!(
+            "rtmp://{rtmp}/in/{}?{}",
+            pull["id"],
+            pull["token"].as_str().unwrap()
+        ),
+        format!("rtmp://{rtmp}/in/{id}b?{token}"),
+    ];
+    for url in &cases {
+        let t0 = Instant::now();
+        let (ok, _err) = finish(push(url, "av-720p.flv", 0), Duration::from_secs(15)).await;
+        assert!(!ok, "publish to {url} was accepted");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "refusal of {url} took {:?}",
+            t0.elapsed()
+        );
+    }
+    for rec in [&ok, &inactive, &pull] {
+        let r = record(&d, rec["id"].as_i64().unwrap()).await;
+        assert_eq!(r["live"], false);
+        assert!(r["started_at_primary"].is_null(), "{r}");
+        let (status, _) = text(rec["hls_cmaf_url"].as_str().unwrap()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    let (status, _) = text(&format!("{}/cmaf/999/master.m3u8", d.base)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A key already live is refused; the first publisher is not disturbed.
+    let _g = heavy().await;
+    let first = push(ok["push_url"].as_str().unwrap(), "audio.flv", 0);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let (second_ok, _) = finish(
+        push(ok["push_url"].as_str().unwrap(), "audio.flv", 0),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(!second_ok, "a second publisher was accepted");
+    assert_eq!(record(&d, id).await["live"], true);
+    let (first_ok, err) = finish(first, Duration::from_secs(30)).await;
+    assert!(first_ok, "the first publisher was disturbed: {err}");
+}
+
+#[tokio::test]
+async fn audio_only_and_video_only_streams() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    for (fixture_name, expect_video, expect_audio) in
+        [("audio.flv", false, true), ("video-720p.flv", true, false)]
+    {
+        let rec = create(&d, json!({"name": fixture_name, "quality_set_id": 3})).await;
+        let id = rec["id"].as_i64().unwrap();
+        let ffmpeg = push(rec["push_url"].as_str().unwrap(), fixture_name, 0);
+        let live = wait_record(&d, id, Duration::from_secs(20), |r| {
+            r["live"] == true && r["transcoding_speed"].is_number()
+        })
+        .await;
+        let (status, master) = text(rec["hls_cmaf_url"].as_str().unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{fixture_name}");
+        assert_eq!(master.contains("RESOLUTION="), expect_video, "{master}");
+        assert_eq!(master.contains("mp4a.40.2"), expect_audio, "{master}");
+        assert_eq!(live["video_height"].is_number(), expect_video);
+        wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
+        let probe = ffprobe(rec["hls_cmaf_url"].as_str().unwrap());
+        let kinds: Vec<&str> = probe["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["codec_type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds.contains(&"video"), expect_video, "{kinds:?}");
+        assert_eq!(kinds.contains(&"audio"), expect_audio, "{kinds:?}");
+        let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+        assert!(ok, "{fixture_name}: {err}");
+    }
+}
