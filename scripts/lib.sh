@@ -4,8 +4,15 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Debian packages the build and the tests need. gcc builds the bundled SQLite.
-APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3)
+# Debian packages the daemon needs to build and run: gcc builds the bundled SQLite; GStreamer
+# with its plugins does the transcoding (x264enc is in -ugly, avdec/avenc_aac in -libav).
+APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-plugins-base
+  gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
+  gstreamer1.0-libav)
+# What the tests drive the daemon with: ffmpeg/ffprobe, headless Chromium, Node.js for the
+# browser drivers.
+TEST_APT_PACKAGES=(ffmpeg chromium)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -37,6 +44,22 @@ ensure_rust() {
 ensure_deps() {
   ensure_apt "${APT_PACKAGES[@]}"
   ensure_rust
+}
+
+# Node.js and the npm packages (hls.js, playwright-core) from package-lock.json.
+ensure_node_modules() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || ensure_apt nodejs npm
+  if [ ! -d "$REPO_ROOT/node_modules/hls.js" ] || [ ! -d "$REPO_ROOT/node_modules/playwright-core" ] \
+     || [ "$REPO_ROOT/package-lock.json" -nt "$REPO_ROOT/node_modules/.package-lock.json" ]; then
+    echo "==> npm ci"
+    (cd "$REPO_ROOT" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
+ensure_test_deps() {
+  ensure_deps
+  ensure_apt "${TEST_APT_PACKAGES[@]}"
+  ensure_node_modules
 }
 
 # Python test tools live in a venv under target/, away from the system Python.

@@ -100,6 +100,7 @@ impl Running {
     /// Stops accepting, lets in-flight requests finish, and closes the store.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        self.registry.shutdown(Duration::from_secs(8)).await;
         let _ = self.http.await;
         drop(self.store);
     }

@@ -79,6 +79,9 @@ pub struct Registry {
     packaging: PackagingConfig,
     grace: Duration,
     next_session: Mutex<u64>,
+    /// Turns true at daemon shutdown: pipelines drain and stop.
+    stopping: tokio::sync::watch::Sender<bool>,
+    pipelines: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// A publisher's handle: media goes in through [`Publisher::send`]; dropping it ends the
@@ -121,7 +124,19 @@ impl Registry {
             packaging,
             grace,
             next_session: Mutex::new(1),
+            stopping: tokio::sync::watch::Sender::new(false),
+            pipelines: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Stops every pipeline (each flushes its last parts and goes to NULL), bounded in time.
+    pub async fn shutdown(&self, within: Duration) {
+        self.stopping.send_replace(true);
+        let handles = std::mem::take(&mut *lock(&self.pipelines));
+        let all = futures_join(handles);
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::warn!("pipelines still running after {within:?}; exiting anyway");
+        }
     }
 
     pub fn packaging(&self) -> PackagingConfig {
@@ -238,13 +253,17 @@ impl Registry {
         tracing::info!(stream = id, protocol, epoch, "publish started");
 
         let registry = self.clone();
-        tokio::spawn(async move {
-            let result = pipeline::run(id, ladder, package, status.clone(), rx).await;
+        let stop = self.stopping.subscribe();
+        let task = tokio::spawn(async move {
+            let result = pipeline::run(id, ladder, package, status.clone(), rx, stop).await;
             if let Err(e) = &result {
                 tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
             }
             registry.publisher_left(id, epoch);
         });
+        let mut tasks = lock(&self.pipelines);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
         Ok(Publisher {
             stream_id: id,
             tx,
@@ -308,5 +327,12 @@ impl Registry {
                 streams.remove(&id);
             }
         });
+    }
+}
+
+/// Awaits every handle (a panicked or cancelled task counts as done).
+async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
     }
 }

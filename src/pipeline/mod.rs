@@ -157,6 +157,7 @@ pub async fn run(
     package: Arc<Package>,
     status: SharedStatus,
     mut rx: mpsc::Receiver<MediaMessage>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     let Some(probe) = probe(&mut rx).await? else {
         return Ok(());
@@ -212,7 +213,7 @@ pub async fn run(
     for f in probe.frames {
         pusher.push(f);
     }
-    let result = pump(&mut rx, &mut pusher, bus_rx).await;
+    let result = pump(&mut rx, &mut pusher, bus_rx, &mut stop).await;
     // Drain: the last parts are flushed by EOS before the pipeline stops.
     for src in [&built.video_src, &built.audio_src].into_iter().flatten() {
         let _ = src.end_of_stream();
@@ -234,9 +235,11 @@ async fn pump(
     rx: &mut mpsc::Receiver<MediaMessage>,
     pusher: &mut Pusher,
     mut bus_rx: mpsc::Receiver<PipelineError>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     loop {
         tokio::select! {
+            _ = async { drop(stop.wait_for(|s| *s).await) } => return Ok(()),
             msg = rx.recv() => match msg {
                 Some(MediaMessage::Frame(f)) => pusher.push(f),
                 Some(MediaMessage::VideoConfig(c)) => pusher.video_config(&c),

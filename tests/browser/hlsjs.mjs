@@ -1,0 +1,43 @@
+// Plays an LL-HLS URL with hls.js (low-latency mode) in headless Debian Chromium and prints one
+// JSON line: playback samples (currentTime, hls.latency), fatal errors, levels seen.
+// Usage: node tests/browser/hlsjs.mjs URL SECONDS [SCREENSHOT.png]
+import { chromium } from 'playwright-core';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const [url, seconds = '15', shot] = process.argv.slice(2);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--autoplay-policy=no-user-gesture-required'],
+});
+try {
+  const page = await browser.newPage();
+  await page.setContent('<video id="v" muted autoplay playsinline width="640" height="360"></video>');
+  await page.addScriptTag({ path: path.join(root, 'node_modules/hls.js/dist/hls.min.js') });
+  const result = await page.evaluate(async ({ url, seconds }) => {
+    const v = document.getElementById('v');
+    const errors = [];
+    const hls = new Hls({ lowLatencyMode: true });
+    hls.on(Hls.Events.ERROR, (_e, d) => { if (d.fatal) errors.push(`${d.type}:${d.details}`); });
+    hls.loadSource(url);
+    hls.attachMedia(v);
+    v.play().catch(() => {});
+    const samples = [];
+    const start = performance.now();
+    while (performance.now() - start < seconds * 1000) {
+      await new Promise((r) => setTimeout(r, 500));
+      samples.push({ wall: (performance.now() - start) / 1000, t: v.currentTime,
+        latency: hls.latency, level: hls.currentLevel, partsLoaded: !!hls.latestLevelDetails?.partList });
+    }
+    return { samples, errors, levels: hls.levels.map((l) => l.height),
+      lowLatency: hls.lowLatencyMode, targetLatency: hls.targetLatency,
+      width: v.videoWidth, height: v.videoHeight, dropped: v.getVideoPlaybackQuality().droppedVideoFrames };
+  }, { url, seconds: Number(seconds) });
+  if (shot) await page.screenshot({ path: shot });
+  console.log(JSON.stringify(result));
+} finally {
+  await browser.close();
+}
