@@ -70,6 +70,8 @@ struct Entry {
     session: Option<u64>,
     /// Bumped on every publish, so a stale timer or pipeline end cannot touch a newer session.
     epoch: u64,
+    /// Tells the current pipeline to drain and stop (deactivation, deletion, shutdown).
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct Registry {
@@ -79,8 +81,6 @@ pub struct Registry {
     packaging: PackagingConfig,
     grace: Duration,
     next_session: Mutex<u64>,
-    /// Turns true at daemon shutdown: pipelines drain and stop.
-    stopping: tokio::sync::watch::Sender<bool>,
     pipelines: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -124,14 +124,15 @@ impl Registry {
             packaging,
             grace,
             next_session: Mutex::new(1),
-            stopping: tokio::sync::watch::Sender::new(false),
             pipelines: Mutex::new(Vec::new()),
         })
     }
 
     /// Stops every pipeline (each flushes its last parts and goes to NULL), bounded in time.
     pub async fn shutdown(&self, within: Duration) {
-        self.stopping.send_replace(true);
+        for e in lock(&self.streams).values() {
+            e.stop.send_replace(true);
+        }
         let handles = std::mem::take(&mut *lock(&self.pipelines));
         let all = futures_join(handles);
         if tokio::time::timeout(within, all).await.is_err() {
@@ -148,6 +149,15 @@ impl Registry {
             .get(&id)
             .map(|e| lock(&e.status).clone())
             .unwrap_or_default()
+    }
+
+    /// Ends a live publish (the stream was deactivated or deleted): its pipeline drains, the
+    /// publisher's connection is closed, and the usual grace period follows.
+    pub fn kick(&self, id: i64) {
+        if let Some(e) = lock(&self.streams).get(&id).filter(|e| e.session.is_some()) {
+            tracing::info!(stream = id, "stopping the live publish");
+            e.stop.send_replace(true);
+        }
     }
 
     /// The package serving a stream's outputs, while it is live or in its grace/linger time.
@@ -214,6 +224,7 @@ impl Registry {
 
         let endlist_tag = row.settings.hls_mpegts_endlist_tag;
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let (package, status, epoch) = {
             let mut streams = lock(&self.streams);
             let session = {
@@ -227,6 +238,7 @@ impl Registry {
                     // A reconnect within the grace period: same package, new epoch.
                     e.session = Some(session);
                     e.epoch += 1;
+                    e.stop = stop_tx;
                     e.package.update(|p| p.ended = false);
                     (e.package.clone(), e.status.clone(), e.epoch)
                 }
@@ -241,6 +253,7 @@ impl Registry {
                             status: status.clone(),
                             session: Some(session),
                             epoch: 1,
+                            stop: stop_tx,
                         },
                     );
                     (package, status, 1)
@@ -253,7 +266,6 @@ impl Registry {
         tracing::info!(stream = id, protocol, epoch, "publish started");
 
         let registry = self.clone();
-        let stop = self.stopping.subscribe();
         let task = tokio::spawn(async move {
             let result = pipeline::run(id, ladder, package, status.clone(), rx, stop).await;
             if let Err(e) = &result {

@@ -423,6 +423,10 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     )
     .await?;
     tracing::info!(stream = id, "stream updated");
+    if !row.settings.active || row.settings.pull {
+        // A deactivated stream (or one turned into a PULL) stops receiving pushes at once.
+        api.registry.kick(id);
+    }
     Ok(api.render(StatusCode::OK, row))
 }
 
@@ -430,6 +434,7 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
     if !api.db(move |s| s.delete_stream(id)).await? {
         return Err(ApiError::not_found("stream"));
     }
+    api.registry.kick(id);
     tracing::info!(stream = id, "stream deleted");
     Ok(super::no_content())
 }

@@ -518,3 +518,44 @@ async fn audio_only_and_video_only_streams() {
         assert!(ok, "{fixture_name}: {err}");
     }
 }
+
+#[tokio::test]
+async fn deactivating_or_deleting_a_live_stream_cuts_the_publisher() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(&d, json!({"name": "cut"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 20);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"active": false}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let t0 = Instant::now();
+    let (ok, _) = finish(ffmpeg, Duration::from_secs(20)).await;
+    assert!(!ok, "ffmpeg kept publishing to a deactivated stream");
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
+    // And it cannot come back while inactive.
+    let (ok, _) = finish(
+        push(rec["push_url"].as_str().unwrap(), "audio.flv", 0),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(!ok);
+
+    let rec = create(&d, json!({"name": "deleted"})).await;
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 20);
+    let id = rec["id"].as_i64().unwrap();
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    assert_eq!(
+        d.delete(&format!("/streaming/streams/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let (ok, _) = finish(ffmpeg, Duration::from_secs(20)).await;
+    assert!(!ok, "ffmpeg kept publishing to a deleted stream");
+}
