@@ -331,7 +331,7 @@ pub fn next_part_hint(r: &Rendition, segment_target: Duration) -> Option<(u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::package::store::tests::part;
+    use crate::package::store::tests::{part, stereo_audio, video_720p};
     use crate::package::store::PackagingConfig;
 
     fn package(parts: usize) -> StreamPackage {
@@ -340,25 +340,8 @@ mod tests {
 
     fn package_with(parts: usize, window_segments: usize) -> StreamPackage {
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-        let mut video = Rendition::new(
-            "720p",
-            RenditionKind::Video {
-                width: 1280,
-                height: 720,
-                frame_rate: 30.0,
-            },
-            "avc1.64001f",
-            3_000_000,
-        );
-        let mut audio = Rendition::new(
-            "audio",
-            RenditionKind::Audio {
-                channels: 2,
-                sample_rate: 48000,
-            },
-            "mp4a.40.2",
-            128_000,
-        );
+        let mut video = video_720p(3_000_000);
+        let mut audio = stereo_audio(128_000);
         video.set_init(bytes::Bytes::from_static(b"init"));
         audio.set_init(bytes::Bytes::from_static(b"init"));
         let mut pkg = StreamPackage::new(

@@ -389,19 +389,27 @@ pub(crate) mod tests {
         }
     }
 
+    pub fn video_720p(bitrate: u64) -> Rendition {
+        let kind = RenditionKind::Video {
+            width: 1280,
+            height: 720,
+            frame_rate: 30.0,
+        };
+        Rendition::new("720p", kind, "avc1.64001f", bitrate)
+    }
+
+    pub fn stereo_audio(bitrate: u64) -> Rendition {
+        let kind = RenditionKind::Audio {
+            channels: 2,
+            sample_rate: 48000,
+        };
+        Rendition::new("audio", kind, "mp4a.40.2", bitrate)
+    }
+
     #[test]
     fn parts_build_segments_and_the_window_slides() {
         let t0 = OffsetDateTime::UNIX_EPOCH;
-        let mut r = Rendition::new(
-            "720p",
-            RenditionKind::Video {
-                width: 1280,
-                height: 720,
-                frame_rate: 30.0,
-            },
-            "avc1.64001f",
-            1,
-        );
+        let mut r = video_720p(1);
         for i in 0..40u64 {
             r.push_part(part(i % 4 == 0, 500, t0), 5);
         }
@@ -420,15 +428,7 @@ pub(crate) mod tests {
     #[test]
     fn discontinuity_numbering_never_goes_back() {
         let t0 = OffsetDateTime::UNIX_EPOCH;
-        let mut r = Rendition::new(
-            "audio",
-            RenditionKind::Audio {
-                channels: 2,
-                sample_rate: 48000,
-            },
-            "mp4a.40.2",
-            1,
-        );
+        let mut r = stereo_audio(1);
         r.push_part(part(true, 500, t0), 3);
         r.push_part(part(false, 500, t0), 3);
         r.mark_discontinuity();
