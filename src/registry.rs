@@ -106,6 +106,18 @@ impl Publisher {
     }
 }
 
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        if self.dropped > 0 {
+            tracing::warn!(
+                stream = self.stream_id,
+                dropped = self.dropped,
+                "media messages dropped: the pipeline fell behind"
+            );
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

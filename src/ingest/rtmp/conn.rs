@@ -36,8 +36,8 @@ pub enum ConnError {
     Session(rml_rtmp::sessions::ServerSessionError),
     #[error("protocol: {0}")]
     Guard(#[from] super::guard::GuardError),
-    #[error("no publish within {0:?}")]
-    Timeout(Duration),
+    #[error("timed out: no publish within {HANDSHAKE_TIMEOUT:?}, or no data for {IDLE_TIMEOUT:?}")]
+    Timeout,
     #[error("publish refused: {0}")]
     Refused(String),
     #[error("too many bad media messages")]
@@ -139,7 +139,7 @@ async fn read_until<S: AsyncRead + Unpin>(
 ) -> Result<usize, ConnError> {
     match tokio::time::timeout_at(deadline, sock.read(buf)).await {
         Ok(read) => Ok(read?),
-        Err(_) => Err(ConnError::Timeout(HANDSHAKE_TIMEOUT.min(IDLE_TIMEOUT))),
+        Err(_) => Err(ConnError::Timeout),
     }
 }
 

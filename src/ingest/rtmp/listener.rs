@@ -139,7 +139,7 @@ pub async fn serve(
                     {
                         Ok(Ok(tls_stream)) => conn::run(tls_stream, peer, registry).await,
                         Ok(Err(e)) => Err(conn::ConnError::Io(e)),
-                        Err(_) => Err(conn::ConnError::Timeout(conn::HANDSHAKE_TIMEOUT)),
+                        Err(_) => Err(conn::ConnError::Timeout),
                     }
                 }
             };
