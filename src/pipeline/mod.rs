@@ -368,6 +368,113 @@ async fn set_state(pipeline: &gst::Pipeline, state: gst::State) -> Result<(), Pi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::package::{PackagingConfig, StreamPackage};
+    use crate::quality::QualitySets;
+    use gstreamer_app::AppSink;
+
+    /// Encodes `frames` of a test pattern with x264: (avcC, [(pts ns, keyframe, data)]).
+    fn encode(
+        width: i32,
+        height: i32,
+        frames: i32,
+    ) -> (bytes::Bytes, Vec<(u64, bool, bytes::Bytes)>) {
+        init().unwrap();
+        let desc = format!(
+            "videotestsrc num-buffers={frames} ! video/x-raw,width={width},height={height},framerate=30/1,format=I420 \
+             ! x264enc tune=zerolatency key-int-max=30 speed-preset=ultrafast \
+             ! video/x-h264,stream-format=avc,alignment=au ! appsink name=out sync=false"
+        );
+        let pipeline = gst::parse::launch(&desc)
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap();
+        let sink = pipeline
+            .by_name("out")
+            .unwrap()
+            .downcast::<AppSink>()
+            .unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let mut avcc = None;
+        let mut out = Vec::new();
+        while let Ok(sample) = sink.pull_sample() {
+            if avcc.is_none() {
+                let caps = sample.caps().unwrap();
+                let data = caps
+                    .structure(0)
+                    .unwrap()
+                    .get::<gst::Buffer>("codec_data")
+                    .unwrap();
+                avcc = Some(bytes::Bytes::copy_from_slice(&data.map_readable().unwrap()));
+            }
+            let b = sample.buffer().unwrap();
+            out.push((
+                b.pts().unwrap().nseconds(),
+                !b.flags().contains(gst::BufferFlags::DELTA_UNIT),
+                bytes::Bytes::copy_from_slice(&b.map_readable().unwrap()),
+            ));
+        }
+        pipeline.set_state(gst::State::Null).unwrap();
+        (avcc.unwrap(), out)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sequence_header_change_mid_stream_keeps_the_outputs_going() {
+        let (avcc_a, frames_a) = encode(1280, 720, 90);
+        let (avcc_b, frames_b) = encode(640, 360, 90);
+        let package = Arc::new(Package::new(StreamPackage::new(
+            PackagingConfig::default(),
+            vec![],
+        )));
+        let status = SharedStatus::default();
+        let (tx, rx) = mpsc::channel(4096);
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
+        let task = tokio::spawn(run(1, ladder, package.clone(), status.clone(), rx, stop));
+        let mut send_all =
+            |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
+                let config = crate::ingest::rtmp::to_media::parse_avcc(avcc).unwrap();
+                tx.try_send(MediaMessage::VideoConfig(config)).unwrap();
+                for (pts, keyframe, data) in frames {
+                    let t = pts + offset;
+                    tx.try_send(MediaMessage::Frame(Frame {
+                        track: TrackKind::Video,
+                        dts: t,
+                        pts: t,
+                        keyframe,
+                        data,
+                    }))
+                    .unwrap();
+                }
+            };
+        send_all(avcc_a, frames_a, 0);
+        // The encoder restarts at 640x360 with new SPS/PPS, timestamps continuing.
+        send_all(avcc_b, frames_b, 3_000_000_000);
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let (media, ladder_names) = package.read(|p| {
+            let top = &p.renditions[0];
+            let media: Duration = top.segments().iter().map(|s| s.duration()).sum();
+            (
+                media,
+                p.renditions
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        // The ladder chosen at the start (from 720p) stays; media kept flowing past the change.
+        assert_eq!(ladder_names, ["720p", "480p", "360p"]);
+        assert!(
+            media >= Duration::from_millis(5500),
+            "only {media:?} of 6 s came out"
+        );
+        let s = status.lock().unwrap().clone();
+        assert_eq!((s.video_width, s.video_height), (Some(640), Some(360)));
+    }
 
     #[test]
     fn fps_from_rtmp_millisecond_timestamps() {
