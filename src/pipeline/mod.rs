@@ -430,22 +430,21 @@ mod tests {
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
         let task = tokio::spawn(run(1, ladder, package.clone(), status.clone(), rx, stop));
-        let mut send_all =
-            |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
-                let config = crate::ingest::rtmp::to_media::parse_avcc(avcc).unwrap();
-                tx.try_send(MediaMessage::VideoConfig(config)).unwrap();
-                for (pts, keyframe, data) in frames {
-                    let t = pts + offset;
-                    tx.try_send(MediaMessage::Frame(Frame {
-                        track: TrackKind::Video,
-                        dts: t,
-                        pts: t,
-                        keyframe,
-                        data,
-                    }))
-                    .unwrap();
-                }
-            };
+        let send_all = |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
+            let config = crate::ingest::rtmp::to_media::parse_avcc(avcc).unwrap();
+            tx.try_send(MediaMessage::VideoConfig(config)).unwrap();
+            for (pts, keyframe, data) in frames {
+                let t = pts + offset;
+                tx.try_send(MediaMessage::Frame(Frame {
+                    track: TrackKind::Video,
+                    dts: t,
+                    pts: t,
+                    keyframe,
+                    data,
+                }))
+                .unwrap();
+            }
+        };
         send_all(avcc_a, frames_a, 0);
         // The encoder restarts at 640x360 with new SPS/PPS, timestamps continuing.
         send_all(avcc_b, frames_b, 3_000_000_000);
