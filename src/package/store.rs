@@ -333,6 +333,8 @@ pub struct StreamPackage {
     pub ended: bool,
     /// The record's `hls_mpegts_endlist_tag`: end playlists with EXT-X-ENDLIST once ended.
     pub endlist_tag: bool,
+    /// The latest JPEG screenshot of the source (renewed every 10 s while live).
+    pub screenshot: Option<Bytes>,
 }
 
 impl StreamPackage {
@@ -342,6 +344,7 @@ impl StreamPackage {
             renditions,
             ended: false,
             endlist_tag: true,
+            screenshot: None,
         }
     }
 

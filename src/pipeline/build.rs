@@ -31,6 +31,10 @@ pub const X264_PRESET: &str = "veryfast";
 pub const AUDIO_RATE: i32 = 48_000;
 pub const AUDIO_CHANNELS: i32 = 2;
 pub const AUDIO_RENDITION: &str = "audio";
+/// Screenshots: one every 10 s, at most 1080 px wide (aspect kept).
+pub const SCREENSHOT_INTERVAL: Duration = Duration::from_secs(10);
+pub const SCREENSHOT_MAX_WIDTH: u32 = 1080;
+const JPEG_QUALITY: i32 = 85;
 
 #[derive(Debug, Clone)]
 pub struct VideoRung {
@@ -300,6 +304,7 @@ pub fn build(
             tee.link(&chain[0])
                 .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
         }
+        screenshot_branch(&pipeline, &tee, v, package.clone())?;
         video_src = Some(src);
     }
 
@@ -342,6 +347,77 @@ pub fn build(
         video_src,
         audio_src,
     })
+}
+
+/// `tee → queue → (one frame per interval) → videoscale → jpegenc → appsink`; frames between
+/// screenshots are dropped by a pad probe before any scaling or encoding work.
+fn screenshot_branch(
+    pipeline: &gst::Pipeline,
+    tee: &gst::Element,
+    source: &H264Config,
+    package: Arc<crate::package::Package>,
+) -> Result<(), PipelineError> {
+    let width = source.width.min(SCREENSHOT_MAX_WIDTH) / 2 * 2;
+    let height = ((f64::from(width) * f64::from(source.height) / f64::from(source.width) / 2.0)
+        .round() as u32
+        * 2)
+    .max(2);
+    let queue = make("queue")?;
+    // A slow JPEG encode must never hold back the renditions: drop, don't wait.
+    queue.set_property_from_str("leaky", "downstream");
+    queue.set_property("max-size-buffers", 2u32);
+    let interval = SCREENSHOT_INTERVAL.as_nanos() as u64;
+    // Streaming-thread state of the probe (u64::MAX: no screenshot taken yet).
+    let last = std::sync::atomic::AtomicU64::new(u64::MAX);
+    queue
+        .static_pad("src")
+        .expect("queue has a src pad")
+        .add_probe(gst::PadProbeType::BUFFER, move |_pad, info| {
+            let pts = info
+                .buffer()
+                .and_then(|b| b.pts())
+                .map_or(0, |t| t.nseconds());
+            let prev = last.load(std::sync::atomic::Ordering::Relaxed);
+            if prev != u64::MAX && pts < prev.saturating_add(interval) {
+                return gst::PadProbeReturn::Drop;
+            }
+            last.store(pts, std::sync::atomic::Ordering::Relaxed);
+            gst::PadProbeReturn::Ok
+        });
+    let enc = make("jpegenc")?;
+    enc.set_property("quality", JPEG_QUALITY);
+    let sink = gstreamer_app::AppSink::builder().sync(false).build();
+    sink.set_callbacks(
+        gstreamer_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                if let Some(jpeg) = sample
+                    .buffer()
+                    .and_then(|b| b.map_readable().ok())
+                    .map(|m| bytes::Bytes::copy_from_slice(&m))
+                {
+                    package.update(|p| p.screenshot = Some(jpeg));
+                }
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .build(),
+    );
+    let chain = [
+        queue,
+        make("videoscale")?,
+        capsfilter(
+            gst::Caps::builder("video/x-raw")
+                .field("width", width as i32)
+                .field("height", height as i32)
+                .field("pixel-aspect-ratio", gst::Fraction::new(1, 1))
+                .build(),
+        )?,
+        enc,
+        sink.upcast(),
+    ];
+    link(pipeline, &chain)?;
+    tee.link(&chain[0])
+        .map_err(|e| PipelineError::Build(format!("tee → screenshot: {e}")))
 }
 
 /// Puts the new epoch's renditions in the package. A rendition that existed before keeps its

@@ -23,7 +23,7 @@ const MAX_NAME: usize = 32;
 
 /// Paths this module answers (after the method check).
 pub fn owns(path: &str) -> bool {
-    path.starts_with("/cmaf/")
+    path.starts_with("/cmaf/") || path.starts_with("/screenshots/")
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -33,22 +33,19 @@ enum Target {
     Init(String, u32),
     Segment(String, u64),
     Part(String, u64, usize),
+    Screenshot,
 }
 
 /// `/cmaf/{id}/…` → (id, target). Anything else, including any `..` or percent-escape, is not a
 /// resource: names are matched exactly, never used as file paths.
 fn parse_path(path: &str) -> Option<(i64, Target)> {
+    if let Some(rest) = path.strip_prefix("/screenshots/") {
+        let id = rest.strip_suffix("/last.jpg")?;
+        return Some((number(id).filter(|&n: &i64| n > 0)?, Target::Screenshot));
+    }
     let rest = path.strip_prefix("/cmaf/")?;
     let mut parts = rest.split('/');
-    let id = parts.next()?;
-    if id.is_empty()
-        || id.len() > 18
-        || id.starts_with('0')
-        || !id.bytes().all(|b| b.is_ascii_digit())
-    {
-        return None;
-    }
-    let id: i64 = id.parse().ok()?;
+    let id: i64 = number(parts.next()?).filter(|&n: &i64| n > 0)?;
     let a = parts.next()?;
     let b = parts.next();
     if parts.next().is_some() {
@@ -189,6 +186,11 @@ pub async fn handle(
                 .await
                 .flatten();
             media_body(data, "video/iso.segment", IMMUTABLE, range.as_ref())
+        }
+        Target::Screenshot => {
+            let jpeg = package.read(|p| p.screenshot.clone());
+            // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
+            media_body(jpeg, "image/jpeg", "public, max-age=5", range.as_ref())
         }
         Target::Part(name, msn, idx) => part(&package, &name, msn, idx)
             .await
@@ -402,6 +404,13 @@ mod tests {
             parse_path("/cmaf/7/audio/init_0.mp4"),
             Some((7, Target::Init("audio".into(), 0)))
         );
+        assert_eq!(
+            parse_path("/screenshots/7/last.jpg"),
+            Some((7, Target::Screenshot))
+        );
+        assert_eq!(parse_path("/screenshots/0/last.jpg"), None);
+        assert_eq!(parse_path("/screenshots/7/../last.jpg"), None);
+        assert_eq!(parse_path("/screenshots/7/last.png"), None);
         for bad in [
             "/cmaf/07/master.m3u8",
             "/cmaf/7/../master.m3u8",

@@ -513,6 +513,30 @@ async fn audio_only_and_video_only_streams() {
             .collect();
         assert_eq!(kinds.contains(&"video"), expect_video, "{kinds:?}");
         assert_eq!(kinds.contains(&"audio"), expect_audio, "{kinds:?}");
+        // Screenshots come from the same pipeline: a JPEG ≤ 1080 px wide, aspect kept; none
+        // for an audio-only stream.
+        let shot_url = rec["screenshot"].as_str().unwrap();
+        let shot = reqwest::get(shot_url).await.unwrap();
+        if expect_video {
+            assert_eq!(shot.status(), StatusCode::OK);
+            assert_eq!(shot.headers()["content-type"], "image/jpeg");
+            let jpeg = shot.bytes().await.unwrap();
+            assert_eq!(&jpeg[..3], &[0xff, 0xd8, 0xff]);
+            let file = dir.path().join("shot.jpg");
+            std::fs::write(&file, &jpeg).unwrap();
+            let probe = ffprobe(file.to_str().unwrap());
+            let s = &probe["streams"][0];
+            assert_eq!(
+                (
+                    s["codec_name"].as_str(),
+                    s["width"].as_i64(),
+                    s["height"].as_i64()
+                ),
+                (Some("mjpeg"), Some(1080), Some(608))
+            );
+        } else {
+            assert_eq!(shot.status(), StatusCode::NOT_FOUND);
+        }
         let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
         assert!(ok, "{fixture_name}: {err}");
     }
