@@ -226,7 +226,11 @@ pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: boo
 
     let mut out = String::new();
     let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}");
-    let _ = writeln!(out, "#EXT-X-TARGETDURATION:{td}");
+    let _ = writeln!(
+        out,
+        "#EXT-X-TARGETDURATION:{}",
+        cfg.target_duration_for(segments.range(first_listed..))
+    );
     // §4.4.3.8: PART-HOLD-BACK "MUST be at least three times the Part Target Duration".
     let _ = writeln!(
         out,

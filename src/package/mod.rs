@@ -3,6 +3,7 @@
 
 pub mod hls;
 pub mod store;
+pub mod ts;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;

@@ -62,6 +62,15 @@ impl PackagingConfig {
     pub fn target_duration_secs(&self) -> u64 {
         self.segment.as_secs_f64().ceil() as u64
     }
+
+    /// The target duration for a playlist holding `segments`: rfc8216bis §4.4.3.1 "The EXTINF
+    /// duration of each Media Segment in a Playlist file, when rounded to the nearest integer,
+    /// MUST be less than or equal to the Target Duration".
+    pub fn target_duration_for<'a>(&self, segments: impl Iterator<Item = &'a Segment>) -> u64 {
+        segments
+            .map(|s| s.duration().as_secs_f64().round() as u64)
+            .fold(self.target_duration_secs(), u64::max)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -329,6 +338,8 @@ impl Rendition {
 pub struct StreamPackage {
     pub config: PackagingConfig,
     pub renditions: Vec<Rendition>,
+    /// MPEG-TS variants (legacy HLS): one whole-segment "part" per TS segment.
+    pub ts_renditions: Vec<Rendition>,
     /// The broadcast is over: no more parts will come.
     pub ended: bool,
     /// The record's `hls_mpegts_endlist_tag`: end playlists with EXT-X-ENDLIST once ended.
@@ -342,6 +353,7 @@ impl StreamPackage {
         StreamPackage {
             config,
             renditions,
+            ts_renditions: Vec::new(),
             ended: false,
             endlist_tag: true,
             screenshot: None,

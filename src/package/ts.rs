@@ -1,0 +1,462 @@
+//! Legacy MPEG-TS HLS (version 6): a segmenter that cuts `mpegtsmux` output at video keyframes
+//! (the same forced keyframes the CMAF segments start on) or, without video, on audio PES starts
+//! every segment duration; and the playlist renderer. Sans-IO: TS bytes in, segments out.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::store::{Rendition, StreamPackage};
+
+pub const TS_PACKET: usize = 188;
+const SYNC: u8 = 0x47;
+/// 33-bit PTS wraps every ~26.5 h.
+const PTS_WRAP: u64 = 1 << 33;
+
+/// A finished TS segment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TsSegment {
+    pub data: Bytes,
+    pub duration: Duration,
+    /// 90 kHz PTS of its first PES (unwrapped).
+    pub start_pts: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct TsSegmenter {
+    segment: Duration,
+    pat: Option<[u8; TS_PACKET]>,
+    pmt: Option<[u8; TS_PACKET]>,
+    pmt_pid: Option<u16>,
+    video_pid: Option<u16>,
+    audio_pid: Option<u16>,
+    current: Vec<u8>,
+    start_pts: Option<u64>,
+    last_pts: Option<u64>,
+    /// Bytes of an incomplete packet from the previous input.
+    partial: Vec<u8>,
+    /// Packets that did not start with the sync byte (counted, skipped).
+    pub sync_errors: u64,
+}
+
+impl TsSegmenter {
+    pub fn new(segment: Duration) -> Self {
+        TsSegmenter {
+            segment,
+            ..Self::default()
+        }
+    }
+
+    /// Feeds muxer output; returns the segments completed by it.
+    pub fn push(&mut self, input: &[u8]) -> Vec<TsSegment> {
+        let mut out = Vec::new();
+        let mut buf = std::mem::take(&mut self.partial);
+        buf.extend_from_slice(input);
+        let whole = buf.len() / TS_PACKET * TS_PACKET;
+        for chunk in buf[..whole].chunks_exact(TS_PACKET) {
+            let packet: &[u8; TS_PACKET] = chunk.try_into().expect("exact chunk");
+            if let Some(seg) = self.packet(packet) {
+                out.push(seg);
+            }
+        }
+        self.partial = buf[whole..].to_vec();
+        out
+    }
+
+    /// Ends the stream: the segment in progress is complete.
+    pub fn finish(&mut self) -> Option<TsSegment> {
+        self.cut(self.last_pts)
+    }
+
+    fn cut(&mut self, next_pts: Option<u64>) -> Option<TsSegment> {
+        let start = self.start_pts?;
+        if self.current.is_empty() {
+            return None;
+        }
+        let end = next_pts.unwrap_or(start).max(start);
+        let seg = TsSegment {
+            data: Bytes::from(std::mem::take(&mut self.current)),
+            duration: Duration::from_nanos((end - start) * 100_000 / 9),
+            start_pts: start,
+        };
+        self.start_pts = None;
+        Some(seg)
+    }
+
+    fn packet(&mut self, p: &[u8; TS_PACKET]) -> Option<TsSegment> {
+        if p[0] != SYNC {
+            self.sync_errors += 1;
+            return None;
+        }
+        let pid = (u16::from(p[1] & 0x1f) << 8) | u16::from(p[2]);
+        let pusi = p[1] & 0x40 != 0;
+        let adaptation = (p[3] >> 4) & 0x3;
+        let (rai, payload_at) = match adaptation {
+            2 => (p[5] & 0x40 != 0 && p[4] > 0, TS_PACKET),
+            3 => (p[4] > 0 && p[5] & 0x40 != 0, 5 + usize::from(p[4])),
+            _ => (false, 4),
+        };
+        let payload = p.get(payload_at..).unwrap_or_default();
+        if pid == 0 {
+            self.pat = Some(*p);
+            if pusi {
+                self.pmt_pid = parse_pat(payload);
+            }
+            return None;
+        }
+        if Some(pid) == self.pmt_pid {
+            self.pmt = Some(*p);
+            if pusi {
+                let (v, a) = parse_pmt(payload);
+                self.video_pid = v;
+                self.audio_pid = a;
+            }
+            return None;
+        }
+        let mut done = None;
+        let media = Some(pid) == self.video_pid || Some(pid) == self.audio_pid;
+        if media && pusi {
+            let pts = pes_pts(payload).map(|raw| self.unwrap(raw));
+            let is_video = Some(pid) == self.video_pid;
+            let boundary = match (is_video, self.video_pid.is_some()) {
+                // Video: every keyframe (random access indicator) starts a segment.
+                (true, _) => rai,
+                // Audio-only: a PES start once the segment is long enough.
+                (false, false) => match (self.start_pts, pts) {
+                    (Some(s), Some(p)) => {
+                        p.saturating_sub(s) * 100_000 / 9 >= self.segment.as_nanos() as u64
+                    }
+                    (None, _) => true,
+                    _ => false,
+                },
+                (false, true) => false,
+            };
+            if boundary && self.start_pts.is_some() {
+                done = self.cut(pts);
+            }
+            if let Some(p) = pts {
+                if self.start_pts.is_none() && (boundary || !is_video) {
+                    // Every segment is decodable alone: it opens with PAT and PMT.
+                    if let (Some(pat), Some(pmt)) = (self.pat, self.pmt) {
+                        self.current.extend_from_slice(&pat);
+                        self.current.extend_from_slice(&pmt);
+                    }
+                    self.start_pts = Some(p);
+                }
+                self.last_pts = Some(self.last_pts.map_or(p, |l| l.max(p)));
+            }
+        }
+        if self.start_pts.is_some() {
+            self.current.extend_from_slice(p);
+        }
+        done
+    }
+
+    /// Unwraps 33-bit PTS values against the last one seen (Rule 6: one place).
+    fn unwrap(&self, raw: u64) -> u64 {
+        let Some(last) = self.last_pts else {
+            return raw;
+        };
+        let base = last - last % PTS_WRAP;
+        let candidates = [base.wrapping_sub(PTS_WRAP), base, base + PTS_WRAP];
+        candidates
+            .into_iter()
+            .map(|b| b.wrapping_add(raw))
+            .min_by_key(|c| c.abs_diff(last))
+            .expect("three candidates")
+    }
+}
+
+/// First program's PMT PID from a PAT section (ISO 13818-1 §2.4.4.3).
+fn parse_pat(payload: &[u8]) -> Option<u16> {
+    let pointer = usize::from(*payload.first()?);
+    let section = payload.get(1 + pointer..)?;
+    let programs = section.get(8..)?;
+    programs.chunks_exact(4).find_map(|c| {
+        let number = u16::from_be_bytes([c[0], c[1]]);
+        (number != 0).then(|| (u16::from(c[2] & 0x1f) << 8) | u16::from(c[3]))
+    })
+}
+
+/// (video PID, audio PID) from a PMT section (§2.4.4.8): H.264/HEVC video, AAC audio.
+fn parse_pmt(payload: &[u8]) -> (Option<u16>, Option<u16>) {
+    let parse = || -> Option<(Option<u16>, Option<u16>)> {
+        let pointer = usize::from(*payload.first()?);
+        let section = payload.get(1 + pointer..)?;
+        let section_len =
+            usize::from(u16::from_be_bytes([*section.get(1)?, *section.get(2)?]) & 0x0fff);
+        let end = (3 + section_len).saturating_sub(4).min(section.len());
+        let info_len =
+            usize::from(u16::from_be_bytes([*section.get(10)?, *section.get(11)?]) & 0x0fff);
+        let mut at = 12 + info_len;
+        let (mut video, mut audio) = (None, None);
+        while at + 5 <= end {
+            let kind = section[at];
+            let pid = (u16::from(section[at + 1] & 0x1f) << 8) | u16::from(section[at + 2]);
+            let es_len =
+                usize::from(u16::from_be_bytes([section[at + 3], section[at + 4]]) & 0x0fff);
+            match kind {
+                0x1b | 0x24 if video.is_none() => video = Some(pid),
+                0x0f | 0x11 if audio.is_none() => audio = Some(pid),
+                _ => {}
+            }
+            at += 5 + es_len;
+        }
+        Some((video, audio))
+    };
+    parse().unwrap_or((None, None))
+}
+
+/// The PTS of a PES header, if present (§2.4.3.7).
+fn pes_pts(payload: &[u8]) -> Option<u64> {
+    if payload.get(..3)? != [0, 0, 1] {
+        return None;
+    }
+    let flags = *payload.get(7)?;
+    if flags & 0x80 == 0 {
+        return None;
+    }
+    let b = payload.get(9..14)?;
+    Some(
+        (u64::from(b[0] >> 1) & 0x07) << 30
+            | u64::from(b[1]) << 22
+            | (u64::from(b[2]) >> 1) << 15
+            | u64::from(b[3]) << 7
+            | u64::from(b[4]) >> 1,
+    )
+}
+
+/// `duration_sec=N` for `get_duration_sec=true`: an integer for whole seconds, else a decimal.
+fn duration_param(d: Duration) -> String {
+    let ms = (d.as_secs_f64() * 1000.0).round() as u64;
+    if ms % 1000 == 0 {
+        format!("{}", ms / 1000)
+    } else {
+        let s = format!("{:.3}", ms as f64 / 1000.0);
+        s.trim_end_matches('0').to_owned()
+    }
+}
+
+/// The MPEG-TS master playlist (one variant per rung, audio muxed into each).
+pub fn render_master(pkg: &StreamPackage, with_duration: bool) -> String {
+    let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    let query = if with_duration {
+        "?get_duration_sec=true"
+    } else {
+        ""
+    };
+    for r in &pkg.ts_renditions {
+        let mut attrs = format!(
+            "BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\"",
+            r.peak_bitrate(),
+            r.average_bitrate(),
+            r.codecs
+        );
+        if let super::RenditionKind::Video {
+            width,
+            height,
+            frame_rate,
+        } = r.kind
+        {
+            let _ = write!(
+                attrs,
+                ",RESOLUTION={width}x{height},FRAME-RATE={frame_rate:.3}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "#EXT-X-STREAM-INF:{attrs}\n{}/index.m3u8{query}",
+            r.name
+        );
+    }
+    out
+}
+
+/// A v6 media playlist of whole TS segments: no parts, no LL tags.
+pub fn render_media(
+    pkg: &StreamPackage,
+    r: &Rendition,
+    with_duration: bool,
+    endlist: bool,
+) -> String {
+    let segments = r.segments();
+    let first = segments.len().saturating_sub(pkg.config.window_segments);
+    let td = pkg.config.target_duration_for(segments.range(first..));
+    let hidden = segments.range(..first).filter(|s| s.discontinuity).count() as u64;
+    let mut out = String::new();
+    let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-TARGETDURATION:{td}");
+    let _ = writeln!(
+        out,
+        "#EXT-X-MEDIA-SEQUENCE:{}",
+        segments.get(first).map_or(r.next_msn(), |s| s.msn)
+    );
+    let disc = r.discontinuity_sequence() + hidden;
+    if disc > 0 {
+        let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc}");
+    }
+    for s in segments.range(first..) {
+        if s.discontinuity {
+            out.push_str("#EXT-X-DISCONTINUITY\n");
+        }
+        let d = s.duration();
+        let _ = write!(out, "#EXTINF:{:.5},\nseg_{}.ts", d.as_secs_f64(), s.msn);
+        if with_duration {
+            let _ = write!(out, "?duration_sec={}", duration_param(d));
+        }
+        out.push('\n');
+    }
+    if endlist {
+        out.push_str("#EXT-X-ENDLIST\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::store::tests::{stereo_audio, video_720p};
+    use crate::package::{PackagingConfig, PartIn};
+    use time::OffsetDateTime;
+
+    fn packet(pid: u16, pusi: bool, rai: bool, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![
+            SYNC,
+            (pid >> 8) as u8 | if pusi { 0x40 } else { 0 },
+            pid as u8,
+        ];
+        if rai {
+            p.push(0x30);
+            p.extend_from_slice(&[1, 0x40]);
+        } else {
+            p.push(0x10);
+        }
+        p.extend_from_slice(payload);
+        p.resize(TS_PACKET, 0xff);
+        p
+    }
+
+    fn pes(pts: u64) -> Vec<u8> {
+        let mut v = vec![0, 0, 1, 0xe0, 0, 0, 0x80, 0x80, 5];
+        v.push(0x21 | ((pts >> 29) as u8 & 0x0e));
+        v.push((pts >> 22) as u8);
+        v.push(((pts >> 14) as u8 & 0xfe) | 1);
+        v.push((pts >> 7) as u8);
+        v.push(((pts << 1) as u8 & 0xfe) | 1);
+        v
+    }
+
+    fn psi() -> Vec<u8> {
+        // PAT: program 1 → PMT PID 0x1000; PMT: H.264 on 0x100, AAC on 0x101.
+        let pat = [
+            0u8, 0x00, 0xb0, 0x0d, 0, 1, 0xc1, 0, 0, 0, 1, 0xf0, 0x00, 0, 0, 0, 0,
+        ];
+        let pmt = [
+            0u8, 0x02, 0xb0, 0x17, 0, 1, 0xc1, 0, 0, 0xe1, 0x00, 0xf0, 0x00, 0x1b, 0xe1, 0x00,
+            0xf0, 0x00, 0x0f, 0xe1, 0x01, 0xf0, 0x00, 0, 0, 0, 0,
+        ];
+        [
+            packet(0, true, false, &pat),
+            packet(0x1000, true, false, &pmt),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn cuts_at_keyframes_with_psi_up_front() {
+        let mut s = TsSegmenter::new(Duration::from_secs(2));
+        let mut input = psi();
+        for (i, pts) in [0u64, 90_000, 180_000, 270_000, 360_000].iter().enumerate() {
+            input.extend(packet(0x100, true, i % 2 == 0, &pes(*pts)));
+            input.extend(packet(0x101, true, false, &pes(*pts)));
+        }
+        // Fed in awkward pieces.
+        let mut out = Vec::new();
+        for piece in input.chunks(100) {
+            out.extend(s.push(piece));
+        }
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].duration, Duration::from_secs(2));
+        assert_eq!(out[0].start_pts, 0);
+        for seg in &out {
+            assert_eq!(seg.data.len() % TS_PACKET, 0);
+            assert_eq!(&seg.data[1..3], &[0x40, 0x00], "starts with the PAT");
+        }
+        let last = s.finish().unwrap();
+        assert_eq!(last.start_pts, 360_000);
+    }
+
+    #[test]
+    fn audio_only_cuts_by_time_and_pts_unwraps() {
+        let mut s = TsSegmenter::new(Duration::from_secs(2));
+        let pat = [
+            0u8, 0x00, 0xb0, 0x0d, 0, 1, 0xc1, 0, 0, 0, 1, 0xf0, 0x00, 0, 0, 0, 0,
+        ];
+        let pmt = [
+            0u8, 0x02, 0xb0, 0x12, 0, 1, 0xc1, 0, 0, 0xe1, 0x01, 0xf0, 0x00, 0x0f, 0xe1, 0x01,
+            0xf0, 0x00, 0, 0, 0, 0,
+        ];
+        let mut input = [
+            packet(0, true, false, &pat),
+            packet(0x1000, true, false, &pmt),
+        ]
+        .concat();
+        let start = PTS_WRAP - 45_000; // wraps after half a second
+        for i in 0..100u64 {
+            input.extend(packet(
+                0x101,
+                true,
+                false,
+                &pes((start + i * 9_000) % PTS_WRAP),
+            ));
+        }
+        let out = s.push(&input);
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert!(out.iter().all(|seg| seg.duration == Duration::from_secs(2)));
+        assert!(out[1].start_pts > PTS_WRAP, "unwrapped past 2^33");
+    }
+
+    #[test]
+    fn duration_params() {
+        assert_eq!(duration_param(Duration::from_secs(2)), "2");
+        assert_eq!(duration_param(Duration::from_millis(2500)), "2.5");
+        assert_eq!(duration_param(Duration::from_millis(1984)), "1.984");
+    }
+
+    #[test]
+    fn golden_ts_playlists() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let mut pkg = StreamPackage::new(PackagingConfig::default(), vec![]);
+        let mut v = video_720p(3_000_000);
+        v.codecs = "avc1.64001f,mp4a.40.2".into();
+        for (i, ms) in [2000u64, 2000, 2500].iter().enumerate() {
+            if i == 2 {
+                v.mark_discontinuity();
+            }
+            v.push_part(
+                PartIn {
+                    starts_segment: true,
+                    independent: true,
+                    duration: Duration::from_millis(*ms),
+                    pdt: t0,
+                    data: Bytes::from(vec![0u8; 1000]),
+                },
+                10,
+            );
+        }
+        v.close_open_segment();
+        pkg.ts_renditions.push(v);
+        pkg.ts_renditions.push(stereo_audio(1));
+        let master = render_master(&pkg, true);
+        assert!(master.starts_with("#EXTM3U\n#EXT-X-VERSION:6\n"));
+        assert!(master.contains("CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=30.000\n720p/index.m3u8?get_duration_sec=true\n"), "{master}");
+        let media = render_media(&pkg, &pkg.ts_renditions[0], true, true);
+        assert_eq!(
+            media,
+            "#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-TARGETDURATION:3\n#EXT-X-MEDIA-SEQUENCE:0\n\
+#EXTINF:2.00000,\nseg_0.ts?duration_sec=2\n#EXTINF:2.00000,\nseg_1.ts?duration_sec=2\n\
+#EXT-X-DISCONTINUITY\n#EXTINF:2.50000,\nseg_2.ts?duration_sec=2.5\n#EXT-X-ENDLIST\n"
+        );
+        assert!(!media.contains("EXT-X-PART"));
+    }
+}
