@@ -238,6 +238,20 @@ fn duration_param(d: Duration) -> String {
     }
 }
 
+/// A TS variant's codecs: its rung's H.264 (from the CMAF init) plus the muxed AAC.
+fn ts_codecs(pkg: &StreamPackage, r: &Rendition) -> String {
+    let audio = pkg
+        .renditions
+        .iter()
+        .find(|c| matches!(c.kind, super::RenditionKind::Audio { .. }))
+        .map(|a| a.codecs.clone());
+    let video = match r.kind {
+        super::RenditionKind::Video { .. } => pkg.rendition(&r.name).map(|c| c.codecs.clone()),
+        super::RenditionKind::Audio { .. } => None,
+    };
+    video.into_iter().chain(audio).collect::<Vec<_>>().join(",")
+}
+
 /// The MPEG-TS master playlist (one variant per rung, audio muxed into each).
 pub fn render_master(pkg: &StreamPackage, with_duration: bool) -> String {
     let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-INDEPENDENT-SEGMENTS\n");
@@ -251,7 +265,7 @@ pub fn render_master(pkg: &StreamPackage, with_duration: bool) -> String {
             "BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\"",
             r.peak_bitrate(),
             r.average_bitrate(),
-            r.codecs
+            ts_codecs(pkg, r)
         );
         if let super::RenditionKind::Video {
             width,
@@ -428,7 +442,8 @@ mod tests {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let mut pkg = StreamPackage::new(PackagingConfig::default(), vec![]);
         let mut v = video_720p(3_000_000);
-        v.codecs = "avc1.64001f,mp4a.40.2".into();
+        pkg.renditions.push(video_720p(1));
+        pkg.renditions.push(stereo_audio(1));
         for (i, ms) in [2000u64, 2000, 2500].iter().enumerate() {
             if i == 2 {
                 v.mark_discontinuity();

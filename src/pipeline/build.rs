@@ -116,6 +116,29 @@ impl Plan {
         names
     }
 
+    /// The MPEG-TS variants: one per video rung with the audio muxed in, or audio alone.
+    fn ts_renditions(&self) -> Vec<Rendition> {
+        let audio_bps = if self.audio.is_some() {
+            u64::from(self.audio_kbps) * 1000
+        } else {
+            0
+        };
+        let all = self.renditions();
+        let (videos, audio): (Vec<Rendition>, Vec<Rendition>) = all
+            .into_iter()
+            .partition(|r| matches!(r.kind, RenditionKind::Video { .. }));
+        if videos.is_empty() {
+            return audio;
+        }
+        videos
+            .into_iter()
+            .map(|mut r| {
+                r.nominal_bitrate += audio_bps;
+                r
+            })
+            .collect()
+    }
+
     /// The package renditions this plan produces, in order (video rungs, then audio).
     fn renditions(&self) -> Vec<Rendition> {
         let mut out: Vec<Rendition> = self
@@ -230,13 +253,26 @@ pub fn build(
     let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
     let renditions = plan.renditions();
     let names: Vec<String> = renditions.iter().map(|r| r.name.clone()).collect();
+    let ts_renditions = plan.ts_renditions();
     package.update(|p| {
         p.config.segment = plan.segment;
         p.config.part = plan.part;
-        install_renditions(p, renditions);
+        install_renditions(&mut p.renditions, renditions);
+        install_renditions(&mut p.ts_renditions, ts_renditions);
     });
     // Metrics follow the first rendition (the top video rung, or audio).
     let meter = Some((speed, status));
+    // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone.
+    let ts_names: Vec<String> = if plan.video.is_some() {
+        plan.video_rungs.iter().map(|r| r.name.clone()).collect()
+    } else {
+        vec![AUDIO_RENDITION.to_owned()]
+    };
+    let ts_muxes = ts_names
+        .iter()
+        .enumerate()
+        .map(|(i, _)| ts_branch(&pipeline, plan, i, package.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut video_src = None;
     if let Some(v) = &plan.video {
@@ -297,12 +333,37 @@ pub fn build(
                         .build(),
                 )?,
                 make("h264parse")?,
-                cmafmux(plan)?,
-                sink.upcast(),
+                make("tee")?,
             ];
             link(&pipeline, &chain)?;
             tee.link(&chain[0])
                 .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
+            let encoded = chain.last().expect("tee");
+            let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
+            link(&pipeline, &cmaf)?;
+            encoded
+                .link(&cmaf[0])
+                .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
+            // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
+            let parse = make("h264parse")?;
+            parse.set_property("config-interval", -1i32);
+            let ts = [
+                make("queue")?,
+                parse,
+                capsfilter(
+                    gst::Caps::builder("video/x-h264")
+                        .field("stream-format", "byte-stream")
+                        .field("alignment", "au")
+                        .build(),
+                )?,
+            ];
+            link(&pipeline, &ts)?;
+            encoded
+                .link(&ts[0])
+                .map_err(|e| PipelineError::Build(format!("ts branch: {e}")))?;
+            ts[2]
+                .link(&ts_muxes[i])
+                .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
         }
         screenshot_branch(&pipeline, &tee, v, package.clone())?;
         video_src = Some(src);
@@ -336,10 +397,23 @@ pub fn build(
                     .build(),
             )?,
             enc,
-            cmafmux(plan)?,
-            sink.upcast(),
+            make("tee")?,
         ];
         link(&pipeline, &chain)?;
+        let encoded = chain.last().expect("tee");
+        let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
+        link(&pipeline, &cmaf)?;
+        encoded
+            .link(&cmaf[0])
+            .map_err(|e| PipelineError::Build(format!("audio cmaf branch: {e}")))?;
+        for mux in &ts_muxes {
+            let queue = make("queue")?;
+            pipeline
+                .add(&queue)
+                .map_err(|e| PipelineError::Build(e.to_string()))?;
+            gst::Element::link_many([encoded, &queue, mux])
+                .map_err(|e| PipelineError::Build(format!("ts mux audio: {e}")))?;
+        }
         audio_src = Some(src);
     }
     Ok(Built {
@@ -347,6 +421,69 @@ pub fn build(
         video_src,
         audio_src,
     })
+}
+
+/// `mpegtsmux → appsink` for TS variant `index`: the segmenter cuts at keyframes and each cut
+/// segment becomes one entry of `ts_renditions[index]`. Returns the mux for the inputs.
+fn ts_branch(
+    pipeline: &gst::Pipeline,
+    plan: &Plan,
+    index: usize,
+    package: Arc<crate::package::Package>,
+) -> Result<gst::Element, PipelineError> {
+    let mux = make("mpegtsmux")?;
+    // 7 × 188 = 1316-byte buffers, the usual UDP/HTTP framing.
+    mux.set_property("alignment", 7i32);
+    let segmenter = Arc::new(Mutex::new(crate::package::ts::TsSegmenter::new(
+        plan.segment,
+    )));
+    let wall_base = plan.wall_base;
+    let store = move |package: &crate::package::Package,
+                      segs: Vec<crate::package::ts::TsSegment>| {
+        if segs.is_empty() {
+            return;
+        }
+        package.update(|p| {
+            let keep = p.keep_segments();
+            if let Some(r) = p.ts_renditions.get_mut(index) {
+                for seg in segs {
+                    r.push_part(
+                        crate::package::PartIn {
+                            starts_segment: true,
+                            independent: true,
+                            duration: seg.duration,
+                            pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
+                            data: seg.data,
+                        },
+                        keep,
+                    );
+                    r.close_open_segment();
+                }
+            }
+        });
+    };
+    let sink = gstreamer_app::AppSink::builder().sync(false).build();
+    let (seg_a, seg_b, pkg_a, pkg_b) = (segmenter.clone(), segmenter, package.clone(), package);
+    let store_b = store.clone();
+    sink.set_callbacks(
+        gstreamer_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                let segs = match sample.buffer().and_then(|b| b.map_readable().ok()) {
+                    Some(map) => seg_a.lock().unwrap_or_else(|p| p.into_inner()).push(&map),
+                    None => Vec::new(),
+                };
+                store(&pkg_a, segs);
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .eos(move |_| {
+                let last = seg_b.lock().unwrap_or_else(|p| p.into_inner()).finish();
+                store_b(&pkg_b, last.into_iter().collect());
+            })
+            .build(),
+    );
+    link(pipeline, &[mux.clone(), sink.upcast()])?;
+    Ok(mux)
 }
 
 /// `tee → queue → (one frame per interval) → videoscale → jpegenc → appsink`; frames between
@@ -423,9 +560,9 @@ fn screenshot_branch(
 /// Puts the new epoch's renditions in the package. A rendition that existed before keeps its
 /// segments and numbering (its next segment carries EXT-X-DISCONTINUITY); a new one starts after
 /// the highest sequence number any rendition used, so numbers never go back.
-fn install_renditions(p: &mut crate::package::StreamPackage, fresh: Vec<Rendition>) {
-    let next = p.renditions.iter().map(|r| r.next_msn()).max().unwrap_or(0);
-    let mut old = std::mem::take(&mut p.renditions);
+fn install_renditions(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
+    let next = current.iter().map(|r| r.next_msn()).max().unwrap_or(0);
+    let mut old = std::mem::take(current);
     for mut r in fresh {
         match old.iter().position(|o| o.name == r.name) {
             Some(i) => {
@@ -435,14 +572,14 @@ fn install_renditions(p: &mut crate::package::StreamPackage, fresh: Vec<Renditio
                 if next > 0 {
                     kept.continue_after(next - 1);
                 }
-                p.renditions.push(kept);
+                current.push(kept);
             }
             None => {
                 if next > 0 {
                     r.continue_after(next - 1);
                     r.mark_discontinuity();
                 }
-                p.renditions.push(r);
+                current.push(r);
             }
         }
     }

@@ -23,7 +23,7 @@ const MAX_NAME: usize = 32;
 
 /// Paths this module answers (after the method check).
 pub fn owns(path: &str) -> bool {
-    path.starts_with("/cmaf/") || path.starts_with("/screenshots/")
+    path.starts_with("/cmaf/") || path.starts_with("/mpegts/") || path.starts_with("/screenshots/")
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -34,6 +34,9 @@ enum Target {
     Segment(String, u64),
     Part(String, u64, usize),
     Screenshot,
+    TsMaster,
+    TsPlaylist(String),
+    TsSegment(String, u64),
 }
 
 /// `/cmaf/{id}/…` → (id, target). Anything else, including any `..` or percent-escape, is not a
@@ -42,6 +45,25 @@ fn parse_path(path: &str) -> Option<(i64, Target)> {
     if let Some(rest) = path.strip_prefix("/screenshots/") {
         let id = rest.strip_suffix("/last.jpg")?;
         return Some((number(id).filter(|&n: &i64| n > 0)?, Target::Screenshot));
+    }
+    if let Some(rest) = path.strip_prefix("/mpegts/") {
+        let mut parts = rest.split('/');
+        let id: i64 = number(parts.next()?).filter(|&n: &i64| n > 0)?;
+        let target = match (parts.next()?, parts.next(), parts.next()) {
+            ("master_mpegts.m3u8", None, None) => Target::TsMaster,
+            (name, Some(file), None) if valid_name(name) => {
+                if file == "index.m3u8" {
+                    Target::TsPlaylist(name.to_owned())
+                } else {
+                    let msn = file
+                        .strip_prefix("seg_")
+                        .and_then(|f| f.strip_suffix(".ts"))?;
+                    Target::TsSegment(name.to_owned(), number(msn)?)
+                }
+            }
+            _ => return None,
+        };
+        return Some((id, target));
     }
     let rest = path.strip_prefix("/cmaf/")?;
     let mut parts = rest.split('/');
@@ -86,6 +108,10 @@ fn parse_path(path: &str) -> Option<(i64, Target)> {
         _ => return None,
     };
     Some((id, target))
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_NAME && name.bytes().all(|c| c.is_ascii_alphanumeric())
 }
 
 /// Decimal without sign or leading zeros (so each resource has exactly one name).
@@ -187,6 +213,45 @@ pub async fn handle(
                 .flatten();
             media_body(data, "video/iso.segment", IMMUTABLE, range.as_ref())
         }
+        Target::TsMaster => {
+            let with_duration = duration_requested(req.uri().query());
+            let ready = |p: &StreamPackage| {
+                (!p.ts_renditions.is_empty()
+                    && p.ts_renditions
+                        .iter()
+                        .all(|r| r.last_complete_msn().is_some()))
+                .then(|| crate::package::ts::render_master(p, with_duration))
+            };
+            match package.wait_for(timeout(&package), ready).await {
+                Some(text) => playlist_response(text),
+                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+            }
+        }
+        Target::TsPlaylist(name) => {
+            let with_duration = duration_requested(req.uri().query());
+            package
+                .read(|p| {
+                    p.ts_renditions.iter().find(|r| r.name == name).map(|r| {
+                        crate::package::ts::render_media(
+                            p,
+                            r,
+                            with_duration,
+                            p.ended && p.endlist_tag,
+                        )
+                    })
+                })
+                .map_or_else(not_found, playlist_response)
+        }
+        Target::TsSegment(name, msn) => {
+            let data = package.read(|p| {
+                p.ts_renditions
+                    .iter()
+                    .find(|r| r.name == name)
+                    .and_then(|r| r.segment(msn))
+                    .map(|s| s.data())
+            });
+            media_body(data, "video/mp2t", IMMUTABLE, range.as_ref())
+        }
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot.clone());
             // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
@@ -203,6 +268,12 @@ pub async fn handle(
         return Response::from_parts(parts, empty());
     }
     resp
+}
+
+/// `get_duration_sec=true` asks for `duration_sec=N` on every segment URI.
+fn duration_requested(query: Option<&str>) -> bool {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .any(|(k, v)| k == "get_duration_sec" && v == "true")
 }
 
 fn mp4_type(package: &Package, name: &str) -> &'static str {
@@ -411,6 +482,20 @@ mod tests {
         assert_eq!(parse_path("/screenshots/0/last.jpg"), None);
         assert_eq!(parse_path("/screenshots/7/../last.jpg"), None);
         assert_eq!(parse_path("/screenshots/7/last.png"), None);
+        assert_eq!(
+            parse_path("/mpegts/7/master_mpegts.m3u8"),
+            Some((7, Target::TsMaster))
+        );
+        assert_eq!(
+            parse_path("/mpegts/7/720p/index.m3u8"),
+            Some((7, Target::TsPlaylist("720p".into())))
+        );
+        assert_eq!(
+            parse_path("/mpegts/7/720p/seg_3.ts"),
+            Some((7, Target::TsSegment("720p".into(), 3)))
+        );
+        assert_eq!(parse_path("/mpegts/7/720p/seg_03.ts"), None);
+        assert_eq!(parse_path("/mpegts/7/../seg_3.ts"), None);
         for bad in [
             "/cmaf/07/master.m3u8",
             "/cmaf/7/../master.m3u8",

@@ -582,3 +582,175 @@ async fn deactivating_or_deleting_a_live_stream_cuts_the_publisher() {
     let (ok, _) = finish(ffmpeg, Duration::from_secs(20)).await;
     assert!(!ok, "ffmpeg kept publishing to a deleted stream");
 }
+
+/// Whether GStreamer's own HLS client (souphttpsrc ! hlsdemux ! tsdemux) decodes video frames.
+fn gst_hlsdemux_decodes(url: &str) -> bool {
+    Command::new("gst-launch-1.0")
+        .args(["-q", "souphttpsrc"])
+        .arg(format!("location={url}"))
+        .args([
+            "!",
+            "hlsdemux",
+            "!",
+            "tsdemux",
+            "name=d",
+            "d.",
+            "!",
+            "queue",
+            "!",
+            "h264parse",
+            "!",
+            "avdec_h264",
+            "!",
+            "fakesink",
+            "num-buffers=30",
+            "sync=false",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test]
+async fn mpegts_hls_from_the_same_encoders() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+        ],
+    );
+    let rec = create(&d, json!({"name": "ts", "quality_set_id": 2})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let master_url = rec["hls_mpegts_url"].as_str().unwrap().to_owned();
+    let base = master_url.trim_end_matches("master_mpegts.m3u8").to_owned();
+    // Wait for two whole TS segments in every variant.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (a, b) = (
+            text(&format!("{base}720p/index.m3u8")).await.1,
+            text(&format!("{base}360p/index.m3u8")).await.1,
+        );
+        if a.matches("#EXTINF").count() >= 2 && b.matches("#EXTINF").count() >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no TS segments:\n{a}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (status, master) = text(&format!("{master_url}?get_duration_sec=true")).await;
+    assert_eq!(status, StatusCode::OK);
+    let parsed = match m3u8_rs::parse_playlist_res(master.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
+        other => panic!("not a master playlist: {other:?}"),
+    };
+    assert_eq!(parsed.version, Some(6));
+    let uris: Vec<&str> = parsed.variants.iter().map(|v| v.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "720p/index.m3u8?get_duration_sec=true",
+            "360p/index.m3u8?get_duration_sec=true"
+        ]
+    );
+    assert!(parsed
+        .variants
+        .iter()
+        .all(|v| v.codecs.as_deref().unwrap().ends_with(",mp4a.40.2")));
+
+    let (_, media) = text(&format!(
+        "{base}720p/{}",
+        uris[0].trim_start_matches("720p/")
+    ))
+    .await;
+    let pl = media_playlist(&media);
+    assert_eq!(pl.version, Some(6));
+    assert!(
+        !media.contains("EXT-X-PART")
+            && !media.contains("PRELOAD-HINT")
+            && !media.contains("SERVER-CONTROL")
+    );
+    for s in &pl.segments {
+        assert!((s.duration - 2.0).abs() < 0.05, "{media}");
+        assert!(s.uri.ends_with(".ts?duration_sec=2"), "{}", s.uri);
+    }
+    // Cut at the same keyframes as the CMAF segments: the same durations, segment for segment.
+    let (_, cmaf) = text(&format!("{}/cmaf/{id}/720p/index.m3u8", d.base)).await;
+    let cmaf = media_playlist(&cmaf);
+    assert!(cmaf
+        .segments
+        .iter()
+        .all(|s| (s.duration - 2.0).abs() < 0.05));
+    // A TS segment is decodable on its own (PAT/PMT first, IDR with SPS/PPS).
+    let seg = reqwest::get(format!("{base}720p/{}", pl.segments[1].uri))
+        .await
+        .unwrap();
+    assert_eq!(seg.headers()["content-type"], "video/mp2t");
+    let seg = seg.bytes().await.unwrap();
+    assert_eq!((seg[0], seg.len() % 188), (0x47, 0));
+    let file = dir.path().join("seg.ts");
+    std::fs::write(&file, &seg).unwrap();
+    let probe = ffprobe(file.to_str().unwrap());
+    let kinds: Vec<&str> = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"h264") && kinds.contains(&"aac"),
+        "{kinds:?}"
+    );
+    // Independent readers: ffprobe over HTTP and GStreamer's hlsdemux.
+    let probe = ffprobe(&master_url);
+    assert!(probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["height"] == 360));
+    assert!(
+        gst_hlsdemux_decodes(&format!("{base}360p/index.m3u8")),
+        "hlsdemux could not decode"
+    );
+
+    // The broadcast ends: EXT-X-ENDLIST after the last segment (hls_mpegts_endlist_tag=true).
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, t) = text(&format!("{base}720p/index.m3u8")).await;
+        if t.ends_with("#EXT-X-ENDLIST\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no ENDLIST:\n{t}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // With the tag off, an ended audio-only stream's TS playlist has no ENDLIST.
+    let rec = create(
+        &d,
+        json!({"name": "no-endlist", "hls_mpegts_endlist_tag": false}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 0);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "{err}");
+    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+    tokio::time::sleep(Duration::from_secs(4)).await; // past the 2 s grace period
+    let audio_url = rec["hls_mpegts_url"]
+        .as_str()
+        .unwrap()
+        .replace("master_mpegts.m3u8", "audio/index.m3u8");
+    let (status, t) = text(&audio_url).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        t.contains("#EXTINF") && !t.contains("#EXT-X-ENDLIST"),
+        "{t}"
+    );
+}
