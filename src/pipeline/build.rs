@@ -464,7 +464,7 @@ fn ts_branch(
     };
     let sink = gstreamer_app::AppSink::builder().sync(false).build();
     let (seg_a, seg_b, pkg_a, pkg_b) = (segmenter.clone(), segmenter, package.clone(), package);
-    let store_b = store.clone();
+    let store_b = store;
     sink.set_callbacks(
         gstreamer_app::AppSinkCallbacks::builder()
             .new_sample(move |sink| {
