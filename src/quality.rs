@@ -6,6 +6,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+/// Store setting holding the id of the default live quality set (changed through the API).
+pub const DEFAULT_QUALITY_SET_KEY: &str = "default_quality_set";
+
 /// The shipped ladders, embedded so the binary runs from any directory.
 pub const BUILTIN_QUALITY_SETS: &str = include_str!("../pipelines/quality_sets.toml");
 
@@ -133,6 +136,15 @@ impl QualitySets {
             .find(|s| s.default)
             .map(|s| s.id)
             .expect("validated: one default")
+    }
+
+    /// The default set: the stored choice (the [`DEFAULT_QUALITY_SET_KEY`] setting) when it still
+    /// names a set, else the file's default.
+    pub fn default_id(&self, stored: Option<&str>) -> i64 {
+        stored
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|id| self.get(*id).is_some())
+            .unwrap_or_else(|| self.file_default_id())
     }
 
     /// The sets with `default` reflecting `default_id` (the store's current choice).

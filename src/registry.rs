@@ -191,16 +191,13 @@ impl Registry {
     async fn default_quality_set(&self) -> i64 {
         let store = self.store.clone();
         let stored = tokio::task::spawn_blocking(move || {
-            store.get_setting(crate::api::quality_sets::DEFAULT_QUALITY_SET_KEY)
+            store.get_setting(crate::quality::DEFAULT_QUALITY_SET_KEY)
         })
         .await
         .ok()
         .and_then(Result::ok)
-        .flatten()
-        .and_then(|v| v.parse::<i64>().ok());
-        stored
-            .filter(|id| self.quality_sets.get(*id).is_some())
-            .unwrap_or_else(|| self.quality_sets.file_default_id())
+        .flatten();
+        self.quality_sets.default_id(stored.as_deref())
     }
 
     /// Authorises a publish and starts (or resumes) the stream's pipeline. Every refusal happens

@@ -10,18 +10,12 @@ use super::fields::Fields;
 use super::{Api, ApiError};
 use crate::server::{json_response, Body};
 
-pub const DEFAULT_QUALITY_SET_KEY: &str = "default_quality_set";
+use crate::quality::DEFAULT_QUALITY_SET_KEY;
 
 impl Api {
-    /// The default set: the store's choice when it still names a set, else the file's default.
     pub async fn default_quality_set_id(&self) -> Result<i64, ApiError> {
-        let stored = self
-            .db(|s| s.get_setting(DEFAULT_QUALITY_SET_KEY))
-            .await?
-            .and_then(|v| v.parse::<i64>().ok());
-        Ok(stored
-            .filter(|id| self.quality_sets.get(*id).is_some())
-            .unwrap_or_else(|| self.quality_sets.file_default_id()))
+        let stored = self.db(|s| s.get_setting(DEFAULT_QUALITY_SET_KEY)).await?;
+        Ok(self.quality_sets.default_id(stored.as_deref()))
     }
 }
 
