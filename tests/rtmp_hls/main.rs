@@ -161,6 +161,40 @@ async fn wait_segments(master_url: &str, n: usize) {
     }
 }
 
+/// A daemon whose grace period after a publisher leaves is 2 s, so endings show quickly.
+fn short_grace_daemon(dir: &std::path::Path) -> Daemon {
+    Daemon::start_with(
+        dir,
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+        ],
+    )
+}
+
+/// Polls a playlist until it ends with EXT-X-ENDLIST (bounded); returns its text.
+async fn wait_endlist(url: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, t) = text(url).await;
+        if t.ends_with("#EXT-X-ENDLIST\n") {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ENDLIST after the grace period:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn master_playlist(text: &str) -> m3u8_rs::MasterPlaylist {
+    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
+        other => panic!("not a master playlist: {other:?}\n{text}"),
+    }
+}
+
 fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
     match m3u8_rs::parse_playlist_res(text.as_bytes()) {
         Ok(m3u8_rs::Playlist::MediaPlaylist(p)) => p,
@@ -172,13 +206,7 @@ fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
 async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     let _g = heavy().await;
     let dir = tempdir();
-    let d = Daemon::start_with(
-        dir.path(),
-        &[
-            ("LIVEPACK_API_KEYS", KEY),
-            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
-        ],
-    );
+    let d = short_grace_daemon(dir.path());
     let rec = create(&d, json!({"name": "spine"})).await;
     let id = rec["id"].as_i64().unwrap();
     let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 1);
@@ -202,10 +230,7 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     let master_url = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
     let (status, master_text) = text(&master_url).await;
     assert_eq!(status, StatusCode::OK);
-    let master = match m3u8_rs::parse_playlist_res(master_text.as_bytes()) {
-        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
-        other => panic!("not a master playlist: {other:?}"),
-    };
+    let master = master_playlist(&master_text);
     assert!(master.independent_segments);
     let heights: Vec<u64> = master
         .variants
@@ -352,19 +377,8 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     let ended = wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
     assert!(ended["finished_at_primary"].is_string());
     assert_eq!(ended["started_at_primary"], live["started_at_primary"]);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, t) = text(&format!("{base}720p/index.m3u8")).await;
-        if t.ends_with("#EXT-X-ENDLIST\n") {
-            assert!(!t.contains("PRELOAD-HINT"));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no ENDLIST after the grace period:\n{t}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let ended = wait_endlist(&format!("{base}720p/index.m3u8")).await;
+    assert!(!ended.contains("PRELOAD-HINT"));
 }
 
 #[tokio::test]
@@ -616,13 +630,7 @@ fn gst_hlsdemux_decodes(url: &str) -> bool {
 async fn mpegts_hls_from_the_same_encoders() {
     let _g = heavy().await;
     let dir = tempdir();
-    let d = Daemon::start_with(
-        dir.path(),
-        &[
-            ("LIVEPACK_API_KEYS", KEY),
-            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
-        ],
-    );
+    let d = short_grace_daemon(dir.path());
     let rec = create(&d, json!({"name": "ts", "quality_set_id": 2})).await;
     let id = rec["id"].as_i64().unwrap();
     let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0);
@@ -644,10 +652,7 @@ async fn mpegts_hls_from_the_same_encoders() {
     }
     let (status, master) = text(&format!("{master_url}?get_duration_sec=true")).await;
     assert_eq!(status, StatusCode::OK);
-    let parsed = match m3u8_rs::parse_playlist_res(master.as_bytes()) {
-        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
-        other => panic!("not a master playlist: {other:?}"),
-    };
+    let parsed = master_playlist(&master);
     assert_eq!(parsed.version, Some(6));
     let uris: Vec<&str> = parsed.variants.iter().map(|v| v.uri.as_str()).collect();
     assert_eq!(
@@ -720,15 +725,7 @@ async fn mpegts_hls_from_the_same_encoders() {
     // The broadcast ends: EXT-X-ENDLIST after the last segment (hls_mpegts_endlist_tag=true).
     let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
     assert!(ok, "{err}");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, t) = text(&format!("{base}720p/index.m3u8")).await;
-        if t.ends_with("#EXT-X-ENDLIST\n") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no ENDLIST:\n{t}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_endlist(&format!("{base}720p/index.m3u8")).await;
 
     // With the tag off, an ended audio-only stream's TS playlist has no ENDLIST.
     let rec = create(
