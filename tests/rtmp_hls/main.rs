@@ -751,3 +751,122 @@ async fn mpegts_hls_from_the_same_encoders() {
         "{t}"
     );
 }
+
+mod hostile {
+    //! Raw TCP peers that break the RTMP rules against the running daemon, while a real stream
+    //! is live: each is cut off, the daemon keeps serving, the real stream keeps going.
+
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// C0+C1, read S0+S1+S2, send C2 (the simple handshake: C2 echoes S1).
+    async fn handshake(addr: &str) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut c1 = vec![0u8; 1536];
+        for (i, b) in c1.iter_mut().enumerate().skip(8) {
+            *b = (i * 7) as u8;
+        }
+        s.write_all(&[3]).await.unwrap();
+        s.write_all(&c1).await.unwrap();
+        let mut s0s1s2 = vec![0u8; 1 + 1536 * 2];
+        s.read_exact(&mut s0s1s2).await.unwrap();
+        s.write_all(&s0s1s2[1..1537]).await.unwrap();
+        s
+    }
+
+    /// Reads until the server closes the connection; panics if it stays open past `within`.
+    async fn closed_within(mut s: TcpStream, within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(_)) => continue,
+                Err(_) => panic!("{what}: connection still open after {within:?}"),
+            }
+        }
+    }
+
+    fn chunk0(csid: u8, kind: u8, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut m = vec![csid, 0, 0, 0, len[1], len[2], len[3], kind, 0, 0, 0, 0];
+        m.extend_from_slice(payload);
+        m
+    }
+
+    pub async fn attack_all(rtmp: &str) {
+        // Junk instead of a handshake (an HTTP request, a TLS ClientHello).
+        for junk in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+            &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..],
+        ] {
+            let mut s = TcpStream::connect(rtmp).await.unwrap();
+            s.write_all(junk).await.unwrap();
+            closed_within(s, Duration::from_secs(15), "junk handshake").await;
+        }
+        // AMF0 nested 20 000 deep in a connect command (would overflow the stack in rml_rtmp);
+        // the chunk size is raised first so the message fits in one chunk.
+        let mut s = handshake(rtmp).await;
+        s.write_all(&chunk0(2, 1, &65_536u32.to_be_bytes()))
+            .await
+            .unwrap();
+        let mut amf = vec![2, 0, 7];
+        amf.extend_from_slice(b"connect");
+        amf.extend_from_slice(&[0, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0]);
+        amf.extend(std::iter::repeat_n([0x0a, 0, 0, 0, 1], 12_000).flatten());
+        amf.push(5);
+        s.write_all(&chunk0(3, 20, &amf)).await.unwrap();
+        closed_within(s, Duration::from_secs(15), "deep AMF0").await;
+        // Chunk size 0, and a 16 MiB message declared with no body.
+        for msg in [chunk0(2, 1, &0u32.to_be_bytes()), {
+            let mut m = chunk0(4, 9, &[]);
+            m[4..7].copy_from_slice(&[0xff, 0xff, 0xff]);
+            m
+        }] {
+            let mut s = handshake(rtmp).await;
+            s.write_all(&msg).await.unwrap();
+            closed_within(s, Duration::from_secs(15), "bad chunk header").await;
+        }
+        // A handshake that never finishes: closed by the 10 s handshake timeout.
+        let mut s = TcpStream::connect(rtmp).await.unwrap();
+        s.write_all(&[3]).await.unwrap();
+        closed_within(s, Duration::from_secs(20), "stalled handshake").await;
+    }
+}
+
+#[tokio::test]
+async fn hostile_rtmp_peers_are_cut_off_while_a_real_stream_keeps_going() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(&d, json!({"name": "victim"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 1).await;
+    let playlist = format!("{}/cmaf/{id}/audio/index.m3u8", d.base);
+    let before = media_playlist(&text(&playlist).await.1);
+
+    hostile::attack_all(&d.rtmp).await;
+
+    // The daemon still answers, and the real stream kept producing segments throughout.
+    assert_eq!(d.get("/healthz").await.status, StatusCode::OK);
+    let r = record(&d, id).await;
+    assert_eq!(r["live"], true, "{r}");
+    let after = media_playlist(&text(&playlist).await.1);
+    let last = |p: &m3u8_rs::MediaPlaylist| p.media_sequence + p.segments.len() as u64;
+    assert!(
+        last(&after) >= last(&before) + 5,
+        "the real stream stalled during the attacks"
+    );
+    let mut ffmpeg = ffmpeg;
+    assert!(
+        ffmpeg.try_wait().unwrap().is_none(),
+        "the real publisher was cut off"
+    );
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+}
