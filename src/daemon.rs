@@ -185,11 +185,18 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         Ok(())
     })
     .await??;
+    // Segments of a previous run belong to streams that are no longer live.
+    let media_root = config.data_dir.join("media");
+    {
+        let root = media_root.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
+    }
     let registry = Registry::new(
         store.clone(),
         quality_sets.clone(),
         config.packaging,
         config.grace_period,
+        media_root,
     );
     let tls = {
         let (cert, key, dir) = (

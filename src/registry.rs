@@ -80,6 +80,8 @@ pub struct Registry {
     quality_sets: Arc<QualitySets>,
     packaging: PackagingConfig,
     grace: Duration,
+    /// `DATA_DIR/media`: each live stream's segments under `{id}/`.
+    media_root: std::path::PathBuf,
     next_session: Mutex<u64>,
     pipelines: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -128,6 +130,7 @@ impl Registry {
         quality_sets: Arc<QualitySets>,
         packaging: PackagingConfig,
         grace: Duration,
+        media_root: std::path::PathBuf,
     ) -> Arc<Registry> {
         Arc::new(Registry {
             streams: Mutex::new(HashMap::new()),
@@ -135,6 +138,7 @@ impl Registry {
             quality_sets,
             packaging,
             grace,
+            media_root,
             next_session: Mutex::new(1),
             pipelines: Mutex::new(Vec::new()),
         })
@@ -170,6 +174,50 @@ impl Registry {
             tracing::info!(stream = id, "stopping the live publish");
             e.stop.send_replace(true);
         }
+    }
+
+    /// Applies changed settings to a live (or lingering) stream: the DVR window and the ENDLIST
+    /// choice take effect with the next part, without a restart.
+    pub fn apply_settings(&self, id: i64, settings: &crate::store::StreamSettings) {
+        let Some(package) = self.package(id) else {
+            return;
+        };
+        let (window, endlist) = (dvr_window(settings), settings.hls_mpegts_endlist_tag);
+        package.update(|p| {
+            p.dvr_window = window;
+            p.endlist_tag = endlist;
+        });
+    }
+
+    /// Empties a stream's rewind window (memory and disk); `false` if it has no outputs.
+    pub fn dvr_cleanup(&self, id: i64) -> bool {
+        let Some(package) = self.package(id) else {
+            return false;
+        };
+        let (removed, dir) = package.update(|p| {
+            let dir = p.media_dir.clone();
+            let mut removed = Vec::new();
+            for (output, list) in [
+                (crate::package::Output::Cmaf, &mut p.renditions),
+                (crate::package::Output::Ts, &mut p.ts_renditions),
+            ] {
+                for r in list.iter_mut() {
+                    removed.extend(
+                        r.clear_complete()
+                            .into_iter()
+                            .map(|msn| (output, r.name.clone(), msn)),
+                    );
+                }
+            }
+            (removed, dir)
+        });
+        if let Some(dir) = dir {
+            for (output, name, msn) in removed {
+                let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
+            }
+        }
+        tracing::info!(stream = id, "DVR window emptied");
+        true
     }
 
     /// The package serving a stream's outputs, while it is live or in its grace/linger time.
@@ -232,6 +280,8 @@ impl Registry {
         let ladder = Ladder::from_set(self.quality_sets.get(set_id).expect("resolved above"));
 
         let endlist_tag = row.settings.hls_mpegts_endlist_tag;
+        let dvr_window = dvr_window(&row.settings);
+        let media_dir = crate::package::MediaDir::new(self.media_root.join(id.to_string()));
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let (package, status, epoch) = {
@@ -269,7 +319,11 @@ impl Registry {
                 }
             }
         };
-        package.update(|p| p.endlist_tag = endlist_tag);
+        package.update(|p| {
+            p.endlist_tag = endlist_tag;
+            p.dvr_window = dvr_window;
+            p.media_dir = Some(media_dir);
+        });
         lock(&status).live = true;
         self.record_times(id, Some(OffsetDateTime::now_utc()), None);
         tracing::info!(stream = id, protocol, epoch, "publish started");
@@ -356,4 +410,11 @@ async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
     for h in handles {
         let _ = h.await;
     }
+}
+
+/// The rewind window a stream's settings ask for.
+fn dvr_window(settings: &crate::store::StreamSettings) -> Option<Duration> {
+    settings
+        .dvr_enabled
+        .then(|| Duration::from_secs(u64::from(settings.dvr_duration)))
 }

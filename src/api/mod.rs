@@ -71,6 +71,7 @@ enum Route {
     Streams,
     Stream,
     StreamPlaylist,
+    StreamDvrCleanup,
     QualitySets,
     QualitySetDefault,
     Apps,
@@ -90,6 +91,11 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         "/streaming/streams/{id}",
         Route::Stream,
         &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/streaming/streams/{id}/dvr_cleanup",
+        Route::StreamDvrCleanup,
+        &[Method::PUT],
     ),
     (
         "/streaming/streams/{id}/playlist.m3u8",
@@ -216,6 +222,7 @@ impl Api {
                 }
                 (Route::Stream, _) => streams::delete(self, id).await,
                 (Route::StreamPlaylist, _) => streams::legacy_playlist(self, id).await,
+                (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
                 (Route::QualitySets, _) => quality_sets::list(self).await,
                 (Route::QualitySetDefault, _) => {
                     quality_sets::set_default(self, read_json(req).await?).await

@@ -423,6 +423,7 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     )
     .await?;
     tracing::info!(stream = id, "stream updated");
+    api.registry.apply_settings(id, &row.settings);
     if !row.settings.active || row.settings.pull {
         // A deactivated stream (or one turned into a PULL) stops receiving pushes at once.
         api.registry.kick(id);
@@ -436,6 +437,13 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
     }
     api.registry.kick(id);
     tracing::info!(stream = id, "stream deleted");
+    Ok(super::no_content())
+}
+
+/// `PUT /streaming/streams/{id}/dvr_cleanup`: empties the rewind window of a live stream.
+pub async fn dvr_cleanup(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    load(api, id).await?;
+    api.registry.dvr_cleanup(id);
     Ok(super::no_content())
 }
 

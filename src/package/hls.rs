@@ -209,14 +209,8 @@ pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: boo
     let part_target = cfg.part;
     let skip_until = Duration::from_secs(td * 6);
     let segments = r.segments();
-    // The listed window: the newest complete segments plus the open one.
-    let complete: Vec<usize> = (0..segments.len())
-        .filter(|&i| segments[i].complete)
-        .collect();
-    let first_listed = complete
-        .len()
-        .checked_sub(cfg.window_segments)
-        .map_or(0, |n| complete[n]);
+    // The listed window: the newest complete segments (or the DVR window) plus the open one.
+    let first_listed = pkg.first_listed(r);
     let listed = segments.range(first_listed..);
     let hidden_discontinuities = segments
         .range(..first_listed)

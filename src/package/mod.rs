@@ -10,8 +10,66 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use store::{PackagingConfig, PartIn, Rendition, RenditionKind, StreamPackage};
+pub use store::{PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, StreamPackage};
 
+use std::path::{Path, PathBuf};
+
+/// Which output a rendition belongs to: its list in the package and its file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Cmaf,
+    Ts,
+}
+
+impl Output {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Output::Cmaf => "m4s",
+            Output::Ts => "ts",
+        }
+    }
+
+    fn dir(self) -> &'static str {
+        match self {
+            Output::Cmaf => "cmaf",
+            Output::Ts => "mpegts",
+        }
+    }
+}
+
+/// Where a stream's complete segments live on disk: `DATA_DIR/media/{id}/{cmaf|mpegts}/{rung}/`.
+/// Names come from the package (rung names, sequence numbers), never from a request.
+#[derive(Debug, Clone)]
+pub struct MediaDir {
+    root: PathBuf,
+}
+
+impl MediaDir {
+    pub fn new(root: PathBuf) -> MediaDir {
+        MediaDir { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn segment_path(&self, output: Output, rendition: &str, msn: u64) -> PathBuf {
+        self.root
+            .join(output.dir())
+            .join(rendition)
+            .join(format!("seg_{msn}.{}", output.extension()))
+    }
+
+    /// Writes atomically (temp file + rename), so a reader never sees half a segment.
+    fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("part");
+        std::fs::write(&tmp, data)?;
+        std::fs::rename(&tmp, path)
+    }
+}
 /// A [`StreamPackage`] shared between the pipeline's streaming threads (writers) and HTTP
 /// handlers (readers), with a change counter that blocking requests wait on.
 pub struct Package {
@@ -41,6 +99,52 @@ impl Package {
         let out = f(&mut self.lock());
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
         out
+    }
+
+    /// Appends a part to rendition `index` of `output` (`whole`: the part is a complete segment,
+    /// as TS segments are), then mirrors the change on disk outside the lock: the completed
+    /// segment is written, evicted ones are deleted. A failed write (disk full) keeps the
+    /// segment in memory and is logged; live output goes on.
+    pub fn push(&self, output: Output, index: usize, part: PartIn, whole: bool) {
+        let (name, outcome, dir) = self.update(|p| {
+            let retention = p.retention();
+            let dir = p.media_dir.clone();
+            let list = match output {
+                Output::Cmaf => &mut p.renditions,
+                Output::Ts => &mut p.ts_renditions,
+            };
+            match list.get_mut(index) {
+                Some(r) => {
+                    let mut outcome = r.push_part(part, retention);
+                    if whole {
+                        r.close_open_segment();
+                        outcome.completed = r.segments().back().map(|s| (s.msn, s.data()));
+                    }
+                    (r.name.clone(), outcome, dir)
+                }
+                None => (String::new(), PushOutcome::default(), None),
+            }
+        });
+        let Some(dir) = dir else { return };
+        for msn in &outcome.evicted {
+            let _ = std::fs::remove_file(dir.segment_path(output, &name, *msn));
+        }
+        if let Some((msn, data)) = outcome.completed {
+            match dir.write(&dir.segment_path(output, &name, msn), &data) {
+                Ok(()) => self.update(|p| {
+                    let list = match output {
+                        Output::Cmaf => &mut p.renditions,
+                        Output::Ts => &mut p.ts_renditions,
+                    };
+                    if let Some(r) = list.get_mut(index) {
+                        r.mark_on_disk(msn, data.len());
+                    }
+                }),
+                Err(e) => {
+                    tracing::error!(rendition = %name, msn, error = %e, "cannot write segment; keeping it in memory")
+                }
+            }
+        }
     }
 
     /// Evaluates `f` now and after every change until it yields a value or `timeout` passes.

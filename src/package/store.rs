@@ -91,6 +91,8 @@ pub struct Segment {
     /// First segment after a publisher reconnect or source switch.
     pub discontinuity: bool,
     pub complete: bool,
+    /// Size once written to the data dir; its parts' bytes may then be dropped from memory.
+    pub on_disk: Option<usize>,
 }
 
 impl Segment {
@@ -99,10 +101,16 @@ impl Segment {
     }
 
     pub fn bytes(&self) -> usize {
-        self.parts.iter().map(|p| p.data.len()).sum()
+        self.on_disk
+            .unwrap_or_else(|| self.parts.iter().map(|p| p.data.len()).sum())
     }
 
-    /// The whole segment: the concatenation of its parts.
+    /// Whether the bytes are still held in memory (recent segments and parts are).
+    pub fn in_memory(&self) -> bool {
+        self.on_disk.is_none() || self.parts.iter().any(|p| !p.data.is_empty())
+    }
+
+    /// The whole segment from memory: the concatenation of its parts.
     pub fn data(&self) -> Bytes {
         match self.parts.as_slice() {
             [only] => only.data.clone(),
@@ -115,6 +123,26 @@ impl Segment {
             }
         }
     }
+}
+
+/// Newest segments whose bytes stay in memory after they are on disk: they hold the parts that
+/// LL-HLS clients fetch at the live edge.
+pub const MEMORY_SEGMENTS: usize = 4;
+
+/// How much a rendition keeps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Retention {
+    /// The live window plus a fetchable tail, by count.
+    Segments(usize),
+    /// DVR: complete segments covering this much media time.
+    Media(Duration),
+}
+
+/// What a push changed, for the caller to mirror on disk outside the lock.
+#[derive(Debug, Default)]
+pub struct PushOutcome {
+    pub completed: Option<(u64, Bytes)>,
+    pub evicted: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -272,10 +300,16 @@ impl Rendition {
         self.next_msn
     }
 
-    pub fn push_part(&mut self, part: PartIn, keep_segments: usize) {
+    /// Appends a part. Returns the segment it completed (to be written to disk) and the
+    /// sequence numbers dropped from the store (their files are to be deleted).
+    pub fn push_part(&mut self, part: PartIn, retention: Retention) -> PushOutcome {
+        let mut outcome = PushOutcome::default();
         let open = self.segments.back().is_some_and(|s| !s.complete);
         if part.starts_segment || !open {
-            self.close_open_segment();
+            if open {
+                self.close_open_segment();
+                outcome.completed = self.segments.back().map(|s| (s.msn, s.data()));
+            }
             let discontinuity = std::mem::take(&mut self.pending_discontinuity);
             let init_version = self.current_init_version();
             self.segments.push_back(Segment {
@@ -285,6 +319,7 @@ impl Rendition {
                 init_version,
                 discontinuity,
                 complete: false,
+                on_disk: None,
             });
             self.next_msn += 1;
         }
@@ -294,13 +329,69 @@ impl Rendition {
             duration: part.duration,
             independent: part.independent,
         });
-        while self.segments.len() > keep_segments.max(2) {
-            if self
-                .segments
-                .pop_front()
-                .is_some_and(|old| old.discontinuity)
-            {
-                self.discontinuity_sequence += 1;
+        outcome.evicted = self.evict(retention);
+        outcome
+    }
+
+    /// Drops segments beyond the retention (never the newest two).
+    pub fn evict(&mut self, retention: Retention) -> Vec<u64> {
+        let mut evicted = Vec::new();
+        loop {
+            let too_many = match retention {
+                Retention::Segments(n) => self.segments.len() > n.max(2),
+                Retention::Media(window) => {
+                    // Keep the newest complete segments that fit the window (media time).
+                    let held: Duration = self
+                        .segments
+                        .iter()
+                        .filter(|s| s.complete)
+                        .map(Segment::duration)
+                        .sum();
+                    let front = self
+                        .segments
+                        .front()
+                        .map_or(Duration::ZERO, Segment::duration);
+                    self.segments.len() > 2 && held.saturating_sub(front) >= window
+                }
+            };
+            if !too_many {
+                return evicted;
+            }
+            if let Some(old) = self.segments.pop_front() {
+                if old.discontinuity {
+                    self.discontinuity_sequence += 1;
+                }
+                evicted.push(old.msn);
+            }
+        }
+    }
+
+    /// Empties the window (DVR cleanup): every complete segment goes; the open one stays.
+    pub fn clear_complete(&mut self) -> Vec<u64> {
+        let mut removed = Vec::new();
+        while self.segments.front().is_some_and(|s| s.complete) {
+            if let Some(old) = self.segments.pop_front() {
+                if old.discontinuity {
+                    self.discontinuity_sequence += 1;
+                }
+                removed.push(old.msn);
+            }
+        }
+        removed
+    }
+
+    /// Records that segment `msn` is on disk, and releases the memory of on-disk segments older
+    /// than the newest [`MEMORY_SEGMENTS`].
+    pub fn mark_on_disk(&mut self, msn: u64, len: usize) {
+        if let Some(i) = self.segments.iter().position(|s| s.msn == msn) {
+            self.segments[i].on_disk = Some(len);
+        }
+        let keep_from = self.segments.len().saturating_sub(MEMORY_SEGMENTS);
+        for s in self.segments.range_mut(..keep_from) {
+            if s.on_disk.is_some() {
+                for p in &mut s.parts {
+                    p.data = Bytes::new();
+                }
             }
         }
     }
@@ -346,6 +437,10 @@ pub struct StreamPackage {
     pub endlist_tag: bool,
     /// The latest JPEG screenshot of the source (renewed every 10 s while live).
     pub screenshot: Option<Bytes>,
+    /// DVR rewind window (`dvr_enabled` → `dvr_duration`); `None` is the short live window.
+    pub dvr_window: Option<Duration>,
+    /// Where complete segments are written (set by the registry; `None` in unit tests).
+    pub media_dir: Option<super::MediaDir>,
 }
 
 impl StreamPackage {
@@ -357,6 +452,8 @@ impl StreamPackage {
             ended: false,
             endlist_tag: true,
             screenshot: None,
+            dvr_window: None,
+            media_dir: None,
         }
     }
 
@@ -368,16 +465,38 @@ impl StreamPackage {
         self.renditions.iter_mut().find(|r| r.name == name)
     }
 
-    /// How many segments a rendition keeps: the playlist window plus the fetchable tail.
-    pub fn keep_segments(&self) -> usize {
-        self.config.window_segments + 1 + self.config.retain_segments
+    /// What a rendition keeps: the DVR window, or the live window plus a fetchable tail.
+    pub fn retention(&self) -> Retention {
+        match self.dvr_window {
+            Some(w) => Retention::Media(w),
+            None => {
+                Retention::Segments(self.config.window_segments + 1 + self.config.retain_segments)
+            }
+        }
     }
 
-    pub fn push_part(&mut self, rendition: usize, part: PartIn) {
-        let keep = self.keep_segments();
-        if let Some(r) = self.renditions.get_mut(rendition) {
-            r.push_part(part, keep);
+    /// Index of the first segment a playlist lists: all held ones with DVR (they are exactly the
+    /// window), else the newest `window_segments` complete ones.
+    pub fn first_listed(&self, r: &Rendition) -> usize {
+        if self.dvr_window.is_some() {
+            return 0;
         }
+        let segments = r.segments();
+        let complete: Vec<usize> = (0..segments.len())
+            .filter(|&i| segments[i].complete)
+            .collect();
+        complete
+            .len()
+            .checked_sub(self.config.window_segments)
+            .map_or(0, |n| complete[n])
+    }
+
+    pub fn push_part(&mut self, rendition: usize, part: PartIn) -> PushOutcome {
+        let retention = self.retention();
+        self.renditions
+            .get_mut(rendition)
+            .map(|r| r.push_part(part, retention))
+            .unwrap_or_default()
     }
 
     /// Every rendition has its init segment and at least one part: playable.
@@ -426,7 +545,7 @@ pub(crate) mod tests {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let mut r = video_720p(1);
         for i in 0..40u64 {
-            r.push_part(part(i % 4 == 0, 500, t0), 5);
+            r.push_part(part(i % 4 == 0, 500, t0), Retention::Segments(5));
         }
         assert_eq!(r.segments().len(), 5);
         assert_eq!(r.segments().front().unwrap().msn, 5);
@@ -444,18 +563,51 @@ pub(crate) mod tests {
     fn discontinuity_numbering_never_goes_back() {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let mut r = stereo_audio(1);
-        r.push_part(part(true, 500, t0), 3);
-        r.push_part(part(false, 500, t0), 3);
+        r.push_part(part(true, 500, t0), Retention::Segments(3));
+        r.push_part(part(false, 500, t0), Retention::Segments(3));
         r.mark_discontinuity();
-        r.push_part(part(true, 500, t0), 3);
+        r.push_part(part(true, 500, t0), Retention::Segments(3));
         assert!(r.segment(1).unwrap().discontinuity);
         assert!(r.segment(0).unwrap().complete);
         for _ in 0..3 {
-            r.push_part(part(true, 500, t0), 3);
+            r.push_part(part(true, 500, t0), Retention::Segments(3));
         }
         // The discontinuity segment (msn 1) left the window: the sequence counts it.
         assert_eq!(r.segments().front().unwrap().msn, 2);
         assert_eq!(r.discontinuity_sequence(), 1);
+    }
+
+    #[test]
+    fn dvr_retention_is_by_media_time_and_memory_is_released() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let mut r = video_720p(1);
+        let window = Retention::Media(Duration::from_secs(30));
+        let mut completed = Vec::new();
+        for i in 0..200u64 {
+            let out = r.push_part(part(i % 4 == 0, 500, t0), window);
+            if let Some((msn, data)) = out.completed {
+                completed.push(msn);
+                r.mark_on_disk(msn, data.len());
+            }
+        }
+        let held: Duration = r
+            .segments()
+            .iter()
+            .filter(|s| s.complete)
+            .map(|s| s.duration())
+            .sum();
+        assert_eq!(held, Duration::from_secs(30), "exactly the window");
+        assert_eq!(completed.len(), 49);
+        let in_memory = r.segments().iter().filter(|s| s.in_memory()).count();
+        assert_eq!(in_memory, MEMORY_SEGMENTS);
+        assert_eq!(
+            r.segments().front().unwrap().bytes(),
+            400,
+            "size known after release"
+        );
+        let removed = r.clear_complete();
+        assert_eq!(removed.len(), 15);
+        assert!(r.segments().iter().all(|s| !s.complete));
     }
 
     #[test]

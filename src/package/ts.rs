@@ -295,7 +295,11 @@ pub fn render_media(
     endlist: bool,
 ) -> String {
     let segments = r.segments();
-    let first = segments.len().saturating_sub(pkg.config.window_segments);
+    let first = if pkg.dvr_window.is_some() {
+        0
+    } else {
+        segments.len().saturating_sub(pkg.config.window_segments)
+    };
     let td = pkg.config.target_duration_for(segments.range(first..));
     let hidden = segments.range(..first).filter(|s| s.discontinuity).count() as u64;
     let mut out = String::new();
@@ -456,7 +460,7 @@ mod tests {
                     pdt: t0,
                     data: Bytes::from(vec![0u8; 1000]),
                 },
-                10,
+                crate::package::store::Retention::Segments(10),
             );
         }
         v.close_open_segment();

@@ -443,24 +443,16 @@ fn ts_branch(
         if segs.is_empty() {
             return;
         }
-        package.update(|p| {
-            let keep = p.keep_segments();
-            if let Some(r) = p.ts_renditions.get_mut(index) {
-                for seg in segs {
-                    r.push_part(
-                        crate::package::PartIn {
-                            starts_segment: true,
-                            independent: true,
-                            duration: seg.duration,
-                            pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
-                            data: seg.data,
-                        },
-                        keep,
-                    );
-                    r.close_open_segment();
-                }
-            }
-        });
+        for seg in segs {
+            let part = crate::package::PartIn {
+                starts_segment: true,
+                independent: true,
+                duration: seg.duration,
+                pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
+                data: seg.data,
+            };
+            package.push(crate::package::Output::Ts, index, part, true);
+        }
     };
     let sink = gstreamer_app::AppSink::builder().sync(false).build();
     let (seg_a, seg_b, pkg_a, pkg_b) = (segmenter.clone(), segmenter, package.clone(), package);

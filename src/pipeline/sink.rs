@@ -13,7 +13,7 @@ use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use time::OffsetDateTime;
 
-use crate::package::{Package, PartIn};
+use crate::package::{Output, Package, PartIn};
 use crate::registry::SharedStatus;
 
 /// Window over which `transcoding_speed` is measured.
@@ -121,19 +121,19 @@ fn on_sample(
         }
     });
     let media = part.as_ref().map(|p| p.duration);
-    package.update(|p| {
-        if let Some(init) = init {
+    if let Some(init) = init {
+        package.update(|p| {
             if let Some(r) = p.renditions.get_mut(index) {
                 if let Some(codecs) = avc_codec_string(&init) {
                     r.codecs = codecs;
                 }
                 r.set_init(init);
             }
-        }
-        if let Some(part) = part {
-            p.push_part(index, part);
-        }
-    });
+        });
+    }
+    if let Some(part) = part {
+        package.push(Output::Cmaf, index, part, false);
+    }
     if let (Some((speed, status)), Some(media)) = (meter, media) {
         let value = speed
             .lock()

@@ -9,7 +9,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::package::hls::{self, Readiness};
-use crate::package::{Package, StreamPackage};
+use crate::package::{Output, Package, StreamPackage};
 use crate::registry::Registry;
 use crate::server::{empty, full, Body};
 
@@ -200,18 +200,23 @@ pub async fn handle(
             )
         }
         Target::Segment(name, msn) => {
-            let data = package
+            let source = package
                 .wait_for(timeout(&package), |p| {
                     let r = p.rendition(&name)?;
                     match r.segment(msn) {
-                        Some(s) if s.complete => Some(Some(s.data())),
+                        Some(s) if s.complete => Some(Some(locate(p, Output::Cmaf, &name, s))),
                         Some(_) => None, // still being produced
                         None => Some(None),
                     }
                 })
                 .await
                 .flatten();
-            media_body(data, "video/iso.segment", IMMUTABLE, range.as_ref())
+            media_body(
+                load(source).await,
+                "video/iso.segment",
+                IMMUTABLE,
+                range.as_ref(),
+            )
         }
         Target::TsMaster => {
             let with_duration = duration_requested(req.uri().query());
@@ -243,14 +248,14 @@ pub async fn handle(
                 .map_or_else(not_found, playlist_response)
         }
         Target::TsSegment(name, msn) => {
-            let data = package.read(|p| {
+            let source = package.read(|p| {
                 p.ts_renditions
                     .iter()
                     .find(|r| r.name == name)
                     .and_then(|r| r.segment(msn))
-                    .map(|s| s.data())
+                    .map(|s| locate(p, Output::Ts, &name, s))
             });
-            media_body(data, "video/mp2t", IMMUTABLE, range.as_ref())
+            media_body(load(source).await, "video/mp2t", IMMUTABLE, range.as_ref())
         }
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot.clone());
@@ -268,6 +273,32 @@ pub async fn handle(
         return Response::from_parts(parts, empty());
     }
     resp
+}
+
+/// Where a segment's bytes are: still in memory, or only in its file under the data dir.
+enum Source {
+    Memory(Bytes),
+    Disk(std::path::PathBuf),
+}
+
+fn locate(
+    p: &StreamPackage,
+    output: Output,
+    name: &str,
+    s: &crate::package::store::Segment,
+) -> Source {
+    match (s.in_memory(), &p.media_dir) {
+        (false, Some(dir)) => Source::Disk(dir.segment_path(output, name, s.msn)),
+        _ => Source::Memory(s.data()),
+    }
+}
+
+async fn load(source: Option<Source>) -> Option<Bytes> {
+    match source? {
+        Source::Memory(b) => Some(b),
+        // A segment evicted between the lookup and the read is simply gone: 404.
+        Source::Disk(path) => tokio::fs::read(path).await.ok().map(Bytes::from),
+    }
 }
 
 /// `get_duration_sec=true` asks for `duration_sec=N` on every segment URI.

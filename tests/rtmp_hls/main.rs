@@ -870,3 +870,126 @@ async fn hostile_rtmp_peers_are_cut_off_while_a_real_stream_keeps_going() {
     let _ = ffmpeg.kill();
     let _ = ffmpeg.wait();
 }
+
+/// Segment numbers of the files in a rendition's directory on disk.
+fn files_on_disk(dir: &std::path::Path, ext: &str) -> Vec<u64> {
+    let mut msns: Vec<u64> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix("seg_")?
+                    .strip_suffix(&format!(".{ext}"))?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    msns.sort();
+    msns
+}
+
+/// (sequence numbers, total duration) of the complete segments a playlist lists.
+fn listed(p: &m3u8_rs::MediaPlaylist) -> (Vec<u64>, f64) {
+    let msns = (0..p.segments.len() as u64)
+        .map(|i| p.media_sequence + i)
+        .collect();
+    (msns, p.segments.iter().map(|s| f64::from(s.duration)).sum())
+}
+
+#[tokio::test]
+async fn dvr_window_is_a_ring_on_disk() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(
+        &d,
+        json!({"name": "dvr", "dvr_enabled": true, "dvr_duration": 30}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 8);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let cmaf = format!("{}/cmaf/{id}/audio/index.m3u8", d.base);
+    let ts = format!("{}/mpegts/{id}/audio/index.m3u8", d.base);
+    let media = dir.path().join("data/media").join(id.to_string());
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 1).await;
+
+    // Once the window is full and sliding, the playlist and the disk hold exactly the window.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, t) = text(&cmaf).await;
+        let p = media_playlist(&t);
+        if p.media_sequence > 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the window never slid:\n{t}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (url, sub, ext) in [(&cmaf, "cmaf/audio", "m4s"), (&ts, "mpegts/audio", "ts")] {
+        let mut tries = 0;
+        loop {
+            // Compare only when nothing changed between the two playlist reads.
+            let before = media_playlist(&text(url).await.1);
+            let files = files_on_disk(&media.join(sub), ext);
+            let after = media_playlist(&text(url).await.1);
+            let (msns, total) = listed(&after);
+            if listed(&before).0 == msns {
+                assert!(
+                    (28.0..=32.5).contains(&total),
+                    "{url}: {total} s listed for a 30 s window"
+                );
+                assert_eq!(files, msns, "{url}: disk and playlist disagree");
+                break;
+            }
+            tries += 1;
+            assert!(tries < 20, "{url}: playlist never stable");
+        }
+    }
+
+    // A longer window takes effect live.
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"dvr_duration": 60}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, total) = listed(&media_playlist(&text(&cmaf).await.1));
+        if total > 34.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the window did not grow: {total} s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // dvr_cleanup empties it, on disk too; the stream goes on.
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/dvr_cleanup"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let (msns, total) = listed(&media_playlist(&text(&cmaf).await.1));
+    assert!(total <= 2.5, "{total} s left after cleanup: {msns:?}");
+    assert!(files_on_disk(&media.join("cmaf/audio"), "m4s").len() <= 1);
+    assert_eq!(record(&d, id).await["live"], true);
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            "/streaming/streams/999/dvr_cleanup",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let mut ffmpeg = ffmpeg;
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+}
