@@ -443,7 +443,11 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
 /// `PUT /streaming/streams/{id}/dvr_cleanup`: empties the rewind window of a live stream.
 pub async fn dvr_cleanup(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
     load(api, id).await?;
-    api.registry.dvr_cleanup(id);
+    // File deletions: off the async workers.
+    let registry = api.registry.clone();
+    tokio::task::spawn_blocking(move || registry.dvr_cleanup(id))
+        .await
+        .map_err(|_| ApiError::internal())?;
     Ok(super::no_content())
 }
 
