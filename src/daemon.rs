@@ -297,6 +297,7 @@ async fn route(api: Arc<Api>, req: Request<Incoming>) -> Response<Body> {
     };
     match path {
         "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        "/time" => public(serve::time_response()),
         "/openapi.json" => public(
             Response::builder()
                 .header(hyper::header::CONTENT_TYPE, "application/json")

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -34,6 +35,7 @@ enum Target {
     Segment(String, u64),
     Part(String, u64, usize),
     Screenshot,
+    Mpd,
     TsMaster,
     TsPlaylist(String),
     TsSegment(String, u64),
@@ -75,6 +77,7 @@ fn parse_path(path: &str) -> Option<(i64, Target)> {
     }
     let target = match (a, b) {
         ("master.m3u8", None) => Target::Master,
+        ("index.mpd", None) => Target::Mpd,
         (name, Some(file)) => {
             let valid = !name.is_empty()
                 && name.len() <= MAX_NAME
@@ -199,6 +202,32 @@ pub async fn handle(
                 range.as_ref(),
             )
         }
+        Target::Mpd => {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .filter(|h| h.bytes().all(|b| b.is_ascii_graphic()))
+                .unwrap_or("127.0.0.1")
+                .to_owned();
+            let time_url = format!("http://{host}/time");
+            let render = |p: &StreamPackage| {
+                crate::package::dash::render_mpd(p, time::OffsetDateTime::now_utc(), &time_url)
+            };
+            match package.wait_for(timeout(&package), render).await {
+                Some(mpd) => with_common(
+                    Response::builder()
+                        .header(header::CONTENT_TYPE, "application/dash+xml")
+                        .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
+                        .body(full(mpd))
+                        .expect("valid response"),
+                ),
+                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+            }
+        }
+        Target::Segment(name, msn) if growing(&package, &name, msn) => {
+            grow(package.clone(), name, msn).await
+        }
         Target::Segment(name, msn) => {
             let source = package
                 .wait_for(timeout(&package), |p| {
@@ -273,6 +302,89 @@ pub async fn handle(
         return Response::from_parts(parts, empty());
     }
     resp
+}
+
+/// The segment being produced, or the next one: LL-DASH clients ask for it early
+/// (`availabilityTimeOffset`) and receive its chunks as cmafmux emits them.
+fn growing(package: &Package, name: &str, msn: u64) -> bool {
+    package.read(|p| {
+        p.rendition(name).is_some_and(|r| match r.segment(msn) {
+            Some(s) => !s.complete,
+            None => msn == r.next_msn() && !p.ended,
+        })
+    })
+}
+
+/// Streams a growing segment with chunked transfer: each part (= CMAF chunk, moof+mdat) is
+/// written as soon as it exists; the response ends with the segment.
+async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
+    let limit = timeout(&package);
+    // Wait (bounded) for the segment to start before committing to a 200.
+    let started = package
+        .wait_for(limit, |p| p.rendition(&name)?.segment(msn).map(|_| ()))
+        .await;
+    if started.is_none() {
+        return not_found();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    tokio::spawn(async move {
+        let mut next = 0usize;
+        loop {
+            let step = package
+                .wait_for(limit, |p| {
+                    let s = p.rendition(&name)?.segment(msn)?;
+                    match s.parts.get(next) {
+                        Some(part) => Some(Some(part.data.clone())),
+                        None if s.complete || p.ended => Some(None),
+                        None => None,
+                    }
+                })
+                .await;
+            // Done, or stalled past the hold limit.
+            let Some(Some(chunk)) = step else { return };
+            if tx.send(chunk).await.is_err() {
+                return; // the client went away
+            }
+            next += 1;
+        }
+    });
+    with_common(
+        Response::builder()
+            .header(header::CONTENT_TYPE, "video/iso.segment")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(ChannelBody(rx).boxed())
+            .expect("valid response"),
+    )
+}
+
+/// A response body fed chunk by chunk from a channel (HTTP/1.1 chunked transfer).
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// `GET /time`: the clock DASH players synchronise to (`urn:mpeg:dash:utc:http-iso:2014`).
+pub fn time_response() -> Response<Body> {
+    with_common(
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .header(header::CACHE_CONTROL, "no-store")
+            .body(full(crate::package::dash::utc_now_text(
+                time::OffsetDateTime::now_utc(),
+            )))
+            .expect("valid response"),
+    )
 }
 
 /// Where a segment's bytes are: still in memory, or only in its file under the data dir.

@@ -1,23 +1,27 @@
-//! hls.js (low-latency mode) in headless Chromium plays a stream pushed over RTMP: the video
-//! advances, no fatal error, and it reports its live latency (printed for the closing note).
+//! Real players in headless Chromium against a stream pushed over RTMP: hls.js (LL-HLS, low-
+//! latency mode) and dash.js (LL-DASH with chunked transfer). The video advances, no fatal error,
+//! and each reports its live latency (printed for the closing note).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use common::{tempdir, Daemon};
 
+/// Two transcodes plus two browsers at once would starve two cores: one player test at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-#[tokio::test]
-async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
+/// Creates a stream, pushes the 720p fixture in real time (~36 s), waits until it transcodes.
+async fn live_stream(d: &Daemon) -> (Value, Child) {
     let fixture = root().join("fixtures/av-720p.flv");
     if !fixture.exists() {
         assert!(Command::new(root().join("scripts/make-fixtures"))
@@ -25,13 +29,11 @@ async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
             .unwrap()
             .success());
     }
-    let dir = tempdir();
-    let d = Daemon::start(dir.path());
     let rec = d
         .post("/streaming/streams", json!({"name": "browser"}))
         .await
         .body;
-    let mut ffmpeg = Command::new("ffmpeg")
+    let ffmpeg = Command::new("ffmpeg")
         .args([
             "-hide_banner",
             "-loglevel",
@@ -53,54 +55,100 @@ async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
         assert!(Instant::now() < deadline, "stream never went live");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let shot = dir.path().join("hlsjs.png");
-    let url = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
+    (rec, ffmpeg)
+}
+
+/// Runs a player driver (`tests/browser/*.mjs URL SECONDS [ARGS]`) and parses its JSON line.
+async fn play(script: &'static str, url: String, extra: Vec<String>) -> Value {
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .current_dir(root())
-            .arg("tests/browser/hlsjs.mjs")
+            .arg(script)
             .arg(&url)
             .arg("14")
-            .arg(&shot)
+            .args(&extra)
             .output()
             .expect("node (installed by scripts/test)")
     })
     .await
     .unwrap();
-    let _ = ffmpeg.kill();
-    let _ = ffmpeg.wait();
     assert!(
         out.status.success(),
-        "player failed: {}",
+        "{script} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON line");
+    serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON line")
+}
+
+/// Common checks: no error, decoded video that advances; returns the latencies of the second half.
+fn check_playback(report: &Value) -> Vec<f64> {
     assert_eq!(report["errors"], json!([]), "{report}");
-    assert_eq!(report["lowLatency"], true);
-    assert_eq!(
-        report["levels"],
-        json!([360, 480, 720]),
-        "hls.js sorts levels by bitrate"
-    );
     assert!(
         report["width"].as_u64().unwrap() > 0,
         "no decoded video: {report}"
     );
     let samples = report["samples"].as_array().unwrap();
     let times: Vec<f64> = samples.iter().map(|s| s["t"].as_f64().unwrap()).collect();
-    // Playback advances through the run (not stuck on one frame).
     let advanced = times.last().unwrap() - times[times.len() / 3];
     assert!(advanced > 3.0, "video did not advance: {times:?}");
     let latencies: Vec<f64> = samples[samples.len() / 2..]
         .iter()
         .filter_map(|s| s["latency"].as_f64())
+        .filter(|l| *l > 0.0)
         .collect();
-    assert!(
-        !latencies.is_empty(),
-        "hls.js reported no latency: {report}"
+    assert!(!latencies.is_empty(), "no latency reported: {report}");
+    latencies
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[tokio::test]
+async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let (rec, mut ffmpeg) = live_stream(&d).await;
+    let shot = dir.path().join("hlsjs.png").to_string_lossy().into_owned();
+    let url = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
+    let report = play("tests/browser/hlsjs.mjs", url, vec![shot]).await;
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+    assert_eq!(report["lowLatency"], true);
+    assert_eq!(
+        report["levels"],
+        json!([360, 480, 720]),
+        "hls.js sorts levels by bitrate"
     );
-    let mean = latencies.iter().sum::<f64>() / latencies.len() as f64;
+    let latencies = check_playback(&report);
     println!(
-        "hls.js live latency (second half of the run): mean {mean:.2} s, samples {latencies:?}"
+        "hls.js live latency (second half): mean {:.2} s, samples {latencies:?}",
+        mean(&latencies)
+    );
+}
+
+#[tokio::test]
+async fn dashjs_plays_the_ll_dash_stream() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let (rec, mut ffmpeg) = live_stream(&d).await;
+    let url = rec["dash_url"].as_str().unwrap().to_owned();
+    let report = play("tests/browser/dashjs.mjs", url, vec![]).await;
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+    assert!(
+        report["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["lowLatency"] == true),
+        "{report}"
+    );
+    let latencies = check_playback(&report);
+    println!(
+        "dash.js live latency (second half): mean {:.2} s, samples {latencies:?}",
+        mean(&latencies)
     );
 }

@@ -993,3 +993,67 @@ async fn dvr_window_is_a_ring_on_disk() {
     let _ = ffmpeg.kill();
     let _ = ffmpeg.wait();
 }
+
+#[tokio::test]
+async fn ll_dash_mpd_time_and_chunked_segments() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    // The clock DASH players sync to.
+    let (status, now) = text(&format!("{}/time", d.base)).await;
+    assert_eq!(status, StatusCode::OK);
+    let t =
+        time::OffsetDateTime::parse(&now, &time::format_description::well_known::Rfc3339).unwrap();
+    assert!((time::OffsetDateTime::now_utc() - t).abs() < time::Duration::seconds(5));
+
+    let rec = create(&d, json!({"name": "dash", "quality_set_id": 3})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let mut ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 2);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
+    let mpd_url = rec["dash_url"].as_str().unwrap();
+    let resp = reqwest::get(mpd_url).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/dash+xml");
+    let mpd = resp.text().await.unwrap();
+    for needle in [
+        "type=\"dynamic\"",
+        "availabilityTimeComplete=\"false\"",
+        "<ServiceDescription",
+        "<ProducerReferenceTime",
+        "urn:mpeg:dash:utc:http-iso:2014",
+    ] {
+        assert!(mpd.contains(needle), "missing {needle}:\n{mpd}");
+    }
+    // ffmpeg's DASH demuxer reads it: video and audio.
+    let probe = ffprobe(mpd_url);
+    let kinds: Vec<&str> = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["codec_type"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"video") && kinds.contains(&"audio"),
+        "{kinds:?}"
+    );
+
+    // The segment being produced is delivered while it grows: chunked, one moof per part.
+    let (_, hls) = text(&format!("{}/cmaf/{id}/720p/index.m3u8", d.base)).await;
+    let next = media_playlist(&hls).media_sequence + media_playlist(&hls).segments.len() as u64 + 1;
+    let resp = reqwest::get(format!("{}/cmaf/{id}/720p/seg_{next}.m4s", d.base))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers()
+            .get("transfer-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("chunked")
+    );
+    assert!(resp.headers().get("content-length").is_none());
+    let body = resp.bytes().await.unwrap();
+    let moofs = body.windows(4).filter(|w| w == b"moof").count();
+    assert_eq!(moofs, 4, "a 2 s segment of 0.5 s chunks");
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+}

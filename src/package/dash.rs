@@ -1,0 +1,204 @@
+//! LL-DASH: a dynamic MPD (ISO 23009-1, DASH-IF IOP low-latency) over the same CMAF segments as
+//! LL-HLS. `$Number$` templates with the renditions' own sequence numbers; the segment being
+//! produced is announced early (`availabilityTimeOffset`) and delivered with chunked transfer.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::store::{Rendition, RenditionKind, StreamPackage};
+
+/// ServiceDescription latency target: three parts, as LL-HLS's PART-HOLD-BACK.
+pub const LATENCY_PARTS: u32 = 3;
+
+fn iso(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+fn xs_duration(d: Duration) -> String {
+    format!("PT{:.3}S", d.as_secs_f64())
+}
+
+/// A rendition's segment duration in its timescale: the newest complete segment's (video
+/// segments are exactly the target; AAC fragments are a fixed number of frames, e.g. 93 × 1024
+/// samples = 1.984 s, so one value holds for the whole stream).
+fn segment_duration(r: &Rendition) -> Option<Duration> {
+    r.segments()
+        .iter()
+        .rev()
+        .find(|s| s.complete)
+        .map(|s| s.duration())
+}
+
+/// When segment number 0 of `r` began: its newest segment's wall-clock start minus the
+/// segments before it (so the live edge lines up whatever happened earlier).
+fn availability_start(r: &Rendition, d: Duration) -> Option<OffsetDateTime> {
+    let s = r.segments().iter().rev().find(|s| s.complete)?;
+    Some(s.pdt - d * u32::try_from(s.msn).ok()?)
+}
+
+/// Renders the MPD, or `None` until every rendition has a complete segment.
+pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> Option<String> {
+    let video: Vec<&Rendition> = pkg
+        .renditions
+        .iter()
+        .filter(|r| matches!(r.kind, RenditionKind::Video { .. }))
+        .collect();
+    let audio: Vec<&Rendition> = pkg
+        .renditions
+        .iter()
+        .filter(|r| matches!(r.kind, RenditionKind::Audio { .. }))
+        .collect();
+    let reference = video.first().or(audio.first())?;
+    let ref_d = segment_duration(reference)?;
+    let ast = availability_start(reference, ref_d)?;
+    let part = pkg.config.part;
+    let window = pkg
+        .dvr_window
+        .unwrap_or(pkg.config.segment * u32::try_from(pkg.config.window_segments).unwrap_or(6));
+    let latency_ms = part.as_millis() as u32 * LATENCY_PARTS;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"dynamic\" \
+profiles=\"urn:mpeg:dash:profile:isoff-live:2011,urn:mpeg:dash:profile:cmaf:2019\" \
+availabilityStartTime=\"{}\" publishTime=\"{}\" minimumUpdatePeriod=\"PT10S\" \
+minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
+        iso(ast),
+        iso(now),
+        xs_duration(part),
+        xs_duration(window),
+        xs_duration(pkg.config.segment + part),
+    );
+    // DASH-IF low-latency: the latency the service aims for, and the playback-rate band.
+    let _ = writeln!(
+        out,
+        "  <ServiceDescription id=\"0\">\n    <Latency referenceId=\"0\" target=\"{latency_ms}\" min=\"{}\" max=\"{}\"/>\n    <PlaybackRate min=\"0.96\" max=\"1.04\"/>\n  </ServiceDescription>",
+        latency_ms / 2,
+        latency_ms * 4
+    );
+    out.push_str("  <Period id=\"0\" start=\"PT0S\">\n");
+    for (set_id, (content, mime, group)) in [
+        ("video", "video/mp4", &video),
+        ("audio", "audio/mp4", &audio),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let Some(first) = group.first() else { continue };
+        let d = segment_duration(first).unwrap_or(ref_d);
+        let timescale: u64 = match first.kind {
+            RenditionKind::Audio { sample_rate, .. } => u64::from(sample_rate),
+            RenditionKind::Video { .. } => 1000,
+        };
+        let d_ts = (d.as_secs_f64() * timescale as f64).round() as u64;
+        // How early the segment being produced can be requested: all but its first part.
+        let ato = d.saturating_sub(part);
+        let _ = writeln!(
+            out,
+            "    <AdaptationSet id=\"{set_id}\" contentType=\"{content}\" mimeType=\"{mime}\" segmentAlignment=\"true\" startWithSAP=\"1\">"
+        );
+        let _ = writeln!(
+            out,
+            "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"0\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
+            iso(ast)
+        );
+        let _ = writeln!(
+            out,
+            "      <SegmentTemplate timescale=\"{timescale}\" duration=\"{d_ts}\" startNumber=\"0\" media=\"$RepresentationID$/seg_$Number$.m4s\" initialization=\"$RepresentationID$/init_{}.mp4\" availabilityTimeOffset=\"{:.3}\" availabilityTimeComplete=\"false\"/>",
+            first.segments().back().map_or(0, |s| s.init_version),
+            ato.as_secs_f64()
+        );
+        for r in group {
+            let bw = r.peak_bitrate();
+            match r.kind {
+                RenditionKind::Video {
+                    width,
+                    height,
+                    frame_rate,
+                } => {
+                    let _ = writeln!(
+                        out,
+                        "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" width=\"{width}\" height=\"{height}\" frameRate=\"{}\" sar=\"1:1\"/>",
+                        r.name, r.codecs, frame_rate.round()
+                    );
+                }
+                RenditionKind::Audio {
+                    channels,
+                    sample_rate,
+                } => {
+                    let _ = writeln!(
+                        out,
+                        "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" audioSamplingRate=\"{sample_rate}\">\n        <AudioChannelConfiguration schemeIdUri=\"urn:mpeg:dash:23003:3:audio_channel_configuration:2011\" value=\"{channels}\"/>\n      </Representation>",
+                        r.name, r.codecs
+                    );
+                }
+            }
+        }
+        out.push_str("    </AdaptationSet>\n");
+    }
+    out.push_str("  </Period>\n");
+    let _ = writeln!(
+        out,
+        "  <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n</MPD>"
+    );
+    Some(out)
+}
+
+/// The `/time` answer for `urn:mpeg:dash:utc:http-iso:2014`.
+pub fn utc_now_text(now: OffsetDateTime) -> String {
+    iso(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::store::tests::{part, stereo_audio, video_720p};
+    use crate::package::PackagingConfig;
+
+    #[test]
+    fn mpd_announces_both_sets_with_low_latency_fields() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut pkg = StreamPackage::new(
+            PackagingConfig::default(),
+            vec![video_720p(3_000_000), stereo_audio(128_000)],
+        );
+        assert!(
+            render_mpd(&pkg, t0, "http://h/time").is_none(),
+            "nothing complete yet"
+        );
+        for i in 0..10u64 {
+            let t = t0 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 496, t));
+        }
+        let mpd = render_mpd(&pkg, t0 + Duration::from_secs(5), "http://h/time").unwrap();
+        for needle in [
+            "type=\"dynamic\"",
+            "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
+            "<Latency referenceId=\"0\" target=\"1500\"",
+            "timeShiftBufferDepth=\"PT12.000S\"",
+            "<SegmentTemplate timescale=\"1000\" duration=\"2000\" startNumber=\"0\"",
+            "<SegmentTemplate timescale=\"48000\" duration=\"95232\"",
+            "availabilityTimeOffset=\"1.500\" availabilityTimeComplete=\"false\"",
+            "<Representation id=\"720p\" codecs=\"avc1.64001f\"",
+            "<Representation id=\"audio\" codecs=\"mp4a.40.2\"",
+            "<ProducerReferenceTime",
+            "<UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"http://h/time\"/>",
+        ] {
+            assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
+        }
+    }
+}

@@ -1,0 +1,40 @@
+// Plays an LL-DASH MPD with dash.js 4 (low-latency mode, live catch-up) in headless Debian
+// Chromium and prints one JSON line: playback samples (currentTime, live latency), errors.
+// Usage: node tests/browser/dashjs.mjs MPD_URL SECONDS
+import { chromium } from 'playwright-core';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const [url, seconds = '15'] = process.argv.slice(2);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--autoplay-policy=no-user-gesture-required'],
+});
+try {
+  const page = await browser.newPage();
+  await page.setContent('<video id="v" muted autoplay playsinline width="640" height="360"></video>');
+  await page.addScriptTag({ path: path.join(root, 'node_modules/dashjs/dist/dash.all.min.js') });
+  const result = await page.evaluate(async ({ url, seconds }) => {
+    const v = document.getElementById('v');
+    const errors = [];
+    const player = dashjs.MediaPlayer().create();
+    player.updateSettings({ streaming: { lowLatencyEnabled: true, delay: { liveDelay: 1.5 },
+      liveCatchup: { enabled: true, maxDrift: 0, playbackRate: 0.3 } } });
+    player.on(dashjs.MediaPlayer.events.ERROR, (e) => errors.push(JSON.stringify(e.error || e)));
+    player.initialize(v, url, true);
+    const samples = [];
+    const start = performance.now();
+    while (performance.now() - start < seconds * 1000) {
+      await new Promise((r) => setTimeout(r, 500));
+      samples.push({ wall: (performance.now() - start) / 1000, t: v.currentTime,
+        latency: player.getCurrentLiveLatency(), lowLatency: player.getLowLatencyModeEnabled?.() });
+    }
+    return { samples, errors, width: v.videoWidth, height: v.videoHeight };
+  }, { url, seconds: Number(seconds) });
+  console.log(JSON.stringify(result));
+} finally {
+  await browser.close();
+}
