@@ -15,6 +15,8 @@ pub use store::{PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, 
 
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
+
 /// Which output a rendition belongs to: its list in the package and its file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
@@ -61,13 +63,19 @@ impl MediaDir {
             .join(format!("seg_{msn}.{}", output.extension()))
     }
 
-    /// Writes atomically (temp file + rename), so a reader never sees half a segment.
-    fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+    /// Writes the chunks in order, atomically (temp file + rename): a reader never sees half a
+    /// segment, and no concatenated copy is made.
+    fn write(&self, path: &Path, chunks: &[bytes::Bytes]) -> std::io::Result<()> {
+        use std::io::Write as _;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let tmp = path.with_extension("part");
-        std::fs::write(&tmp, data)?;
+        let mut file = std::fs::File::create(&tmp)?;
+        for c in chunks {
+            file.write_all(c)?;
+        }
+        drop(file);
         std::fs::rename(&tmp, path)
     }
 }
@@ -119,7 +127,7 @@ impl Package {
                     let mut outcome = r.push_part(part, retention);
                     if whole {
                         r.close_open_segment();
-                        outcome.completed = r.segments().back().map(|s| (s.msn, s.data()));
+                        outcome.completed = r.segments().back().map(|s| s.chunks());
                     }
                     (r.name.clone(), outcome, dir)
                 }
@@ -130,15 +138,16 @@ impl Package {
         for msn in &outcome.evicted {
             let _ = std::fs::remove_file(dir.segment_path(output, &name, *msn));
         }
-        if let Some((msn, data)) = outcome.completed {
-            match dir.write(&dir.segment_path(output, &name, msn), &data) {
+        if let Some((msn, chunks)) = outcome.completed {
+            let len = chunks.iter().map(Bytes::len).sum();
+            match dir.write(&dir.segment_path(output, &name, msn), &chunks) {
                 Ok(()) => self.update(|p| {
                     let list = match output {
                         Output::Cmaf => &mut p.renditions,
                         Output::Ts => &mut p.ts_renditions,
                     };
                     if let Some(r) = list.get_mut(index) {
-                        r.mark_on_disk(msn, data.len());
+                        r.mark_on_disk(msn, len);
                     }
                 }),
                 Err(e) => {

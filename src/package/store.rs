@@ -110,6 +110,14 @@ impl Segment {
         self.on_disk.is_none() || self.parts.iter().any(|p| !p.data.is_empty())
     }
 
+    /// (msn, the parts' bytes): what a disk write needs, without concatenating.
+    pub fn chunks(&self) -> (u64, Vec<Bytes>) {
+        (
+            self.msn,
+            self.parts.iter().map(|p| p.data.clone()).collect(),
+        )
+    }
+
     /// The whole segment from memory: the concatenation of its parts.
     pub fn data(&self) -> Bytes {
         match self.parts.as_slice() {
@@ -141,7 +149,8 @@ pub enum Retention {
 /// What a push changed, for the caller to mirror on disk outside the lock.
 #[derive(Debug, Default)]
 pub struct PushOutcome {
-    pub completed: Option<(u64, Bytes)>,
+    /// The completed segment's number and its parts (shared, not copied) to write in order.
+    pub completed: Option<(u64, Vec<Bytes>)>,
     pub evicted: Vec<u64>,
 }
 
@@ -308,7 +317,7 @@ impl Rendition {
         if part.starts_segment || !open {
             if open {
                 self.close_open_segment();
-                outcome.completed = self.segments.back().map(|s| (s.msn, s.data()));
+                outcome.completed = self.segments.back().map(Segment::chunks);
             }
             let discontinuity = std::mem::take(&mut self.pending_discontinuity);
             let init_version = self.current_init_version();
@@ -585,9 +594,9 @@ pub(crate) mod tests {
         let mut completed = Vec::new();
         for i in 0..200u64 {
             let out = r.push_part(part(i % 4 == 0, 500, t0), window);
-            if let Some((msn, data)) = out.completed {
+            if let Some((msn, chunks)) = out.completed {
                 completed.push(msn);
-                r.mark_on_disk(msn, data.len());
+                r.mark_on_disk(msn, chunks.iter().map(Bytes::len).sum());
             }
         }
         let held: Duration = r
