@@ -1,6 +1,7 @@
 //! Media frames: the only types that cross from ingest to the pipeline. An adapter per protocol
 //! (`ingest::*::to_media`) produces [`MediaMessage`]s; the pipeline consumes them.
 
+pub mod codec;
 pub mod timeline;
 
 use bytes::Bytes;

@@ -431,7 +431,7 @@ mod tests {
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
         let task = tokio::spawn(run(1, ladder, package.clone(), status.clone(), rx, stop));
         let send_all = |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
-            let config = crate::ingest::rtmp::to_media::parse_avcc(avcc).unwrap();
+            let config = crate::media::codec::parse_avcc(avcc).unwrap();
             tx.try_send(MediaMessage::VideoConfig(config)).unwrap();
             for (pts, keyframe, data) in frames {
                 let t = pts + offset;

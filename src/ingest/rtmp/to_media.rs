@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use crate::media::codec::{parse_asc, parse_avcc, CodecError};
 use crate::media::{AacConfig, Frame, H264Config, MediaMessage, Timeline, TrackKind};
 
 /// FLV video codec id for AVC (E.4.3.1 of the FLV spec v10.1).
@@ -18,10 +19,8 @@ pub enum FlvError {
     VideoCodec(u8),
     #[error("unsupported sound format {0} (only AAC)")]
     AudioCodec(u8),
-    #[error("invalid AVC decoder configuration: {0}")]
-    AvcConfig(String),
-    #[error("invalid AAC AudioSpecificConfig")]
-    AacConfig,
+    #[error(transparent)]
+    Codec(#[from] CodecError),
     #[error("{0} frame before its sequence header")]
     NoConfig(&'static str),
 }
@@ -90,7 +89,7 @@ impl FlvToMedia {
                 }
                 // Composition time offset: signed 24-bit milliseconds.
                 let cts = (i32::from_be_bytes([c0, c1, c2, 0]) >> 8) as i64;
-                let dts = self.timeline.map_ns(TrackKind::Video, timestamp);
+                let dts = self.timeline.map_ns(TrackKind::Video, u64::from(timestamp));
                 let pts = (dts as i64 + cts * 1_000_000).max(0) as u64;
                 if payload.is_empty() {
                     return Ok(None);
@@ -135,7 +134,7 @@ impl FlvToMedia {
         if payload.is_empty() {
             return Ok(None);
         }
-        let ts = self.timeline.map_ns(TrackKind::Audio, timestamp);
+        let ts = self.timeline.map_ns(TrackKind::Audio, u64::from(timestamp));
         Ok(Some(MediaMessage::Frame(Frame {
             track: TrackKind::Audio,
             dts: ts,
@@ -146,71 +145,11 @@ impl FlvToMedia {
     }
 }
 
-/// Checks an AVCDecoderConfigurationRecord and reads the coded size from its first SPS.
-pub fn parse_avcc(avcc: Bytes) -> Result<H264Config, FlvError> {
-    use h264_reader::avcc::AvcDecoderConfigurationRecord;
-    let err = |e: String| FlvError::AvcConfig(e);
-    let record = AvcDecoderConfigurationRecord::try_from(avcc.as_ref())
-        .map_err(|e| err(format!("{e:?}")))?;
-    let ctx = record.create_context().map_err(|e| err(format!("{e:?}")))?;
-    let sps = ctx.sps().next().ok_or_else(|| err("no SPS".into()))?;
-    let (width, height) = sps.pixel_dimensions().map_err(|e| err(format!("{e:?}")))?;
-    if width == 0 || height == 0 || width > 8192 || height > 8192 {
-        return Err(err(format!("implausible size {width}x{height}")));
-    }
-    Ok(H264Config {
-        avcc,
-        width,
-        height,
-    })
-}
-
-/// Sampling frequencies by index (ISO 14496-3 table 1.18).
-const AAC_RATES: [u32; 13] = [
-    96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350,
-];
-
-/// Reads object type, rate and channels from an AudioSpecificConfig (ISO 14496-3 §1.6.2.1).
-pub fn parse_asc(asc: Bytes) -> Result<AacConfig, FlvError> {
-    let (&b0, &b1) = asc.first().zip(asc.get(1)).ok_or(FlvError::AacConfig)?;
-    let object_type = b0 >> 3;
-    let index = ((b0 & 0x07) << 1) | (b1 >> 7);
-    if object_type == 0 || object_type == 31 {
-        return Err(FlvError::AacConfig);
-    }
-    let (sample_rate, channel_byte, channel_shift) = if index == 15 {
-        // Explicit 24-bit frequency follows the index.
-        let bytes = asc.get(1..5).ok_or(FlvError::AacConfig)?;
-        let raw = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        ((raw >> 7) & 0x00ff_ffff, asc.get(4).copied(), 3u8)
-    } else {
-        let rate = *AAC_RATES.get(index as usize).ok_or(FlvError::AacConfig)?;
-        (rate, Some(b1), 3u8)
-    };
-    let channels = channel_byte
-        .map(|b| (b >> channel_shift) & 0x0f)
-        .ok_or(FlvError::AacConfig)?;
-    if sample_rate == 0 || channels == 0 || channels > 8 {
-        return Err(FlvError::AacConfig);
-    }
-    Ok(AacConfig {
-        asc,
-        sample_rate,
-        channels,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// avcC of a 1280x720 High-profile stream written by x264.
-    pub const AVCC_720P: &[u8] = &[
-        0x01, 0x64, 0x00, 0x1f, 0xff, 0xe1, 0x00, 0x1a, 0x67, 0x64, 0x00, 0x1f, 0xac, 0xd9, 0x40,
-        0x50, 0x05, 0xbb, 0x01, 0x10, 0x00, 0x00, 0x03, 0x00, 0x10, 0x00, 0x00, 0x03, 0x03, 0xc0,
-        0xf1, 0x83, 0x19, 0x60, 0x01, 0x00, 0x06, 0x68, 0xeb, 0xe3, 0xcb, 0x22, 0xc0, 0xfd, 0xf8,
-        0xf8, 0x00,
-    ];
+    use crate::media::codec::tests::AVCC_720P;
 
     fn video_tag(frame_type: u8, packet_type: u8, cts: i32, payload: &[u8]) -> Bytes {
         let mut v = vec![(frame_type << 4) | FLV_CODEC_AVC, packet_type];
@@ -265,7 +204,7 @@ mod tests {
         );
         assert!(matches!(
             a.video(0, &video_tag(1, 0, 0, &[1, 2, 3])),
-            Err(FlvError::AvcConfig(_))
+            Err(FlvError::Codec(CodecError::AvcConfig(_)))
         ));
         assert_eq!(
             a.audio(0, &Bytes::from_static(&[0x2f, 1, 2])),
@@ -298,10 +237,5 @@ mod tests {
             (f.track, f.dts, &f.data[..]),
             (TrackKind::Audio, 0, &[0xde, 0xad][..])
         );
-        assert!(
-            parse_asc(Bytes::from_static(&[0x17, 0x90])).is_err(),
-            "rate index 15 without explicit rate"
-        );
-        assert!(parse_asc(Bytes::from_static(&[0x12])).is_err());
     }
 }
