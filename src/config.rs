@@ -68,6 +68,7 @@ pub struct Layer {
     pub segment_duration_ms: Option<u64>,
     pub part_duration_ms: Option<u64>,
     pub grace_period_secs: Option<u64>,
+    pub backup_switch_secs: Option<u64>,
 }
 
 impl Layer {
@@ -93,6 +94,7 @@ impl Layer {
             segment_duration_ms: self.segment_duration_ms.or(lower.segment_duration_ms),
             part_duration_ms: self.part_duration_ms.or(lower.part_duration_ms),
             grace_period_secs: self.grace_period_secs.or(lower.grace_period_secs),
+            backup_switch_secs: self.backup_switch_secs.or(lower.backup_switch_secs),
         }
     }
 
@@ -152,6 +154,7 @@ impl Layer {
             segment_duration_ms: number("LIVEPACK_SEGMENT_DURATION_MS")?,
             part_duration_ms: number("LIVEPACK_PART_DURATION_MS")?,
             grace_period_secs: number("LIVEPACK_GRACE_PERIOD_SECS")?,
+            backup_switch_secs: number("LIVEPACK_BACKUP_SWITCH_SECS")?,
         })
     }
 }
@@ -202,6 +205,8 @@ pub struct Config {
     pub rtmps_key_file: Option<PathBuf>,
     pub packaging: PackagingConfig,
     pub grace_period: std::time::Duration,
+    /// A main silent this long is failed over from (to a backup being pushed) or reported off.
+    pub backup_switch: std::time::Duration,
 }
 
 impl Config {
@@ -283,6 +288,17 @@ impl Config {
                 reason: "must be 0..=3600".into(),
             });
         }
+        let switch = layer
+            .backup_switch_secs
+            .unwrap_or(crate::registry::switch::DEFAULT_SWITCH_TIMEOUT.as_secs());
+        if !crate::registry::switch::SWITCH_TIMEOUT_RANGE_SECS.contains(&switch) {
+            return Err(ConfigError::Invalid {
+                origin: ORIGIN,
+                key: "backup_switch_secs",
+                value: switch.to_string(),
+                reason: "must be 3..=10".into(),
+            });
+        }
         let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
         Ok(Config {
             http_addr: layer
@@ -311,6 +327,7 @@ impl Config {
             rtmps_key_file: layer.rtmps_key_file,
             packaging,
             grace_period: std::time::Duration::from_secs(grace),
+            backup_switch: std::time::Duration::from_secs(switch),
         })
     }
 }

@@ -196,6 +196,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         quality_sets.clone(),
         config.packaging,
         config.grace_period,
+        config.backup_switch,
         media_root,
     );
     let tls = {

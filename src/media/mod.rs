@@ -48,6 +48,11 @@ pub enum MediaMessage {
     VideoConfig(H264Config),
     AudioConfig(AacConfig),
     Frame(Frame),
+    /// The source changed (main/backup switch): frames from decode time `at` (ns) on come from
+    /// another encoder. The packager marks the next segment boundary.
+    Discontinuity {
+        at: u64,
+    },
 }
 
 pub const NANOS_PER_MILLI: u64 = 1_000_000;

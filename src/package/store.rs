@@ -133,6 +133,10 @@ impl Segment {
     }
 }
 
+/// A segment start this close before a source switch counts as after it: the output frame grid
+/// (videorate) may place the switch frame up to one frame earlier.
+const DISCONTINUITY_SLACK: Duration = Duration::from_millis(50);
+
 /// Newest segments whose bytes stay in memory after they are on disk: they hold the parts that
 /// LL-HLS clients fetch at the live edge.
 pub const MEMORY_SEGMENTS: usize = 4;
@@ -194,6 +198,8 @@ pub struct Rendition {
     segments: VecDeque<Segment>,
     next_msn: u64,
     pending_discontinuity: bool,
+    /// The first segment starting at or after this time carries EXT-X-DISCONTINUITY.
+    discontinuity_from: Option<OffsetDateTime>,
     /// Discontinuities among the segments dropped from the store; the renderer adds those among
     /// segments kept but no longer listed (EXT-X-DISCONTINUITY-SEQUENCE).
     discontinuity_sequence: u64,
@@ -210,6 +216,7 @@ impl Rendition {
             segments: VecDeque::new(),
             next_msn: 0,
             pending_discontinuity: false,
+            discontinuity_from: None,
             discontinuity_sequence: 0,
         }
     }
@@ -293,6 +300,12 @@ impl Rendition {
         self.close_open_segment();
     }
 
+    /// Marks the first segment that starts at or after `pdt` (the source changed at that media
+    /// time, within one frame): the open segment, already announced to players, is left as is.
+    pub fn mark_discontinuity_from(&mut self, pdt: OffsetDateTime) {
+        self.discontinuity_from = Some(pdt);
+    }
+
     /// Closes the open segment (end of stream, or before a discontinuity).
     pub fn close_open_segment(&mut self) {
         if let Some(s) = self.segments.back_mut() {
@@ -319,7 +332,11 @@ impl Rendition {
                 self.close_open_segment();
                 outcome.completed = self.segments.back().map(Segment::chunks);
             }
-            let discontinuity = std::mem::take(&mut self.pending_discontinuity);
+            let switched = self
+                .discontinuity_from
+                .take_if(|t| part.pdt + DISCONTINUITY_SLACK >= *t)
+                .is_some();
+            let discontinuity = std::mem::take(&mut self.pending_discontinuity) || switched;
             let init_version = self.current_init_version();
             self.segments.push_back(Segment {
                 msn: self.next_msn,

@@ -3,7 +3,7 @@
 //! ```text
 //! appsrc(h264) ! h264parse ! avdec_h264 ! videoconvert ! videorate ! I420@fps ! tee
 //!   tee. ! queue ! videoscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
-//! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo
+//! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo ! audiorate
 //!   ! avenc_aac ! cmafmux ! appsink
 //! ```
 //!
@@ -396,6 +396,10 @@ pub fn build(
                     .field("channels", AUDIO_CHANNELS)
                     .build(),
             )?,
+            // Fills gaps with silence (a main/backup switch keeps media time in step with the
+            // wall clock, so the outage is a gap) and drops overlaps: the AAC track stays
+            // continuous, as players need.
+            make("audiorate")?,
             enc,
             make("tee")?,
         ];

@@ -114,6 +114,8 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
                 }
                 p.frames.push(f);
             }
+            // Nothing is out yet: a switch this early needs no mark.
+            MediaMessage::Discontinuity { .. } => {}
         }
     }
     if p.video.is_none() && p.audio.is_none() {
@@ -173,8 +175,10 @@ pub async fn run(
     );
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+        // The receiving states belong to the registry's input switch.
         *s = LiveStatus {
-            live: true,
+            live: s.live,
+            backup_live: s.backup_live,
             transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
             video_width: probe.video.as_ref().map(|v| v.width),
@@ -209,6 +213,8 @@ pub async fn run(
         base: probe.frames.iter().map(|f| f.dts).min().unwrap_or(0),
         fps_window: VecDeque::new(),
         status: status.clone(),
+        package: package.clone(),
+        wall_base: plan.wall_base,
     };
     for f in probe.frames {
         pusher.push(f);
@@ -244,6 +250,7 @@ async fn pump(
                 Some(MediaMessage::Frame(f)) => pusher.push(f),
                 Some(MediaMessage::VideoConfig(c)) => pusher.video_config(&c),
                 Some(MediaMessage::AudioConfig(c)) => pusher.audio_config(&c),
+                Some(MediaMessage::Discontinuity { at }) => pusher.discontinuity(at),
                 None => return Ok(()),
             },
             err = bus_rx.recv() => if let Some(e) = err { return Err(e) },
@@ -258,6 +265,9 @@ struct Pusher {
     base: u64,
     fps_window: VecDeque<u64>,
     status: SharedStatus,
+    package: Arc<Package>,
+    /// Wall-clock time of running time 0 (the parts' EXT-X-PROGRAM-DATE-TIME base).
+    wall_base: time::OffsetDateTime,
 }
 
 impl Pusher {
@@ -283,6 +293,17 @@ impl Pusher {
         }
         // Errors here mean the pipeline is flushing or gone; the bus reports why.
         let _ = src.push_buffer(buffer);
+    }
+
+    /// The source changed at input decode time `at`: every output marks the first segment
+    /// that starts from there on.
+    fn discontinuity(&mut self, at: u64) {
+        let from = self.wall_base + Duration::from_nanos(at.saturating_sub(self.base));
+        self.package.update(|p| {
+            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
+                r.mark_discontinuity_from(from);
+            }
+        });
     }
 
     /// Source frame rate over the last ~2 s, published as `frame_rate`.

@@ -460,7 +460,7 @@ async fn refused_publishes_allocate_nothing() {
             pull["id"],
             pull["token"].as_str().unwrap()
         ),
-        format!("rtmp://{rtmp}/in/{id}b?{token}"),
+        format!("rtmp://{rtmp}/in/{id}b?wrongtoken"),
     ];
     for url in &cases {
         let t0 = Instant::now();

@@ -2,6 +2,8 @@
 //! metrics, and the grace period after a publisher leaves. Ingest talks to it with
 //! [`Registry::publish`]; HTTP delivery and the API read from it.
 
+pub mod switch;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -14,10 +16,13 @@ use crate::package::{Package, PackagingConfig, StreamPackage};
 use crate::pipeline::{self, Ladder};
 use crate::quality::QualitySets;
 use crate::store::{Store, StoreError, StreamRow};
+use switch::{Switch, SwitchEvent};
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
 pub const PUBLISH_QUEUE: usize = 1024;
+/// How often the input switch looks for a silent main.
+const SWITCH_TICK: Duration = Duration::from_millis(100);
 /// How long outputs stay after the publisher leaves; a reconnect within it continues them.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 /// How long an ended stream's playlists (with EXT-X-ENDLIST) stay fetchable.
@@ -42,6 +47,12 @@ pub enum Slot {
     Backup,
 }
 
+impl Slot {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PublishError {
     #[error("stream {0} does not exist")]
@@ -54,8 +65,6 @@ pub enum PublishError {
     PullStream(i64),
     #[error("stream {0} is already live")]
     AlreadyLive(i64),
-    #[error("backup ingest for stream {0} is not supported yet")]
-    BackupUnsupported(i64),
     #[error("store unavailable")]
     Store,
 }
@@ -63,11 +72,24 @@ pub enum PublishError {
 /// Shared, updated by the pipeline's threads, read by the API.
 pub type SharedStatus = Arc<Mutex<LiveStatus>>;
 
+/// A new publisher for a running session: its slot and the media it will send.
+type Attach = (Slot, mpsc::Receiver<MediaMessage>);
+
+/// The inputs of a live stream: one task switches between its main and backup publishers and
+/// feeds the one pipeline.
+struct Session {
+    attach: mpsc::Sender<Attach>,
+    /// Which slots have a publisher (a second publish to a taken slot is refused).
+    slots: [bool; 2],
+    /// Both publishers have left and the pipeline is draining; a new publish must wait.
+    closing: bool,
+}
+
 struct Entry {
     package: Arc<Package>,
     status: SharedStatus,
-    /// Publishing session number; `None` while in the grace period or ended.
-    session: Option<u64>,
+    /// The publishing session; `None` while in the grace period or ended.
+    session: Option<Session>,
     /// Bumped on every publish, so a stale timer or pipeline end cannot touch a newer session.
     epoch: u64,
     /// Tells the current pipeline to drain and stop (deactivation, deletion, shutdown).
@@ -82,7 +104,8 @@ pub struct Registry {
     grace: Duration,
     /// `DATA_DIR/media`: each live stream's segments under `{id}/`.
     media_root: std::path::PathBuf,
-    next_session: Mutex<u64>,
+    /// Silence after which the main is failed over from (or reported not live).
+    switch_timeout: Duration,
     pipelines: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -130,6 +153,7 @@ impl Registry {
         quality_sets: Arc<QualitySets>,
         packaging: PackagingConfig,
         grace: Duration,
+        switch_timeout: Duration,
         media_root: std::path::PathBuf,
     ) -> Arc<Registry> {
         Arc::new(Registry {
@@ -139,7 +163,7 @@ impl Registry {
             packaging,
             grace,
             media_root,
-            next_session: Mutex::new(1),
+            switch_timeout,
             pipelines: Mutex::new(Vec::new()),
         })
     }
@@ -248,8 +272,9 @@ impl Registry {
         self.quality_sets.default_id(stored.as_deref())
     }
 
-    /// Authorises a publish and starts (or resumes) the stream's pipeline. Every refusal happens
-    /// before anything is allocated.
+    /// Authorises a publish and starts (or resumes) the stream's pipeline, or joins the running
+    /// session as its other slot (main + backup). Every refusal happens before anything is
+    /// allocated.
     pub async fn publish(
         self: &Arc<Self>,
         id: i64,
@@ -270,29 +295,49 @@ impl Registry {
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
         }
-        if slot == Slot::Backup {
-            return Err(PublishError::BackupUnsupported(id));
-        }
         let set_id = match row.settings.quality_set_id {
             Some(q) if self.quality_sets.get(q).is_some() => q,
             _ => self.default_quality_set().await,
         };
         let ladder = Ladder::from_set(self.quality_sets.get(set_id).expect("resolved above"));
 
-        let endlist_tag = row.settings.hls_mpegts_endlist_tag;
-        let dvr_window = dvr_window(&row.settings);
-        let media_dir = crate::package::MediaDir::new(self.media_root.join(id.to_string()));
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
+        let publisher = Publisher {
+            stream_id: id,
+            tx,
+            dropped: 0,
+        };
+        let (pipe_tx, pipe_rx) = mpsc::channel(PUBLISH_QUEUE);
+        let (attach_tx, attach_rx) = mpsc::channel(2);
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let mut slots = [false; 2];
+        slots[slot.index()] = true;
+        let session = Session {
+            attach: attach_tx,
+            slots,
+            closing: false,
+        };
+        // Everything from here to the insert happens under one lock, so a main and a backup
+        // publishing at the same moment end up in one session.
         let (package, status, epoch) = {
             let mut streams = lock(&self.streams);
-            let session = {
-                let mut n = lock(&self.next_session);
-                *n += 1;
-                *n
-            };
             match streams.get_mut(&id) {
-                Some(e) if e.session.is_some() => return Err(PublishError::AlreadyLive(id)),
+                Some(Entry {
+                    session: Some(running),
+                    ..
+                }) => {
+                    if running.closing || running.slots[slot.index()] {
+                        return Err(PublishError::AlreadyLive(id));
+                    }
+                    running
+                        .attach
+                        .try_send((slot, rx))
+                        .map_err(|_| PublishError::AlreadyLive(id))?;
+                    running.slots[slot.index()] = true;
+                    drop(streams);
+                    self.slot_started(id, slot, protocol);
+                    return Ok(publisher);
+                }
                 Some(e) => {
                     // A reconnect within the grace period: same package, new epoch.
                     e.session = Some(session);
@@ -319,18 +364,30 @@ impl Registry {
                 }
             }
         };
+        let media_dir = crate::package::MediaDir::new(self.media_root.join(id.to_string()));
+        let (endlist_tag, dvr_window) = (
+            row.settings.hls_mpegts_endlist_tag,
+            dvr_window(&row.settings),
+        );
         package.update(|p| {
             p.endlist_tag = endlist_tag;
             p.dvr_window = dvr_window;
             p.media_dir = Some(media_dir);
         });
-        lock(&status).live = true;
-        self.record_times(id, Some(OffsetDateTime::now_utc()), None);
-        tracing::info!(stream = id, protocol, epoch, "publish started");
+        self.slot_started(id, slot, protocol);
+        tracing::info!(stream = id, epoch, "session started");
 
         let registry = self.clone();
+        let inputs = tokio::spawn(self.clone().run_inputs(
+            id,
+            epoch,
+            (slot, rx),
+            attach_rx,
+            pipe_tx,
+            status.clone(),
+        ));
         let task = tokio::spawn(async move {
-            let result = pipeline::run(id, ladder, package, status.clone(), rx, stop).await;
+            let result = pipeline::run(id, ladder, package, status.clone(), pipe_rx, stop).await;
             if let Err(e) = &result {
                 tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
             }
@@ -339,22 +396,167 @@ impl Registry {
         let mut tasks = lock(&self.pipelines);
         tasks.retain(|t| !t.is_finished());
         tasks.push(task);
-        Ok(Publisher {
-            stream_id: id,
-            tx,
-            dropped: 0,
-        })
+        tasks.push(inputs);
+        Ok(publisher)
+    }
+
+    /// Bookkeeping for a publisher that got a slot: its start time and the receiving flag.
+    fn slot_started(&self, id: i64, slot: Slot, protocol: &'static str) {
+        let now = Some(OffsetDateTime::now_utc());
+        if let Some(e) = lock(&self.streams).get(&id) {
+            let mut s = lock(&e.status);
+            match slot {
+                Slot::Main => s.live = true,
+                Slot::Backup => s.backup_live = true,
+            }
+        }
+        match slot {
+            Slot::Main => self.record_times(id, now, None, None),
+            Slot::Backup => self.record_times(id, None, now, None),
+        }
+        tracing::info!(stream = id, ?slot, protocol, "publish started");
+    }
+
+    /// Switches the session's publishers into its pipeline until both have left or the
+    /// pipeline ends. Never blocks a publisher: a full pipeline queue drops and counts.
+    async fn run_inputs(
+        self: Arc<Self>,
+        id: i64,
+        epoch: u64,
+        first: Attach,
+        mut attach_rx: mpsc::Receiver<Attach>,
+        pipe: mpsc::Sender<MediaMessage>,
+        status: SharedStatus,
+    ) {
+        async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
+            match rx {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        }
+        let mut switch = Switch::new(self.switch_timeout);
+        let mut inputs: [Option<mpsc::Receiver<MediaMessage>>; 2] = [None, None];
+        let mut tick = tokio::time::interval(SWITCH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut out = Vec::new();
+        let mut dropped = 0u64;
+        let mut shown = (false, false);
+        inputs[first.0.index()] = Some(first.1);
+        switch.attach(first.0, tokio::time::Instant::now());
+        loop {
+            let now = tokio::time::Instant::now();
+            enum Got {
+                Attach(Attach),
+                Media(Slot, Option<MediaMessage>),
+                Tick,
+                PipelineGone,
+            }
+            let [main_rx, backup_rx] = &mut inputs;
+            let got = tokio::select! {
+                Some(a) = attach_rx.recv() => Got::Attach(a),
+                m = recv(main_rx) => Got::Media(Slot::Main, m),
+                m = recv(backup_rx) => Got::Media(Slot::Backup, m),
+                _ = tick.tick() => Got::Tick,
+                _ = pipe.closed() => Got::PipelineGone,
+            };
+            match got {
+                Got::Attach((slot, rx)) => {
+                    inputs[slot.index()] = Some(rx);
+                    switch.attach(slot, now);
+                }
+                Got::Media(slot, Some(m)) => switch.media(slot, m, now, &mut out),
+                Got::Media(slot, None) => {
+                    inputs[slot.index()] = None;
+                    switch.detach(slot, now, &mut out);
+                    self.slot_left(id, epoch, slot);
+                }
+                Got::Tick => switch.tick(now, &mut out),
+                Got::PipelineGone => break,
+            }
+            for event in out.drain(..) {
+                let msg = match event {
+                    SwitchEvent::Media(m) => m,
+                    SwitchEvent::Switched { from, to, at } => {
+                        tracing::info!(
+                            stream = id,
+                            ?from,
+                            ?to,
+                            at_ms = at / 1_000_000,
+                            "outputs switched"
+                        );
+                        MediaMessage::Discontinuity { at }
+                    }
+                };
+                if pipe.try_send(msg).is_err() {
+                    dropped += 1;
+                }
+            }
+            let receiving = (
+                switch.receiving(Slot::Main, now),
+                switch.receiving(Slot::Backup, now),
+            );
+            if receiving != shown {
+                shown = receiving;
+                let mut s = lock(&status);
+                (s.live, s.backup_live) = receiving;
+            }
+            if switch.is_empty() {
+                // Both publishers left: end the session, unless one is attaching right now
+                // (publish attaches under the same lock).
+                let mut streams = lock(&self.streams);
+                match attach_rx.try_recv() {
+                    Ok((slot, rx)) => {
+                        inputs[slot.index()] = Some(rx);
+                        switch.attach(slot, now);
+                    }
+                    Err(_) => {
+                        if let Some(s) = streams
+                            .get_mut(&id)
+                            .filter(|e| e.epoch == epoch)
+                            .and_then(|e| e.session.as_mut())
+                        {
+                            s.closing = true;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        if dropped > 0 || switch.overlapped > 0 {
+            tracing::warn!(
+                stream = id,
+                dropped,
+                overlapped = switch.overlapped,
+                "input switch dropped media"
+            );
+        }
+    }
+
+    /// A publisher left its slot: the slot is free for a new publish.
+    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
+        if let Some(s) = lock(&self.streams)
+            .get_mut(&id)
+            .filter(|e| e.epoch == epoch)
+            .and_then(|e| e.session.as_mut())
+        {
+            s.slots[slot.index()] = false;
+        }
+        if slot == Slot::Main {
+            self.record_times(id, None, None, Some(OffsetDateTime::now_utc()));
+        }
+        tracing::info!(stream = id, ?slot, "publisher left");
     }
 
     fn record_times(
         &self,
         id: i64,
         started: Option<OffsetDateTime>,
+        started_backup: Option<OffsetDateTime>,
         finished: Option<OffsetDateTime>,
     ) {
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.set_stream_times(id, started, None, finished) {
+            if let Err(e) = store.set_stream_times(id, started, started_backup, finished) {
                 tracing::error!(stream = id, error = %e, "cannot record stream times");
             }
         });
@@ -375,11 +577,10 @@ impl Registry {
                 }
             });
         }
-        self.record_times(id, None, Some(OffsetDateTime::now_utc()));
         tracing::info!(
             stream = id,
             grace_secs = self.grace.as_secs(),
-            "publisher left; grace period"
+            "inputs gone; grace period"
         );
         let registry = self.clone();
         tokio::spawn(async move {

@@ -1,0 +1,546 @@
+//! Main/backup input switching for one stream: which slot's media feeds the pipeline, when to
+//! fail over and back, and the timestamp rebase that keeps the pipeline's timeline continuous
+//! and in step with the wall clock. Sans-IO: media and `now` in, media for the pipeline and
+//! switch events out.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Slot;
+use crate::media::{AacConfig, Frame, H264Config, MediaMessage, TrackKind};
+
+/// A main that delivers nothing for this long is switched away from (when a backup is being
+/// pushed) or reported not live.
+pub const DEFAULT_SWITCH_TIMEOUT: Duration = Duration::from_secs(3);
+pub const SWITCH_TIMEOUT_RANGE_SECS: std::ops::RangeInclusive<u64> = 3..=10;
+
+/// What a slot keeps from its last video keyframe on, so a switch can start on that keyframe
+/// at once instead of waiting up to a GOP. Bounded: a longer GOP is not kept (the switch then
+/// waits for the next keyframe).
+const MAX_GOP_SPAN: Duration = Duration::from_secs(10);
+const MAX_GOP_FRAMES: usize = 2048;
+const MAX_GOP_BYTES: usize = 32 * 1024 * 1024;
+/// Spacing between the last frame out and the first one after a switch when the wall clock
+/// gives no room (the new source's buffered GOP is longer than the outage).
+const SWITCH_STEP: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SwitchEvent {
+    Media(MediaMessage),
+    /// The outputs now come from `to`; its first frame has decode time `at` (output timeline).
+    Switched {
+        from: Slot,
+        to: Slot,
+        at: u64,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Input {
+    attached: bool,
+    last_data: Option<Instant>,
+    video: Option<H264Config>,
+    audio: Option<AacConfig>,
+    /// Frames since the last video keyframe, oldest first (empty for audio-only inputs).
+    gop: VecDeque<Frame>,
+    gop_bytes: usize,
+}
+
+impl Input {
+    fn keep(&mut self, f: &Frame) {
+        if self.video.is_none() {
+            return; // audio-only: any frame is a starting point, nothing to keep
+        }
+        if f.track == TrackKind::Video && f.keyframe {
+            self.gop.clear();
+            self.gop_bytes = 0;
+        } else if self.gop.is_empty() {
+            return; // no keyframe yet to start from
+        }
+        self.gop_bytes += f.data.len();
+        self.gop.push_back(f.clone());
+        let span = f
+            .dts
+            .saturating_sub(self.gop.front().map_or(f.dts, |a| a.dts));
+        if Duration::from_nanos(span) > MAX_GOP_SPAN
+            || self.gop.len() > MAX_GOP_FRAMES
+            || self.gop_bytes > MAX_GOP_BYTES
+        {
+            self.gop.clear();
+            self.gop_bytes = 0;
+        }
+    }
+
+    /// Whether outputs could start from this input now.
+    fn startable(&self) -> bool {
+        match (&self.video, &self.audio) {
+            (Some(_), _) => self.gop.front().is_some_and(|f| f.keyframe),
+            (None, Some(_)) => true,
+            (None, None) => false,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Switch {
+    timeout: Duration,
+    inputs: [Input; 2],
+    active: Option<Slot>,
+    /// Added to the active input's timestamps (ns); `None` until its first frame fixes it.
+    offset: Option<i64>,
+    /// Last decode time sent per track on the output timeline, and when the last frame went.
+    last_out: [Option<u64>; 2],
+    last_forward: Option<Instant>,
+    /// Frames dropped because a switch would have sent them backwards in time.
+    pub overlapped: u64,
+}
+
+fn index(slot: Slot) -> usize {
+    match slot {
+        Slot::Main => 0,
+        Slot::Backup => 1,
+    }
+}
+
+impl Switch {
+    pub fn new(timeout: Duration) -> Switch {
+        Switch {
+            timeout,
+            inputs: Default::default(),
+            active: None,
+            offset: None,
+            last_out: [None; 2],
+            last_forward: None,
+            overlapped: 0,
+        }
+    }
+
+    pub fn active(&self) -> Option<Slot> {
+        self.active
+    }
+
+    pub fn attach(&mut self, slot: Slot, now: Instant) {
+        self.inputs[index(slot)] = Input {
+            attached: true,
+            last_data: Some(now),
+            ..Input::default()
+        };
+    }
+
+    pub fn detach(&mut self, slot: Slot, now: Instant, out: &mut Vec<SwitchEvent>) {
+        self.inputs[index(slot)] = Input::default();
+        self.decide(now, out);
+    }
+
+    pub fn attached(&self, slot: Slot) -> bool {
+        self.inputs[index(slot)].attached
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inputs.iter().all(|i| !i.attached)
+    }
+
+    /// The slot is connected and has delivered data within the timeout.
+    pub fn receiving(&self, slot: Slot, now: Instant) -> bool {
+        let i = &self.inputs[index(slot)];
+        i.attached
+            && i.last_data
+                .is_some_and(|t| now.saturating_duration_since(t) < self.timeout)
+    }
+
+    pub fn media(
+        &mut self,
+        slot: Slot,
+        msg: MediaMessage,
+        now: Instant,
+        out: &mut Vec<SwitchEvent>,
+    ) {
+        let active = self.active == Some(slot);
+        let input = &mut self.inputs[index(slot)];
+        if !input.attached {
+            return;
+        }
+        input.last_data = Some(now);
+        match msg {
+            MediaMessage::VideoConfig(c) => {
+                input.video = Some(c.clone());
+                if active {
+                    out.push(SwitchEvent::Media(MediaMessage::VideoConfig(c)));
+                }
+            }
+            MediaMessage::AudioConfig(c) => {
+                input.audio = Some(c.clone());
+                if active {
+                    out.push(SwitchEvent::Media(MediaMessage::AudioConfig(c)));
+                }
+            }
+            MediaMessage::Discontinuity { at } => {
+                // The input's own source changed (a PULL fetcher moving to another URI).
+                if let (true, Some(offset)) = (active, self.offset) {
+                    let at = (at as i64 + offset).max(0) as u64;
+                    out.push(SwitchEvent::Media(MediaMessage::Discontinuity { at }));
+                }
+            }
+            MediaMessage::Frame(f) => {
+                input.keep(&f);
+                if active {
+                    self.forward(f, now, out);
+                }
+            }
+        }
+        self.decide(now, out);
+    }
+
+    /// Time passing: a silent active input is failed over from.
+    pub fn tick(&mut self, now: Instant, out: &mut Vec<SwitchEvent>) {
+        self.decide(now, out);
+    }
+
+    /// The main when it delivers (and, to switch to it, can start on a keyframe), else the
+    /// backup; `None` keeps the current one.
+    fn decide(&mut self, now: Instant, out: &mut Vec<SwitchEvent>) {
+        let want = [Slot::Main, Slot::Backup].into_iter().find(|&s| {
+            self.receiving(s, now) && (self.active == Some(s) || self.inputs[index(s)].startable())
+        });
+        match want {
+            Some(s) if self.active != Some(s) => self.switch_to(s, now, out),
+            _ => {}
+        }
+    }
+
+    fn switch_to(&mut self, to: Slot, now: Instant, out: &mut Vec<SwitchEvent>) {
+        let from = self.active.replace(to);
+        let input = &mut self.inputs[index(to)];
+        let gop: Vec<Frame> = input.gop.iter().cloned().collect();
+        let configs: Vec<MediaMessage> = [
+            input.video.clone().map(MediaMessage::VideoConfig),
+            input.audio.clone().map(MediaMessage::AudioConfig),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let newest = gop.iter().map(|f| f.dts).max();
+        self.offset = match (gop.first(), newest) {
+            (Some(first), Some(newest)) => Some(self.rebase(first.dts, newest, now)),
+            _ => None, // fixed by the next frame
+        };
+        if let (Some(from), Some(offset), Some(first)) = (from, self.offset, gop.first()) {
+            out.push(SwitchEvent::Switched {
+                from,
+                to,
+                at: (first.dts as i64 + offset).max(0) as u64,
+            });
+        }
+        out.extend(configs.into_iter().map(SwitchEvent::Media));
+        for f in gop {
+            self.forward(f, now, out);
+        }
+        // The input left resumes, if ever, at a keyframe it sends after this point.
+        if let Some(from) = from {
+            let left = &mut self.inputs[index(from)];
+            left.gop.clear();
+            left.gop_bytes = 0;
+        }
+    }
+
+    /// The offset that puts `first` on the output timeline: the newest buffered frame lands
+    /// where the wall clock says the output is now (so media time keeps pace with real time and
+    /// the outage becomes a gap the pipeline fills), never before the last frame sent.
+    fn rebase(&self, first: u64, newest: u64, now: Instant) -> i64 {
+        let Some(last) = self.last_out.iter().flatten().copied().max() else {
+            return 0; // the very first input: its own timeline
+        };
+        let elapsed = self
+            .last_forward
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let aligned = last as i64 + elapsed.as_nanos() as i64 - (newest as i64 - first as i64);
+        let target = aligned.max((last + SWITCH_STEP.as_nanos() as u64) as i64);
+        target - first as i64
+    }
+
+    fn forward(&mut self, f: Frame, now: Instant, out: &mut Vec<SwitchEvent>) {
+        let offset = match self.offset {
+            Some(o) => o,
+            None => {
+                let o = self.rebase(f.dts, f.dts, now);
+                self.offset = Some(o);
+                o
+            }
+        };
+        let dts = (f.dts as i64 + offset).max(0) as u64;
+        let pts = (f.pts as i64 + offset).max(0) as u64;
+        let slot = f.track as usize;
+        if self.last_out[slot].is_some_and(|last| dts < last) {
+            // Audio of the new source that overlaps what the old one already sent.
+            self.overlapped += 1;
+            return;
+        }
+        self.last_out[slot] = Some(dts);
+        self.last_forward = Some(now);
+        out.push(SwitchEvent::Media(MediaMessage::Frame(Frame {
+            dts,
+            pts,
+            ..f
+        })));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    const MS: u64 = 1_000_000;
+
+    fn video_config() -> MediaMessage {
+        MediaMessage::VideoConfig(H264Config {
+            avcc: Bytes::from_static(b"avcc"),
+            width: 1280,
+            height: 720,
+        })
+    }
+
+    fn frame(track: TrackKind, dts_ms: u64, keyframe: bool) -> MediaMessage {
+        MediaMessage::Frame(Frame {
+            track,
+            dts: dts_ms * MS,
+            pts: dts_ms * MS,
+            keyframe,
+            data: Bytes::from_static(b"x"),
+        })
+    }
+
+    fn frames(out: &[SwitchEvent]) -> Vec<(TrackKind, u64)> {
+        out.iter()
+            .filter_map(|e| match e {
+                SwitchEvent::Media(MediaMessage::Frame(f)) => Some((f.track, f.dts / MS)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Pushes 40 ms video frames (keyframe every `gop`) for `from..to` ms of the slot's own
+    /// time, the wall clock advancing with them from `wall`.
+    fn push(
+        s: &mut Switch,
+        slot: Slot,
+        wall: Instant,
+        own: std::ops::Range<u64>,
+        gop: u64,
+        out: &mut Vec<SwitchEvent>,
+    ) {
+        let start = own.start;
+        for t in own.step_by(40) {
+            let now = wall + Duration::from_millis(t - start);
+            s.media(slot, frame(TrackKind::Video, t, t % gop == 0), now, out);
+        }
+    }
+
+    #[test]
+    fn main_first_then_backup_after_the_timeout_then_main_again() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        s.attach(Slot::Backup, t0);
+        s.media(Slot::Main, video_config(), t0, &mut out);
+        s.media(Slot::Backup, video_config(), t0, &mut out);
+        // Both deliver for 2 s; the backup's clock is 50 s ahead of the main's.
+        for t in (0..2000).step_by(40) {
+            let now = t0 + Duration::from_millis(t);
+            s.media(
+                Slot::Main,
+                frame(TrackKind::Video, t, t % 1000 == 0),
+                now,
+                &mut out,
+            );
+            s.media(
+                Slot::Backup,
+                frame(TrackKind::Video, 50_000 + t, t % 1000 == 0),
+                now,
+                &mut out,
+            );
+        }
+        assert_eq!(s.active(), Some(Slot::Main));
+        let sent = frames(&out);
+        assert_eq!(sent.len(), 50, "only the main's frames go out");
+        assert_eq!(sent.last(), Some(&(TrackKind::Video, 1960)));
+        out.clear();
+
+        // The main goes silent; the backup keeps going. Nothing changes before the timeout.
+        let last_main = t0 + Duration::from_millis(1960);
+        push(
+            &mut s,
+            Slot::Backup,
+            t0 + Duration::from_millis(2000),
+            52_000..54_960,
+            1000,
+            &mut out,
+        );
+        assert_eq!(s.active(), Some(Slot::Main));
+        assert!(frames(&out).is_empty());
+        s.tick(last_main + Duration::from_millis(2999), &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        // At the timeout it fails over, starting at the backup's last keyframe (54 000).
+        let switch_at = last_main + DEFAULT_SWITCH_TIMEOUT;
+        s.tick(switch_at, &mut out);
+        assert_eq!(s.active(), Some(Slot::Backup));
+        assert!(!s.receiving(Slot::Main, switch_at));
+        let SwitchEvent::Switched { from, to, at } = out[0].clone() else {
+            panic!("{out:?}")
+        };
+        assert_eq!((from, to), (Slot::Main, Slot::Backup));
+        // The output keeps pace with the wall clock: the newest backup frame (54 920) lands
+        // 3 s after the last main frame (1960 + 3000), so the keyframe lands 920 ms before.
+        assert_eq!(at / MS, 1960 + 3000 - 920);
+        assert!(matches!(
+            out[1],
+            SwitchEvent::Media(MediaMessage::VideoConfig(_))
+        ));
+        let sent = frames(&out);
+        assert_eq!(sent.len(), 24, "the buffered GOP 54 000..=54 920");
+        assert_eq!(sent.last(), Some(&(TrackKind::Video, 4960)));
+        out.clear();
+
+        // The main comes back (a new connection) and returns the outputs to itself at its
+        // first keyframe, again continuing the output timeline.
+        let back = switch_at + Duration::from_millis(1000);
+        push(
+            &mut s,
+            Slot::Backup,
+            switch_at,
+            54_960..55_960,
+            1000,
+            &mut out,
+        );
+        s.detach(Slot::Main, back, &mut out);
+        s.attach(Slot::Main, back);
+        s.media(Slot::Main, video_config(), back, &mut out);
+        assert_eq!(s.active(), Some(Slot::Backup));
+        s.media(Slot::Main, frame(TrackKind::Video, 0, true), back, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        let switched = out.iter().find_map(|e| match e {
+            SwitchEvent::Switched { from, to, at } => Some((*from, *to, *at / MS)),
+            _ => None,
+        });
+        // 40 ms of wall time passed since the backup's last frame (5960).
+        assert_eq!(switched, Some((Slot::Backup, Slot::Main, 6000)));
+        let sent = frames(&out);
+        let times: Vec<u64> = sent.iter().map(|f| f.1).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn without_a_backup_the_main_stays_and_reports_not_receiving() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        s.media(Slot::Main, video_config(), t0, &mut out);
+        push(&mut s, Slot::Main, t0, 0..1000, 1000, &mut out);
+        let later = t0 + Duration::from_secs(10);
+        s.tick(later, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        assert!(!s.receiving(Slot::Main, later));
+        assert!(!out
+            .iter()
+            .any(|e| matches!(e, SwitchEvent::Switched { .. })));
+    }
+
+    #[test]
+    fn a_closed_main_fails_over_at_once_and_a_backup_alone_can_start() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Backup, t0);
+        s.media(Slot::Backup, video_config(), t0, &mut out);
+        push(&mut s, Slot::Backup, t0, 0..500, 1000, &mut out);
+        assert_eq!(
+            s.active(),
+            Some(Slot::Backup),
+            "a backup alone feeds the outputs"
+        );
+        s.attach(Slot::Main, t0);
+        s.media(Slot::Main, video_config(), t0, &mut out);
+        s.media(Slot::Main, frame(TrackKind::Video, 7, true), t0, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        s.detach(Slot::Main, t0, &mut out);
+        // The backup has no keyframe buffered since it was left: it resumes at its next one.
+        assert_eq!(s.active(), Some(Slot::Main));
+        push(&mut s, Slot::Backup, t0, 520..1000, 1000, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Video, 1000, true),
+            t0,
+            &mut out,
+        );
+        assert_eq!(s.active(), Some(Slot::Backup));
+        assert!(!s.is_empty());
+        s.detach(Slot::Backup, t0, &mut out);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn overlapping_audio_of_the_new_source_is_dropped() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        s.media(Slot::Main, video_config(), t0, &mut out);
+        s.media(Slot::Main, frame(TrackKind::Video, 0, true), t0, &mut out);
+        s.media(Slot::Main, frame(TrackKind::Audio, 100, true), t0, &mut out);
+        s.attach(Slot::Backup, t0);
+        s.media(Slot::Backup, video_config(), t0, &mut out);
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Video, 1000, true),
+            t0,
+            &mut out,
+        );
+        // Audio stamped before the keyframe: after the rebase it falls before the main's audio.
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Audio, 900, true),
+            t0,
+            &mut out,
+        );
+        s.detach(Slot::Main, t0, &mut out);
+        assert_eq!(s.active(), Some(Slot::Backup));
+        assert_eq!(s.overlapped, 1);
+        let sent = frames(&out);
+        assert_eq!(
+            sent,
+            [
+                (TrackKind::Video, 0),
+                (TrackKind::Audio, 100),
+                (TrackKind::Video, 120)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_gop_past_the_bounds_is_not_kept() {
+        let mut i = Input {
+            attached: true,
+            video: match video_config() {
+                MediaMessage::VideoConfig(c) => Some(c),
+                _ => unreachable!(),
+            },
+            ..Input::default()
+        };
+        let MediaMessage::Frame(key) = frame(TrackKind::Video, 0, true) else {
+            unreachable!()
+        };
+        i.keep(&key);
+        assert!(i.startable());
+        let MediaMessage::Frame(late) = frame(TrackKind::Video, 10_001, false) else {
+            unreachable!()
+        };
+        i.keep(&late);
+        assert!(!i.startable());
+        assert!(i.gop.is_empty());
+    }
+}
