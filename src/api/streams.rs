@@ -25,6 +25,8 @@ pub const MAX_PULL_URIS: usize = 8;
 pub const MAX_URI_FIELD_CHARS: usize = 4096;
 pub const MAX_BROADCAST_IDS: usize = 100;
 pub const DVR_DURATION_RANGE: std::ops::RangeInclusive<i64> = 30..=14_400;
+/// SRT passphrase length in bytes (libsrt: 10..=80).
+pub const SRT_PASSPHRASE_CHARS: std::ops::RangeInclusive<usize> = 10..=80;
 pub const PULL_SCHEMES: &[&str] = &["rtmp", "rtmps", "srt", "http", "https"];
 
 /// Fields the server computes: accepted in a body (clients send back what they read) and ignored.
@@ -228,6 +230,7 @@ fn apply(mut f: Fields, s: &mut StreamSettings, mode: Mode) -> Result<(), ApiErr
             }
         }
     }
+    set_nullable(&mut s.srt_passphrase, f.nullable_string("srt_passphrase")?);
     match mode {
         Mode::Update => {
             // Deprecated: low latency is always on. Type-checked, then ignored.
@@ -264,6 +267,17 @@ fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
         }
         None | Some("") => {}
         Some(uri) => validate_uris(uri).map_err(|m| ApiError::invalid_value("uri", m))?,
+    }
+    if let Some(p) = &s.srt_passphrase {
+        // libsrt's SRTO_PASSPHRASE bounds (HAICRYPT_SECRET_MIN_SZ..=MAX_SZ).
+        if !SRT_PASSPHRASE_CHARS.contains(&p.len())
+            || !p.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        {
+            return Err(ApiError::invalid_value(
+                "srt_passphrase",
+                "`srt_passphrase` must be 10 to 80 printable ASCII characters",
+            ));
+        }
     }
     if let Some(data) = &s.client_entity_data {
         if char_len(data) > MAX_ENTITY_DATA_CHARS {

@@ -81,6 +81,8 @@ pub struct StreamSettings {
     pub quality_set_id: Option<i64>,
     pub broadcast_ids: Vec<i64>,
     pub projection: Projection,
+    /// SRT encryption passphrase; when set, SRT publishers must use it.
+    pub srt_passphrase: Option<String>,
 }
 
 impl Default for StreamSettings {
@@ -102,6 +104,7 @@ impl Default for StreamSettings {
             quality_set_id: None,
             broadcast_ids: Vec::new(),
             projection: Projection::Regular,
+            srt_passphrase: None,
         }
     }
 }

@@ -25,6 +25,7 @@ fn assert_record_shape(rec: &Value) {
         "quality_set_id",
         "broadcast_ids",
         "projection",
+        "srt_passphrase",
         "token",
         "live",
         "backup_live",
@@ -150,7 +151,8 @@ async fn every_writable_field_round_trips() {
         "auto_record": true, "dvr_enabled": true, "record_type": "transcoded",
         "hls_mpegts_endlist_tag": false, "dvr_duration": 30, "cdn_id": 7,
         "client_user_id": 18446744073709551615u64, "client_entity_data": "ü".repeat(4096),
-        "html_overlay": true, "quality_set_id": 2, "broadcast_ids": [3, 1, 2], "projection": "vr360tb"
+        "html_overlay": true, "quality_set_id": 2, "broadcast_ids": [3, 1, 2], "projection": "vr360tb",
+        "srt_passphrase": " !~ten chars~ with spaces ~ "
     });
     let r = d.post("/streaming/streams", body.clone()).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
@@ -284,6 +286,30 @@ async fn validation_rules_name_the_field() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_value",
             "projection",
+        ),
+        (
+            json!({"name": "a", "srt_passphrase": "short"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "srt_passphrase",
+        ),
+        (
+            json!({"name": "a", "srt_passphrase": "p".repeat(81)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "srt_passphrase",
+        ),
+        (
+            json!({"name": "a", "srt_passphrase": "pässphrase-not-ascii"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "srt_passphrase",
+        ),
+        (
+            json!({"name": "a", "srt_passphrase": 1234567890}),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+            "srt_passphrase",
         ),
         (
             json!({"name": "a", "client_entity_data": "x".repeat(4097)}),
@@ -439,7 +465,7 @@ async fn patch_changes_only_given_fields() {
     let created = d
         .post(
             "/streaming/streams",
-            json!({"name": "a", "cdn_id": 5, "dvr_enabled": true}),
+            json!({"name": "a", "cdn_id": 5, "dvr_enabled": true, "srt_passphrase": "0123456789"}),
         )
         .await
         .body;
@@ -450,12 +476,13 @@ async fn patch_changes_only_given_fields() {
         .patch(
             &path,
             json!({"stream": {"name": "b", "cdn_id": null, "low_latency_enabled": false,
-            "token": "forged", "live": true, "id": 999}}),
+            "token": "forged", "live": true, "id": 999, "srt_passphrase": null}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["name"], "b");
     assert_eq!(r.body["cdn_id"], Value::Null);
+    assert_eq!(r.body["srt_passphrase"], Value::Null, "null clears it");
     assert_eq!(r.body["dvr_enabled"], true, "untouched field kept");
     assert_eq!(
         r.body["low_latency_enabled"], true,
