@@ -17,6 +17,7 @@ use url::Url;
 use crate::api::{self, Api, ApiError, ApiKeys, Endpoints};
 use crate::config::Config;
 use crate::ingest::rtmp::listener as rtmp;
+use crate::ingest::srt;
 use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
 use crate::registry::Registry;
@@ -88,6 +89,7 @@ pub struct Running {
     pub http_addr: SocketAddr,
     pub rtmp_addr: SocketAddr,
     pub rtmps_addr: SocketAddr,
+    pub srt_addr: SocketAddr,
     pub public_url: Url,
     pub key_source: KeySource,
     shutdown: watch::Sender<bool>,
@@ -234,12 +236,19 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     };
     let (rtmp_listener, rtmp_addr) = bind("rtmp", config.rtmp_addr).await?;
     let (rtmps_listener, rtmps_addr) = bind("rtmps", config.rtmps_addr).await?;
+    let (srt_socket, srt_addr) = srt::listener::bind(config.srt_addr)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            what: "srt",
+            addr: config.srt_addr,
+            source,
+        })?;
     let public_url = public_url(&config, http_addr);
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
         quality_sets,
-        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), config.srt_addr.port()),
+        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), srt_addr.port()),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
     });
@@ -266,13 +275,21 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         rtmp::DEFAULT_MAX_CONNECTIONS,
         shutdown_rx.clone(),
     ));
+    tokio::spawn(srt::listener::serve(
+        srt_socket,
+        srt_addr,
+        registry.clone(),
+        srt::listener::DEFAULT_MAX_CONNECTIONS,
+        shutdown_rx.clone(),
+    ));
     let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
-    tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, "rtmp listening");
+    tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");
     Ok(Running {
         http_addr,
         rtmp_addr,
         rtmps_addr,
+        srt_addr,
         registry,
         public_url,
         key_source,

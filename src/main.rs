@@ -86,6 +86,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     println!("http: {}", running.http_addr);
     println!("rtmp: {}", running.rtmp_addr);
     println!("rtmps: {}", running.rtmps_addr);
+    println!("srt: {}", running.srt_addr);
     println!("public_url: {}", running.public_url);
     match &running.key_source {
         KeySource::Configured => println!("api_key: (configured)"),

@@ -3,3 +3,29 @@
 
 pub mod mpegts;
 pub mod rtmp;
+pub mod srt;
+
+use crate::registry::Slot;
+
+/// A publish target as every protocol names it: `{id}` (main) or `{id}b` (backup), a positive
+/// decimal stream id, and the stream's token (ASCII letters and digits). Sans-IO.
+pub fn parse_target(name: &str, token: &str) -> Option<(i64, Slot, String)> {
+    let (digits, slot) = match name.strip_suffix('b') {
+        Some(d) => (d, Slot::Backup),
+        None => (name, Slot::Main),
+    };
+    let valid_id = !digits.is_empty()
+        && digits.len() <= 18
+        && !digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit());
+    let valid_token = !token.is_empty()
+        && token.len() <= MAX_TOKEN_BYTES
+        && token.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !valid_id || !valid_token {
+        return None;
+    }
+    Some((digits.parse().ok()?, slot, token.to_owned()))
+}
+
+/// Tokens are 32 hex characters; anything much longer is not one.
+pub const MAX_TOKEN_BYTES: usize = 128;

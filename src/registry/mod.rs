@@ -272,16 +272,14 @@ impl Registry {
         self.quality_sets.default_id(stored.as_deref())
     }
 
-    /// Authorises a publish and starts (or resumes) the stream's pipeline, or joins the running
-    /// session as its other slot (main + backup). Every refusal happens before anything is
-    /// allocated.
-    pub async fn publish(
-        self: &Arc<Self>,
+    /// Whether a publish would be accepted now, without allocating anything: for protocols
+    /// that must answer their handshake before media flows (SRT reads the record's passphrase).
+    pub async fn check_publish(
+        &self,
         id: i64,
         slot: Slot,
         token: &str,
-        protocol: &'static str,
-    ) -> Result<Publisher, PublishError> {
+    ) -> Result<StreamRow, PublishError> {
         let row = self
             .load(id)
             .await?
@@ -295,6 +293,27 @@ impl Registry {
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
         }
+        let taken = lock(&self.streams)
+            .get(&id)
+            .and_then(|e| e.session.as_ref())
+            .is_some_and(|s| s.closing || s.slots[slot.index()]);
+        if taken {
+            return Err(PublishError::AlreadyLive(id));
+        }
+        Ok(row)
+    }
+
+    /// Authorises a publish and starts (or resumes) the stream's pipeline, or joins the running
+    /// session as its other slot (main + backup). Every refusal happens before anything is
+    /// allocated.
+    pub async fn publish(
+        self: &Arc<Self>,
+        id: i64,
+        slot: Slot,
+        token: &str,
+        protocol: &'static str,
+    ) -> Result<Publisher, PublishError> {
+        let row = self.check_publish(id, slot, token).await?;
         let set_id = match row.settings.quality_set_id {
             Some(q) if self.quality_sets.get(q).is_some() => q,
             _ => self.default_quality_set().await,

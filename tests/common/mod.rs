@@ -23,6 +23,8 @@ pub struct Daemon {
     pub banner: Vec<String>,
     pub rtmp: String,
     pub rtmps: String,
+    /// The SRT listener's `host:port`.
+    pub srt: String,
     client: reqwest::Client,
 }
 
@@ -123,10 +125,12 @@ impl Daemon {
             .unwrap();
         let rtmp = value("rtmp").expect("rtmp line");
         let rtmps = value("rtmps").expect("rtmps line");
+        let srt = value("srt").expect("srt line");
         Daemon {
             child,
             rtmp,
             rtmps,
+            srt,
             base,
             key,
             banner,

@@ -35,22 +35,12 @@ pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
     }
     let (name, token) = key.split_once('?').ok_or(KeyError::Malformed)?;
     let token = token.strip_prefix("token=").unwrap_or(token);
-    let (digits, slot) = match name.strip_suffix('b') {
-        Some(d) => (d, Slot::Backup),
-        None => (name, Slot::Main),
-    };
-    let valid_id = !digits.is_empty()
-        && digits.len() <= 18
-        && !digits.starts_with('0')
-        && digits.bytes().all(|b| b.is_ascii_digit());
-    let valid_token = !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric());
-    if !valid_id || !valid_token {
-        return Err(KeyError::Malformed);
-    }
+    let (stream_id, slot, token) =
+        super::super::parse_target(name, token).ok_or(KeyError::Malformed)?;
     Ok(PublishKey {
-        stream_id: digits.parse().map_err(|_| KeyError::Malformed)?,
+        stream_id,
         slot,
-        token: token.to_owned(),
+        token,
     })
 }
 

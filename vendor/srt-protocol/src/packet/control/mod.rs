@@ -344,7 +344,10 @@ impl HandshakeVsInfo {
                 {
                     // induction does not include any extensions, and instead has the
                     // magic code. this is an incompatialbe place to be.
-                    panic!("Handshake is both induction and has SRT extensions, not valid");
+                    // PATCHED (hardening): was a panic; serialization must never panic. The
+                    // extensions are not serialized for an induction (see
+                    // HandshakeControlInfo::serialize), only the magic code is.
+                    warn!("Handshake is both induction and has SRT extensions, not valid; extensions dropped");
                 }
 
                 let mut flags = ExtFlags::empty();
@@ -393,6 +396,11 @@ impl SocketType {
 
 impl ControlPacket {
     pub fn parse(buf: &mut impl Buf, is_ipv6: bool) -> Result<ControlPacket, PacketParseError> {
+        // PATCHED (hardening): remote input; was a panic ("advance out of bounds") when called
+        // directly (Packet::parse already checks this).
+        if buf.remaining() < 16 {
+            return Err(PacketParseError::NotEnoughData);
+        }
         let control_type = buf.get_u16() << 1 >> 1; // clear first bit
 
         // get reserved data, which is the last two bytes of the first four bytes
@@ -602,6 +610,9 @@ impl ControlTypes {
                                 }
 
                                 let mut buffer = buf.take(pack_size);
+                                // PATCHED (hardening): remote input; extensions other than
+                                // HS/KM/SID (e.g. Congestion, Filter, Group, Reject) hit
+                                // `unimplemented!` below. They are now ignored with a warning.
                                 match pack_type {
                                     1 | 2 => {
                                         if !extensions.contains(ExtFlags::HS) {
@@ -632,10 +643,19 @@ impl ControlTypes {
                                             SrtControlPacket::StreamId(stream_id) => {
                                                 sid = Some(stream_id)
                                             }
-                                            _ => unimplemented!("Implement other kinds"),
+                                            // PATCHED (hardening): remote input; was
+                                            // `unimplemented!("Implement other kinds")`.
+                                            other => {
+                                                warn!("Ignoring unsupported handshake extension {:?}", other);
+                                            }
                                         }
                                     }
                                 }
+                                // PATCHED (hardening): skip any bytes of this extension that
+                                // its parser did not consume, so the next extension header is
+                                // read from the right offset.
+                                let unread = buffer.remaining();
+                                buffer.advance(unread);
                                 buf = buffer.into_inner();
                             }
 
@@ -940,8 +960,13 @@ impl Debug for CompressedLossList {
         let mut iter = self.0.iter();
         while let Some(a) = iter.next() {
             if a & 0x80000000 != 0 {
-                let b = iter.next().expect("Unterminated list");
-                write!(f, "{}..={},", a & 0x7fffffff, b)?;
+                // PATCHED (hardening): remote input (a NAK whose last word starts a range);
+                // was a panic ("Unterminated list") whenever the packet was Debug-formatted,
+                // e.g. by srt-tokio's per-packet debug! logging.
+                match iter.next() {
+                    Some(b) => write!(f, "{}..={},", a & 0x7fffffff, b)?,
+                    None => write!(f, "{}..=?,", a & 0x7fffffff)?,
+                }
             } else {
                 write!(f, "{a},")?;
             }
@@ -976,7 +1001,9 @@ impl Add<u32> for FullAckSeqNumber {
     type Output = FullAckSeqNumber;
 
     fn add(self, rhs: u32) -> Self::Output {
-        FullAckSeqNumber(self.0 + rhs)
+        // PATCHED (hardening): remote input (ACK carrying full-ack number u32::MAX); was an
+        // arithmetic-overflow panic in debug builds. Wraps, as release builds already did.
+        FullAckSeqNumber(self.0.wrapping_add(rhs))
     }
 }
 
@@ -984,7 +1011,8 @@ impl Sub<FullAckSeqNumber> for FullAckSeqNumber {
     type Output = usize;
 
     fn sub(self, rhs: FullAckSeqNumber) -> Self::Output {
-        (self.0 - rhs.0).try_into().unwrap()
+        // PATCHED (hardening): wrapping instead of an overflow panic in debug builds.
+        self.0.wrapping_sub(rhs.0) as usize
     }
 }
 
@@ -1290,6 +1318,8 @@ impl HandshakeControlInfo {
         size_of::<u128>() + // ip address
         match &self.info {
             HandshakeVsInfo::V4(_) => 0,
+            // PATCHED (hardening): extensions are never serialized in an induction (see serialize)
+            HandshakeVsInfo::V5(_) if self.shake_type == ShakeType::Induction => 0,
             HandshakeVsInfo::V5(info) => {
                 info.ext_hs.as_ref().map(|hs| 2 * size_of::<u16>() + usize::from(hs.size_words()) * size_of::<u32>()).unwrap_or(0)
                 +
@@ -1326,7 +1356,11 @@ impl HandshakeControlInfo {
         }
 
         // serialzie extensions
-        if let HandshakeVsInfo::V5(hs) = &self.info {
+        // PATCHED (hardening): an induction carries the magic code instead of extension
+        // flags, so its extensions are not serialized (type_flags used to panic here).
+        if let (HandshakeVsInfo::V5(hs), false) =
+            (&self.info, self.shake_type == ShakeType::Induction)
+        {
             for ext in [
                 &hs.ext_hs,
                 &hs.ext_km,

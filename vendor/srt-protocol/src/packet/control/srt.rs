@@ -276,6 +276,14 @@ fn le_bytes_to_string(le_bytes: &mut impl Buf) -> Result<String, PacketParseErro
         return Err(PacketParseError::NotEnoughData);
     }
 
+    // PATCHED (hardening): remote input (e.g. datagram `ff ff 00 05` + 12 zero bytes: an SRT
+    // StreamId/Congestion/Filter control packet, or a zero-length handshake extension, with no
+    // body); the unconditional `get_u32_le` below panicked ("advance out of bounds").
+    // An empty body is the empty string, which is what an empty string serializes to.
+    if le_bytes.remaining() == 0 {
+        return Ok(String::new());
+    }
+
     let mut str_bytes = Vec::with_capacity(le_bytes.remaining());
 
     while le_bytes.remaining() > 4 {
@@ -305,8 +313,9 @@ fn string_to_le_bytes(str: &str, into: &mut impl BufMut) {
         [a, b, c] => into.put(&[0, c, b, a][..]),
         [a, b] => into.put(&[0, 0, b, a][..]),
         [a] => into.put(&[0, 0, 0, a][..]),
-        [] => {} // exact multiple of 4
-        _ => unreachable!(),
+        // exact multiple of 4 (the remainder of chunks_exact(4) is always < 4 bytes long)
+        // PATCHED (hardening): was `_ => unreachable!()`, merged into this arm.
+        _ => {}
     }
 }
 
@@ -365,6 +374,11 @@ impl SrtControlPacket {
                 )))
             }
             8 => {
+                // PATCHED (hardening): remote input (Group extension/packet shorter than one
+                // word); was a panic ("advance out of bounds").
+                if buf.remaining() < 4 {
+                    return Err(PacketParseError::NotEnoughData);
+                }
                 let ty = buf.get_u8().into();
                 let flags = GroupFlags::from_bits_truncate(buf.get_u8());
                 let weight = buf.get_u16_le();
@@ -431,7 +445,10 @@ impl SrtControlPacket {
             // 1 32-bit word packed with type, flags, and weight
             Group { .. } => 1,
             Filter(filter) => ((format!("{filter}").len() + 3) / 4) as u16, // TODO: not optimial performace, but probably okay
-            _ => unimplemented!("{:?}", self),
+            // PATCHED (hardening): remote input (SRT control packet type 0 = Reject, which has no
+            // body); was `unimplemented!`, reached via wire_size() for every received packet
+            // (Connection::handle_packet statistics).
+            Reject => 0,
         }
     }
 }
@@ -519,6 +536,14 @@ impl KeyingMaterialMessage {
 
         // next 6 bits is reserved, then two bits of KF
         let key_flags = KeyFlags::from_bits_truncate(buf.get_u8() & 0b0000_0011);
+
+        // PATCHED (hardening): remote input (KM message with KF = 0, i.e. no key); was a panic
+        // later on: `assert!(input.len() > 16)` in aes_unwrap (listener with a passphrase) and a
+        // division by zero when such a message was serialized again. The reference
+        // implementation rejects a KM message without any key as well.
+        if key_flags.is_empty() {
+            return Err(PacketParseError::BadSrtExtensionMessage);
+        }
 
         // second 32-bit word: keki
         let keki = buf.get_u32();
@@ -627,8 +652,10 @@ impl KeyingMaterialMessage {
         into.put_u16(0); // resv2
         into.put_u8((self.salt.len() / 4) as u8);
 
-        // this unwrap is okay because we already panic above if both are None
-        let key_len = (self.wrapped_keys.len() - 8) / self.key_flags.bits().count_ones() as usize;
+        // PATCHED (hardening): was a division by zero / subtraction overflow for a message
+        // without keys; parse() no longer produces one, this guards hand-built ones.
+        let key_len = self.wrapped_keys.len().saturating_sub(8)
+            / (self.key_flags.bits().count_ones() as usize).max(1);
         into.put_u8((key_len / 4) as u8);
 
         // put the salt then key[s]

@@ -1,0 +1,102 @@
+//! The SRT listener: binds the UDP socket (so `:0` works and the bound port is known), runs
+//! srt-tokio's multiplexing listener on it, caps concurrent callers, and hands each handshake
+//! to [`conn::run`] in its own task so a slow caller never stalls the others.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use srt_tokio::access::{RejectReason, ServerRejectReason};
+use srt_tokio::options::{ByteCount, SocketAddress, SocketOptions};
+use srt_tokio::SrtListener;
+use tokio::net::UdpSocket;
+use tokio::sync::{watch, Semaphore};
+
+use super::conn;
+use crate::registry::Registry;
+
+/// Concurrent SRT callers (handshaking or publishing); the excess is rejected as overload.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Kernel receive buffer asked for: SRT bursts retransmissions, and the 64 KiB default drops
+/// packets above a few Mbit/s (the kernel caps it at net.core.rmem_max).
+const UDP_RECV_BUFFER: u64 = 8 * 1024 * 1024;
+/// After srt-tokio's listener task ends unexpectedly, wait this long before binding again.
+const REBIND_PAUSE: Duration = Duration::from_secs(1);
+
+fn options(local: SocketAddr) -> SocketOptions {
+    let mut o = SocketOptions::default();
+    o.connect.local = local;
+    o.connect.udp_recv_buffer_size = ByteCount(UDP_RECV_BUFFER);
+    o
+}
+
+/// Binds the SRT UDP socket with the receive buffer set; returns it and the bound address.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, SocketAddr)> {
+    let socket = srt_tokio::bind_socket(&options(addr)).await?;
+    let local = socket.local_addr()?;
+    Ok((socket, local))
+}
+
+/// Serves SRT callers until `shutdown` turns true. If srt-tokio's listener task ever ends on its
+/// own (its connections end with it), the socket is bound again on the same address.
+pub async fn serve(
+    socket: UdpSocket,
+    local: SocketAddr,
+    registry: Arc<Registry>,
+    max_connections: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let mut socket = Some(socket);
+    loop {
+        let sock = match socket.take() {
+            Some(s) => s,
+            None => match bind(local).await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::error!(addr = %local, error = %e, "cannot bind SRT again");
+                    tokio::time::sleep(REBIND_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let built = SrtListener::builder()
+            .set(|o| *o = options(local))
+            .socket(sock)
+            .bind(SocketAddress::from(local))
+            .await;
+        let (mut listener, mut incoming) = match built {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::error!(addr = %local, error = %e, "SRT listener failed to start");
+                tokio::time::sleep(REBIND_PAUSE).await;
+                continue;
+            }
+        };
+        loop {
+            let request = tokio::select! {
+                r = incoming.incoming().next() => r,
+                _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
+                    listener.close().await;
+                    return;
+                }
+            };
+            let Some(request) = request else {
+                tracing::error!(addr = %local, "SRT listener task ended; binding again");
+                break;
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                tracing::warn!(peer = %request.remote(), limit = max_connections, "SRT connection limit reached; rejecting");
+                tokio::spawn(request.reject(RejectReason::Server(ServerRejectReason::Overload)));
+                continue;
+            };
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                conn::run(request, registry).await;
+                drop(permit);
+            });
+        }
+        tokio::time::sleep(REBIND_PAUSE).await;
+    }
+}

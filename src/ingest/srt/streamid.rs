@@ -1,0 +1,124 @@
+//! SRT stream ids (SRTO_STREAMID): `{id}#{token}` / `{id}b#{token}` as our push URLs carry them,
+//! or the SRT access-control syntax `#!::r={id},m=publish,t={token}` (Haivision's
+//! "SRT Access Control" guidelines; `r` = resource, `m` = mode). Sans-IO.
+
+use crate::registry::Slot;
+
+/// SRT limits the stream id to 512 bytes (SRT RFC draft §3.2.1.3, `SRTO_STREAMID`).
+pub const MAX_STREAM_ID_BYTES: usize = 512;
+/// Keys in an access-control stream id; more is not a real publisher.
+const MAX_KEYS: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamIdError {
+    #[error("no stream id (use streamid={{id}}#{{token}})")]
+    Missing,
+    #[error("stream id longer than {MAX_STREAM_ID_BYTES} bytes")]
+    TooLong,
+    #[error("stream id is neither `{{id}}#{{token}}` nor `#!::r={{id}},m=publish,t={{token}}`")]
+    Malformed,
+    #[error("mode `{0}` is not supported: only m=publish")]
+    Mode(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub stream_id: i64,
+    pub slot: Slot,
+    pub token: String,
+}
+
+pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
+    let raw = raw
+        .filter(|s| !s.is_empty())
+        .ok_or(StreamIdError::Missing)?;
+    if raw.len() > MAX_STREAM_ID_BYTES {
+        return Err(StreamIdError::TooLong);
+    }
+    let (name, token) = match raw.strip_prefix("#!::") {
+        Some(pairs) => access_control(pairs)?,
+        None => raw.split_once('#').ok_or(StreamIdError::Malformed)?,
+    };
+    let (stream_id, slot, token) =
+        super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)?;
+    Ok(Target {
+        stream_id,
+        slot,
+        token,
+    })
+}
+
+/// `key=value` pairs separated by commas; `r` and `t` are required, `m` must be `publish` when
+/// given, other standard keys (`u`, `h`, `s`) are ignored.
+fn access_control(pairs: &str) -> Result<(&str, &str), StreamIdError> {
+    let (mut resource, mut token) = (None, None);
+    for (n, pair) in pairs.split(',').enumerate() {
+        if n >= MAX_KEYS {
+            return Err(StreamIdError::Malformed);
+        }
+        let (k, v) = pair.split_once('=').ok_or(StreamIdError::Malformed)?;
+        match k {
+            "r" => resource = Some(v),
+            "t" => token = Some(v),
+            "m" if v != "publish" => return Err(StreamIdError::Mode(v.to_owned())),
+            _ => {}
+        }
+    }
+    resource.zip(token).ok_or(StreamIdError::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_syntaxes() {
+        let t = parse(Some("42#abc123")).unwrap();
+        assert_eq!(
+            (t.stream_id, t.slot, t.token.as_str()),
+            (42, Slot::Main, "abc123")
+        );
+        let t = parse(Some("42b#abc123")).unwrap();
+        assert_eq!(t.slot, Slot::Backup);
+        let t = parse(Some("#!::r=42b,m=publish,t=abc123")).unwrap();
+        assert_eq!(
+            (t.stream_id, t.slot, t.token.as_str()),
+            (42, Slot::Backup, "abc123")
+        );
+        // Order free, mode optional, other standard keys ignored.
+        let t = parse(Some("#!::u=obs,t=abc123,r=7")).unwrap();
+        assert_eq!((t.stream_id, t.slot), (7, Slot::Main));
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(parse(None), Err(StreamIdError::Missing));
+        assert_eq!(parse(Some("")), Err(StreamIdError::Missing));
+        assert_eq!(parse(Some(&"1".repeat(513))), Err(StreamIdError::TooLong));
+        for bad in [
+            "42",
+            "42#",
+            "#abc",
+            "x#abc",
+            "042#abc",
+            "42#ab c",
+            "42c#abc",
+            "-1#abc",
+            "42#abc#def",
+            "#!::",
+            "#!::r=42",
+            "#!::t=abc",
+            "#!::r=42,t=abc,x",
+            "#!::r=../1,t=a",
+            "99999999999999999999#abc",
+        ] {
+            assert!(parse(Some(bad)).is_err(), "{bad} accepted");
+        }
+        assert_eq!(
+            parse(Some("#!::r=42,m=request,t=abc")),
+            Err(StreamIdError::Mode("request".into()))
+        );
+        let many = format!("#!::r=1,t=a{}", ",u=x".repeat(20));
+        assert_eq!(parse(Some(&many)), Err(StreamIdError::Malformed));
+    }
+}

@@ -1,0 +1,210 @@
+//! Media test helpers shared by the end-to-end binaries: fixtures, ffmpeg pushers, record and
+//! playlist polling (bounded), independent parsers (m3u8-rs, ffprobe).
+#![allow(dead_code)] // each binary uses its own subset
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::common::{Daemon, KEY};
+
+/// Transcoding tests share two cores: one at a time keeps each in real time. An async lock, so
+/// a waiting test does not block its runtime (and its HTTP client's connection pool).
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("fixtures").join(name);
+    if !path.exists() {
+        let ok = Command::new(root.join("scripts/make-fixtures"))
+            .status()
+            .unwrap();
+        assert!(ok.success(), "scripts/make-fixtures failed");
+    }
+    path
+}
+
+/// The container a push URL carries: MPEG-TS over SRT, FLV over RTMP(S).
+pub fn format_for(url: &str) -> &'static str {
+    if url.starts_with("srt://") {
+        "mpegts"
+    } else {
+        "flv"
+    }
+}
+
+/// ffmpeg publishing a fixture in real time, `loops` extra times.
+pub fn push(url: &str, fixture_name: &str, loops: u32) -> Child {
+    Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
+        .arg(loops.to_string())
+        .arg("-i")
+        .arg(fixture(fixture_name))
+        .args(["-c", "copy", "-f", format_for(url)])
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ffmpeg")
+}
+
+/// Waits (bounded) for an ffmpeg to exit; returns its success and stderr.
+pub async fn finish(mut child: Child, within: Duration) -> (bool, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            return (status.success(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (false, "timed out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn record(d: &Daemon, id: i64) -> Value {
+    d.get(&format!("/streaming/streams/{id}")).await.body
+}
+
+/// Polls the record until `pred` holds (bounded).
+pub async fn wait_record(
+    d: &Daemon,
+    id: i64,
+    within: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = record(d, id).await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "record never reached the state: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub async fn create(d: &Daemon, body: Value) -> Value {
+    let r = d.post("/streaming/streams", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r.body
+}
+
+pub async fn text(url: &str) -> (StatusCode, String) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+pub fn ffprobe(url: &str) -> Value {
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-rw_timeout",
+            "15000000",
+            "-show_streams",
+            "-show_format",
+            "-of",
+            "json",
+        ])
+        .arg(url)
+        .output()
+        .expect("ffprobe");
+    assert!(
+        out.status.success(),
+        "ffprobe {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until every media playlist behind `master_url` lists `n` complete segments: a classic
+/// (non-LL) client like ffprobe ignores parts and needs whole segments.
+pub async fn wait_segments(master_url: &str, n: usize) {
+    let base = master_url.trim_end_matches("master.m3u8").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, master) = text(master_url).await;
+        let uris: Vec<String> = master
+            .lines()
+            .filter_map(|l| {
+                l.strip_suffix("index.m3u8\"")
+                    .and_then(|l| l.rsplit_once("URI=\""))
+                    .map(|(_, u)| format!("{u}index.m3u8"))
+                    .or_else(|| (!l.starts_with('#') && !l.is_empty()).then(|| l.to_owned()))
+            })
+            .collect();
+        let mut all = !uris.is_empty();
+        for uri in &uris {
+            let (_, t) = text(&format!("{base}{uri}")).await;
+            all &= t.matches("#EXTINF").count() >= n;
+        }
+        if all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "playlists never held {n} segments:\n{master}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A daemon whose grace period after a publisher leaves is 2 s, so endings show quickly.
+pub fn short_grace_daemon(dir: &std::path::Path) -> Daemon {
+    Daemon::start_with(
+        dir,
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+        ],
+    )
+}
+
+/// Polls a playlist until it ends with EXT-X-ENDLIST (bounded); returns its text.
+pub async fn wait_endlist(url: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, t) = text(url).await;
+        if t.ends_with("#EXT-X-ENDLIST\n") {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ENDLIST after the grace period:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+pub fn master_playlist(text: &str) -> m3u8_rs::MasterPlaylist {
+    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
+        other => panic!("not a master playlist: {other:?}\n{text}"),
+    }
+}
+
+pub fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
+    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+        Ok(m3u8_rs::Playlist::MediaPlaylist(p)) => p,
+        other => panic!("not a media playlist: {other:?}\n{text}"),
+    }
+}

@@ -1,0 +1,440 @@
+//! End to end: ffmpeg and srt-live-transmit push MPEG-TS over SRT into the real daemon; refusals
+//! (stream id, token, state, passphrase) are answered at the handshake; hostile datagrams do not
+//! take the listener down; main and backup pushes fail over and back with a discontinuity.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/media.rs"]
+mod media;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use common::{tempdir, Daemon};
+use media::*;
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill {sig}");
+}
+
+/// ffmpeg feeding srt-live-transmit (the Haivision reference client) through a pipe.
+fn push_slt(url: &str, loops: u32) -> (Child, Child) {
+    let mut ffmpeg = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
+        .arg(loops.to_string())
+        .arg("-i")
+        .arg(fixture("av-720p.ts"))
+        .args(["-c", "copy", "-f", "mpegts", "-"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ffmpeg");
+    let slt = Command::new("srt-live-transmit")
+        .args(["-q", "file://con", url])
+        .stdin(ffmpeg.stdout.take().unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("srt-live-transmit");
+    (ffmpeg, slt)
+}
+
+/// The newest part line of a media playlist: it changes whenever a part is published.
+fn last_part(playlist: &str) -> Option<String> {
+    playlist
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("#EXT-X-PART:"))
+        .map(str::to_owned)
+}
+
+/// Discontinuities ever marked: EXT-X-DISCONTINUITY-SEQUENCE plus the tags still listed.
+fn discontinuities(playlist: &str) -> u64 {
+    let seq = playlist
+        .lines()
+        .find_map(|l| l.strip_prefix("#EXT-X-DISCONTINUITY-SEQUENCE:"))
+        .map_or(0, |v| v.parse().unwrap());
+    seq + playlist.matches("#EXT-X-DISCONTINUITY\n").count() as u64
+}
+
+fn media_sequence(playlist: &str) -> u64 {
+    playlist
+        .lines()
+        .find_map(|l| l.strip_prefix("#EXT-X-MEDIA-SEQUENCE:"))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+/// Asserts a refused push: ffmpeg fails quickly and the record shows nothing started.
+async fn refused(d: &Daemon, url: &str, rec: &Value) {
+    let t0 = Instant::now();
+    let (ok, err) = finish(push(url, "av-720p.ts", 0), Duration::from_secs(20)).await;
+    assert!(!ok, "push to {url} was accepted");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "refusal of {url} took {:?}: {err}",
+        t0.elapsed()
+    );
+    let r = record(d, rec["id"].as_i64().unwrap()).await;
+    assert_eq!(r["live"], false, "{url}");
+    assert!(r["started_at_primary"].is_null(), "{url}: {r}");
+    let (status, _) = text(r["hls_cmaf_url"].as_str().unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{url}");
+}
+
+#[tokio::test]
+async fn srt_push_plays_and_one_protocol_holds_the_main_input() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "srt"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let token = rec["token"].as_str().unwrap();
+    let srt_url = rec["push_url_srt"].as_str().unwrap();
+    assert_eq!(srt_url, format!("srt://{}?streamid={id}#{token}", d.srt));
+    assert_eq!(
+        rec["backup_push_url_srt"],
+        format!("srt://{}?streamid={id}b#{token}", d.srt)
+    );
+
+    // ffmpeg over SRT with the record's own URL.
+    let ffmpeg = push(srt_url, "av-720p.ts", 1);
+    let live = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    assert_eq!(
+        (live["video_width"].clone(), live["video_height"].clone()),
+        (json!(1280), json!(720))
+    );
+    let fps = live["frame_rate"].as_f64().unwrap();
+    assert!((29.0..31.5).contains(&fps), "frame_rate {fps}");
+    assert_eq!(live["backup_live"], false);
+
+    // An RTMP publish to the main input live over SRT is refused.
+    let (ok, _) = finish(
+        push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(!ok, "RTMP took over a main input live over SRT");
+
+    // The LL-HLS output plays (ffprobe reads every rendition).
+    let master = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
+    wait_segments(&master, 2).await;
+    let probe = ffprobe(&master);
+    let streams = probe["streams"].as_array().unwrap();
+    let mut heights: Vec<i64> = streams
+        .iter()
+        .filter(|s| s["codec_type"] == "video")
+        .map(|s| s["height"].as_i64().unwrap())
+        .collect();
+    heights.sort();
+    heights.dedup();
+    assert_eq!(heights, [360, 480, 720]);
+    assert!(streams.iter().any(|s| s["codec_name"] == "aac"));
+
+    // The caller leaves: the stream ends cleanly (ENDLIST after the 2 s grace period).
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(40)).await;
+    assert!(ok, "ffmpeg SRT push failed: {err}");
+    let ended = wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+    assert!(ended["finished_at_primary"].is_string(), "{ended}");
+    let base = master.trim_end_matches("master.m3u8");
+    wait_endlist(&format!("{base}720p/index.m3u8")).await;
+
+    // The reverse: RTMP holds the main input, an SRT publish to it is refused.
+    let rtmp = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 2);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let ac = format!("srt://{}?streamid=#!::r={id},m=publish,t={token}", d.srt);
+    let (ok, _) = finish(push(&ac, "av-720p.ts", 0), Duration::from_secs(15)).await;
+    assert!(!ok, "SRT took over a main input live over RTMP");
+    let _ = finish(rtmp, Duration::ZERO).await;
+    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+
+    // srt-live-transmit with the access-control stream id syntax.
+    let (ff, slt) = push_slt(&ac, 2);
+    wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    let _ = finish(slt, Duration::ZERO).await;
+    let _ = finish(ff, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn srt_refusals_passphrases_and_hostile_datagrams() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    // A stream kept live over SRT throughout: a listener failure would cut it.
+    let keeper = create(&d, json!({"name": "keeper"})).await;
+    let keeper_id = keeper["id"].as_i64().unwrap();
+    let keeper_push = push(keeper["push_url_srt"].as_str().unwrap(), "av-720p.ts", 5);
+    wait_record(&d, keeper_id, Duration::from_secs(20), |r| {
+        r["live"] == true
+    })
+    .await;
+    let keeper_pl = format!(
+        "{}720p/index.m3u8",
+        keeper["hls_cmaf_url"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("master.m3u8")
+    );
+
+    let ok = create(&d, json!({"name": "target"})).await;
+    let inactive = create(&d, json!({"name": "off", "active": false})).await;
+    let pull = create(
+        &d,
+        json!({"name": "pull", "pull": true, "uri": "srt://127.0.0.1:9"}),
+    )
+    .await;
+    let (id, token) = (ok["id"].as_i64().unwrap(), ok["token"].as_str().unwrap());
+    let srt = &d.srt;
+    let at = |rec: &Value, sid: &str| (format!("srt://{srt}?streamid={sid}"), rec.clone());
+    let cases = [
+        (format!("srt://{srt}"), ok.clone()),
+        at(&ok, "garbage"),
+        at(&ok, &format!("{id}")),
+        at(&ok, &format!("999#{token}")),
+        at(&ok, &format!("{id}#wrongtoken")),
+        at(&ok, &format!("#!::r={id},m=request,t={token}")),
+        at(&ok, &format!("#!::r={id},t={token},x")),
+        at(
+            &inactive,
+            &format!("{}#{}", inactive["id"], inactive["token"].as_str().unwrap()),
+        ),
+        at(
+            &pull,
+            &format!("{}#{}", pull["id"], pull["token"].as_str().unwrap()),
+        ),
+    ];
+    for (url, rec) in &cases {
+        refused(&d, url, rec).await;
+    }
+    // The keeper's own main input is taken.
+    let (ok_push, _) = finish(
+        push(keeper["push_url_srt"].as_str().unwrap(), "av-720p.ts", 0),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(!ok_push, "a second SRT publisher took a live main input");
+
+    // Passphrase set on the record: SRT encryption enforces it at the handshake.
+    let secret = create(
+        &d,
+        json!({"name": "secret", "srt_passphrase": "0123456789abc"}),
+    )
+    .await;
+    let base = secret["push_url_srt"].as_str().unwrap().to_owned();
+    refused(&d, &base, &secret).await;
+    refused(&d, &format!("{base}&passphrase=wrong-passphrase"), &secret).await;
+    // A passphrase offered to a stream without one (srt-protocol 0.4.4 panicked its listener).
+    refused(
+        &d,
+        &format!(
+            "{}&passphrase=0123456789abc",
+            ok["push_url_srt"].as_str().unwrap()
+        ),
+        &ok,
+    )
+    .await;
+    for keylen in ["16", "32"] {
+        let good = push(
+            &format!("{base}&passphrase=0123456789abc&pbkeylen={keylen}"),
+            "av-720p.ts",
+            3,
+        );
+        let r = wait_record(
+            &d,
+            secret["id"].as_i64().unwrap(),
+            Duration::from_secs(20),
+            |r| r["live"] == true,
+        )
+        .await;
+        assert!(r["started_at_primary"].is_string());
+        let _ = finish(good, Duration::ZERO).await;
+        wait_record(
+            &d,
+            secret["id"].as_i64().unwrap(),
+            Duration::from_secs(20),
+            |r| r["live"] == false,
+        )
+        .await;
+    }
+
+    // Not MPEG-TS over SRT (FLV): the connection is closed, the caller fails.
+    let flv = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .arg(fixture("av-720p.flv"))
+        .args(["-c", "copy", "-f", "flv"])
+        .arg(ok["push_url_srt"].as_str().unwrap())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok_flv, _) = finish(flv, Duration::from_secs(20)).await;
+    assert!(!ok_flv, "FLV over SRT was taken");
+
+    // Hostile datagrams at the listener: a truncated SRT control packet that panicked
+    // srt-protocol 0.4.4's parser (and with it every connection), then random bytes.
+    let before = last_part(&text(&keeper_pl).await.1);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for kind in [5u8, 6, 7, 8] {
+        let mut p = vec![0xff, 0xff, 0x00, kind];
+        p.extend_from_slice(&[0; 12]);
+        udp.send_to(&p, srt).unwrap();
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..2000 {
+        let len = 16 + (i % 120);
+        let p: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        udp.send_to(&p, srt).unwrap();
+    }
+    // The keeper is still live and its playlist still advancing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = last_part(&text(&keeper_pl).await.1);
+    assert_ne!(before, after, "the keeper stalled");
+    let r = record(&d, keeper_id).await;
+    assert_eq!(r["live"], true, "{r}");
+    let _ = finish(keeper_push, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn main_and_backup_fail_over_and_back() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "failover"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let pl_url = format!(
+        "{}720p/index.m3u8",
+        rec["hls_cmaf_url"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("master.m3u8")
+    );
+    // Main over RTMP, backup over SRT, both at once.
+    let main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let backup = push(
+        rec["backup_push_url_srt"].as_str().unwrap(),
+        "av-720p.ts",
+        20,
+    );
+    let both = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["backup_live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    assert!(both["started_at_primary"].is_string() && both["started_at_backup"].is_string());
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
+    let start = text(&pl_url).await.1;
+    assert_eq!(discontinuities(&start), 0, "{start}");
+
+    // Follows the playlist: media sequence never goes back; returns the longest pause between
+    // two published parts and when the predicate on the playlist first held.
+    async fn watch(
+        url: &str,
+        within: Duration,
+        msn: &mut u64,
+        until: impl Fn(&str) -> bool,
+    ) -> Duration {
+        let deadline = Instant::now() + within;
+        let mut last = (None, Instant::now());
+        let mut longest = Duration::ZERO;
+        loop {
+            let t = text(url).await.1;
+            let seq = media_sequence(&t);
+            assert!(seq >= *msn, "media sequence went back: {seq} < {msn}\n{t}");
+            *msn = seq;
+            let part = last_part(&t);
+            if part != last.0 {
+                longest = longest.max(last.1.elapsed());
+                last = (part, Instant::now());
+            }
+            if until(&t) {
+                return longest;
+            }
+            assert!(Instant::now() < deadline, "playlist never got there:\n{t}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut msn = 0;
+
+    // The main stops delivering (stopped, its TCP connection still open): after the 3 s
+    // timeout the outputs come from the backup, with one discontinuity.
+    signal(&main, "-STOP");
+    let stopped = Instant::now();
+    let pause = watch(&pl_url, Duration::from_secs(20), &mut msn, |t| {
+        discontinuities(t) == 1
+    })
+    .await;
+    let r = wait_record(&d, id, Duration::from_secs(5), |r| r["live"] == false).await;
+    assert_eq!(r["backup_live"], true, "{r}");
+    eprintln!(
+        "failover: longest pause between parts {pause:?}; discontinuity listed {:?} after the main stopped",
+        stopped.elapsed()
+    );
+    // Players keep playing: the playlist advances and ffprobe reads across the switch.
+    let t = text(&pl_url).await.1;
+    watch(&pl_url, Duration::from_secs(10), &mut msn, |now| {
+        last_part(now) != last_part(&t)
+    })
+    .await;
+    let probe = ffprobe(rec["hls_cmaf_url"].as_str().unwrap());
+    assert!(probe["streams"].as_array().unwrap().len() >= 4);
+    let dash = ffprobe(rec["dash_url"].as_str().unwrap());
+    assert!(dash["streams"].as_array().unwrap().len() >= 4, "{dash}");
+
+    // The main comes back (a new connection): the outputs return to it, a second discontinuity.
+    signal(&main, "-KILL");
+    let _ = finish(main, Duration::ZERO).await;
+    let main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["backup_live"] == true
+    })
+    .await;
+    let back = Instant::now();
+    let pause = watch(&pl_url, Duration::from_secs(20), &mut msn, |t| {
+        discontinuities(t) == 2
+    })
+    .await;
+    eprintln!(
+        "return to main: longest pause between parts {pause:?}, discontinuity after {:?}",
+        back.elapsed()
+    );
+
+    // With the backup gone the outputs keep coming: they follow the main.
+    let _ = finish(backup, Duration::ZERO).await;
+    wait_record(&d, id, Duration::from_secs(15), |r| {
+        r["backup_live"] == false
+    })
+    .await;
+    let t = text(&pl_url).await.1;
+    watch(&pl_url, Duration::from_secs(10), &mut msn, |now| {
+        media_sequence(now) >= media_sequence(&t) + 2
+    })
+    .await;
+    assert_eq!(discontinuities(&text(&pl_url).await.1), 2);
+
+    // A silent main without a backup: the stream turns off.
+    signal(&main, "-STOP");
+    let r = wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
+    assert_eq!(r["backup_live"], false);
+    signal(&main, "-KILL");
+    let _ = finish(main, Duration::ZERO).await;
+}
