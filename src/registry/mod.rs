@@ -21,6 +21,11 @@ use switch::{Switch, SwitchEvent};
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
 pub const PUBLISH_QUEUE: usize = 1024;
+/// Longest wait for a draining pipeline before a new publish is refused: within the handshake
+/// timeouts of the callers (libsrt gives up after 3 s).
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// Longest wait for a slot whose publisher is just leaving before a publish to it is refused.
+const SLOT_RELEASE_WAIT: Duration = Duration::from_millis(1500);
 /// How often the input switch looks for a silent main.
 const SWITCH_TICK: Duration = Duration::from_millis(100);
 /// How long outputs stay after the publisher leaves; a reconnect within it continues them.
@@ -293,6 +298,7 @@ impl Registry {
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
         }
+        self.wait_drained(id, slot).await;
         let taken = lock(&self.streams)
             .get(&id)
             .and_then(|e| e.session.as_ref())
@@ -301,6 +307,24 @@ impl Registry {
             return Err(PublishError::AlreadyLive(id));
         }
         Ok(row)
+    }
+
+    /// A reconnect right after the publisher left can find its slot not yet released (SRT drains
+    /// for a few hundred ms after a shutdown) or the pipeline still flushing its last parts: wait
+    /// for that (bounded) instead of refusing the encoder.
+    async fn wait_drained(&self, id: i64, slot: Slot) {
+        let start = tokio::time::Instant::now();
+        loop {
+            let (closing, taken) = lock(&self.streams)
+                .get(&id)
+                .and_then(|e| e.session.as_ref())
+                .map_or((false, false), |s| (s.closing, s.slots[slot.index()]));
+            let waited = start.elapsed();
+            if !(closing && waited < DRAIN_WAIT || taken && waited < SLOT_RELEASE_WAIT) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Authorises a publish and starts (or resumes) the stream's pipeline, or joins the running
@@ -314,6 +338,18 @@ impl Registry {
         protocol: &'static str,
     ) -> Result<Publisher, PublishError> {
         let row = self.check_publish(id, slot, token).await?;
+        self.start(row, slot, protocol).await
+    }
+
+    /// Starts (or joins) the session for a publish [`Registry::check_publish`] allowed; never
+    /// waits, so a protocol that already answered its handshake keeps reading its socket.
+    pub async fn start(
+        self: &Arc<Self>,
+        row: StreamRow,
+        slot: Slot,
+        protocol: &'static str,
+    ) -> Result<Publisher, PublishError> {
+        let id = row.id;
         let set_id = match row.settings.quality_set_id {
             Some(q) if self.quality_sets.get(q).is_some() => q,
             _ => self.default_quality_set().await,

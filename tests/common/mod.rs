@@ -65,7 +65,11 @@ impl Daemon {
             }
         }
         cmd.current_dir(dir)
-            .env("RUST_LOG", "warn")
+            // LIVEPACK_TEST_LOG=info shows the daemons' logs when a test needs explaining.
+            .env(
+                "RUST_LOG",
+                std::env::var("LIVEPACK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .env("LIVEPACK_HTTP_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_RTMP_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_RTMPS_ADDR", "127.0.0.1:0")

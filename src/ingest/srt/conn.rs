@@ -54,7 +54,12 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>) {
             return reject(request, reject_reason(&e)).await;
         }
     };
-    let key = match row.settings.srt_passphrase.map(Passphrase::try_from) {
+    let key = match row
+        .settings
+        .srt_passphrase
+        .clone()
+        .map(Passphrase::try_from)
+    {
         None => None,
         Some(Ok(passphrase)) => Some(KeySettings {
             // The caller's key length: srt-tokio requires it to match (AES-128/192/256).
@@ -75,7 +80,7 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>) {
             return;
         }
     };
-    let mut publisher = match registry.publish(id, slot, &target.token, "srt").await {
+    let mut publisher = match registry.start(row, slot, "srt").await {
         Ok(p) => p,
         Err(e) => {
             tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused after the handshake");

@@ -363,9 +363,11 @@ impl DuplexConnection {
             // TODO: case UMSG_CGWARNING: // 100 - Delay Warning
             //            // One way packet delay is increasing, so decrease the sending rate
             //            ControlTypes::DelayWarning?
-            CongestionWarning => todo!(),
+            // PATCHED (hardening): remote input; was `todo!()`. Logged and ignored.
+            CongestionWarning => self.debug(now, "ignored", &"CongestionWarning"),
             // TODO: case UMSG_PEERERROR: // 1000 - An error has happened to the peer side
-            PeerError(_) => todo!(),
+            // PATCHED (hardening): remote input; was `todo!()`. Logged and ignored.
+            PeerError(code) => self.warn(now, "ignored peer error", &code),
             // TODO: case UMSG_EXT: // 0x7FFF - reserved and user defined messages
             Srt(s) => self.handle_srt_control_packet(now, s),
         }
@@ -387,7 +389,9 @@ impl DuplexConnection {
             KeyRefreshResponse(keying_material) => {
                 self.sender().handle_key_refresh_response(keying_material)
             }
-            _ => unimplemented!("{:?}", pack),
+            // PATCHED (hardening): remote input (SRT Reject/StreamId/Congestion/Filter/Group
+            // control packets on an open connection); was `unimplemented!`. Logged and ignored.
+            _ => self.warn(now, "ignored srt control packet", &pack),
         }
     }
 

@@ -57,9 +57,31 @@ impl SessionState {
                 let reject = reject.clone();
                 self.reject(session_id, reject)
             }
-            Open => unreachable!("this should not happen"),
+            // PATCHED (hardening): was `unreachable!`. Reachable when a stale access control
+            // response (for an expired/replaced session of the same peer address) arrives after
+            // a newer session of that address was opened. Ignored.
+            Open => {
+                log::warn!(
+                    "{:?}: ignoring access control response for an open session",
+                    session_id
+                );
+                Action::WaitForInput
+            }
             Dropping => Action::DropConnection(session_id),
         }
+    }
+
+    /// PATCHED (hardening): an open session is delegated to its connection task; any other
+    /// state is still pending (handshake, access control, rejecting, dropping).
+    pub fn is_open(&self) -> bool {
+        matches!(self, SessionState::Open)
+    }
+
+    /// PATCHED (hardening): srt-tokio holds a pending connection (and the application a
+    /// ConnectionRequest) for a session waiting on access control; expiring it must go through
+    /// Action::RejectConnection so that srt-tokio releases it.
+    pub fn is_awaiting_access_control(&self) -> bool {
+        matches!(self, SessionState::Pending(listen) if listen.is_awaiting_access_control())
     }
 
     // pub fn handle_timer(&mut self, now: Instant, session_id: SessionId) -> Action

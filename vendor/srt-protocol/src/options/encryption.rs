@@ -56,7 +56,7 @@ pub struct Encryption {
 
     /// SRTO_PASSPHRASE
     /// Sets the passphrase for encryption. This enables encryption on this party (or disables it, if
-    /// an empty passphrase is passed). The password must be minimum 10 and maximum 79 characters
+    /// an empty passphrase is passed). The password must be minimum 10 and maximum 80 characters
     /// long.
     ///
     /// The passphrase is the shared secret between the sender and the receiver. It is used to
@@ -175,7 +175,8 @@ impl TryFrom<String> for Passphrase {
     type Error = OptionsError;
 
     fn try_from(value: String) -> Result<Self, Self::Error> {
-        if !(10..=79).contains(&value.len()) {
+        // PATCHED: libsrt accepts 10..=80 (HAICRYPT_SECRET_MIN_SZ..=HAICRYPT_SECRET_MAX_SZ).
+        if !(10..=80).contains(&value.len()) {
             return Err(OptionsError::PassphraseLength(value.len()));
         }
         Ok(Passphrase(value))

@@ -87,6 +87,11 @@ pub enum DataEncryption {
 
 impl DataPacket {
     pub fn parse(buf: &mut impl Buf) -> Result<DataPacket, PacketParseError> {
+        // PATCHED (hardening): remote input; was a panic ("advance out of bounds") when called
+        // directly with fewer than 16 bytes (Packet::parse already checks this).
+        if buf.remaining() < 16 {
+            return Err(PacketParseError::NotEnoughData);
+        }
         // get the sequence number, which is the last 31 bits of the header
         let seq_number = SeqNumber::new_truncate(buf.get_u32());
 

@@ -146,9 +146,11 @@ impl Sub<TimeStamp> for TimeStamp {
 impl fmt::Debug for TimeSpan {
     fn fmt(&self, f: &mut fmt::Formatter) -> Result<(), fmt::Error> {
         let sign = if self.0 < 0 { "-" } else { "" };
-        let mins = self.0.abs() / 1_000_000 / 60 % 60;
-        let secs = self.0.abs() / 1_000_000 % 60;
-        let micros = self.0.abs() % 1_000_000;
+        // PATCHED (hardening): remote input (e.g. an ACK's RTT field = i32::MIN); `abs()`
+        // overflowed (debug panic) whenever such a packet was Debug-formatted.
+        let mins = self.0.unsigned_abs() / 1_000_000 / 60 % 60;
+        let secs = self.0.unsigned_abs() / 1_000_000 % 60;
+        let micros = self.0.unsigned_abs() % 1_000_000;
         write!(f, "{sign}{mins:02}:{secs:02}.{micros:06}")
     }
 }

@@ -88,59 +88,83 @@ where
     }
 }
 
-pub struct DecompressLossList<I> {
+/// Iterates the ranges of a compressed loss list as (first, last) inclusive pairs, without
+/// expanding them.
+///
+/// PATCHED (hardening): the loss list comes straight from a remote NAK packet. Previously
+/// decompression panicked on an unterminated range ("unterminated loop while decompressing loss
+/// list"), overflowed `u32` (debug panic) on a range end with the top bit set, and looped up to
+/// 2^32 times for an inverted range (end < start). Now:
+/// * an unterminated range yields just its first sequence number,
+/// * the range end is truncated to 31 bits like every other sequence number,
+/// * an inverted range (end before start in modular order) yields just its first number,
+///   so a range is never longer than `SeqNumber::MAX_DIFF`.
+pub struct LossRanges<I> {
     iterator: I,
+}
 
-    loop_next_end: Option<(u32, u32)>,
+impl<I: Iterator<Item = u32>> Iterator for LossRanges<I> {
+    type Item = (SeqNumber, SeqNumber);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let first = self.iterator.next()?;
+        if first & (1 << 31) == 0 {
+            let single = SeqNumber::new_truncate(first);
+            return Some((single, single));
+        }
+        // set the first bit to zero
+        let start = SeqNumber::new_truncate(first & !(1 << 31));
+        match self.iterator.next() {
+            Some(last) => {
+                let end = SeqNumber::new_truncate(last & !(1 << 31));
+                if end < start {
+                    Some((start, start))
+                } else {
+                    Some((start, end))
+                }
+            }
+            None => Some((start, start)),
+        }
+    }
+}
+
+pub fn loss_ranges<I: Iterator<Item = u32>>(loss_list: I) -> LossRanges<I> {
+    LossRanges {
+        iterator: loss_list,
+    }
+}
+
+pub struct DecompressLossList<I> {
+    ranges: LossRanges<I>,
+
+    // next sequence number to yield, and how many more follow it in the current range
+    loop_next_remaining: Option<(SeqNumber, u32)>,
 }
 
 impl<I: Iterator<Item = u32>> Iterator for DecompressLossList<I> {
     type Item = SeqNumber;
 
     fn next(&mut self) -> Option<SeqNumber> {
-        match self.loop_next_end {
-            Some((next, end)) if next == end => {
-                // loop is over
-                self.loop_next_end = None;
-
-                Some(SeqNumber::new_truncate(next))
-            }
-            Some((next, end)) => {
-                // continue the loop
-                self.loop_next_end = Some((next + 1, end));
-
-                Some(SeqNumber::new_truncate(next))
-            }
+        let (next, remaining) = match self.loop_next_remaining {
+            Some(state) => state,
             None => {
-                // no current loop
-                let next = self.iterator.next()?;
-
-                // is this a loop start
-                if next & (1 << 31) != 0 {
-                    // set the first bit to zero
-                    let next_num = next & !(1 << 31);
-                    self.loop_next_end = Some((
-                        next_num + 1,
-                        match self.iterator.next() {
-                            Some(i) => i,
-                            None => panic!("unterminated loop while decompressing loss list"),
-                        },
-                    ));
-
-                    Some(SeqNumber::new_truncate(next_num))
-                } else {
-                    // no looping is possible
-                    Some(SeqNumber::new_truncate(next))
-                }
+                let (start, end) = self.ranges.next()?;
+                (start, end - start)
             }
-        }
+        };
+        self.loop_next_remaining = if remaining == 0 {
+            None
+        } else {
+            Some((next + 1, remaining - 1))
+        };
+        Some(next)
     }
 }
 
 pub fn decompress_loss_list<I: Iterator<Item = u32>>(loss_list: I) -> DecompressLossList<I> {
     DecompressLossList {
-        iterator: loss_list,
-        loop_next_end: None,
+        ranges: loss_ranges(loss_list),
+        loop_next_remaining: None,
     }
 }
 
@@ -193,9 +217,37 @@ mod test {
             .collect::<Vec<_>>();
     }
 
+    // PATCHED (hardening): this used to be `#[should_panic(expected = "unterminated loop")]`;
+    // a remote NAK must not be able to panic, the dangling range start is kept as a single loss.
     #[test]
-    #[should_panic(expected = "unterminated loop")]
     fn unterminated_loop() {
-        let _ = decompress_loss_list([10 | ONE].iter().copied()).collect::<Vec<_>>();
+        assert_eq!(
+            decompress_loss_list([10 | ONE].iter().copied()).collect::<Vec<_>>(),
+            [SeqNumber::new_truncate(10)]
+        );
+    }
+
+    #[test]
+    fn hostile_ranges_are_bounded() {
+        // end with the top bit set: truncated to 31 bits
+        assert_eq!(
+            decompress_loss_list([5 | ONE, 7 | ONE].iter().copied()).collect::<Vec<_>>(),
+            [5, 6, 7].map(SeqNumber::new_truncate)
+        );
+        // inverted range: only the start
+        assert_eq!(
+            decompress_loss_list([10 | ONE, 2].iter().copied()).collect::<Vec<_>>(),
+            [SeqNumber::new_truncate(10)]
+        );
+        // wrapping range is still fine
+        assert_eq!(
+            decompress_loss_list([(SeqNumber::MAX - 1) | ONE, 1].iter().copied())
+                .collect::<Vec<_>>(),
+            [SeqNumber::MAX - 1, 0, 1].map(SeqNumber::new_truncate)
+        );
+        assert_eq!(
+            loss_ranges([0 | ONE, 0x7fff_ffff].iter().copied()).collect::<Vec<_>>(),
+            [(SeqNumber::new_truncate(0), SeqNumber::new_truncate(0))]
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::{
 
 use super::*;
 
-use loss_compression::{compress_loss_list, decompress_loss_list};
+use loss_compression::{compress_loss_list, decompress_loss_list, loss_ranges};
 
 /// A UDP packet carrying control information
 ///
@@ -646,7 +646,10 @@ impl ControlTypes {
                                             // PATCHED (hardening): remote input; was
                                             // `unimplemented!("Implement other kinds")`.
                                             other => {
-                                                warn!("Ignoring unsupported handshake extension {:?}", other);
+                                                warn!(
+                                                    "Ignoring unsupported handshake extension {:?}",
+                                                    other
+                                                );
                                             }
                                         }
                                     }
@@ -934,6 +937,12 @@ impl CompressedLossList {
 
     pub fn into_iter_decompressed(self) -> impl Iterator<Item = SeqNumber> {
         decompress_loss_list(self.0.into_iter())
+    }
+
+    /// PATCHED (hardening): the loss ranges as (first, last) inclusive pairs, not expanded, so
+    /// that a hostile NAK with huge ranges can be handled without iterating every number.
+    pub(crate) fn into_iter_ranges(self) -> impl Iterator<Item = (SeqNumber, SeqNumber)> {
+        loss_ranges(self.0.into_iter())
     }
 }
 

@@ -78,6 +78,11 @@ impl StreamEncryptionKeys {
     ) -> Result<Self, KeyMaterialError> {
         use KeyMaterialError::*;
         // TODO: revisit errors, KeyingMaterialMessage has a lot of fields that ought be validated
+        // PATCHED (hardening): remote input; a KM message without keys reached aes_unwrap's
+        // `assert!(input.len() > 16)`. (KeyingMaterialMessage::parse rejects these too.)
+        if key_material.key_flags.is_empty() {
+            return Err(NoKeys);
+        }
         let salt = Salt::try_from(key_material.salt.as_slice()).map_err(|_| InvalidSaltLength)?;
         let kek = KeyEncryptionKey::new(key_settings, &salt);
 

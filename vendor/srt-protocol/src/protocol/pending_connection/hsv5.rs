@@ -69,7 +69,11 @@ pub fn gen_access_control_response(
         // ok, both sides have crypto
         (Some(key_settings), Some(SrtControlPacket::KeyRefreshRequest(km))) => {
             if key_settings.key_size != incoming.key_size {
-                unimplemented!("Key size mismatch");
+                // PATCHED (hardening): remote input (caller's key length differs from ours);
+                // was `unimplemented!("Key size mismatch")`, which killed the listener task.
+                return GenHsv5Result::Reject(ConnectionReject::Rejecting(
+                    CoreRejectReason::BadSecret.into(),
+                ));
             }
 
             let cipher = match CipherSettings::new(key_settings, &settings.key_refresh, km) {
@@ -85,13 +89,26 @@ pub fn gen_access_control_response(
         // ok, neither have crypto
         (None, None) => None,
         // bad cases
-        (Some(_), Some(_)) => unimplemented!("Expected kmreq"),
+        // PATCHED (hardening): remote input (a KM extension that is not a KMREQ, e.g. a KMRSP);
+        // was `unimplemented!("Expected kmreq")`. Rejected as incorrect handshake data.
+        (Some(_), Some(_)) => {
+            return GenHsv5Result::Reject(ConnectionReject::Rejecting(
+                CoreRejectReason::Rogue.into(),
+            ))
+        }
         (Some(_), None) => {
             return GenHsv5Result::Reject(ConnectionReject::Rejecting(
                 CoreRejectReason::Unsecure.into(),
             ))
         }
-        (None, Some(_)) => unimplemented!("expected no secrets"),
+        // PATCHED (hardening): remote input (caller is encrypted, we are not); was
+        // `unimplemented!("expected no secrets")`. Rejected like the reference implementation
+        // does ("password required or unexpected").
+        (None, Some(_)) => {
+            return GenHsv5Result::Reject(ConnectionReject::Rejecting(
+                CoreRejectReason::Unsecure.into(),
+            ))
+        }
     };
 
     let outgoing_ext_km = cipher

@@ -52,6 +52,11 @@ impl Listen {
         &self.init_settings
     }
 
+    /// PATCHED (hardening): used by the MultiplexListener to expire pending sessions.
+    pub(crate) fn is_awaiting_access_control(&self) -> bool {
+        matches!(self.state, AccessControlRequested(..))
+    }
+
     pub fn handle_packet(&mut self, now: Instant, packet: ReceivePacketResult) -> ConnectionResult {
         use ReceivePacketError::*;
         match packet {

@@ -1,5 +1,5 @@
 use std::{
-    cmp::{max, Reverse},
+    cmp::{max, min, Reverse},
     collections::{BTreeSet, VecDeque},
     convert::TryFrom,
     ops::Range,
@@ -14,6 +14,9 @@ use crate::{
     packet::*,
     protocol::time::{Rtt, Timers},
 };
+
+/// PATCHED (hardening): upper bound applied to the RTT reported by the peer in ACK packets.
+const MAX_PEER_RTT: TimeSpan = TimeSpan::from_micros(10_000_000);
 
 #[derive(Debug)]
 pub struct SendBuffer {
@@ -131,7 +134,13 @@ impl SendBuffer {
         }
 
         if let Some(rtt) = rtt {
-            self.rtt = rtt;
+            // PATCHED (hardening): remote input (RTT fields of an ACK are raw i32 micros);
+            // negative or huge values overflowed `4 * variance` / `transmit_count * rto` (debug
+            // panic) in send_packet. Clamp to [0, MAX_PEER_RTT].
+            let clamp = |t: TimeSpan| {
+                TimeSpan::from_micros(t.as_micros().clamp(0, MAX_PEER_RTT.as_micros()))
+            };
+            self.rtt = Rtt::new(clamp(rtt.mean()), clamp(rtt.variance()));
         }
 
         if let Some(received_full_ack) = full_ack {
@@ -169,8 +178,12 @@ impl SendBuffer {
         &mut self,
         nak: CompressedLossList,
     ) -> impl Iterator<Item = (Loss, Range<SeqNumber>)> + '_ {
+        // PATCHED (hardening): works on the NAK's ranges instead of on every single sequence
+        // number, so a hostile NAK range (up to 2^30 numbers, ~360 of them per packet) costs
+        // O(ranges + send buffer) instead of billions of iterations.
         LossIterator {
-            loss_list: nak.into_iter_decompressed(),
+            loss_ranges: nak.into_iter_ranges(),
+            pending: VecDeque::new(),
             first: None,
             buffer: self,
         }
@@ -200,13 +213,21 @@ impl SendBuffer {
     }
 
     fn send_next_lost_packet(&mut self, ts_now: TimeStamp) -> Option<DataPacket> {
-        let seq = self.pop_lost_list()?;
-        match self
-            .send_packet(ts_now, seq)
-        {
-            Some(packet) => Some(packet),
-            None => panic!("Packet in loss list was not in buffer! seq={} front_packet={:?} buffer.len={} back_packet={:?}", seq, self.front_packet(), self.buffer.len(), self.buffer.back().map(|b| b.packet.seq_number)),
+        // PATCHED (hardening): was a panic ("Packet in loss list was not in buffer!"); the loss
+        // list is fed by remote NAKs. Such an entry is now logged and skipped.
+        while let Some(seq) = self.pop_lost_list() {
+            match self.send_packet(ts_now, seq) {
+                Some(packet) => return Some(packet),
+                None => log::warn!(
+                    "Packet in loss list was not in buffer, ignoring! seq={} front_packet={:?} buffer.len={} back_packet={:?}",
+                    seq,
+                    self.front_packet(),
+                    self.buffer.len(),
+                    self.buffer.back().map(|b| b.packet.seq_number)
+                ),
+            }
         }
+        None
     }
 
     fn send_next_rto_packet(&mut self, ts_now: TimeStamp) -> Option<DataPacket> {
@@ -364,50 +385,90 @@ pub enum Loss {
     Ignored,
 }
 
-pub struct LossIterator<'a, I: Iterator<Item = SeqNumber>> {
+// PATCHED (hardening): range based version of the original per-sequence-number iterator.
+// Classification of every number is unchanged: Ignored if >= next_send, else Dropped if the
+// buffer is empty or it is < front, else Added (inserted into the loss list). Consecutive
+// numbers of the same kind are still merged into one range.
+pub struct LossIterator<'a, I: Iterator<Item = (SeqNumber, SeqNumber)>> {
     buffer: &'a mut SendBuffer,
-    loss_list: I,
-    first: Option<(Loss, SeqNumber)>,
+    loss_ranges: I,
+    // classified pieces of the current NAK range, in ascending order
+    pending: VecDeque<(Loss, Range<SeqNumber>)>,
+    first: Option<(Loss, Range<SeqNumber>)>,
 }
 
 impl<'a, I> LossIterator<'a, I>
 where
-    I: Iterator<Item = SeqNumber>,
+    I: Iterator<Item = (SeqNumber, SeqNumber)>,
 {
-    fn next_loss(&mut self) -> Option<(Loss, SeqNumber)> {
+    // splits the inclusive range first..=last into (at most) a Dropped, an Added and an
+    // Ignored part
+    fn classify(&mut self, first: SeqNumber, last: SeqNumber) {
         use Loss::*;
         let front = self.buffer.front_packet();
         let next_send = self.buffer.next_send;
-        self.loss_list.next().map(|next| match (front, next_send) {
-            (_, next_send) if next >= next_send => (Ignored, next),
-            (Some(front), _) if next < front => (Dropped, next),
-            (None, _) => (Dropped, next),
-            (Some(_), _) => {
-                self.buffer.lost_list.insert(next);
-                (Added, next)
+        let end = last + 1; // exclusive
+
+        // part before next_send
+        if first < next_send {
+            let below_end = min(end, next_send);
+            match front {
+                Some(front) if below_end > front => {
+                    if first < front {
+                        self.pending.push_back((Dropped, first..front));
+                    }
+                    let added = max(first, front)..below_end;
+                    // bounded by next_send - front, i.e. by the size of the send buffer
+                    let count = min(added.end - added.start, next_send - front);
+                    for i in 0..count {
+                        let _ = self.buffer.lost_list.insert(added.start + i);
+                    }
+                    self.pending.push_back((Added, added));
+                }
+                _ => self.pending.push_back((Dropped, first..below_end)),
             }
-        })
+        }
+        // part at or after next_send
+        if last >= next_send {
+            self.pending
+                .push_back((Ignored, max(first, next_send)..end));
+        }
+    }
+
+    fn next_loss(&mut self) -> Option<(Loss, Range<SeqNumber>)> {
+        loop {
+            if let Some(next) = self.pending.pop_front() {
+                return Some(next);
+            }
+            let (first, last) = self.loss_ranges.next()?;
+            self.classify(first, last);
+        }
     }
 }
 
 impl<'a, I> Iterator for LossIterator<'a, I>
 where
-    I: Iterator<Item = SeqNumber>,
+    I: Iterator<Item = (SeqNumber, SeqNumber)>,
 {
     type Item = (Loss, Range<SeqNumber>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (first_type, start) = self.first.or_else(|| self.next_loss())?;
-        // exclusive end
-        let mut end = start + 1;
+        let (first_type, range) = self.first.take().or_else(|| self.next_loss())?;
+        let start = range.start;
+        let mut end = range.end;
         loop {
             match self.next_loss() {
-                Some((next_type, next)) if next_type == first_type && next == end => {
-                    end = next + 1;
+                // merge, unless the merged range would become too long to compare correctly
+                Some((next_type, next))
+                    if next_type == first_type
+                        && next.start == end
+                        && next.end - start < SeqNumber::MAX_DIFF =>
+                {
+                    end = next.end;
                     continue;
                 }
-                Some((next_type, next)) => {
-                    self.first = Some((next_type, next));
+                Some(next) => {
+                    self.first = Some(next);
                     return Some((first_type, start..end));
                 }
                 None => {
@@ -779,6 +840,46 @@ mod test {
                 next: SeqNumber(5)
             })
         );
+    }
+
+    // PATCHED (hardening): a hostile NAK (huge, inverted, unterminated ranges) must be handled
+    // in time proportional to its size, not to the number of sequence numbers it covers.
+    #[test]
+    fn hostile_nak_is_bounded() {
+        use std::io::Cursor;
+        const ONE: u32 = 1 << 31;
+        let now = TimeStamp::MIN;
+        let mut buffer = SendBuffer::new(&new_settings());
+        for n in 0..=2 {
+            let _ = buffer.push_data(test_data_packet(n, false));
+        }
+        let _ = buffer.next_snd_actions(now, 3, false).count();
+
+        let mut raw = vec![0x8003_0000u32, 0, 0, 2];
+        for _ in 0..90 {
+            raw.extend([ONE, 0x3fff_fffe, ONE | 1, 0xffff_ffff, ONE | 10, 2, 7]);
+        }
+        raw.push(ONE | 5); // unterminated
+        let bytes: Vec<u8> = raw.iter().flat_map(|w| w.to_be_bytes()).collect();
+        let nak = match Packet::parse(&mut Cursor::new(bytes), false).unwrap() {
+            Packet::Control(ControlPacket {
+                control_type: ControlTypes::Nak(nak),
+                ..
+            }) => nak,
+            other => panic!("{other:?}"),
+        };
+        let _ = format!("{nak:?}");
+
+        let start = std::time::Instant::now();
+        let loss = buffer.add_to_loss_list(nak).collect::<Vec<_>>();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(!loss.is_empty() && loss.len() < 1000);
+        assert!(loss
+            .iter()
+            .filter(|(l, _)| *l == Loss::Added)
+            .all(|(_, r)| r.start >= SeqNumber(0) && r.end <= SeqNumber(3)));
+        assert_eq!(buffer.lost_list.len(), 3);
+        let _ = buffer.next_snd_actions(now, 10, false).count();
     }
 
     #[test]

@@ -14,7 +14,9 @@ impl Encapsulation {
     pub fn new(settings: &ConnectionSettings) -> Self {
         Self {
             remote_socket_id: settings.remote_sockid,
-            max_packet_size: settings.max_packet_size,
+            // PATCHED (hardening): remote input (the peer's handshake max packet size, min'ed
+            // with ours); a value of 0 made encapsulate() an endless iterator of empty packets.
+            max_packet_size: PacketSize(settings.max_packet_size.0.max(1)),
             next_sequence_number: settings.init_seq_num,
             next_message_number: MsgNumber::new_truncate(0),
         }

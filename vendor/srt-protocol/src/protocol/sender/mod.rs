@@ -167,6 +167,12 @@ impl<'a> SenderContext<'a> {
                 Dropped => {
                     self.stats.tx_dropped_data += 1;
 
+                    // PATCHED (hardening): a range of 2^30 numbers (possible with a hostile NAK)
+                    // compares as empty and new_drop_request would assert!-panic on it.
+                    if range.is_empty() {
+                        continue;
+                    }
+
                     // On a Live stream, where each packet is a message, just one NAK with
                     // a compressed packet loss interval of significant size (e.g. [1,
                     // 100_000] will result in a deluge of message drop request packet

@@ -41,11 +41,13 @@ impl Rtt {
         self.variance
     }
 
+    // PATCHED (hardening): a negative value (Rtt::new is fed raw i32 micros from ACK packets)
+    // was an unwrap panic here; it now maps to zero.
     pub fn mean_as_duration(&self) -> Duration {
-        Duration::from_micros(self.mean.as_micros().try_into().unwrap())
+        Duration::from_micros(self.mean.as_micros().try_into().unwrap_or(0))
     }
 
     pub fn variance_as_duration(&self) -> Duration {
-        Duration::from_micros(self.variance.as_micros().try_into().unwrap())
+        Duration::from_micros(self.variance.as_micros().try_into().unwrap_or(0))
     }
 }
