@@ -7,9 +7,17 @@ pub mod srt;
 
 use crate::registry::Slot;
 
+/// Which input of which stream a publisher asks for, with the token it offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishTarget {
+    pub stream_id: i64,
+    pub slot: Slot,
+    pub token: String,
+}
+
 /// A publish target as every protocol names it: `{id}` (main) or `{id}b` (backup), a positive
 /// decimal stream id, and the stream's token (ASCII letters and digits). Sans-IO.
-pub fn parse_target(name: &str, token: &str) -> Option<(i64, Slot, String)> {
+pub fn parse_target(name: &str, token: &str) -> Option<PublishTarget> {
     let (digits, slot) = match name.strip_suffix('b') {
         Some(d) => (d, Slot::Backup),
         None => (name, Slot::Main),
@@ -24,7 +32,11 @@ pub fn parse_target(name: &str, token: &str) -> Option<(i64, Slot, String)> {
     if !valid_id || !valid_token {
         return None;
     }
-    Some((digits.parse().ok()?, slot, token.to_owned()))
+    Some(PublishTarget {
+        stream_id: digits.parse().ok()?,
+        slot,
+        token: token.to_owned(),
+    })
 }
 
 /// Tokens are 32 hex characters; anything much longer is not one.

@@ -2,8 +2,6 @@
 //! `{id}?{token}`) or split the OBS way (server `rtmp://HOST:PORT/in`, key `{id}?{token}`);
 //! `{id}b` is the backup input. Sans-IO.
 
-use crate::registry::Slot;
-
 /// The only application name we publish under.
 pub const APP: &str = "in";
 /// Longer keys are refused before any parsing (a real one is ~45 bytes).
@@ -19,12 +17,7 @@ pub enum KeyError {
     Malformed,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishKey {
-    pub stream_id: i64,
-    pub slot: Slot,
-    pub token: String,
-}
+pub use crate::ingest::PublishTarget as PublishKey;
 
 pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
     if app.trim_end_matches('/') != APP {
@@ -35,18 +28,13 @@ pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
     }
     let (name, token) = key.split_once('?').ok_or(KeyError::Malformed)?;
     let token = token.strip_prefix("token=").unwrap_or(token);
-    let (stream_id, slot, token) =
-        super::super::parse_target(name, token).ok_or(KeyError::Malformed)?;
-    Ok(PublishKey {
-        stream_id,
-        slot,
-        token,
-    })
+    crate::ingest::parse_target(name, token).ok_or(KeyError::Malformed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Slot;
 
     #[test]
     fn accepted_forms() {

@@ -2,8 +2,6 @@
 //! or the SRT access-control syntax `#!::r={id},m=publish,t={token}` (Haivision's
 //! "SRT Access Control" guidelines; `r` = resource, `m` = mode). Sans-IO.
 
-use crate::registry::Slot;
-
 /// SRT limits the stream id to 512 bytes (SRT RFC draft §3.2.1.3, `SRTO_STREAMID`).
 pub const MAX_STREAM_ID_BYTES: usize = 512;
 /// Keys in an access-control stream id; more is not a real publisher.
@@ -21,12 +19,7 @@ pub enum StreamIdError {
     Mode(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub stream_id: i64,
-    pub slot: Slot,
-    pub token: String,
-}
+pub use crate::ingest::PublishTarget as Target;
 
 pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
     let raw = raw
@@ -39,13 +32,7 @@ pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
         Some(pairs) => access_control(pairs)?,
         None => raw.split_once('#').ok_or(StreamIdError::Malformed)?,
     };
-    let (stream_id, slot, token) =
-        super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)?;
-    Ok(Target {
-        stream_id,
-        slot,
-        token,
-    })
+    super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)
 }
 
 /// `key=value` pairs separated by commas; `r` and `t` are required, `m` must be `publish` when
@@ -70,6 +57,7 @@ fn access_control(pairs: &str) -> Result<(&str, &str), StreamIdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Slot;
 
     #[test]
     fn both_syntaxes() {
