@@ -8,23 +8,10 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::store::{Rendition, RenditionKind, StreamPackage};
+use super::utc_ms;
 
 /// ServiceDescription latency target: three parts, as LL-HLS's PART-HOLD-BACK.
 pub const LATENCY_PARTS: u32 = 3;
-
-fn iso(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        t.month() as u8,
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
-}
 
 fn xs_duration(d: Duration) -> String {
     format!("PT{:.3}S", d.as_secs_f64())
@@ -76,8 +63,8 @@ pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> O
 profiles=\"urn:mpeg:dash:profile:isoff-live:2011,urn:mpeg:dash:profile:cmaf:2019\" \
 availabilityStartTime=\"{}\" publishTime=\"{}\" minimumUpdatePeriod=\"PT10S\" \
 minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
-        iso(ast),
-        iso(now),
+        utc_ms(ast),
+        utc_ms(now),
         xs_duration(part),
         xs_duration(window),
         xs_duration(pkg.config.segment + part),
@@ -113,7 +100,7 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
         let _ = writeln!(
             out,
             "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"0\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
-            iso(ast)
+            utc_ms(ast)
         );
         let _ = writeln!(
             out,
@@ -159,7 +146,7 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
 
 /// The `/time` answer for `urn:mpeg:dash:utc:http-iso:2014`.
 pub fn utc_now_text(now: OffsetDateTime) -> String {
-    iso(now)
+    utc_ms(now)
 }
 
 #[cfg(test)]

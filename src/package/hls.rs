@@ -4,8 +4,6 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use time::OffsetDateTime;
-
 use super::store::{Rendition, RenditionKind, StreamPackage};
 
 /// rfc8216bis §6.2.5.2: "the server SHOULD immediately return Bad Request … if the _HLS_part
@@ -110,20 +108,6 @@ pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: 
 
 pub fn block_timeout(pkg: &StreamPackage) -> Duration {
     Duration::from_secs(pkg.config.target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
-}
-
-fn pdt(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        t.month() as u8,
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
 }
 
 fn secs(d: Duration) -> String {
@@ -273,7 +257,7 @@ pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: boo
             let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{}.mp4\"", s.init_version);
             map = Some(s.init_version);
         }
-        let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", pdt(s.pdt));
+        let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", super::utc_ms(s.pdt));
         if !s.complete || seg_start >= parts_from {
             for (i, p) in s.parts.iter().enumerate() {
                 let _ = write!(
@@ -331,6 +315,7 @@ mod tests {
     use super::*;
     use crate::package::store::tests::{part, stereo_audio, video_720p};
     use crate::package::store::PackagingConfig;
+    use time::OffsetDateTime;
 
     fn package(parts: usize) -> StreamPackage {
         package_with(parts, 3)

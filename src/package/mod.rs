@@ -1,5 +1,5 @@
 //! Packaging: the per-stream segment store fed by the pipeline, and the renderers that turn it
-//! into LL-HLS playlists (later LL-DASH and MPEG-TS HLS). Never imports ingest.
+//! into LL-HLS and MPEG-TS HLS playlists and the LL-DASH MPD. Never imports ingest.
 
 pub mod dash;
 pub mod hls;
@@ -177,6 +177,22 @@ impl Package {
             }
         }
     }
+}
+
+/// A UTC time as ISO 8601 with milliseconds and `Z`: EXT-X-PROGRAM-DATE-TIME (RFC 8216bis
+/// §4.4.4.6) and the MPD's xs:dateTime attributes both take this form.
+pub fn utc_ms(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
 }
 
 #[cfg(test)]

@@ -21,9 +21,11 @@ use switch::{Switch, SwitchEvent};
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
 pub const PUBLISH_QUEUE: usize = 1024;
-/// Longest wait for a draining pipeline before a new publish is refused: within the handshake
-/// timeouts of the callers (libsrt gives up after 3 s).
-const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// Longest wait for a draining pipeline (it flushes what it has queued, seconds when it was
+/// behind) before a new publish is refused. RTMP clients wait for the publish answer; libsrt
+/// gives up on a handshake after 3 s, so SRT waits less.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(6);
+pub const DRAIN_WAIT_HANDSHAKE: Duration = Duration::from_secs(2);
 /// Longest wait for a slot whose publisher is just leaving before a publish to it is refused.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_millis(1500);
 /// How often the input switch looks for a silent main.
@@ -284,6 +286,7 @@ impl Registry {
         id: i64,
         slot: Slot,
         token: &str,
+        patience: Duration,
     ) -> Result<StreamRow, PublishError> {
         let row = self
             .load(id)
@@ -298,7 +301,7 @@ impl Registry {
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
         }
-        self.wait_drained(id, slot).await;
+        self.wait_drained(id, slot, patience).await;
         let taken = lock(&self.streams)
             .get(&id)
             .and_then(|e| e.session.as_ref())
@@ -312,7 +315,7 @@ impl Registry {
     /// A reconnect right after the publisher left can find its slot not yet released (SRT drains
     /// for a few hundred ms after a shutdown) or the pipeline still flushing its last parts: wait
     /// for that (bounded) instead of refusing the encoder.
-    async fn wait_drained(&self, id: i64, slot: Slot) {
+    async fn wait_drained(&self, id: i64, slot: Slot, patience: Duration) {
         let start = tokio::time::Instant::now();
         loop {
             let (closing, taken) = lock(&self.streams)
@@ -320,7 +323,7 @@ impl Registry {
                 .and_then(|e| e.session.as_ref())
                 .map_or((false, false), |s| (s.closing, s.slots[slot.index()]));
             let waited = start.elapsed();
-            if !(closing && waited < DRAIN_WAIT || taken && waited < SLOT_RELEASE_WAIT) {
+            if !(closing && waited < patience || taken && waited < SLOT_RELEASE_WAIT) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -337,7 +340,7 @@ impl Registry {
         token: &str,
         protocol: &'static str,
     ) -> Result<Publisher, PublishError> {
-        let row = self.check_publish(id, slot, token).await?;
+        let row = self.check_publish(id, slot, token, DRAIN_WAIT).await?;
         self.start(row, slot, protocol).await
     }
 

@@ -1,22 +1,12 @@
 // Plays an LL-DASH MPD with dash.js 4 (low-latency mode, live catch-up) in headless Debian
 // Chromium and prints one JSON line: playback samples (currentTime, live latency), errors.
 // Usage: node tests/browser/dashjs.mjs MPD_URL SECONDS
-import { chromium } from 'playwright-core';
-import { fileURLToPath } from 'node:url';
-import path from 'node:path';
+import { launch, videoPage } from './chromium.mjs';
 
 const [url, seconds = '15'] = process.argv.slice(2);
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--autoplay-policy=no-user-gesture-required'],
-});
+const browser = await launch();
 try {
-  const page = await browser.newPage();
-  await page.setContent('<video id="v" muted autoplay playsinline width="640" height="360"></video>');
-  await page.addScriptTag({ path: path.join(root, 'node_modules/dashjs/dist/dash.all.min.js') });
+  const page = await videoPage(browser, 'dashjs/dist/dash.all.min.js');
   const result = await page.evaluate(async ({ url, seconds }) => {
     const v = document.getElementById('v');
     const errors = [];

@@ -47,7 +47,15 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>) {
         }
     };
     let (id, slot) = (target.stream_id, target.slot);
-    let row = match registry.check_publish(id, slot, &target.token).await {
+    let row = match registry
+        .check_publish(
+            id,
+            slot,
+            &target.token,
+            crate::registry::DRAIN_WAIT_HANDSHAKE,
+        )
+        .await
+    {
         Ok(row) => row,
         Err(e) => {
             tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused");
