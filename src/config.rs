@@ -69,6 +69,8 @@ pub struct Layer {
     pub part_duration_ms: Option<u64>,
     pub grace_period_secs: Option<u64>,
     pub backup_switch_secs: Option<u64>,
+    pub whip_udp_addrs: Option<Vec<SocketAddr>>,
+    pub whip_nat_ips: Option<Vec<String>>,
 }
 
 impl Layer {
@@ -95,6 +97,8 @@ impl Layer {
             part_duration_ms: self.part_duration_ms.or(lower.part_duration_ms),
             grace_period_secs: self.grace_period_secs.or(lower.grace_period_secs),
             backup_switch_secs: self.backup_switch_secs.or(lower.backup_switch_secs),
+            whip_udp_addrs: self.whip_udp_addrs.or(lower.whip_udp_addrs),
+            whip_nat_ips: self.whip_nat_ips.or(lower.whip_nat_ips),
         }
     }
 
@@ -155,6 +159,15 @@ impl Layer {
             part_duration_ms: number("LIVEPACK_PART_DURATION_MS")?,
             grace_period_secs: number("LIVEPACK_GRACE_PERIOD_SECS")?,
             backup_switch_secs: number("LIVEPACK_BACKUP_SWITCH_SECS")?,
+            whip_udp_addrs: get("LIVEPACK_WHIP_UDP_ADDRS")
+                .map(|v| {
+                    split_keys(&v)
+                        .iter()
+                        .map(|a| parse_addr(ORIGIN, "LIVEPACK_WHIP_UDP_ADDRS", a))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?,
+            whip_nat_ips: get("LIVEPACK_WHIP_NAT_IPS").map(|v| split_keys(&v)),
         })
     }
 }
@@ -207,6 +220,7 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
+    pub whip: crate::ingest::whip::WhipConfig,
 }
 
 impl Config {
@@ -299,6 +313,29 @@ impl Config {
                 reason: "must be 3..=10".into(),
             });
         }
+        let mut whip = crate::ingest::whip::WhipConfig::default();
+        if let Some(addrs) = layer.whip_udp_addrs {
+            if addrs.is_empty() {
+                return Err(ConfigError::Invalid {
+                    origin: ORIGIN,
+                    key: "whip_udp_addrs",
+                    value: String::new(),
+                    reason: "needs at least one IP:PORT".into(),
+                });
+            }
+            whip.udp_addrs = addrs;
+        }
+        if let Some(ips) = layer.whip_nat_ips {
+            if let Some(bad) = ips.iter().find(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
+                return Err(ConfigError::Invalid {
+                    origin: ORIGIN,
+                    key: "whip_nat_ips",
+                    value: bad.clone(),
+                    reason: "must be IP addresses".into(),
+                });
+            }
+            whip.nat_ips = ips;
+        }
         let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
         Ok(Config {
             http_addr: layer
@@ -328,6 +365,7 @@ impl Config {
             packaging,
             grace_period: std::time::Duration::from_secs(grace),
             backup_switch: std::time::Duration::from_secs(switch),
+            whip,
         })
     }
 }

@@ -96,12 +96,14 @@ pub struct Running {
     http: tokio::task::JoinHandle<()>,
     store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
+    whip: Arc<crate::ingest::whip::Whip>,
 }
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish, and closes the store.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        self.whip.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
         let _ = self.http.await;
         drop(self.store);
@@ -257,9 +259,13 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         max_connections: config.http_max_connections,
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
     };
-    let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
-        let api = api.clone();
-        async move { route(api, req).await }
+    let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone());
+    let handler = {
+        let whip = whip.clone();
+        move |req: Request<Incoming>, _peer: SocketAddr| {
+            let (api, whip) = (api.clone(), whip.clone());
+            async move { route(api, whip, req).await }
+        }
     };
     tokio::spawn(rtmp::serve(
         rtmp_listener,
@@ -294,13 +300,18 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         public_url,
         key_source,
         shutdown,
+        whip,
         http,
         store,
     })
 }
 
 /// Top-level HTTP routing: health and OpenAPI are public, the API prefixes need a key.
-async fn route(api: Arc<Api>, req: Request<Incoming>) -> Response<Body> {
+async fn route(
+    api: Arc<Api>,
+    whip: Arc<crate::ingest::whip::Whip>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let path = req.uri().path();
     let public = |body: Response<Body>| {
         if matches!(*req.method(), Method::GET | Method::HEAD) {
@@ -324,6 +335,7 @@ async fn route(api: Arc<Api>, req: Request<Incoming>) -> Response<Body> {
         ),
         p if api::owns(p) => api.handle(req).await,
         p if serve::owns(p) => serve::handle(api.registry.clone(), req).await,
+        p if crate::ingest::whip::owns(p) => whip.handle(req).await,
         _ => api::error_response(&ApiError::not_found("resource")),
     }
 }

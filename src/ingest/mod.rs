@@ -4,6 +4,7 @@
 pub mod mpegts;
 pub mod rtmp;
 pub mod srt;
+pub mod whip;
 
 use crate::registry::Slot;
 

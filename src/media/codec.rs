@@ -73,6 +73,63 @@ pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<H264Config, Co
     parse_avcc(Bytes::from(v))
 }
 
+/// Re-frames H.264 access units carried as bare NAL units (MPEG-TS Annex B, RTP) into the avcC
+/// framing of [`super::Frame`], keeping the decoder config in step with in-band SPS/PPS.
+#[derive(Debug, Default)]
+pub struct AnnexBFramer {
+    sps: Vec<u8>,
+    pps: Vec<u8>,
+    /// The current decoder config; `None` until an SPS and a PPS have been seen.
+    pub config: Option<H264Config>,
+}
+
+/// One picture in avcC framing (4-byte lengths).
+#[derive(Debug, PartialEq, Eq)]
+pub struct AccessUnit {
+    pub data: Vec<u8>,
+    pub keyframe: bool,
+}
+
+impl AnnexBFramer {
+    /// Frames one access unit's NAL units (headers included, no start codes). A changed SPS/PPS
+    /// pair is pushed to `out` as a new config first. Returns `None` for a unit with no picture
+    /// data (only parameter sets, delimiters or filler).
+    pub fn frame<'a>(
+        &mut self,
+        nals: impl IntoIterator<Item = &'a [u8]>,
+        out: &mut Vec<super::MediaMessage>,
+    ) -> Result<Option<AccessUnit>, CodecError> {
+        let mut unit = AccessUnit {
+            data: Vec::new(),
+            keyframe: false,
+        };
+        let (mut sps, mut pps) = (None, None);
+        for nal in nals {
+            let Some(&header) = nal.first() else { continue };
+            match header & 0x1f {
+                7 => sps = sps.or(Some(nal)),
+                8 => pps = pps.or(Some(nal)),
+                9 | 12 => {} // access unit delimiter, filler: not needed in avcC framing
+                t => {
+                    unit.keyframe |= t == 5;
+                    unit.data.extend_from_slice(&(nal.len() as u32).to_be_bytes());
+                    unit.data.extend_from_slice(nal);
+                }
+            }
+        }
+        if let (Some(sps), Some(pps)) = (sps, pps) {
+            if sps != self.sps.as_slice() || pps != self.pps.as_slice() {
+                let config = avcc_from_parameter_sets(sps, pps)?;
+                self.sps = sps.to_vec();
+                self.pps = pps.to_vec();
+                self.config = Some(config.clone());
+                out.push(super::MediaMessage::VideoConfig(config));
+            }
+        }
+        Ok((!unit.data.is_empty()).then_some(unit))
+    }
+}
+
 /// Sampling frequencies by index (ISO 14496-3 table 1.18).
 pub const AAC_RATES: [u32; 13] = [
     96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350,

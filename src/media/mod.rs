@@ -31,6 +31,27 @@ pub struct AacConfig {
     pub channels: u8,
 }
 
+/// Opus (RFC 6716) as WebRTC carries it (RFC 7587): always 48 kHz on the wire, so the decoder
+/// needs only the channel count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpusConfig {
+    pub channels: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AudioConfig {
+    Aac(AacConfig),
+    Opus(OpusConfig),
+}
+
+impl AudioConfig {
+    /// Whether frames of `other` can go through the decoder built for `self` (a caps change
+    /// within one codec is fine; AAC ↔ Opus needs another decoder).
+    pub fn same_codec(&self, other: &AudioConfig) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
 /// One access unit. Times are nanoseconds on the stream's own timeline (starting near 0,
 /// monotonic per track after [`Timeline`] normalisation).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,14 +60,14 @@ pub struct Frame {
     pub dts: u64,
     pub pts: u64,
     pub keyframe: bool,
-    /// H.264: length-prefixed (4-byte) NAL units as in avcC; AAC: one raw frame.
+    /// H.264: length-prefixed (4-byte) NAL units as in avcC; AAC, Opus: one raw frame.
     pub data: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MediaMessage {
     VideoConfig(H264Config),
-    AudioConfig(AacConfig),
+    AudioConfig(AudioConfig),
     Frame(Frame),
     /// The source changed (main/backup switch): frames from decode time `at` (ns) on come from
     /// another encoder. The packager marks the next segment boundary.

@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 use super::ladder::{output_fps, part_duration, Ladder};
 use super::sink::{self, SpeedWindow};
 use super::{PipelineError, APPSRC_MAX_BYTES};
-use crate::media::{AacConfig, H264Config};
+use crate::media::{AudioConfig, H264Config};
 use crate::package::{PackagingConfig, Rendition, RenditionKind};
 use crate::registry::SharedStatus;
 
@@ -52,7 +52,7 @@ pub struct Plan {
     pub segment: Duration,
     pub part: Duration,
     pub video: Option<H264Config>,
-    pub audio: Option<AacConfig>,
+    pub audio: Option<AudioConfig>,
     pub video_rungs: Vec<VideoRung>,
     pub audio_kbps: u32,
     /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
@@ -64,7 +64,7 @@ impl Plan {
         stream_id: i64,
         ladder: &Ladder,
         video: Option<&H264Config>,
-        audio: Option<&AacConfig>,
+        audio: Option<&AudioConfig>,
         measured_fps: Option<f64>,
         packaging: PackagingConfig,
     ) -> Plan {
@@ -180,14 +180,30 @@ pub fn h264_caps(c: &H264Config) -> gst::Caps {
         .build()
 }
 
-pub fn aac_caps(c: &AacConfig) -> gst::Caps {
-    gst::Caps::builder("audio/mpeg")
-        .field("mpegversion", 4i32)
-        .field("stream-format", "raw")
-        .field("codec_data", gst::Buffer::from_slice(c.asc.clone()))
-        .field("rate", c.sample_rate as i32)
-        .field("channels", i32::from(c.channels))
-        .build()
+pub fn audio_caps(c: &AudioConfig) -> gst::Caps {
+    match c {
+        AudioConfig::Aac(c) => gst::Caps::builder("audio/mpeg")
+            .field("mpegversion", 4i32)
+            .field("stream-format", "raw")
+            .field("codec_data", gst::Buffer::from_slice(c.asc.clone()))
+            .field("rate", c.sample_rate as i32)
+            .field("channels", i32::from(c.channels))
+            .build(),
+        // RFC 7587: one Opus packet per buffer, 48 kHz, mono or stereo (mapping family 0).
+        AudioConfig::Opus(c) => gst::Caps::builder("audio/x-opus")
+            .field("channel-mapping-family", 0i32)
+            .field("rate", 48_000i32)
+            .field("channels", i32::from(c.channels.clamp(1, 2)))
+            .build(),
+    }
+}
+
+/// Parser and decoder for the input's audio codec.
+fn audio_decoder(c: &AudioConfig) -> Result<Vec<gst::Element>, PipelineError> {
+    Ok(match c {
+        AudioConfig::Aac(_) => vec![make("aacparse")?, make("avdec_aac")?],
+        AudioConfig::Opus(_) => vec![make("opusdec")?],
+    })
 }
 
 pub struct Built {
@@ -371,7 +387,7 @@ pub fn build(
 
     let mut audio_src = None;
     if let Some(a) = &plan.audio {
-        let src = appsrc(aac_caps(a))?;
+        let src = appsrc(audio_caps(a))?;
         let enc = make("avenc_aac")?;
         enc.set_property(
             "bitrate",
@@ -384,10 +400,9 @@ pub fn build(
             plan.wall_base,
             if plan.video.is_none() { meter } else { None },
         );
-        let chain = [
-            src.clone().upcast::<gst::Element>(),
-            make("aacparse")?,
-            make("avdec_aac")?,
+        let chain: Vec<gst::Element> = std::iter::once(src.clone().upcast::<gst::Element>())
+            .chain(audio_decoder(a)?)
+            .chain([
             make("audioconvert")?,
             make("audioresample")?,
             capsfilter(
@@ -402,7 +417,7 @@ pub fn build(
             make("audiorate")?,
             enc,
             make("tee")?,
-        ];
+        ]).collect();
         link(&pipeline, &chain)?;
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];

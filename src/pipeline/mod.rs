@@ -15,7 +15,7 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::media::{AacConfig, Frame, H264Config, MediaMessage, TrackKind};
+use crate::media::{AudioConfig, Frame, H264Config, MediaMessage, TrackKind};
 use crate::package::Package;
 use crate::registry::{LiveStatus, SharedStatus};
 pub use ladder::{Ladder, Rung};
@@ -63,7 +63,7 @@ pub fn init() -> Result<(), PipelineError> {
 /// What the first second of media told us.
 struct Probe {
     video: Option<H264Config>,
-    audio: Option<AacConfig>,
+    audio: Option<AudioConfig>,
     frames: Vec<Frame>,
     /// Measured source frame rate.
     fps: Option<f64>,
@@ -215,6 +215,9 @@ pub async fn run(
         status: status.clone(),
         package: package.clone(),
         wall_base: plan.wall_base,
+        stream_id,
+        audio_codec: plan.audio.clone(),
+        audio_usable: true,
     };
     for f in probe.frames {
         pusher.push(f);
@@ -268,6 +271,10 @@ struct Pusher {
     package: Arc<Package>,
     /// Wall-clock time of running time 0 (the parts' EXT-X-PROGRAM-DATE-TIME base).
     wall_base: time::OffsetDateTime,
+    stream_id: i64,
+    /// The audio codec the decoder was built for, and whether the current input uses it.
+    audio_codec: Option<AudioConfig>,
+    audio_usable: bool,
 }
 
 impl Pusher {
@@ -277,7 +284,7 @@ impl Pusher {
         }
         let src = match f.track {
             TrackKind::Video => self.video.as_ref(),
-            TrackKind::Audio => self.audio.as_ref(),
+            TrackKind::Audio => self.audio.as_ref().filter(|_| self.audio_usable),
         };
         let Some(src) = src else { return };
         let dts = f.dts.saturating_sub(self.base);
@@ -331,9 +338,15 @@ impl Pusher {
         }
     }
 
-    fn audio_config(&mut self, c: &AacConfig) {
-        if let Some(src) = &self.audio {
-            src.set_caps(Some(&build::aac_caps(c)));
+    /// A config of another codec than the one the decoder was built for (an Opus backup for
+    /// an AAC main) cannot be decoded: its frames are dropped, audiorate fills the gap.
+    fn audio_config(&mut self, c: &AudioConfig) {
+        let Some(src) = &self.audio else { return };
+        self.audio_usable = self.audio_codec.as_ref().is_some_and(|a| a.same_codec(c));
+        if self.audio_usable {
+            src.set_caps(Some(&build::audio_caps(c)));
+        } else {
+            tracing::warn!(stream = self.stream_id, "audio codec changed mid-stream; its frames are dropped until it changes back");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Slot;
-use crate::media::{AacConfig, Frame, H264Config, MediaMessage, TrackKind};
+use crate::media::{AudioConfig, Frame, H264Config, MediaMessage, TrackKind};
 
 /// A main that delivers nothing for this long is switched away from (when a backup is being
 /// pushed) or reported not live.
@@ -42,7 +42,7 @@ struct Input {
     attached: bool,
     last_data: Option<Instant>,
     video: Option<H264Config>,
-    audio: Option<AacConfig>,
+    audio: Option<AudioConfig>,
     /// Frames since the last video keyframe, oldest first (empty for audio-only inputs).
     gop: VecDeque<Frame>,
     gop_bytes: usize,

@@ -5,9 +5,9 @@
 use bytes::Bytes;
 
 use super::demux::{DemuxError, DemuxStats, Demuxer, EsCodec, Pes};
-use crate::media::codec::{asc_from_adts, avcc_from_parameter_sets, CodecError};
+use crate::media::codec::{asc_from_adts, AnnexBFramer, CodecError};
 use crate::media::timeline::Clock;
-use crate::media::{AacConfig, Frame, H264Config, MediaMessage, Timeline, TrackKind};
+use crate::media::{AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind};
 
 /// AAC frames carry 1024 samples (ISO 14496-3, AAC-LC / HE-AAC core).
 const AAC_FRAME_SAMPLES: u64 = 1024;
@@ -26,10 +26,7 @@ pub struct TsToMedia {
     demux: Demuxer,
     timeline: Timeline,
     pes: Vec<Pes>,
-    video: Option<H264Config>,
-    /// The parameter sets the current configuration was built from.
-    sps: Vec<u8>,
-    pps: Vec<u8>,
+    framer: AnnexBFramer,
     audio: Option<AacConfig>,
     /// Next ADTS frame's timestamp (90 kHz) when a PES carries none.
     next_audio: Option<u64>,
@@ -43,9 +40,7 @@ impl Default for TsToMedia {
             demux: Demuxer::new(),
             timeline: Timeline::new(Clock::MPEG_TS),
             pes: Vec::new(),
-            video: None,
-            sps: Vec::new(),
-            pps: Vec::new(),
+            framer: AnnexBFramer::default(),
             audio: None,
             next_audio: None,
             skipped_frames: 0,
@@ -113,38 +108,15 @@ impl TsToMedia {
     }
 
     fn video_pes(&mut self, pes: Pes, out: &mut Vec<MediaMessage>) -> Result<(), TsError> {
-        let mut keyframe = false;
-        let mut frame = Vec::with_capacity(pes.data.len() + 16);
-        let (mut sps, mut pps) = (None, None);
-        for nal in annex_b_nals(&pes.data) {
-            match nal[0] & 0x1f {
-                7 => sps = sps.or(Some(nal)),
-                8 => pps = pps.or(Some(nal)),
-                9 | 12 => {} // access unit delimiter, filler: not needed in avcC framing
-                t => {
-                    keyframe |= t == 5;
-                    frame.extend_from_slice(&(nal.len() as u32).to_be_bytes());
-                    frame.extend_from_slice(nal);
-                }
-            }
-        }
-        if let (Some(sps), Some(pps)) = (sps, pps) {
-            if sps != self.sps.as_slice() || pps != self.pps.as_slice() {
-                let config = avcc_from_parameter_sets(sps, pps)?;
-                self.sps = sps.to_vec();
-                self.pps = pps.to_vec();
-                self.video = Some(config.clone());
-                out.push(MediaMessage::VideoConfig(config));
-            }
-        }
+        let unit = self.framer.frame(annex_b_nals(&pes.data), out)?;
         let Some(raw_dts) = pes.dts.or(pes.pts) else {
             self.skipped_frames += 1;
             return Ok(());
         };
-        if self.video.is_none() || frame.is_empty() {
+        let Some(unit) = unit.filter(|_| self.framer.config.is_some()) else {
             self.skipped_frames += 1;
             return Ok(());
-        }
+        };
         let dts = self.timeline.map_ns(TrackKind::Video, raw_dts);
         let cts = pes
             .pts
@@ -153,8 +125,8 @@ impl TsToMedia {
             track: TrackKind::Video,
             dts,
             pts: dts + Clock::MPEG_TS.to_ns(cts),
-            keyframe,
-            data: Bytes::from(frame),
+            keyframe: unit.keyframe,
+            data: Bytes::from(unit.data),
         }));
         Ok(())
     }
@@ -188,7 +160,7 @@ impl TsToMedia {
             let config = asc_from_adts(profile, rate_index, channels)?;
             if self.audio.as_ref() != Some(&config) {
                 self.audio = Some(config.clone());
-                out.push(MediaMessage::AudioConfig(config));
+                out.push(MediaMessage::AudioConfig(AudioConfig::Aac(config)));
             }
             let rate = u64::from(self.audio.as_ref().map_or(48_000, |c| c.sample_rate));
             let step = (u64::from(raw_blocks) + 1) * AAC_FRAME_SAMPLES * 90_000 / rate;
@@ -287,7 +259,7 @@ mod tests {
         a.push(&ts, &mut out).unwrap();
         a.finish(&mut out).unwrap();
         // The bounded audio PES comes out first; video ends at the next unit start.
-        let MediaMessage::AudioConfig(c) = &out[0] else {
+        let MediaMessage::AudioConfig(AudioConfig::Aac(c)) = &out[0] else {
             panic!("{out:?}")
         };
         assert_eq!((c.sample_rate, c.channels), (48000, 2));

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::media::codec::{parse_asc, parse_avcc, CodecError};
-use crate::media::{AacConfig, Frame, H264Config, MediaMessage, Timeline, TrackKind};
+use crate::media::{AacConfig, AudioConfig, Frame, H264Config, MediaMessage, Timeline, TrackKind};
 
 /// FLV video codec id for AVC (E.4.3.1 of the FLV spec v10.1).
 const FLV_CODEC_AVC: u8 = 7;
@@ -126,7 +126,7 @@ impl FlvToMedia {
                 return Ok(None);
             }
             self.audio = Some(config.clone());
-            return Ok(Some(MediaMessage::AudioConfig(config)));
+            return Ok(Some(MediaMessage::AudioConfig(AudioConfig::Aac(config))));
         }
         if self.audio.is_none() {
             return Err(FlvError::NoConfig("audio"));
@@ -220,7 +220,7 @@ mod tests {
     fn aac_config_and_frames() {
         let mut a = FlvToMedia::new();
         // AAC-LC, 44.1 kHz, stereo.
-        let Some(MediaMessage::AudioConfig(c)) = a
+        let Some(MediaMessage::AudioConfig(AudioConfig::Aac(c))) = a
             .audio(0, &Bytes::from_static(&[0xaf, 0, 0x12, 0x10]))
             .unwrap()
         else {

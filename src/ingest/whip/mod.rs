@@ -1,0 +1,365 @@
+//! WHIP ingest (RFC 9725): HTTP signalling on the daemon's HTTP listener — `POST /whip/{id}`
+//! with an SDP offer → `201` with the answer and the session's `Location`; `DELETE` on that
+//! ends it; `OPTIONS` for CORS; `PATCH` is `405` (no trickle ICE: the answer carries every
+//! candidate). Every refusal happens before anything is allocated.
+
+pub mod rtp;
+pub mod sdp;
+pub mod session;
+pub mod to_media;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::registry::{PublishError, Registry, DRAIN_WAIT};
+use crate::server::{empty, full, json_response, Body};
+
+/// Concurrent WHIP sessions (each holds a peer connection and its UDP sockets); the excess is
+/// refused with 503.
+pub const DEFAULT_MAX_SESSIONS: usize = 256;
+
+#[derive(Debug, Clone)]
+pub struct WhipConfig {
+    /// Where each session binds its UDP socket (port 0: ephemeral). A wildcard address gathers
+    /// a host candidate per interface (loopback excluded); name `127.0.0.1:0` to offer loopback.
+    pub udp_addrs: Vec<SocketAddr>,
+    /// Public addresses to announce instead of the interfaces' own (a host behind 1:1 NAT).
+    pub nat_ips: Vec<String>,
+    pub max_sessions: usize,
+}
+
+impl Default for WhipConfig {
+    fn default() -> Self {
+        WhipConfig {
+            udp_addrs: vec![SocketAddr::from(([0, 0, 0, 0], 0))],
+            nat_ips: Vec::new(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
+}
+
+struct SessionRef {
+    stream_id: i64,
+    stop: watch::Sender<bool>,
+}
+
+pub struct Whip {
+    registry: Arc<Registry>,
+    config: WhipConfig,
+    sessions: Mutex<HashMap<String, SessionRef>>,
+}
+
+/// Paths this module answers.
+pub fn owns(path: &str) -> bool {
+    path.starts_with("/whip/")
+}
+
+/// A refusal: the JSON error shape of the control API, with a stable code.
+fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Response<Body> {
+    let message: String = message.into();
+    let mut r = json_response(
+        status,
+        &json!({"error": {"code": code, "message": message, "field": null}}),
+    );
+    cors(&mut r);
+    r
+}
+
+/// RFC 9725 §4.2: browsers on another origin push, so the session headers must be readable.
+fn cors(r: &mut Response<Body>) {
+    let h = r.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location, ETag, Link, Accept-Patch"),
+    );
+}
+
+fn publish_refusal(e: &PublishError) -> Response<Body> {
+    let (status, code) = match e {
+        PublishError::UnknownStream(_) => (StatusCode::NOT_FOUND, "not_found"),
+        PublishError::WrongToken(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        PublishError::Inactive(_) => (StatusCode::FORBIDDEN, "stream_inactive"),
+        PublishError::PullStream(_) => (StatusCode::FORBIDDEN, "pull_stream"),
+        PublishError::AlreadyLive(_) => (StatusCode::CONFLICT, "already_live"),
+        PublishError::Store => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+    };
+    refuse(status, code, e.to_string())
+}
+
+/// The stream token: `Authorization: Bearer …` (OBS, RFC 9725 §4.4) or `?token=` (the
+/// `push_url_whip` form, for clients that cannot set headers).
+fn token(req: &Request<hyper::body::Incoming>) -> Option<String> {
+    if let Some(v) = req.headers().get(header::AUTHORIZATION) {
+        let v = v.to_str().ok()?;
+        let (scheme, t) = v.split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| t.trim().to_owned());
+    }
+    form_urlencoded::parse(req.uri().query()?.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
+fn is_sdp(req: &Request<hyper::body::Incoming>) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"))
+}
+
+/// A session id: 128 random bits, the capability that lets its holder DELETE the session.
+fn session_id() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Whip {
+    pub fn new(registry: Arc<Registry>, config: WhipConfig) -> Arc<Whip> {
+        Arc::new(Whip {
+            registry,
+            config,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionRef>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends every session (shutdown).
+    pub fn stop_all(&self) {
+        for s in self.sessions().values() {
+            let _ = s.stop.send(true);
+        }
+    }
+
+    pub async fn handle(self: &Arc<Self>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        let mut parts = path["/whip/".len()..].split('/');
+        let name = parts.next().unwrap_or_default().to_owned();
+        let session = parts.next().map(str::to_owned);
+        if parts.next().is_some() || name.is_empty() || session.as_deref() == Some("") {
+            return refuse(StatusCode::NOT_FOUND, "not_found", "no such WHIP resource");
+        }
+        match (req.method().clone(), session) {
+            (Method::OPTIONS, session) => options(session.is_some()),
+            (Method::POST, None) => self.post(&name, req).await,
+            (Method::DELETE, Some(sid)) => self.delete(&name, &sid),
+            (Method::PATCH, Some(sid)) => {
+                if self.find(&name, &sid) {
+                    let mut r = refuse(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "method_not_allowed",
+                        "trickle ICE and ICE restarts are not supported: the answer carries every candidate",
+                    );
+                    r.headers_mut()
+                        .insert(header::ALLOW, HeaderValue::from_static("DELETE, OPTIONS"));
+                    r
+                } else {
+                    refuse(StatusCode::NOT_FOUND, "not_found", "no such WHIP session")
+                }
+            }
+            (_, session) => {
+                let mut r = refuse(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "method not allowed on this WHIP resource",
+                );
+                let allow = if session.is_some() {
+                    "DELETE, PATCH, OPTIONS"
+                } else {
+                    "POST, OPTIONS"
+                };
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+                r
+            }
+        }
+    }
+
+    fn find(&self, name: &str, sid: &str) -> bool {
+        let Some(target) = crate::ingest::parse_target(name, "x") else {
+            return false;
+        };
+        self.sessions()
+            .get(sid)
+            .is_some_and(|s| s.stream_id == target.stream_id)
+    }
+
+    fn delete(&self, name: &str, sid: &str) -> Response<Body> {
+        if !self.find(name, sid) {
+            return refuse(StatusCode::NOT_FOUND, "not_found", "no such WHIP session");
+        }
+        if let Some(s) = self.sessions().remove(sid) {
+            let _ = s.stop.send(true);
+            tracing::info!(stream = s.stream_id, session = sid, "WHIP session deleted by the client");
+        }
+        let mut r = Response::new(empty());
+        cors(&mut r);
+        r
+    }
+
+    async fn post(self: &Arc<Self>, name: &str, req: Request<hyper::body::Incoming>) -> Response<Body> {
+        if crate::ingest::parse_target(name, "x").is_none() {
+            return refuse(StatusCode::NOT_FOUND, "not_found", "no such stream: the path is /whip/{id}");
+        }
+        if !is_sdp(&req) {
+            let mut r = refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the offer must be sent as Content-Type: application/sdp",
+            );
+            r.headers_mut()
+                .insert("accept-post", HeaderValue::from_static("application/sdp"));
+            return r;
+        }
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let too_large = || {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the offer exceeds {} bytes", sdp::MAX_SDP_BYTES),
+            )
+        };
+        if declared.is_some_and(|n| n > sdp::MAX_SDP_BYTES as u64) {
+            return too_large();
+        }
+        let Some(token) = token(&req) else {
+            let mut r = refuse(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send the stream token as `Authorization: Bearer <token>` or `?token=<token>`",
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        };
+        let Some(target) = crate::ingest::parse_target(name, &token) else {
+            return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token");
+        };
+        let offer: Bytes = match Limited::new(req.into_body(), sdp::MAX_SDP_BYTES).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+            Err(e) => {
+                return refuse(StatusCode::BAD_REQUEST, "bad_request", format!("reading the offer: {e}"))
+            }
+        };
+        if let Err(e) = sdp::check_offer(&offer) {
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let code = if e.status() == 406 { "unsupported_codecs" } else { "invalid_sdp" };
+            return refuse(status, code, e.to_string());
+        }
+        if self.sessions().len() >= self.config.max_sessions {
+            let mut r = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_sessions",
+                format!("{} WHIP sessions are running", self.config.max_sessions),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return r;
+        }
+        let id = target.stream_id;
+        let row = match self
+            .registry
+            .check_publish(id, target.slot, &target.token, DRAIN_WAIT)
+            .await
+        {
+            Ok(row) => row,
+            Err(e) => {
+                tracing::info!(stream = id, slot = ?target.slot, error = %e, "WHIP publish refused");
+                return publish_refusal(&e);
+            }
+        };
+        // The offer is UTF-8 (checked above).
+        let offer = String::from_utf8_lossy(&offer).into_owned();
+        let negotiated = match session::negotiate(offer, &self.config).await {
+            Ok(n) => n,
+            Err(e @ session::SessionError::Offer(_)) => {
+                return refuse(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string())
+            }
+            Err(e) => {
+                tracing::error!(stream = id, error = %e, "WHIP session set-up failed");
+                return refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string());
+            }
+        };
+        if let Err(e) = sdp::check_answer(negotiated.answer.as_bytes()) {
+            negotiated.close().await;
+            return refuse(StatusCode::NOT_ACCEPTABLE, "unsupported_codecs", e.to_string());
+        }
+        let publisher = match self.registry.start(row, target.slot, "whip").await {
+            Ok(p) => p,
+            Err(e) => {
+                negotiated.close().await;
+                return publish_refusal(&e);
+            }
+        };
+        let sid = session_id();
+        let (stop, stop_rx) = watch::channel(false);
+        self.sessions().insert(
+            sid.clone(),
+            SessionRef {
+                stream_id: id,
+                stop,
+            },
+        );
+        let answer = negotiated.answer.clone();
+        let whip = self.clone();
+        let (slot, sid_task) = (target.slot, sid.clone());
+        tokio::spawn(async move {
+            let reason = session::run(negotiated, publisher, 2, stop_rx).await;
+            whip.sessions().remove(&sid_task);
+            tracing::info!(stream = id, ?slot, session = %sid_task, reason, "WHIP publisher left");
+        });
+        tracing::info!(stream = id, slot = ?target.slot, session = %sid, "WHIP session created");
+        let location = format!("/whip/{name}/{sid}");
+        let mut r = Response::builder()
+            .status(StatusCode::CREATED)
+            .header(header::CONTENT_TYPE, "application/sdp")
+            .header(header::LOCATION, location)
+            .header(header::ETAG, format!("\"{sid}\""))
+            .header(header::CACHE_CONTROL, "no-store")
+            .body(full(answer))
+            .expect("valid response headers");
+        cors(&mut r);
+        r
+    }
+}
+
+/// CORS preflight (RFC 9725 §4.2 allows OPTIONS on the endpoint and on sessions).
+fn options(session: bool) -> Response<Body> {
+    let methods = if session {
+        "DELETE, PATCH, OPTIONS"
+    } else {
+        "POST, OPTIONS"
+    };
+    let mut r = Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .header(header::ALLOW, methods)
+        .header(header::ACCESS_CONTROL_ALLOW_METHODS, methods)
+        .header(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            "Authorization, Content-Type, If-Match",
+        )
+        .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
+        .header("accept-post", "application/sdp")
+        .body(empty())
+        .expect("valid response headers");
+    cors(&mut r);
+    r
+}
