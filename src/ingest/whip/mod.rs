@@ -293,6 +293,9 @@ impl Whip {
             Err(e @ session::SessionError::Offer(_)) => {
                 return refuse(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string())
             }
+            Err(session::SessionError::Unsupported(e)) => {
+                return refuse(StatusCode::NOT_ACCEPTABLE, "unsupported_codecs", e.to_string())
+            }
             Err(e) => {
                 tracing::error!(stream = id, error = %e, "WHIP session set-up failed");
                 return refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string());

@@ -52,6 +52,9 @@ pub enum SessionError {
     Offer(String),
     #[error("WebRTC set-up failed: {0}")]
     Setup(String),
+    /// The stack found no codec in common for a required track.
+    #[error(transparent)]
+    Unsupported(#[from] super::sdp::SdpError),
 }
 
 enum Event {
@@ -187,6 +190,9 @@ pub async fn negotiate(offer: String, config: &WhipConfig) -> Result<Negotiated,
             .await
             .map_err(|e| SessionError::Offer(e.to_string()))?;
         let answer = pc.create_answer(None).await.map_err(|e| SessionError::Offer(e.to_string()))?;
+        // A section the stack could not match is rejected (port 0) in the answer: refuse before
+        // going further.
+        super::sdp::check_answer(answer.sdp.as_bytes())?;
         pc.set_local_description(answer).await.map_err(setup)?;
         let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered.wait_for(|done| *done)).await;
         pc.local_description()

@@ -1,0 +1,324 @@
+//! WHIP ingest end to end: headless Chromium (fake camera and microphone) pushes H.264 + Opus
+//! through the WHIP signalling to the daemon; ffprobe reads the LL-HLS outputs; the ladder
+//! keeps its initial size when the browser lowers what it sends; DELETE ends the session. And
+//! every refusal of the signalling, with nothing left behind.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/media.rs"]
+mod media;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use media::{create, record, wait_record};
+use common::{tempdir, Daemon, KEY};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A daemon whose WHIP sessions offer loopback candidates, with a 2 s grace period.
+fn whip_daemon(dir: &std::path::Path) -> Daemon {
+    Daemon::start_with(
+        dir,
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            ("LIVEPACK_WHIP_UDP_ADDRS", "127.0.0.1:0"),
+        ],
+    )
+}
+
+/// The browser publisher (`tests/whip/whip.mjs`) and its JSON event lines.
+struct Browser {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Browser {
+    fn start(url: &str, auth: &str) -> Browser {
+        let mut child = Command::new("node")
+            .current_dir(root())
+            .args(["tests/whip/whip.mjs", url, auth])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node (installed by scripts/test)");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Browser { child, lines }
+    }
+
+    /// The next event named `name` (others, like stats, are skipped), within `within`.
+    async fn event(&mut self, name: &str, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no {name:?} event from the browser"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("the browser driver exited before {name:?}"));
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == name {
+                return v;
+            }
+            assert_ne!(v["event"], "failed", "{v}");
+        }
+    }
+
+    async fn command(&mut self, cmd: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{cmd}\n").as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+}
+
+/// Width and height of the first video stream ffprobe finds at `url`.
+fn probe_video(url: &str) -> (i64, i64) {
+    let p = media::ffprobe(url);
+    let v = p["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["codec_type"] == "video")
+        .unwrap_or_else(|| panic!("no video stream: {p}"))
+        .clone();
+    assert_eq!(v["codec_name"], "h264", "{v}");
+    (v["width"].as_i64().unwrap(), v["height"].as_i64().unwrap())
+}
+
+fn media_sequence(playlist: &str) -> u64 {
+    media::media_playlist(playlist).media_sequence + media::media_playlist(playlist).segments.len() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let rec = create(&d, json!({"name": "whip"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url_whip"].as_str().unwrap().to_owned();
+    assert!(url.starts_with(&format!("{}/whip/{id}?token=", d.base)), "{url}");
+
+    let mut browser = Browser::start(&url, "bearer");
+    let created = browser.event("created", Duration::from_secs(30)).await;
+    assert_eq!(created["status"], 201, "{created}");
+    let location = created["location"].as_str().unwrap().to_owned();
+    assert!(location.starts_with(&format!("/whip/{id}/")), "{created}");
+    assert_eq!(created["contentType"], "application/sdp");
+    assert!(created["etag"].as_str().is_some_and(|e| e.len() > 2), "{created}");
+    let connected = browser.event("connected", Duration::from_secs(20)).await;
+    println!("WHIP connected in {} ms", connected["ms"]);
+
+    let live = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    let (w0, h0) = (live["video_width"].as_i64().unwrap(), live["video_height"].as_i64().unwrap());
+    let qualities = live["transcoded_qualities"].clone();
+    println!("WHIP source {w0}x{h0}, ladder {qualities}, record {live}");
+    assert!(h0 >= 180 && w0 > h0, "{live}");
+
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 2).await;
+    let (_, master_text) = media::text(&master).await;
+    let m = media::master_playlist(&master_text);
+    let top = m.variants.iter().max_by_key(|v| v.bandwidth).unwrap();
+    let size = top.resolution.unwrap();
+    assert!(top.codecs.as_deref().unwrap().contains("mp4a.40.2"), "{master_text}");
+    let top_uri = master.replace("master.m3u8", &top.uri);
+    assert_eq!(probe_video(&top_uri), (size.width as i64, size.height as i64));
+    let p = media::ffprobe(&master);
+    let audio = p["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == "audio").unwrap().clone();
+    assert_eq!((audio["codec_name"].as_str(), audio["sample_rate"].as_str()), (Some("aac"), Some("48000")), "Opus in, AAC out: {audio}");
+
+    // The browser halves what it sends: the source changes, the outputs do not.
+    browser.command("downscale").await;
+    let smaller = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["video_height"].as_i64().is_some_and(|h| h < h0)
+    })
+    .await;
+    println!("WHIP source after downscale {}x{}", smaller["video_width"], smaller["video_height"]);
+    let (_, before) = media::text(&top_uri).await;
+    let first = media_sequence(&before);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, now) = media::text(&top_uri).await;
+        if media_sequence(&now) >= first + 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "segments stopped after the downscale:\n{now}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (_, after_master) = media::text(&master).await;
+    assert_eq!(after_master, master_text, "the ladder changed mid-stream");
+    assert_eq!(record(&d, id).await["transcoded_qualities"], qualities);
+    assert_eq!(probe_video(&top_uri), (size.width as i64, size.height as i64));
+
+    browser.command("delete").await;
+    let deleted = browser.event("deleted", Duration::from_secs(10)).await;
+    assert_eq!(deleted["status"], 200, "{deleted}");
+    wait_record(&d, id, Duration::from_secs(8), |r| r["live"] == false).await;
+    let playlist = media::wait_endlist(&top_uri).await;
+    assert!(playlist.contains("#EXT-X-PART"), "{playlist}");
+    // The session is gone: a second DELETE finds nothing.
+    let again = reqwest::Client::new()
+        .delete(format!("{}{location}", d.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_FOUND);
+    let _ = browser.child.wait().await;
+}
+
+/// A syntactically valid offer that no client stands behind: the session is created, ICE never
+/// completes.
+fn offer_without_client() -> String {
+    let fp = (0..32).map(|i| format!("{i:02X}")).collect::<Vec<_>>().join(":");
+    let section = |kind: &str, mid: u8, codecs: &str| {
+        format!(
+            "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}\r\nc=IN IP4 0.0.0.0\r\na=rtcp:9 IN IP4 0.0.0.0\r\n\
+             a=ice-ufrag:Abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 {fp}\r\n\
+             a=setup:actpass\r\na=mid:{mid}\r\na=sendonly\r\na=rtcp-mux\r\na=msid:s t{mid}\r\n{codecs}\
+             a=ssrc:{ssrc} cname:whiptest\r\na=ssrc:{ssrc} msid:s t{mid}\r\n",
+            ssrc = 1000 + u32::from(mid),
+            pts = if kind == "audio" { "111" } else { "102" },
+        )
+    };
+    format!(
+        "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=msid-semantic: WMS s\r\n{}{}",
+        section("audio", 0, "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n"),
+        section(
+            "video",
+            1,
+            "a=rtpmap:102 H264/90000\r\na=rtcp-fb:102 nack pli\r\n\
+             a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f\r\n"
+        ),
+    )
+}
+
+async fn post(d: &Daemon, path: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let mut req = reqwest::Client::new().post(format!("{}{path}", d.base)).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    let text = r.text().await.unwrap();
+    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_and_an_abandoned_session_leave_nothing_behind() {
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let rec = create(&d, json!({"name": "whip-refusals"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let token = rec["token"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {token}");
+    let path = format!("/whip/{id}");
+    let sdp = ("content-type", "application/sdp");
+    let auth = ("authorization", bearer.as_str());
+    let offer = offer_without_client();
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+
+    // CORS preflight on the endpoint.
+    let r = reqwest::Client::new()
+        .request(Method::OPTIONS, format!("{}{path}", d.base))
+        .header("origin", "https://publisher.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    assert!(r.headers()["access-control-allow-methods"].to_str().unwrap().contains("POST"));
+    assert!(r.headers()["access-control-allow-headers"].to_str().unwrap().contains("Authorization"));
+    assert!(r.headers()["access-control-expose-headers"].to_str().unwrap().contains("Location"));
+
+    let cases: Vec<(&str, String, Vec<(&str, &str)>, Vec<u8>, StatusCode, &str)> = vec![
+        ("wrong content type", path.clone(), vec![("content-type", "application/json"), auth], offer.clone().into(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+        ("body over 128 KiB", path.clone(), vec![sdp, auth], vec![b'a'; 128 * 1024 + 1], StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        ("unparsable SDP", path.clone(), vec![sdp, auth], b"hello, not sdp".to_vec(), StatusCode::BAD_REQUEST, "invalid_sdp"),
+        ("1000 m-lines", path.clone(), vec![sdp, auth], format!("v=0\r\n{}", "m=video 9 UDP/TLS/RTP/SAVPF 102\r\n".repeat(1000)).into(), StatusCode::BAD_REQUEST, "invalid_sdp"),
+        ("no H.264", path.clone(), vec![sdp, auth], offer.replace("H264/90000", "VP8/90000").into(), StatusCode::NOT_ACCEPTABLE, "unsupported_codecs"),
+        ("no Opus", path.clone(), vec![sdp, auth], offer.replace("opus/48000/2", "PCMU/8000").into(), StatusCode::NOT_ACCEPTABLE, "unsupported_codecs"),
+        ("H.264 in single-NAL mode only", path.clone(), vec![sdp, auth], offer.replace("packetization-mode=1", "packetization-mode=0").into(), StatusCode::NOT_ACCEPTABLE, "unsupported_codecs"),
+        ("no token", path.clone(), vec![sdp], offer.clone().into(), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("wrong token", path.clone(), vec![sdp, ("authorization", "Bearer 0123456789abcdef")], offer.clone().into(), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("wrong token in the query", format!("{path}?token=0123456789abcdef"), vec![sdp], offer.clone().into(), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("unknown stream", "/whip/999999".into(), vec![sdp, auth], offer.clone().into(), StatusCode::NOT_FOUND, "not_found"),
+        ("not a stream id", "/whip/..%2f1".into(), vec![sdp, auth], offer.clone().into(), StatusCode::NOT_FOUND, "not_found"),
+    ];
+    for (what, path, headers, body, status, want) in cases {
+        let (got, _, v) = post(&d, &path, &headers, body).await;
+        assert_eq!((got, code(&v).as_str()), (status, want), "{what}: {v}");
+    }
+
+    // Inactive and PULL streams are forbidden.
+    let set_active = |on: bool| {
+        let d = &d;
+        async move {
+            let r = d.patch(&format!("/streaming/streams/{id}"), json!({"stream": {"active": on}})).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+    };
+    set_active(false).await;
+    let (got, _, v) = post(&d, &path, &[sdp, auth], offer.clone()).await;
+    assert_eq!((got, code(&v).as_str()), (StatusCode::FORBIDDEN, "stream_inactive"), "{v}");
+    set_active(true).await;
+    let pull = create(&d, json!({"name": "pull", "pull": true, "uri": "rtmp://127.0.0.1/live/x"})).await;
+    let pull_path = format!("/whip/{}", pull["id"]);
+    let pull_auth = format!("Bearer {}", pull["token"].as_str().unwrap());
+    let (got, _, v) = post(&d, &pull_path, &[sdp, ("authorization", pull_auth.as_str())], offer.clone()).await;
+    assert_eq!((got, code(&v).as_str()), (StatusCode::FORBIDDEN, "pull_stream"), "{v}");
+
+    // Nothing above took the stream: a valid offer (token in the query) is accepted…
+    let (got, headers, answer) = post(&d, &format!("{path}?token={token}"), &[sdp], offer.clone()).await;
+    assert_eq!(got, StatusCode::CREATED, "{answer}");
+    let answer = answer.as_str().unwrap().to_owned();
+    assert!(answer.contains("a=candidate:") && answer.contains("127.0.0.1"), "non-trickle answer with loopback candidates:\n{answer}");
+    assert!(answer.contains("H264/90000") && answer.contains("opus/48000"), "{answer}");
+    let location = headers["location"].to_str().unwrap().to_owned();
+    // …trickle ICE is not supported, other methods are not allowed…
+    let client = reqwest::Client::new();
+    let r = client.patch(format!("{}{location}", d.base)).header("content-type", "application/trickle-ice-sdpfrag").body("a=end-of-candidates").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(r.headers()["allow"].to_str().unwrap().contains("DELETE"));
+    let r = client.get(format!("{}{path}", d.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let r = client.delete(format!("{}/whip/{id}/0123456789abcdef0123456789abcdef", d.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // …a second publisher is refused while it holds the stream…
+    let (got, _, v) = post(&d, &path, &[sdp, auth], offer.clone()).await;
+    assert_eq!((got, code(&v).as_str()), (StatusCode::CONFLICT, "already_live"), "{v}");
+    // …and since no client completes ICE, the session is dropped after its connect timeout
+    // (10 s) and the stream takes a new publisher.
+    let started = Instant::now();
+    loop {
+        let (got, headers, v) = post(&d, &path, &[sdp, auth], offer.clone()).await;
+        if got == StatusCode::CREATED {
+            println!("abandoned WHIP session freed after {:?}", started.elapsed());
+            let second = headers["location"].to_str().unwrap().to_owned();
+            assert_ne!(second, location);
+            let r = client.delete(format!("{}{second}", d.base)).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            break;
+        }
+        assert_eq!(got, StatusCode::CONFLICT, "{v}");
+        assert!(started.elapsed() < Duration::from_secs(20), "the abandoned session was never freed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(record(&d, id).await["live"], false);
+    // The old session resource is gone too.
+    let r = client.delete(format!("{}{location}", d.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}

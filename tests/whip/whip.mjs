@@ -1,0 +1,111 @@
+// A browser WHIP publisher (RFC 9725) for the tests: headless Debian Chromium with its fake
+// camera and microphone pushes to URL from a page of another origin (so CORS is exercised).
+// Prints JSON lines: {"event":"created",…} after the POST, {"event":"connected",…} once ICE and
+// DTLS are up, {"event":"stats",…} every second. Commands on stdin, one per line:
+//   downscale   halve the sent resolution (RTCRtpSender.setParameters)
+//   delete      DELETE the session resource, print {"event":"deleted",status}, exit
+//   close       close the peer connection without DELETE (a vanished client), exit
+// Usage: node tests/whip/whip.mjs URL bearer|query
+import readline from 'node:readline';
+import { launch } from '../browser/chromium.mjs';
+
+const [endpoint, auth = 'bearer'] = process.argv.slice(2);
+const emit = (o) => console.log(JSON.stringify(o));
+const browser = await launch(['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+  '--allow-loopback-in-peer-connection']);
+const page = await browser.newPage();
+page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
+await page.setContent('<p>WHIP publisher</p>');
+
+const created = await page.evaluate(async ({ endpoint, auth }) => {
+  const url = new URL(endpoint);
+  const token = url.searchParams.get('token');
+  const headers = { 'Content-Type': 'application/sdp' };
+  if (auth === 'bearer') {
+    url.searchParams.delete('token');
+    headers.Authorization = `Bearer ${token}`;
+  }
+  const media = await navigator.mediaDevices.getUserMedia({
+    audio: true, video: { width: 1280, height: 720, frameRate: 30 } });
+  const pc = new RTCPeerConnection();
+  window.pc = pc;
+  for (const track of media.getTracks()) pc.addTransceiver(track, { direction: 'sendonly' });
+  await pc.setLocalDescription(await pc.createOffer());
+  // Non-trickle: the offer goes out with every candidate gathered.
+  await new Promise((resolve) => {
+    if (pc.iceGatheringState === 'complete') return resolve();
+    pc.addEventListener('icegatheringstatechange', () => {
+      if (pc.iceGatheringState === 'complete') resolve();
+    });
+  });
+  const r = await fetch(url, { method: 'POST', headers, body: pc.localDescription.sdp });
+  const answer = await r.text();
+  const out = { event: 'created', status: r.status, location: r.headers.get('Location'),
+    etag: r.headers.get('ETag'), contentType: r.headers.get('Content-Type') };
+  if (r.status !== 201) return { ...out, body: answer };
+  window.location_ = new URL(out.location, url).href;
+  window.headers_ = auth === 'bearer' ? { Authorization: headers.Authorization } : {};
+  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+  return out;
+}, { endpoint, auth });
+emit(created);
+if (created.status !== 201) {
+  await browser.close();
+  process.exit(0);
+}
+
+const connected = await page.evaluate(async () => {
+  const t0 = performance.now();
+  while (window.pc.connectionState !== 'connected') {
+    if (['failed', 'closed'].includes(window.pc.connectionState) || performance.now() - t0 > 15000) {
+      return { event: 'failed', state: window.pc.connectionState };
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { event: 'connected', ms: Math.round(performance.now() - t0) };
+});
+emit(connected);
+
+const statsTimer = setInterval(async () => {
+  try {
+    const s = await page.evaluate(async () => {
+      const out = {};
+      (await window.pc.getStats()).forEach((r) => {
+        if (r.type === 'outbound-rtp' && r.kind === 'video') {
+          Object.assign(out, { width: r.frameWidth, height: r.frameHeight, frames: r.framesEncoded,
+            codec: r.encoderImplementation, keyframes: r.keyFramesEncoded, pli: r.pliCount });
+        }
+      });
+      return out;
+    });
+    emit({ event: 'stats', ...s });
+  } catch { /* the page is closing */ }
+}, 1000);
+
+const rl = readline.createInterface({ input: process.stdin });
+for await (const line of rl) {
+  const cmd = line.trim();
+  if (cmd === 'downscale') {
+    await page.evaluate(async () => {
+      const sender = window.pc.getSenders().find((s) => s.track?.kind === 'video');
+      const p = sender.getParameters();
+      p.encodings[0].scaleResolutionDownBy = 2;
+      await sender.setParameters(p);
+    });
+    emit({ event: 'downscaled' });
+  } else if (cmd === 'delete') {
+    const status = await page.evaluate(async () => {
+      const r = await fetch(window.location_, { method: 'DELETE', headers: window.headers_ });
+      window.pc.close();
+      return r.status;
+    });
+    emit({ event: 'deleted', status });
+    break;
+  } else if (cmd === 'close') {
+    await page.evaluate(() => window.pc.close());
+    emit({ event: 'closed' });
+    break;
+  }
+}
+clearInterval(statsTimer);
+await browser.close();
