@@ -326,7 +326,10 @@ impl Config {
             whip.udp_addrs = addrs;
         }
         if let Some(ips) = layer.whip_nat_ips {
-            if let Some(bad) = ips.iter().find(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
+            if let Some(bad) = ips
+                .iter()
+                .find(|ip| ip.parse::<std::net::IpAddr>().is_err())
+            {
                 return Err(ConfigError::Invalid {
                     origin: ORIGIN,
                     key: "whip_nat_ips",

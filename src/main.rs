@@ -55,12 +55,27 @@ impl Args {
     }
 }
 
+/// The WebRTC stack (crates `rtc*`) warns about normal start-up races (SRTP packets before
+/// the DTLS keys, ICE checks before candidates): quiet unless the filter names it.
+const WEBRTC_QUIET: &str = "rtc=error,rtc_ice=error,rtc_dtls=error,rtc_srtp=error,webrtc=error";
+
+fn log_filter(env: Option<String>) -> String {
+    let base = env
+        .filter(|f| !f.trim().is_empty())
+        .unwrap_or_else(|| "info".into());
+    if base.contains("rtc") {
+        base
+    } else {
+        format!("{base},{WEBRTC_QUIET}")
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
+            std::env::var("RUST_LOG").ok(),
+        )))
         .with_writer(std::io::stderr)
         .init();
 

@@ -112,7 +112,8 @@ impl AnnexBFramer {
                 9 | 12 => {} // access unit delimiter, filler: not needed in avcC framing
                 t => {
                     unit.keyframe |= t == 5;
-                    unit.data.extend_from_slice(&(nal.len() as u32).to_be_bytes());
+                    unit.data
+                        .extend_from_slice(&(nal.len() as u32).to_be_bytes());
                     unit.data.extend_from_slice(nal);
                 }
             }

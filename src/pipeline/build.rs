@@ -403,21 +403,22 @@ pub fn build(
         let chain: Vec<gst::Element> = std::iter::once(src.clone().upcast::<gst::Element>())
             .chain(audio_decoder(a)?)
             .chain([
-            make("audioconvert")?,
-            make("audioresample")?,
-            capsfilter(
-                gst::Caps::builder("audio/x-raw")
-                    .field("rate", AUDIO_RATE)
-                    .field("channels", AUDIO_CHANNELS)
-                    .build(),
-            )?,
-            // Fills gaps with silence (a main/backup switch keeps media time in step with the
-            // wall clock, so the outage is a gap) and drops overlaps: the AAC track stays
-            // continuous, as players need.
-            make("audiorate")?,
-            enc,
-            make("tee")?,
-        ]).collect();
+                make("audioconvert")?,
+                make("audioresample")?,
+                capsfilter(
+                    gst::Caps::builder("audio/x-raw")
+                        .field("rate", AUDIO_RATE)
+                        .field("channels", AUDIO_CHANNELS)
+                        .build(),
+                )?,
+                // Fills gaps with silence (a main/backup switch keeps media time in step with the
+                // wall clock, so the outage is a gap) and drops overlaps: the AAC track stays
+                // continuous, as players need.
+                make("audiorate")?,
+                enc,
+                make("tee")?,
+            ])
+            .collect();
         link(&pipeline, &chain)?;
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];

@@ -346,7 +346,10 @@ impl Pusher {
         if self.audio_usable {
             src.set_caps(Some(&build::audio_caps(c)));
         } else {
-            tracing::warn!(stream = self.stream_id, "audio codec changed mid-stream; its frames are dropped until it changes back");
+            tracing::warn!(
+                stream = self.stream_id,
+                "audio codec changed mid-stream; its frames are dropped until it changes back"
+            );
         }
     }
 }

@@ -82,10 +82,17 @@ pub type SharedStatus = Arc<Mutex<LiveStatus>>;
 /// A new publisher for a running session: its slot and the media it will send.
 type Attach = (Slot, mpsc::Receiver<MediaMessage>);
 
+/// What the registry tells a session's input task.
+enum Control {
+    Attach(Attach),
+    /// Drop the slot's publisher: it has gone silent and a new one wants the slot.
+    Evict(Slot),
+}
+
 /// The inputs of a live stream: one task switches between its main and backup publishers and
 /// feeds the one pipeline.
 struct Session {
-    attach: mpsc::Sender<Attach>,
+    control: mpsc::Sender<Control>,
     /// Which slots have a publisher (a second publish to a taken slot is refused).
     slots: [bool; 2],
     /// Both publishers have left and the pipeline is draining; a new publish must wait.
@@ -125,6 +132,12 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// Resolves when the server has ended this publish (eviction, deactivation, pipeline end),
+    /// so a connection waiting for media can stop at once.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
     /// Never blocks the connection: a full queue drops the message and counts it.
     pub fn send(&mut self, msg: MediaMessage) -> bool {
         match self.tx.try_send(msg) {
@@ -302,6 +315,9 @@ impl Registry {
             return Err(PublishError::PullStream(id));
         }
         self.wait_drained(id, slot, patience).await;
+        if self.evict_silent(id, slot) {
+            self.wait_drained(id, slot, patience).await;
+        }
         let taken = lock(&self.streams)
             .get(&id)
             .and_then(|e| e.session.as_ref())
@@ -310,6 +326,40 @@ impl Registry {
             return Err(PublishError::AlreadyLive(id));
         }
         Ok(row)
+    }
+
+    /// A publisher holding `slot` without sending (a browser reloaded, an encoder that lost
+    /// its network without closing) for the switch timeout is replaced by the new one, instead
+    /// of refusing the new one until the old connection times out. A publisher that is
+    /// sending is never replaced.
+    fn evict_silent(&self, id: i64, slot: Slot) -> bool {
+        let streams = lock(&self.streams);
+        let Some(e) = streams.get(&id) else {
+            return false;
+        };
+        let Some(session) = e
+            .session
+            .as_ref()
+            .filter(|s| !s.closing && s.slots[slot.index()])
+        else {
+            return false;
+        };
+        let receiving = {
+            let s = lock(&e.status);
+            match slot {
+                Slot::Main => s.live,
+                Slot::Backup => s.backup_live,
+            }
+        };
+        if receiving {
+            return false;
+        }
+        tracing::info!(
+            stream = id,
+            ?slot,
+            "silent publisher replaced by a new publish"
+        );
+        session.control.try_send(Control::Evict(slot)).is_ok()
     }
 
     /// A reconnect right after the publisher left can find its slot not yet released (SRT drains
@@ -366,12 +416,12 @@ impl Registry {
             dropped: 0,
         };
         let (pipe_tx, pipe_rx) = mpsc::channel(PUBLISH_QUEUE);
-        let (attach_tx, attach_rx) = mpsc::channel(2);
+        let (control_tx, control_rx) = mpsc::channel(4);
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let mut slots = [false; 2];
         slots[slot.index()] = true;
         let session = Session {
-            attach: attach_tx,
+            control: control_tx,
             slots,
             closing: false,
         };
@@ -388,8 +438,8 @@ impl Registry {
                         return Err(PublishError::AlreadyLive(id));
                     }
                     running
-                        .attach
-                        .try_send((slot, rx))
+                        .control
+                        .try_send(Control::Attach((slot, rx)))
                         .map_err(|_| PublishError::AlreadyLive(id))?;
                     running.slots[slot.index()] = true;
                     drop(streams);
@@ -440,7 +490,7 @@ impl Registry {
             id,
             epoch,
             (slot, rx),
-            attach_rx,
+            control_rx,
             pipe_tx,
             status.clone(),
         ));
@@ -482,7 +532,7 @@ impl Registry {
         id: i64,
         epoch: u64,
         first: Attach,
-        mut attach_rx: mpsc::Receiver<Attach>,
+        mut control_rx: mpsc::Receiver<Control>,
         pipe: mpsc::Sender<MediaMessage>,
         status: SharedStatus,
     ) {
@@ -504,26 +554,27 @@ impl Registry {
         loop {
             let now = tokio::time::Instant::now();
             enum Got {
-                Attach(Attach),
+                Control(Control),
                 Media(Slot, Option<MediaMessage>),
                 Tick,
                 PipelineGone,
             }
             let [main_rx, backup_rx] = &mut inputs;
             let got = tokio::select! {
-                Some(a) = attach_rx.recv() => Got::Attach(a),
+                Some(c) = control_rx.recv() => Got::Control(c),
                 m = recv(main_rx) => Got::Media(Slot::Main, m),
                 m = recv(backup_rx) => Got::Media(Slot::Backup, m),
                 _ = tick.tick() => Got::Tick,
                 _ = pipe.closed() => Got::PipelineGone,
             };
             match got {
-                Got::Attach((slot, rx)) => {
+                Got::Control(Control::Attach((slot, rx))) => {
                     inputs[slot.index()] = Some(rx);
                     switch.attach(slot, now);
                 }
                 Got::Media(slot, Some(m)) => switch.media(slot, m, now, &mut out),
-                Got::Media(slot, None) => {
+                // Dropping the receiver ends the evicted publisher's sends and its `closed()`.
+                Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
                     inputs[slot.index()] = None;
                     switch.detach(slot, now, &mut out);
                     self.slot_left(id, epoch, slot);
@@ -562,12 +613,12 @@ impl Registry {
                 // Both publishers left: end the session, unless one is attaching right now
                 // (publish attaches under the same lock).
                 let mut streams = lock(&self.streams);
-                match attach_rx.try_recv() {
-                    Ok((slot, rx)) => {
+                match control_rx.try_recv() {
+                    Ok(Control::Attach((slot, rx))) => {
                         inputs[slot.index()] = Some(rx);
                         switch.attach(slot, now);
                     }
-                    Err(_) => {
+                    _ => {
                         if let Some(s) = streams
                             .get_mut(&id)
                             .filter(|e| e.epoch == epoch)

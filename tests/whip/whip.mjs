@@ -6,6 +6,7 @@
 //   delete      DELETE the session resource, print {"event":"deleted",status}, exit
 //   close       close the peer connection without DELETE (a vanished client), exit
 // Usage: node tests/whip/whip.mjs URL bearer|query
+import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
 
@@ -15,7 +16,14 @@ const browser = await launch(['--use-fake-device-for-media-stream', '--use-fake-
   '--allow-loopback-in-peer-connection']);
 const page = await browser.newPage();
 page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
-await page.setContent('<p>WHIP publisher</p>');
+// getUserMedia needs a secure context: a page served from 127.0.0.1 (another port than the
+// daemon's, so another origin) is one.
+const server = http.createServer((_req, res) => {
+  res.writeHead(200, { 'Content-Type': 'text/html' });
+  res.end('<!doctype html><title>WHIP publisher</title><p>WHIP publisher</p>');
+});
+await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+await page.goto(`http://127.0.0.1:${server.address().port}/`);
 
 const created = await page.evaluate(async ({ endpoint, auth }) => {
   const url = new URL(endpoint);
@@ -51,6 +59,7 @@ const created = await page.evaluate(async ({ endpoint, auth }) => {
 emit(created);
 if (created.status !== 201) {
   await browser.close();
+  server.close();
   process.exit(0);
 }
 
@@ -109,3 +118,4 @@ for await (const line of rl) {
 }
 clearInterval(statsTimer);
 await browser.close();
+server.close();

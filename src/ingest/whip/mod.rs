@@ -76,7 +76,10 @@ fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Respons
 /// RFC 9725 §4.2: browsers on another origin push, so the session headers must be readable.
 fn cors(r: &mut Response<Body>) {
     let h = r.headers_mut();
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static("Location, ETag, Link, Accept-Patch"),
@@ -101,7 +104,9 @@ fn token(req: &Request<hyper::body::Incoming>) -> Option<String> {
     if let Some(v) = req.headers().get(header::AUTHORIZATION) {
         let v = v.to_str().ok()?;
         let (scheme, t) = v.split_once(' ')?;
-        return scheme.eq_ignore_ascii_case("bearer").then(|| t.trim().to_owned());
+        return scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| t.trim().to_owned());
     }
     form_urlencoded::parse(req.uri().query()?.as_bytes())
         .find(|(k, _)| k == "token")
@@ -203,16 +208,28 @@ impl Whip {
         }
         if let Some(s) = self.sessions().remove(sid) {
             let _ = s.stop.send(true);
-            tracing::info!(stream = s.stream_id, session = sid, "WHIP session deleted by the client");
+            tracing::info!(
+                stream = s.stream_id,
+                session = sid,
+                "WHIP session deleted by the client"
+            );
         }
         let mut r = Response::new(empty());
         cors(&mut r);
         r
     }
 
-    async fn post(self: &Arc<Self>, name: &str, req: Request<hyper::body::Incoming>) -> Response<Body> {
+    async fn post(
+        self: &Arc<Self>,
+        name: &str,
+        req: Request<hyper::body::Incoming>,
+    ) -> Response<Body> {
         if crate::ingest::parse_target(name, "x").is_none() {
-            return refuse(StatusCode::NOT_FOUND, "not_found", "no such stream: the path is /whip/{id}");
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such stream: the path is /whip/{id}",
+            );
         }
         if !is_sdp(&req) {
             let mut r = refuse(
@@ -252,16 +269,27 @@ impl Whip {
         let Some(target) = crate::ingest::parse_target(name, &token) else {
             return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token");
         };
-        let offer: Bytes = match Limited::new(req.into_body(), sdp::MAX_SDP_BYTES).collect().await {
+        let offer: Bytes = match Limited::new(req.into_body(), sdp::MAX_SDP_BYTES)
+            .collect()
+            .await
+        {
             Ok(b) => b.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
             Err(e) => {
-                return refuse(StatusCode::BAD_REQUEST, "bad_request", format!("reading the offer: {e}"))
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("reading the offer: {e}"),
+                )
             }
         };
         if let Err(e) = sdp::check_offer(&offer) {
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            let code = if e.status() == 406 { "unsupported_codecs" } else { "invalid_sdp" };
+            let code = if e.status() == 406 {
+                "unsupported_codecs"
+            } else {
+                "invalid_sdp"
+            };
             return refuse(status, code, e.to_string());
         }
         if self.sessions().len() >= self.config.max_sessions {
@@ -294,7 +322,11 @@ impl Whip {
                 return refuse(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string())
             }
             Err(session::SessionError::Unsupported(e)) => {
-                return refuse(StatusCode::NOT_ACCEPTABLE, "unsupported_codecs", e.to_string())
+                return refuse(
+                    StatusCode::NOT_ACCEPTABLE,
+                    "unsupported_codecs",
+                    e.to_string(),
+                )
             }
             Err(e) => {
                 tracing::error!(stream = id, error = %e, "WHIP session set-up failed");
@@ -303,7 +335,11 @@ impl Whip {
         };
         if let Err(e) = sdp::check_answer(negotiated.answer.as_bytes()) {
             negotiated.close().await;
-            return refuse(StatusCode::NOT_ACCEPTABLE, "unsupported_codecs", e.to_string());
+            return refuse(
+                StatusCode::NOT_ACCEPTABLE,
+                "unsupported_codecs",
+                e.to_string(),
+            );
         }
         let publisher = match self.registry.start(row, target.slot, "whip").await {
             Ok(p) => p,

@@ -170,7 +170,10 @@ pub fn check_answer(sdp: &[u8]) -> Result<(), SdpError> {
     require_codecs(&sections(sdp)?, |s| s.port != 0)
 }
 
-fn require_codecs(sections: &[Section], accepted: impl Fn(&Section) -> bool) -> Result<(), SdpError> {
+fn require_codecs(
+    sections: &[Section],
+    accepted: impl Fn(&Section) -> bool,
+) -> Result<(), SdpError> {
     if !sections.iter().any(|s| accepted(s) && s.has_h264()) {
         return Err(SdpError::Unsupported("H.264 video"));
     }
@@ -235,7 +238,10 @@ a=fmtp:103 level-asymmetry-allowed=1;packetization-mode=0;profile-level-id=42001
             SdpError::Unsupported("Opus audio")
         );
         // A codec listed by rtpmap but not on the m= line is not offered.
-        let unlisted = BROWSER_OFFER.replace("m=audio 9 UDP/TLS/RTP/SAVPF 111 63", "m=audio 9 UDP/TLS/RTP/SAVPF 63");
+        let unlisted = BROWSER_OFFER.replace(
+            "m=audio 9 UDP/TLS/RTP/SAVPF 111 63",
+            "m=audio 9 UDP/TLS/RTP/SAVPF 63",
+        );
         assert_eq!(check_offer(unlisted.as_bytes()).unwrap_err().status(), 406);
     }
 
@@ -253,10 +259,19 @@ a=fmtp:103 level-asymmetry-allowed=1;packetization-mode=0;profile-level-id=42001
             let e = sections(bad).unwrap_err();
             assert_eq!(e.status(), 400, "{e}");
         }
-        let many = format!("v=0\r\n{}", "m=video 9 UDP/TLS/RTP/SAVPF 96\r\n".repeat(1000));
-        assert_eq!(sections(many.as_bytes()).unwrap_err(), SdpError::TooManySections);
+        let many = format!(
+            "v=0\r\n{}",
+            "m=video 9 UDP/TLS/RTP/SAVPF 96\r\n".repeat(1000)
+        );
+        assert_eq!(
+            sections(many.as_bytes()).unwrap_err(),
+            SdpError::TooManySections
+        );
         let long = format!("v=0\r\na={}\r\n", "x".repeat(MAX_LINE + 1));
-        assert_eq!(sections(long.as_bytes()).unwrap_err(), SdpError::LineTooLong(2));
+        assert_eq!(
+            sections(long.as_bytes()).unwrap_err(),
+            SdpError::LineTooLong(2)
+        );
     }
 
     #[test]

@@ -7,12 +7,16 @@ use std::time::Duration;
 
 use rtc::interceptor::Registry as Interceptors;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
-use rtc::peer_connection::configuration::media_engine::{MediaEngine, MIME_TYPE_H264, MIME_TYPE_OPUS};
+use rtc::peer_connection::configuration::media_engine::{
+    MediaEngine, MIME_TYPE_H264, MIME_TYPE_OPUS,
+};
 use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::rtcp::payload_feedbacks::picture_loss_indication::PictureLossIndication;
-use rtc::rtp_transceiver::rtp_sender::{RTCPFeedback, RTCRtpCodec, RTCRtpCodecParameters, RtpCodecKind};
+use rtc::rtp_transceiver::rtp_sender::{
+    RTCPFeedback, RTCRtpCodec, RTCRtpCodecParameters, RtpCodecKind,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
@@ -155,7 +159,8 @@ fn media_engine() -> Result<MediaEngine, SessionError> {
 pub async fn negotiate(offer: String, config: &WhipConfig) -> Result<Negotiated, SessionError> {
     let setup = |e: rtc::shared::error::Error| SessionError::Setup(e.to_string());
     let mut engine = media_engine()?;
-    let interceptors = register_default_interceptors(Interceptors::new(), &mut engine).map_err(setup)?;
+    let interceptors =
+        register_default_interceptors(Interceptors::new(), &mut engine).map_err(setup)?;
     let mut settings = SettingEngineBuilder::new().with_ice_timeouts(
         Some(ICE_DISCONNECTED),
         Some(ICE_FAILED),
@@ -185,11 +190,15 @@ pub async fn negotiate(offer: String, config: &WhipConfig) -> Result<Negotiated,
         .map_err(setup)?;
     let pc: Arc<dyn PeerConnection> = Arc::new(pc);
     let negotiated = async {
-        let offer = RTCSessionDescription::offer(offer).map_err(|e| SessionError::Offer(e.to_string()))?;
+        let offer =
+            RTCSessionDescription::offer(offer).map_err(|e| SessionError::Offer(e.to_string()))?;
         pc.set_remote_description(offer)
             .await
             .map_err(|e| SessionError::Offer(e.to_string()))?;
-        let answer = pc.create_answer(None).await.map_err(|e| SessionError::Offer(e.to_string()))?;
+        let answer = pc
+            .create_answer(None)
+            .await
+            .map_err(|e| SessionError::Offer(e.to_string()))?;
         // A section the stack could not match is rejected (port 0) in the answer: refuse before
         // going further.
         super::sdp::check_answer(answer.sdp.as_bytes())?;
@@ -220,7 +229,11 @@ fn state_ends(state: RTCPeerConnectionState) -> Option<&'static str> {
 }
 
 /// Reads one track's events into the session's packet queue; never blocks the stack's driver.
-fn read_track(track: Arc<dyn TrackRemote>, kind: TrackKind, tx: mpsc::Sender<(TrackKind, RtpPacket, Instant)>) {
+fn read_track(
+    track: Arc<dyn TrackRemote>,
+    kind: TrackKind,
+    tx: mpsc::Sender<(TrackKind, RtpPacket, Instant)>,
+) {
     tokio::spawn(async move {
         let mut dropped = 0u64;
         while let Some(event) = track.poll().await {
@@ -243,7 +256,11 @@ fn read_track(track: Arc<dyn TrackRemote>, kind: TrackKind, tx: mpsc::Sender<(Tr
             }
         }
         if dropped > 0 {
-            tracing::warn!(?kind, dropped, "WHIP packets dropped: the session fell behind");
+            tracing::warn!(
+                ?kind,
+                dropped,
+                "WHIP packets dropped: the session fell behind"
+            );
         }
     });
 }
@@ -270,6 +287,7 @@ pub async fn run(
     let reason = loop {
         tokio::select! {
             _ = async { drop(stop.wait_for(|s| *s).await) } => break "ended by DELETE or the server".to_owned(),
+            _ = publisher.closed() => break "publish ended by the server (replaced, deactivated or failed)".to_owned(),
             event = events.recv() => match event {
                 None => break "peer connection gone".to_owned(),
                 Some(Event::State(state)) => {

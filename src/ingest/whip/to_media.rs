@@ -262,19 +262,49 @@ mod tests {
         // Audio starts first (its RTP base just before the 32-bit wrap), video 40 ms later
         // with a delta frame, which waits for the keyframe.
         let base = u32::MAX - 959;
-        a.push(TrackKind::Audio, pkt(100, base, true, &[0xfc, 1]), ms(1000), &mut out)
-            .unwrap();
-        a.push(TrackKind::Video, pkt(7, 123, true, &[0x41, 1]), ms(1040), &mut out)
-            .unwrap();
+        a.push(
+            TrackKind::Audio,
+            pkt(100, base, true, &[0xfc, 1]),
+            ms(1000),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(7, 123, true, &[0x41, 1]),
+            ms(1040),
+            &mut out,
+        )
+        .unwrap();
         assert!(a.wants_keyframe());
-        a.push(TrackKind::Video, pkt(8, 3123, false, &stap(&[sps, pps])), ms(1073), &mut out)
-            .unwrap();
-        a.push(TrackKind::Video, pkt(9, 3123, true, &[0x65, 1, 2]), ms(1073), &mut out)
-            .unwrap();
-        a.push(TrackKind::Audio, pkt(101, base.wrapping_add(960), true, &[0xfc, 2]), ms(1020), &mut out)
-            .unwrap();
-        a.push(TrackKind::Video, pkt(10, 6123, true, &[0x41, 3]), ms(1106), &mut out)
-            .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(8, 3123, false, &stap(&[sps, pps])),
+            ms(1073),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(9, 3123, true, &[0x65, 1, 2]),
+            ms(1073),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Audio,
+            pkt(101, base.wrapping_add(960), true, &[0xfc, 2]),
+            ms(1020),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(10, 6123, true, &[0x41, 3]),
+            ms(1106),
+            &mut out,
+        )
+        .unwrap();
         assert!(!a.wants_keyframe());
         assert!(matches!(
             out[0],
@@ -304,17 +334,52 @@ mod tests {
         let mut a = RtpToMedia::new(2);
         let mut out = Vec::new();
         let mut t = 0;
-        a.push(TrackKind::Video, pkt(1, 0, false, &stap(&[sps, pps])), ms(t), &mut out).unwrap();
-        a.push(TrackKind::Video, pkt(2, 0, true, &[0x65, 1]), ms(t), &mut out).unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(1, 0, false, &stap(&[sps, pps])),
+            ms(t),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(2, 0, true, &[0x65, 1]),
+            ms(t),
+            &mut out,
+        )
+        .unwrap();
         t += 33;
         // Packet 3 is lost; 4 waits in the reorder buffer, then is released as damaged.
-        a.push(TrackKind::Video, pkt(4, 3000, true, &[0x41, 1]), ms(t), &mut out).unwrap();
-        a.poll(ms(t) + super::super::rtp::REORDER_WAIT, &mut out).unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(4, 3000, true, &[0x41, 1]),
+            ms(t),
+            &mut out,
+        )
+        .unwrap();
+        a.poll(ms(t) + super::super::rtp::REORDER_WAIT, &mut out)
+            .unwrap();
         assert!(a.wants_keyframe());
-        a.push(TrackKind::Video, pkt(5, 6000, true, &[0x41, 2]), ms(300), &mut out).unwrap();
-        a.push(TrackKind::Video, pkt(6, 9000, true, &[0x65, 3]), ms(333), &mut out).unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(5, 6000, true, &[0x41, 2]),
+            ms(300),
+            &mut out,
+        )
+        .unwrap();
+        a.push(
+            TrackKind::Video,
+            pkt(6, 9000, true, &[0x65, 3]),
+            ms(333),
+            &mut out,
+        )
+        .unwrap();
         let keys: Vec<bool> = frames(&out).iter().map(|f| f.2).collect();
-        assert_eq!(keys, [true, true], "the delta frames after the loss are skipped");
+        assert_eq!(
+            keys,
+            [true, true],
+            "the delta frames after the loss are skipped"
+        );
         assert_eq!(a.stats().lost, 1);
         assert_eq!(a.stats().damaged_units, 1);
         assert_eq!(a.stats().skipped_frames, 1);
