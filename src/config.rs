@@ -71,6 +71,8 @@ pub struct Layer {
     pub backup_switch_secs: Option<u64>,
     pub whip_udp_addrs: Option<Vec<SocketAddr>>,
     pub whip_nat_ips: Option<Vec<String>>,
+    pub pull_inactivity_secs: Option<u64>,
+    pub pull_allow_link_local: Option<bool>,
 }
 
 impl Layer {
@@ -99,6 +101,8 @@ impl Layer {
             backup_switch_secs: self.backup_switch_secs.or(lower.backup_switch_secs),
             whip_udp_addrs: self.whip_udp_addrs.or(lower.whip_udp_addrs),
             whip_nat_ips: self.whip_nat_ips.or(lower.whip_nat_ips),
+            pull_inactivity_secs: self.pull_inactivity_secs.or(lower.pull_inactivity_secs),
+            pull_allow_link_local: self.pull_allow_link_local.or(lower.pull_allow_link_local),
         }
     }
 
@@ -168,6 +172,19 @@ impl Layer {
                 })
                 .transpose()?,
             whip_nat_ips: get("LIVEPACK_WHIP_NAT_IPS").map(|v| split_keys(&v)),
+            pull_inactivity_secs: number("LIVEPACK_PULL_INACTIVITY_SECS")?,
+            pull_allow_link_local: get("LIVEPACK_PULL_ALLOW_LINK_LOCAL")
+                .map(|v| match v.trim() {
+                    "1" | "true" | "yes" => Ok(true),
+                    "0" | "false" | "no" => Ok(false),
+                    _ => Err(ConfigError::Invalid {
+                        origin: ORIGIN,
+                        key: "LIVEPACK_PULL_ALLOW_LINK_LOCAL",
+                        value: v.clone(),
+                        reason: "expected true or false".into(),
+                    }),
+                })
+                .transpose()?,
         })
     }
 }
@@ -221,6 +238,7 @@ pub struct Config {
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
     pub whip: crate::ingest::whip::WhipConfig,
+    pub pull: crate::ingest::pull::PullConfig,
 }
 
 impl Config {
@@ -339,6 +357,19 @@ impl Config {
             }
             whip.nat_ips = ips;
         }
+        let mut pull = crate::ingest::pull::PullConfig::default();
+        if let Some(secs) = layer.pull_inactivity_secs {
+            if secs == 0 {
+                return Err(ConfigError::Invalid {
+                    origin: ORIGIN,
+                    key: "pull_inactivity_secs",
+                    value: "0".into(),
+                    reason: "must be at least 1".into(),
+                });
+            }
+            pull.inactivity = std::time::Duration::from_secs(secs);
+        }
+        pull.allow_link_local = layer.pull_allow_link_local.unwrap_or(false);
         let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
         Ok(Config {
             http_addr: layer
@@ -369,6 +400,7 @@ impl Config {
             grace_period: std::time::Duration::from_secs(grace),
             backup_switch: std::time::Duration::from_secs(switch),
             whip,
+            pull,
         })
     }
 }

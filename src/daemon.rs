@@ -288,6 +288,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         srt::listener::DEFAULT_MAX_CONNECTIONS,
         shutdown_rx.clone(),
     ));
+    crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone());
     let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");

@@ -366,6 +366,7 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .db(move |s| s.create_stream(&settings, &token, now))
         .await?;
     tracing::info!(stream = row.id, name = %row.settings.name, "stream created");
+    api.registry.stream_changed(row.id);
     Ok(api.render(StatusCode::CREATED, row))
 }
 
@@ -437,6 +438,7 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     )
     .await?;
     tracing::info!(stream = id, "stream updated");
+    api.registry.stream_changed(id);
     api.registry.apply_settings(id, &row.settings);
     if !row.settings.active || row.settings.pull {
         // A deactivated stream (or one turned into a PULL) stops receiving pushes at once.
@@ -450,6 +452,7 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
         return Err(ApiError::not_found("stream"));
     }
     api.registry.kick(id);
+    api.registry.stream_changed(id);
     tracing::info!(stream = id, "stream deleted");
     Ok(super::no_content())
 }

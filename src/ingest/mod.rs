@@ -2,6 +2,7 @@
 //! what they receive into `media` messages for the registry. Never imports the pipeline.
 
 pub mod mpegts;
+pub mod pull;
 pub mod rtmp;
 pub mod srt;
 pub mod whip;

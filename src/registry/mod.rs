@@ -121,7 +121,13 @@ pub struct Registry {
     /// Silence after which the main is failed over from (or reported not live).
     switch_timeout: Duration,
     pipelines: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Ids of streams whose record changed (created, updated, deleted), for the PULL fetcher.
+    changes: mpsc::Sender<i64>,
+    changes_rx: Mutex<Option<mpsc::Receiver<i64>>>,
 }
+
+/// Record changes queued for the PULL fetcher; beyond this it rescans every record instead.
+const CHANGES_QUEUE: usize = 1024;
 
 /// A publisher's handle: media goes in through [`Publisher::send`]; dropping it ends the
 /// publish (the pipeline drains and the grace period starts).
@@ -176,7 +182,10 @@ impl Registry {
         switch_timeout: Duration,
         media_root: std::path::PathBuf,
     ) -> Arc<Registry> {
+        let (changes, changes_rx) = mpsc::channel(CHANGES_QUEUE);
         Arc::new(Registry {
+            changes,
+            changes_rx: Mutex::new(Some(changes_rx)),
             streams: Mutex::new(HashMap::new()),
             store,
             quality_sets,
@@ -186,6 +195,42 @@ impl Registry {
             switch_timeout,
             pipelines: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A stream record was created, changed or deleted: its PULL fetcher (if any) follows.
+    /// Returns `false` when the queue is full (the fetcher then rescans everything).
+    pub fn stream_changed(&self, id: i64) -> bool {
+        self.changes.try_send(id).is_ok()
+    }
+
+    /// The change feed, taken once by the PULL fetcher.
+    pub fn take_changes(&self) -> Option<mpsc::Receiver<i64>> {
+        lock(&self.changes_rx).take()
+    }
+
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    /// Starts (or continues within the grace period) a PULL stream's session: the daemon is
+    /// its only publisher, so there is no token; refused when the record no longer asks for it.
+    pub async fn publish_pull(self: &Arc<Self>, id: i64) -> Result<Publisher, PublishError> {
+        let row = self
+            .load(id)
+            .await?
+            .ok_or(PublishError::UnknownStream(id))?;
+        if !row.settings.active {
+            return Err(PublishError::Inactive(id));
+        }
+        self.wait_drained(id, Slot::Main, DRAIN_WAIT).await;
+        let taken = lock(&self.streams)
+            .get(&id)
+            .and_then(|e| e.session.as_ref())
+            .is_some_and(|s| s.closing || s.slots[Slot::Main.index()]);
+        if taken {
+            return Err(PublishError::AlreadyLive(id));
+        }
+        self.start(row, Slot::Main, "pull").await
     }
 
     /// Stops every pipeline (each flushes its last parts and goes to NULL), bounded in time.

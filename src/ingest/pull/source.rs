@@ -1,0 +1,237 @@
+//! Fetches one source URL with GStreamer and hands out its elementary streams re-muxed as
+//! MPEG-TS, so every PULL source ends in the same TS → media adapter as an SRT push:
+//!
+//! ```text
+//! urisourcebin (rtmp2src | srtsrc | souphttpsrc + hlsdemux/dashdemux) ! parsebin
+//!   ! h264parse ! byte-stream ─┐
+//!   ! aacparse  ! ADTS ────────┴─ mpegtsmux ! appsink → [`SourceEvent::Data`]
+//! ```
+//!
+//! Other codecs are dropped with a log line. Blocking GStreamer calls run off the async workers.
+
+use bytes::Bytes;
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app::AppSink;
+use tokio::sync::mpsc;
+
+/// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
+const DATA_QUEUE: usize = 256;
+/// HTTP request timeout for souphttpsrc (manifest and segments), in seconds.
+const HTTP_TIMEOUT_SECS: u32 = 10;
+
+#[derive(Debug)]
+pub enum SourceEvent {
+    Data(Bytes),
+    /// The source failed (connect refused, 404, bad data…); the fetcher moves on.
+    Error(String),
+    /// The source ended (a VOD playlist, the remote closed cleanly).
+    Eos,
+}
+
+/// A running source pipeline; dropping it stops it.
+pub struct Source {
+    pipeline: gst::Pipeline,
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        let pipeline = self.pipeline.clone();
+        // NULL can block on network elements: never on an async worker.
+        std::thread::spawn(move || {
+            let _ = pipeline.set_state(gst::State::Null);
+        });
+    }
+}
+
+fn make(factory: &str) -> Result<gst::Element, String> {
+    gst::ElementFactory::make(factory)
+        .build()
+        .map_err(|e| format!("{factory}: {e} (is its GStreamer plugin installed?)"))
+}
+
+/// An elementary stream from parsebin → the TS muxer, if it is a codec the pipeline takes.
+fn link_stream(
+    bin: &gst::Pipeline,
+    pad: &gst::Pad,
+    mux: &gst::Element,
+    stream: i64,
+) -> Result<(), String> {
+    let caps = pad
+        .current_caps()
+        .or_else(|| Some(pad.query_caps(None)))
+        .ok_or("no caps")?;
+    let name = caps
+        .structure(0)
+        .map(|s| s.name().to_string())
+        .unwrap_or_default();
+    let chain: Vec<gst::Element> = match name.as_str() {
+        "video/x-h264" => {
+            let parse = make("h264parse")?;
+            // SPS/PPS before every IDR: the TS adapter rebuilds its config from them.
+            parse.set_property("config-interval", -1i32);
+            vec![
+                parse,
+                capsfilter(
+                    gst::Caps::builder("video/x-h264")
+                        .field("stream-format", "byte-stream")
+                        .field("alignment", "au")
+                        .build(),
+                )?,
+                make("queue")?,
+            ]
+        }
+        "audio/mpeg"
+            if caps
+                .structure(0)
+                .and_then(|s| s.get::<i32>("mpegversion").ok())
+                .is_some_and(|v| v == 2 || v == 4) =>
+        {
+            vec![
+                make("aacparse")?,
+                capsfilter(
+                    gst::Caps::builder("audio/mpeg")
+                        .field("mpegversion", 4i32)
+                        .field("stream-format", "adts")
+                        .build(),
+                )?,
+                make("queue")?,
+            ]
+        }
+        other => {
+            tracing::info!(stream, codec = other, "PULL source stream ignored (only H.264 and AAC are taken)");
+            vec![make("fakesink")?]
+        }
+    };
+    bin.add_many(&chain).map_err(|e| e.to_string())?;
+    gst::Element::link_many(&chain).map_err(|e| e.to_string())?;
+    for e in &chain {
+        e.sync_state_with_parent().map_err(|e| e.to_string())?;
+    }
+    pad.link(&chain[0].static_pad("sink").ok_or("no sink pad")?)
+        .map_err(|e| format!("link: {e:?}"))?;
+    if name == "video/x-h264" || name == "audio/mpeg" {
+        let last = chain.last().expect("non-empty");
+        let sink = mux
+            .request_pad_simple("sink_%d")
+            .ok_or("mpegtsmux refused a pad")?;
+        last.static_pad("src")
+            .ok_or("no src pad")?
+            .link(&sink)
+            .map_err(|e| format!("link to mux: {e:?}"))?;
+    }
+    Ok(())
+}
+
+fn capsfilter(caps: gst::Caps) -> Result<gst::Element, String> {
+    gst::ElementFactory::make("capsfilter")
+        .property("caps", caps)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Starts fetching `uri`. With `no_redirects`, HTTP redirects are not followed (a redirect
+/// could lead to an address the link-local guard would have refused).
+pub fn start(
+    stream: i64,
+    uri: &str,
+    no_redirects: bool,
+) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
+    gst::init().map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(DATA_QUEUE);
+    let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
+    let src = make("urisourcebin")?;
+    src.set_property("uri", uri);
+    let mux = make("mpegtsmux")?;
+    mux.set_property("alignment", 7i32);
+    let sink = AppSink::builder().sync(false).build();
+    pipeline
+        .add_many([&src, &mux, sink.upcast_ref()])
+        .map_err(|e| e.to_string())?;
+    mux.link(&sink).map_err(|e| e.to_string())?;
+    src.connect("source-setup", false, move |args| {
+        let element = args[1].get::<gst::Element>().ok()?;
+        let factory = element.factory().map(|f| f.name().to_string());
+        if factory.as_deref() == Some("souphttpsrc") {
+            element.set_property("timeout", HTTP_TIMEOUT_SECS);
+            element.set_property("automatic-redirect", !no_redirects);
+            element.set_property("user-agent", "livepack-pull");
+        }
+        None
+    });
+    let weak = pipeline.downgrade();
+    let mux_for_pads = mux.clone();
+    let errors = tx.clone();
+    src.connect_pad_added(move |_, pad| {
+        let Some(pipeline) = weak.upgrade() else { return };
+        // Each source pad (one per adaptive stream) gets its own parsebin.
+        let result = (|| -> Result<(), String> {
+            let parse = make("parsebin")?;
+            pipeline.add(&parse).map_err(|e| e.to_string())?;
+            let weak = pipeline.downgrade();
+            let mux = mux_for_pads.clone();
+            let errors = errors.clone();
+            parse.connect_pad_added(move |_, pad| {
+                let Some(pipeline) = weak.upgrade() else { return };
+                if let Err(e) = link_stream(&pipeline, pad, &mux, stream) {
+                    let _ = errors.try_send(SourceEvent::Error(format!("linking a stream: {e}")));
+                }
+            });
+            parse.sync_state_with_parent().map_err(|e| e.to_string())?;
+            pad.link(&parse.static_pad("sink").ok_or("no sink pad")?)
+                .map_err(|e| format!("{e:?}"))?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = errors.try_send(SourceEvent::Error(format!("source pad: {e}")));
+        }
+    });
+    let data = tx.clone();
+    sink.set_callbacks(
+        gstreamer_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                if let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) {
+                    // A full queue means the fetcher is behind: drop rather than stall the
+                    // source (the TS adapter resynchronises).
+                    if data.is_closed() {
+                        return Err(gst::FlowError::Flushing);
+                    }
+                    let _ = data.try_send(SourceEvent::Data(Bytes::copy_from_slice(&map)));
+                }
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .build(),
+    );
+    let bus = pipeline.bus().ok_or("no bus")?;
+    let weak = pipeline.downgrade();
+    std::thread::spawn(move || {
+        // Ends when the pipeline is gone (dropped Source) or the fetcher stopped listening.
+        while let Some(pipeline) = weak.upgrade() {
+            drop(pipeline);
+            let Some(msg) = bus.timed_pop(gst::ClockTime::from_mseconds(200)) else {
+                if tx.is_closed() {
+                    break;
+                }
+                continue;
+            };
+            let event = match msg.view() {
+                gst::MessageView::Error(e) => {
+                    SourceEvent::Error(format!("{} ({:?})", e.error(), e.debug()))
+                }
+                gst::MessageView::Eos(_) => SourceEvent::Eos,
+                _ => continue,
+            };
+            if tx.blocking_send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let pipeline_for_start = pipeline.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = pipeline_for_start.set_state(gst::State::Playing) {
+            tracing::debug!(error = %e, "PULL source did not start (the bus says why)");
+        }
+    });
+    Ok((Source { pipeline }, rx))
+}

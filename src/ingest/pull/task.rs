@@ -1,0 +1,390 @@
+//! One PULL stream's fetch loop: the source URLs in turn, round-robin, forever — a source that
+//! gives nothing within the first-data timeout, stops sending, fails or ends is left for the
+//! next, with a pause after a cycle in which none delivered. What a source delivers goes
+//! through the TS → media adapter, re-timed so the outputs continue across sources with a
+//! discontinuity. No data for the inactivity limit (24 h by default) deactivates the stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{guard, source, PullConfig};
+use crate::ingest::mpegts::to_media::TsToMedia;
+use crate::media::{MediaMessage, TrackKind};
+use crate::registry::{PublishError, Publisher, Registry};
+
+/// Re-times each source onto one continuous output timeline: a new source's first frame goes
+/// where the wall clock says the output is, after the last frame of the previous one.
+#[derive(Debug, Default)]
+struct Rebase {
+    offset: i64,
+    last_out: Option<u64>,
+    last_out_at: Option<Instant>,
+    /// The next frame is a new source's first.
+    fresh: bool,
+    has_video: bool,
+    /// After a source change, video (and audio with it) waits for a keyframe.
+    waiting_key: bool,
+}
+
+impl Rebase {
+    fn new_source(&mut self) {
+        self.fresh = true;
+        self.has_video = false;
+        self.waiting_key = true;
+    }
+
+    fn map(&mut self, msg: MediaMessage, now: Instant, out: &mut Vec<MediaMessage>) {
+        let mut f = match msg {
+            MediaMessage::Frame(f) => f,
+            MediaMessage::VideoConfig(c) => {
+                self.has_video = true;
+                return out.push(MediaMessage::VideoConfig(c));
+            }
+            other => return out.push(other),
+        };
+        if self.has_video && self.waiting_key {
+            if f.track == TrackKind::Video && f.keyframe {
+                self.waiting_key = false;
+            } else {
+                return;
+            }
+        }
+        if self.fresh {
+            self.fresh = false;
+            self.offset = match (self.last_out, self.last_out_at) {
+                (Some(last), Some(at)) => {
+                    let elapsed = now.saturating_duration_since(at).as_nanos() as i64;
+                    let target = (last as i64 + elapsed).max(last as i64 + 20_000_000);
+                    let offset = target - f.dts as i64;
+                    out.push(MediaMessage::Discontinuity {
+                        at: (f.dts as i64 + offset).max(0) as u64,
+                    });
+                    offset
+                }
+                _ => 0,
+            };
+        }
+        f.dts = (f.dts as i64 + self.offset).max(0) as u64;
+        f.pts = (f.pts as i64 + self.offset).max(0) as u64;
+        self.last_out = Some(self.last_out.map_or(f.dts, |l| l.max(f.dts)));
+        self.last_out_at = Some(now);
+        out.push(MediaMessage::Frame(f));
+    }
+}
+
+/// How one attempt on one source ended.
+struct Attempt {
+    delivered: bool,
+    reason: String,
+}
+
+enum Flow {
+    Continue(Attempt),
+    Stop,
+}
+
+pub async fn run(
+    id: i64,
+    uris: Vec<String>,
+    registry: Arc<Registry>,
+    config: PullConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    if uris.is_empty() {
+        return;
+    }
+    let mut publisher: Option<Publisher> = None;
+    let mut rebase = Rebase::default();
+    let mut last_data = Instant::now();
+    let mut delivered_in_cycle = false;
+    let mut index = 0;
+    tracing::info!(stream = id, sources = uris.len(), "PULL started");
+    loop {
+        // A dropped sender (the manager is gone) stops the pull like an explicit stop.
+        if *stop.borrow() || stop.has_changed().is_err() {
+            break;
+        }
+        if last_data.elapsed() >= config.inactivity {
+            tracing::warn!(stream = id, after = ?config.inactivity, "PULL received nothing; the stream is deactivated");
+            deactivate(&registry, id).await;
+            break;
+        }
+        let uri = &uris[index];
+        let attempt = match attempt(
+            id,
+            uri,
+            &registry,
+            &config,
+            &mut publisher,
+            &mut rebase,
+            &mut last_data,
+            &mut stop,
+        )
+        .await
+        {
+            Flow::Stop => break,
+            Flow::Continue(a) => a,
+        };
+        delivered_in_cycle |= attempt.delivered;
+        index = (index + 1) % uris.len();
+        tracing::info!(
+            stream = id,
+            source = %redact(uri),
+            reason = attempt.reason,
+            next = %redact(&uris[index]),
+            "PULL source left; trying the next"
+        );
+        if index == 0 {
+            if !delivered_in_cycle {
+                // Nothing works: end the live session (the grace period and ENDLIST follow as
+                // for a push that stops) and pause before the next cycle.
+                if publisher.take().is_some() {
+                    rebase = Rebase::default();
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(config.cycle_pause) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+            delivered_in_cycle = false;
+        }
+    }
+    tracing::info!(stream = id, "PULL stopped");
+}
+
+/// Source URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the
+/// scheme, host and path only.
+fn redact(uri: &str) -> String {
+    match url::Url::parse(uri) {
+        Ok(u) => format!(
+            "{}://{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.path()
+        ),
+        Err(_) => "<invalid URL>".into(),
+    }
+}
+
+async fn check_host(url: &url::Url, config: &PullConfig) -> Result<(), String> {
+    if config.allow_link_local {
+        return Ok(());
+    }
+    let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
+    let port = url.port().unwrap_or_else(|| guard::default_port(url.scheme()));
+    let addrs = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::lookup_host((host.to_owned(), port)),
+    )
+    .await
+    .map_err(|_| "DNS lookup timed out".to_owned())?
+    .map_err(|e| format!("DNS lookup failed: {e}"))?;
+    for a in addrs {
+        if guard::blocked(a.ip()) {
+            return Err(guard::GuardError::Blocked(a.ip()).to_string());
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn attempt(
+    id: i64,
+    uri: &str,
+    registry: &Arc<Registry>,
+    config: &PullConfig,
+    publisher: &mut Option<Publisher>,
+    rebase: &mut Rebase,
+    last_data: &mut Instant,
+    stop: &mut watch::Receiver<bool>,
+) -> Flow {
+    let fail = |reason: String| {
+        Flow::Continue(Attempt {
+            delivered: false,
+            reason,
+        })
+    };
+    let url = match guard::check_url(uri) {
+        Ok(u) => u,
+        Err(e) => return fail(e.to_string()),
+    };
+    if let Err(e) = check_host(&url, config).await {
+        return fail(e);
+    }
+    let (source, mut events) = match source::start(id, uri, !config.allow_link_local) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut adapter = TsToMedia::new();
+    let mut delivered = false;
+    let mut last = Instant::now();
+    let mut out = Vec::new();
+    let mut mapped = Vec::new();
+    rebase.new_source();
+    tracing::info!(stream = id, source = %redact(uri), "PULL source opening");
+    let reason = loop {
+        let wait = if delivered {
+            config.no_data_timeout
+        } else {
+            config.first_data_timeout
+        };
+        let event = tokio::select! {
+            _ = stop.changed() => {
+                drop(source);
+                return Flow::Stop;
+            }
+            e = tokio::time::timeout_at(last + wait, events.recv()) => e,
+        };
+        let data = match event {
+            Err(_) if delivered => break format!("no data for {wait:?}"),
+            Err(_) => break format!("no data within {wait:?}"),
+            Ok(None) => break "source pipeline gone".to_owned(),
+            Ok(Some(source::SourceEvent::Error(e))) => break e,
+            Ok(Some(source::SourceEvent::Eos)) => break "source ended".to_owned(),
+            Ok(Some(source::SourceEvent::Data(d))) => d,
+        };
+        let now = Instant::now();
+        if let Err(e) = adapter.push(&data, &mut out) {
+            break format!("unusable data: {e}");
+        }
+        for m in out.drain(..) {
+            rebase.map(m, now, &mut mapped);
+        }
+        if !mapped.iter().any(|m| matches!(m, MediaMessage::Frame(_))) {
+            mapped.retain(|m| !matches!(m, MediaMessage::Discontinuity { .. }));
+            if mapped.is_empty() {
+                continue;
+            }
+        }
+        last = now;
+        *last_data = now;
+        if !delivered {
+            delivered = true;
+            tracing::info!(stream = id, source = %redact(uri), "PULL source delivering");
+        }
+        if publisher.is_none() {
+            match registry.publish_pull(id).await {
+                Ok(p) => *publisher = Some(p),
+                Err(e @ (PublishError::Inactive(_) | PublishError::UnknownStream(_))) => {
+                    tracing::info!(stream = id, error = %e, "PULL no longer wanted");
+                    return Flow::Stop;
+                }
+                Err(e) => {
+                    tracing::warn!(stream = id, error = %e, "PULL cannot publish yet");
+                    mapped.clear();
+                    continue;
+                }
+            }
+        }
+        let p = publisher.as_mut().expect("set above");
+        if !mapped.drain(..).all(|m| p.send(m)) {
+            // The server ended the session (deactivated, pipeline failed): start over.
+            *publisher = None;
+            *rebase = Rebase::default();
+            rebase.new_source();
+        }
+    };
+    drop(source);
+    Flow::Continue(Attempt { delivered, reason })
+}
+
+/// The inactivity rule: the record is set `active=false` (persisted), which stops the pull.
+async fn deactivate(registry: &Arc<Registry>, id: i64) {
+    let store = registry.store();
+    let result = tokio::task::spawn_blocking(move || {
+        for _ in 0..5 {
+            let Some(mut row) = store.get_stream(id)? else {
+                return Ok(false);
+            };
+            row.settings.active = false;
+            match store.update_stream(id, row.revision, &row.settings)? {
+                crate::store::Update::Done(_) => return Ok(true),
+                crate::store::Update::Stale => continue,
+                _ => return Ok(false),
+            }
+        }
+        Ok::<bool, crate::store::StoreError>(false)
+    })
+    .await;
+    match result {
+        Ok(Ok(true)) => {
+            registry.kick(id);
+            registry.stream_changed(id);
+        }
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::error!(stream = id, error = %e, "cannot deactivate the stream"),
+        Err(e) => tracing::error!(stream = id, error = %e, "deactivation task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Frame;
+    use bytes::Bytes;
+
+    fn frame(track: TrackKind, dts_ms: u64, keyframe: bool) -> MediaMessage {
+        MediaMessage::Frame(Frame {
+            track,
+            dts: dts_ms * 1_000_000,
+            pts: dts_ms * 1_000_000,
+            keyframe,
+            data: Bytes::new(),
+        })
+    }
+
+    fn times(out: &[MediaMessage]) -> Vec<String> {
+        out.iter()
+            .map(|m| match m {
+                MediaMessage::Frame(f) => format!("{:?}@{}", f.track, f.dts / 1_000_000),
+                MediaMessage::Discontinuity { at } => format!("disc@{}", at / 1_000_000),
+                _ => "config".into(),
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_source_continues_the_timeline_after_the_outage() {
+        let mut r = Rebase::default();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        r.new_source();
+        r.map(frame(TrackKind::Audio, 0, true), t0, &mut out);
+        r.map(frame(TrackKind::Audio, 1000, true), t0 + Duration::from_secs(1), &mut out);
+        // Four seconds without data, then a source whose clock starts at 0 again.
+        r.new_source();
+        let t1 = t0 + Duration::from_secs(5);
+        r.map(frame(TrackKind::Audio, 0, true), t1, &mut out);
+        r.map(frame(TrackKind::Audio, 20, true), t1, &mut out);
+        assert_eq!(
+            times(&out),
+            ["Audio@0", "Audio@1000", "disc@5000", "Audio@5000", "Audio@5020"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn video_sources_start_on_a_keyframe() {
+        let mut r = Rebase::default();
+        let mut out = Vec::new();
+        let now = Instant::now();
+        r.new_source();
+        r.map(
+            MediaMessage::VideoConfig(
+                crate::media::codec::parse_avcc(Bytes::from_static(
+                    crate::media::codec::tests::AVCC_720P,
+                ))
+                .unwrap(),
+            ),
+            now,
+            &mut out,
+        );
+        r.map(frame(TrackKind::Audio, 10, true), now, &mut out);
+        r.map(frame(TrackKind::Video, 33, false), now, &mut out);
+        r.map(frame(TrackKind::Video, 66, true), now, &mut out);
+        r.map(frame(TrackKind::Audio, 70, true), now, &mut out);
+        assert_eq!(times(&out), ["config", "Video@66", "Audio@70"]);
+    }
+}
