@@ -63,7 +63,10 @@ pub fn blocked(ip: IpAddr) -> bool {
             (v6.segments()[0] & 0xffc0) == 0xfe80
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || v6 == "fd00:ec2::254".parse::<std::net::Ipv6Addr>().expect("valid") // AWS
+                || v6
+                    == "fd00:ec2::254"
+                        .parse::<std::net::Ipv6Addr>()
+                        .expect("valid") // AWS
         }
     }
 }
@@ -87,7 +90,10 @@ mod tests {
             check_url("file:///etc/passwd").unwrap_err(),
             GuardError::Scheme("file".into())
         );
-        assert!(matches!(check_url("gopher://x/"), Err(GuardError::Scheme(_))));
+        assert!(matches!(
+            check_url("gopher://x/"),
+            Err(GuardError::Scheme(_))
+        ));
         assert!(matches!(check_url("not a url"), Err(GuardError::NotUrl(_))));
     }
 

@@ -65,52 +65,46 @@ fn link_stream(
         .structure(0)
         .map(|s| s.name().to_string())
         .unwrap_or_default();
-    let chain: Vec<gst::Element> = match name.as_str() {
-        "video/x-h264" => {
-            let parse = make("h264parse")?;
-            // SPS/PPS before every IDR: the TS adapter rebuilds its config from them.
-            parse.set_property("config-interval", -1i32);
-            vec![
-                parse,
-                capsfilter(
-                    gst::Caps::builder("video/x-h264")
-                        .field("stream-format", "byte-stream")
-                        .field("alignment", "au")
-                        .build(),
-                )?,
-                make("queue")?,
-            ]
-        }
-        "audio/mpeg"
-            if caps
-                .structure(0)
-                .and_then(|s| s.get::<i32>("mpegversion").ok())
-                .is_some_and(|v| v == 2 || v == 4) =>
-        {
-            vec![
-                make("aacparse")?,
-                capsfilter(
-                    gst::Caps::builder("audio/mpeg")
-                        .field("mpegversion", 4i32)
-                        .field("stream-format", "adts")
-                        .build(),
-                )?,
-                make("queue")?,
-            ]
-        }
-        other => {
-            tracing::info!(stream, codec = other, "PULL source stream ignored (only H.264 and AAC are taken)");
-            vec![make("fakesink")?]
-        }
+    // MPEG-1/2 audio layers are audio/mpeg too (mpegversion 1): only AAC is taken.
+    let aac = name == "audio/mpeg"
+        && caps
+            .structure(0)
+            .and_then(|s| s.get::<i32>("mpegversion").ok())
+            .is_none_or(|v| v != 1);
+    let taken = name == "video/x-h264" || aac;
+    let chain: Vec<gst::Element> = if name == "video/x-h264" {
+        let parse = make("h264parse")?;
+        // SPS/PPS before every IDR: the TS adapter rebuilds its config from them.
+        parse.set_property("config-interval", -1i32);
+        vec![
+            parse,
+            capsfilter(
+                gst::Caps::builder("video/x-h264")
+                    .field("stream-format", "byte-stream")
+                    .field("alignment", "au")
+                    .build(),
+            )?,
+            make("queue")?,
+        ]
+    } else if aac {
+        vec![
+            make("aacparse")?,
+            capsfilter(
+                gst::Caps::builder("audio/mpeg")
+                    .field("mpegversion", 4i32)
+                    .field("stream-format", "adts")
+                    .build(),
+            )?,
+            make("queue")?,
+        ]
+    } else {
+        tracing::info!(stream, codec = %caps, "PULL source stream ignored (only H.264 and AAC are taken)");
+        vec![make("fakesink")?]
     };
     bin.add_many(&chain).map_err(|e| e.to_string())?;
     gst::Element::link_many(&chain).map_err(|e| e.to_string())?;
-    for e in &chain {
-        e.sync_state_with_parent().map_err(|e| e.to_string())?;
-    }
-    pad.link(&chain[0].static_pad("sink").ok_or("no sink pad")?)
-        .map_err(|e| format!("link: {e:?}"))?;
-    if name == "video/x-h264" || name == "audio/mpeg" {
+    // Downstream first, so the first buffer finds a linked path all the way to the muxer.
+    if taken {
         let last = chain.last().expect("non-empty");
         let sink = mux
             .request_pad_simple("sink_%d")
@@ -120,6 +114,11 @@ fn link_stream(
             .link(&sink)
             .map_err(|e| format!("link to mux: {e:?}"))?;
     }
+    for e in chain.iter().rev() {
+        e.sync_state_with_parent().map_err(|e| e.to_string())?;
+    }
+    pad.link(&chain[0].static_pad("sink").ok_or("no sink pad")?)
+        .map_err(|e| format!("link: {e:?}"))?;
     Ok(())
 }
 
@@ -144,7 +143,9 @@ pub fn start(
     src.set_property("uri", uri);
     let mux = make("mpegtsmux")?;
     mux.set_property("alignment", 7i32);
-    let sink = AppSink::builder().sync(false).build();
+    // Synchronised to the clock: an HLS/DASH demuxer fetches its first segments in a burst, which
+    // must reach the outputs in real time like a pushed stream, not ahead of the wall clock.
+    let sink = AppSink::builder().sync(true).build();
     pipeline
         .add_many([&src, &mux, sink.upcast_ref()])
         .map_err(|e| e.to_string())?;
@@ -152,6 +153,9 @@ pub fn start(
     src.connect("source-setup", false, move |args| {
         let element = args[1].get::<gst::Element>().ok()?;
         let factory = element.factory().map(|f| f.name().to_string());
+        // srtsrc keeps retrying a refused connection (the first-data timeout moves on);
+        // `auto-reconnect=false` would end it at once, but GStreamer 1.22's srtsrc then aborts
+        // the process (g_mutex_clear on a locked mutex) when the pipeline stops.
         if factory.as_deref() == Some("souphttpsrc") {
             element.set_property("timeout", HTTP_TIMEOUT_SECS);
             element.set_property("automatic-redirect", !no_redirects);
@@ -163,7 +167,9 @@ pub fn start(
     let mux_for_pads = mux.clone();
     let errors = tx.clone();
     src.connect_pad_added(move |_, pad| {
-        let Some(pipeline) = weak.upgrade() else { return };
+        let Some(pipeline) = weak.upgrade() else {
+            return;
+        };
         // Each source pad (one per adaptive stream) gets its own parsebin.
         let result = (|| -> Result<(), String> {
             let parse = make("parsebin")?;
@@ -172,7 +178,9 @@ pub fn start(
             let mux = mux_for_pads.clone();
             let errors = errors.clone();
             parse.connect_pad_added(move |_, pad| {
-                let Some(pipeline) = weak.upgrade() else { return };
+                let Some(pipeline) = weak.upgrade() else {
+                    return;
+                };
                 if let Err(e) = link_stream(&pipeline, pad, &mux, stream) {
                     let _ = errors.try_send(SourceEvent::Error(format!("linking a stream: {e}")));
                 }

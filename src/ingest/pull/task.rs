@@ -15,6 +15,11 @@ use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::media::{MediaMessage, TrackKind};
 use crate::registry::{PublishError, Publisher, Registry};
 
+/// How long an HTTP source must keep delivering before its data is used.
+const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
+/// What may be held meanwhile (a few seconds of a high-bitrate ladder's top rung).
+const MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
+
 /// Re-times each source onto one continuous output timeline: a new source's first frame goes
 /// where the wall clock says the output is, after the last frame of the previous one.
 #[derive(Debug, Default)]
@@ -174,7 +179,9 @@ async fn check_host(url: &url::Url, config: &PullConfig) -> Result<(), String> {
         return Ok(());
     }
     let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
-    let port = url.port().unwrap_or_else(|| guard::default_port(url.scheme()));
+    let port = url
+        .port()
+        .unwrap_or_else(|| guard::default_port(url.scheme()));
     let addrs = tokio::time::timeout(
         Duration::from_secs(5),
         tokio::net::lookup_host((host.to_owned(), port)),
@@ -224,6 +231,13 @@ async fn attempt(
     let mut out = Vec::new();
     let mut mapped = Vec::new();
     rebase.new_source();
+    // An HTTP (HLS/DASH) source must keep delivering for a while before its data is used: a
+    // live playlist that stopped updating replays its last segments and ends, and those must
+    // not reach the outputs again on every cycle.
+    let mut hold_until =
+        matches!(url.scheme(), "http" | "https").then(|| Instant::now() + HTTP_PROVE_LIVE);
+    let mut held: Vec<bytes::Bytes> = Vec::new();
+    let mut held_bytes = 0usize;
     tracing::info!(stream = id, source = %redact(uri), "PULL source opening");
     let reason = loop {
         let wait = if delivered {
@@ -236,18 +250,50 @@ async fn attempt(
                 drop(source);
                 return Flow::Stop;
             }
-            e = tokio::time::timeout_at(last + wait, events.recv()) => e,
+            // The inactivity limit can fall inside an attempt (a limit shorter than the
+            // timeouts, in tests).
+            e = tokio::time::timeout_at((last + wait).min(*last_data + config.inactivity), events.recv()) => e,
         };
         let data = match event {
+            Err(_) if last_data.elapsed() >= config.inactivity => {
+                break "inactivity limit reached".to_owned()
+            }
             Err(_) if delivered => break format!("no data for {wait:?}"),
             Err(_) => break format!("no data within {wait:?}"),
             Ok(None) => break "source pipeline gone".to_owned(),
             Ok(Some(source::SourceEvent::Error(e))) => break e,
+            Ok(Some(source::SourceEvent::Eos)) if hold_until.is_some() => {
+                break "ended before proving live (a stale playlist?)".to_owned()
+            }
             Ok(Some(source::SourceEvent::Eos)) => break "source ended".to_owned(),
             Ok(Some(source::SourceEvent::Data(d))) => d,
         };
         let now = Instant::now();
-        if let Err(e) = adapter.push(&data, &mut out) {
+        if let Some(until) = hold_until {
+            held_bytes += data.len();
+            if held_bytes > MAX_HELD_BYTES {
+                break format!("over {MAX_HELD_BYTES} bytes while proving live");
+            }
+            held.push(data);
+            if now < until {
+                last = now;
+                continue;
+            }
+            hold_until = None;
+            // The held media is old by now: its decoder configs are kept, its frames dropped,
+            // so the outputs start at the next keyframe in step with the wall clock.
+            let mut unusable = None;
+            for chunk in held.drain(..) {
+                if let Err(e) = adapter.push(&chunk, &mut out) {
+                    unusable = Some(e);
+                    break;
+                }
+            }
+            if let Some(e) = unusable {
+                break format!("unusable data: {e}");
+            }
+            out.retain(|m| !matches!(m, MediaMessage::Frame(_)));
+        } else if let Err(e) = adapter.push(&data, &mut out) {
             break format!("unusable data: {e}");
         }
         for m in out.drain(..) {
@@ -353,7 +399,11 @@ mod tests {
         let t0 = Instant::now();
         r.new_source();
         r.map(frame(TrackKind::Audio, 0, true), t0, &mut out);
-        r.map(frame(TrackKind::Audio, 1000, true), t0 + Duration::from_secs(1), &mut out);
+        r.map(
+            frame(TrackKind::Audio, 1000, true),
+            t0 + Duration::from_secs(1),
+            &mut out,
+        );
         // Four seconds without data, then a source whose clock starts at 0 again.
         r.new_source();
         let t1 = t0 + Duration::from_secs(5);
@@ -361,7 +411,13 @@ mod tests {
         r.map(frame(TrackKind::Audio, 20, true), t1, &mut out);
         assert_eq!(
             times(&out),
-            ["Audio@0", "Audio@1000", "disc@5000", "Audio@5000", "Audio@5020"]
+            [
+                "Audio@0",
+                "Audio@1000",
+                "disc@5000",
+                "Audio@5000",
+                "Audio@5020"
+            ]
         );
     }
 

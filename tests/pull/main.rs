@@ -1,0 +1,286 @@
+//! PULL streams end to end: the daemon fetches a stream from the record's `uri` — here an SRT
+//! source (ffmpeg in listener mode) and a live HLS source (ffmpeg writing segments into a
+//! directory served over HTTP) — cycling round-robin: first source dead → live from the second;
+//! the second stops → back to a restarted first, with a discontinuity. Deactivation stops the
+//! fetch at once, a `uri` edit takes effect without a restart, and a stream that receives
+//! nothing for the inactivity limit is deactivated.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/media.rs"]
+mod media;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use common::{tempdir, Daemon, KEY};
+use media::{create, record, wait_record};
+
+fn free_port(udp: bool) -> u16 {
+    if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+/// Kills the child when dropped, so a failing test leaves no ffmpeg behind.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ffmpeg(args: &[&str]) -> Proc {
+    Proc(
+        Command::new("ffmpeg")
+            .args([
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-re",
+                "-stream_loop",
+                "-1",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ffmpeg"),
+    )
+}
+
+/// ffmpeg as an SRT server (listener) sending the TS fixture to the first caller.
+fn srt_source(port: u16) -> Proc {
+    let fixture = media::fixture("av-720p.ts");
+    let url = format!("srt://127.0.0.1:{port}?mode=listener");
+    ffmpeg(&[
+        "-i",
+        fixture.to_str().unwrap(),
+        "-c",
+        "copy",
+        "-f",
+        "mpegts",
+        &url,
+    ])
+}
+
+/// ffmpeg writing a live HLS playlist (1 s segments, the last 6 kept) into `dir`.
+fn hls_writer(dir: &Path) -> Proc {
+    std::fs::create_dir_all(dir).unwrap();
+    let fixture = media::fixture("av-720p.flv");
+    let playlist = dir.join("index.m3u8");
+    ffmpeg(&[
+        "-i",
+        fixture.to_str().unwrap(),
+        "-c",
+        "copy",
+        "-f",
+        "hls",
+        "-hls_time",
+        "1",
+        "-hls_list_size",
+        "6",
+        "-hls_flags",
+        "delete_segments",
+        playlist.to_str().unwrap(),
+    ])
+}
+
+/// A static HTTP server for `dir` on 127.0.0.1.
+fn http_server(dir: &Path, port: u16) -> Proc {
+    let p = Proc(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+            ])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "http.server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    p
+}
+
+fn pull_daemon(dir: &Path, extra: &[(&str, &str)]) -> Daemon {
+    let mut env = vec![
+        ("LIVEPACK_API_KEYS", KEY),
+        ("LIVEPACK_GRACE_PERIOD_SECS", "30"),
+    ];
+    env.extend_from_slice(extra);
+    Daemon::start_with(dir, &env)
+}
+
+/// Waits until the media playlist holds a discontinuity followed by a complete segment.
+async fn wait_discontinuity(url: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, t) = media::text(url).await;
+        if let Some((_, after)) = t.split_once("#EXT-X-DISCONTINUITY\n") {
+            if after.contains("#EXTINF:") {
+                return t;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no discontinuity with media after it:\n{t}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_failover_deactivation_and_uri_edit() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = pull_daemon(dir.path(), &[]);
+    let (srt_port, http_port) = (free_port(true), free_port(false));
+    let hls_dir = dir.path().join("www/live");
+    let mut hls = Some(hls_writer(&hls_dir));
+    let _http = http_server(&dir.path().join("www"), http_port);
+    let hls_url = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
+    let srt_url = format!("srt://127.0.0.1:{srt_port}");
+
+    // First source dead (nothing listens), second alive.
+    let started = Instant::now();
+    let rec = create(
+        &d,
+        json!({"name": "pull", "pull": true, "uri": format!("{srt_url} {hls_url}")}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    assert!(
+        rec["push_url"].is_null() && rec["push_url_whip"].is_null(),
+        "{rec}"
+    );
+    let live = wait_record(&d, id, Duration::from_secs(45), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    println!(
+        "PULL live from the second source {:?} after the record was created",
+        started.elapsed()
+    );
+    assert_eq!(live["video_height"], 720, "{live}");
+    assert!(
+        live["frame_rate"].as_f64().is_some_and(|f| f > 20.0),
+        "{live}"
+    );
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 2).await;
+    let probe = media::ffprobe(&master);
+    let codecs: Vec<&str> = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["codec_name"].as_str())
+        .collect();
+    assert!(
+        codecs.contains(&"h264") && codecs.contains(&"aac"),
+        "{probe}"
+    );
+
+    // The first source comes back; the second stops: the fetcher cycles to the first.
+    let mut srt = srt_source(srt_port);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(hls.take());
+    let stopped = Instant::now();
+    let top = master.replace("master.m3u8", "720p/index.m3u8");
+    let playlist = wait_discontinuity(&top, Duration::from_secs(30)).await;
+    println!(
+        "PULL switched to the restarted first source: media again {:?} after the second stopped",
+        stopped.elapsed()
+    );
+    let parsed = media::media_playlist(&playlist);
+    assert!(
+        parsed.segments.iter().any(|s| s.discontinuity),
+        "{playlist}"
+    );
+    wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == true).await;
+
+    // Deactivation stops the pull at once: the SRT server loses its only caller and exits.
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"active": false}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    wait_record(&d, id, Duration::from_secs(5), |r| r["live"] == false).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while srt.0.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the SRT source still has its caller"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A new `uri` (the HLS source alone, restarted) and `active=true`: pulled again, no restart.
+    let _hls = hls_writer(&hls_dir);
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"active": true, "uri": hls_url}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let again = Instant::now();
+    wait_record(&d, id, Duration::from_secs(30), |r| r["live"] == true).await;
+    println!(
+        "PULL live again {:?} after active=true with a new uri",
+        again.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit() {
+    let dir = tempdir();
+    let d = pull_daemon(dir.path(), &[("LIVEPACK_PULL_INACTIVITY_SECS", "4")]);
+    let dead = format!(
+        "srt://127.0.0.1:{} http://127.0.0.1:{}/x.m3u8",
+        free_port(true),
+        free_port(false)
+    );
+    let started = Instant::now();
+    let rec = create(&d, json!({"name": "idle", "pull": true, "uri": dead})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let off = wait_record(&d, id, Duration::from_secs(30), |r| r["active"] == false).await;
+    println!(
+        "PULL deactivated {:?} after start (limit 4 s)",
+        started.elapsed()
+    );
+    assert_eq!(off["live"], false);
+    assert_eq!(off["pull"], true, "only `active` changes: {off}");
+    // It stays off: the record is persisted, nothing restarts it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(record(&d, id).await["active"], false);
+}
