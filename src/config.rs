@@ -16,6 +16,8 @@ pub const DEFAULT_RTMP_ADDR: &str = "0.0.0.0:1935";
 pub const DEFAULT_RTMPS_ADDR: &str = "0.0.0.0:1936";
 pub const DEFAULT_SRT_ADDR: &str = "0.0.0.0:5001";
 pub const DEFAULT_DATA_DIR: &str = "data";
+/// Relative to the working directory, as `scripts/run` starts the daemon from the checkout.
+pub const DEFAULT_PLAYER_ASSETS_DIR: &str = "node_modules";
 pub const DEFAULT_FASTEDGE_APP_DOMAIN: &str = "fastedge.localhost";
 /// Enough for any real deployment's control plane plus media players; more are refused at accept.
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
@@ -73,6 +75,7 @@ pub struct Layer {
     pub whip_nat_ips: Option<Vec<String>>,
     pub pull_inactivity_secs: Option<u64>,
     pub pull_allow_link_local: Option<bool>,
+    pub player_assets_dir: Option<PathBuf>,
 }
 
 impl Layer {
@@ -103,6 +106,7 @@ impl Layer {
             whip_nat_ips: self.whip_nat_ips.or(lower.whip_nat_ips),
             pull_inactivity_secs: self.pull_inactivity_secs.or(lower.pull_inactivity_secs),
             pull_allow_link_local: self.pull_allow_link_local.or(lower.pull_allow_link_local),
+            player_assets_dir: self.player_assets_dir.or(lower.player_assets_dir),
         }
     }
 
@@ -185,6 +189,7 @@ impl Layer {
                     }),
                 })
                 .transpose()?,
+            player_assets_dir: get("LIVEPACK_PLAYER_ASSETS_DIR").map(PathBuf::from),
         })
     }
 }
@@ -239,6 +244,8 @@ pub struct Config {
     pub backup_switch: std::time::Duration,
     pub whip: crate::ingest::whip::WhipConfig,
     pub pull: crate::ingest::pull::PullConfig,
+    /// `node_modules` of the npm install holding hls.js and dash.js for the player page.
+    pub player_assets_dir: PathBuf,
 }
 
 impl Config {
@@ -401,6 +408,9 @@ impl Config {
             backup_switch: std::time::Duration::from_secs(switch),
             whip,
             pull,
+            player_assets_dir: layer
+                .player_assets_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_PLAYER_ASSETS_DIR)),
         })
     }
 }

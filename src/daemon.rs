@@ -260,11 +260,13 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
     };
     let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone());
+    let player =
+        crate::serve::player::Player::new(registry.clone(), config.player_assets_dir.clone());
     let handler = {
         let whip = whip.clone();
         move |req: Request<Incoming>, _peer: SocketAddr| {
-            let (api, whip) = (api.clone(), whip.clone());
-            async move { route(api, whip, req).await }
+            let (api, whip, player) = (api.clone(), whip.clone(), player.clone());
+            async move { route(api, whip, player, req).await }
         }
     };
     tokio::spawn(rtmp::serve(
@@ -311,6 +313,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
 async fn route(
     api: Arc<Api>,
     whip: Arc<crate::ingest::whip::Whip>,
+    player: Arc<crate::serve::player::Player>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path();
@@ -337,6 +340,7 @@ async fn route(
         p if api::owns(p) => api.handle(req).await,
         p if serve::owns(p) => serve::handle(api.registry.clone(), req).await,
         p if crate::ingest::whip::owns(p) => whip.handle(req).await,
+        p if serve::player::owns(p) => player.handle(req).await,
         _ => api::error_response(&ApiError::not_found("resource")),
     }
 }

@@ -6,6 +6,11 @@
 //! - [`api`]: the control API over the store — streams, quality sets, FastEdge apps, security
 //!   profile templates; JSON in and out, `Authorization: apikey` on every request.
 //! - [`quality`]: the ABR ladders (`pipelines/quality_sets.toml`).
+//! - [`ingest`]: RTMP/RTMPS, SRT and WHIP listeners, and the PULL fetcher; each turns what it
+//!   receives into [`media`] messages for the [`registry`] (main/backup switch, live state).
+//! - [`pipeline`]: one GStreamer pipeline per live stream (decode once, ABR ladder, CMAF + TS).
+//! - [`package`]: the segment store and the LL-HLS, LL-DASH and MPEG-TS HLS renderers.
+//! - [`serve`]: media delivery over HTTP (blocking reload, chunked DASH) and the player page.
 //! - [`server`]: the HTTP listener shared by the API and media delivery.
 //! - [`daemon`]: wires them together and runs until shutdown.
 //!

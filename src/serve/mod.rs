@@ -1,6 +1,8 @@
 //! Media delivery over HTTP: LL-HLS playlists (with blocking reload), init segments, parts and
 //! segments from the registry's packages; CORS for browsers, byte ranges, cache headers.
 
+pub mod player;
+
 use std::sync::Arc;
 use std::time::Duration;
 

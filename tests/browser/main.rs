@@ -152,3 +152,148 @@ async fn dashjs_plays_the_ll_dash_stream() {
         mean(&latencies)
     );
 }
+
+/// ffmpeg pushing the 720p fixture to `push_url` in real time.
+fn push(push_url: &str) -> Child {
+    Command::new("ffmpeg")
+        .args([
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-stream_loop",
+            "5",
+            "-i",
+        ])
+        .arg(root().join("fixtures/av-720p.flv"))
+        .args(["-c", "copy", "-f", "flv", push_url])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("ffmpeg")
+}
+
+/// The player page driver (`tests/browser/player.mjs`) and its JSON event lines.
+struct PlayerPage {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    _child: tokio::process::Child,
+}
+
+impl PlayerPage {
+    fn open(url: &str, prefix: &str, events: u32) -> PlayerPage {
+        use tokio::io::AsyncBufReadExt;
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("player");
+        let mut child = tokio::process::Command::new("node")
+            .current_dir(root())
+            .arg("tests/browser/player.mjs")
+            .arg(url)
+            .arg(&out)
+            .arg(prefix)
+            .arg(events.to_string())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node (installed by scripts/test)");
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        PlayerPage {
+            lines,
+            _child: child,
+        }
+    }
+
+    async fn next(&mut self, within: Duration) -> Value {
+        let line = tokio::time::timeout(within, self.lines.next_line())
+            .await
+            .expect("no state change on the player page in time")
+            .unwrap()
+            .expect("the player driver ended early");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let shot = std::fs::read(v["shot"].as_str().unwrap()).unwrap();
+        assert!(shot.starts_with(b"\x89PNG"), "a PNG screenshot");
+        v
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post("/streaming/streams", json!({"name": "player"}))
+        .await
+        .body;
+    let id = rec["id"].as_i64().unwrap();
+    let page = rec["iframe_url"].as_str().unwrap().to_owned();
+    assert_eq!(page, format!("{}/player/{id}", d.base));
+
+    // Not live: the page says so, and recovers by itself when the stream starts.
+    let mut p = PlayerPage::open(&page, "hls", 3);
+    let first = p.next(Duration::from_secs(30)).await;
+    assert_eq!(
+        (first["event"].as_str(), first["text"].as_str()),
+        (Some("offline"), Some("Offline")),
+        "{first}"
+    );
+    let mut ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let started = Instant::now();
+    let live = p.next(Duration::from_secs(60)).await;
+    println!(
+        "player page live {:?} after the push started: {live}",
+        started.elapsed()
+    );
+    assert_eq!(live["event"], "live", "{live}");
+    assert!(
+        live["t1"].as_f64().unwrap() >= live["t0"].as_f64().unwrap() + 2.0,
+        "video advancing: {live}"
+    );
+    assert!(live["w"].as_u64().unwrap() > 0, "{live}");
+    assert_eq!(live["sphere"], false, "regular projection is flat");
+    // The publisher leaves: offline again, with the latest screenshot as the poster.
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+    let stopped = Instant::now();
+    let off = p.next(Duration::from_secs(30)).await;
+    println!(
+        "player page offline {:?} after the push stopped",
+        stopped.elapsed()
+    );
+    assert_eq!(off["event"], "offline", "{off}");
+    assert!(
+        off["poster"].as_str().unwrap().contains("last.jpg"),
+        "poster: {off}"
+    );
+
+    // `?format=dash` plays through dash.js; a 360° projection renders on the WebGL sphere.
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "player-360", "projection": "vr360"}),
+        )
+        .await
+        .body;
+    let page = rec["iframe_url"].as_str().unwrap().to_owned();
+    let mut ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let mut p = PlayerPage::open(&format!("{page}?format=dash"), "dash-vr360", 2);
+    let mut live = p.next(Duration::from_secs(60)).await;
+    if live["event"] == "offline" {
+        live = p.next(Duration::from_secs(60)).await;
+    }
+    let _ = ffmpeg.kill();
+    let _ = ffmpeg.wait();
+    assert_eq!(live["event"], "live", "{live}");
+    assert!(
+        live["t1"].as_f64().unwrap() >= live["t0"].as_f64().unwrap() + 2.0,
+        "{live}"
+    );
+    if live["webgl"] == true {
+        assert_eq!(live["sphere"], true, "vr360 renders on the sphere: {live}");
+    } else {
+        println!("no WebGL in this Chromium: the 360° page fell back to flat video");
+    }
+    println!(
+        "screenshots: {}",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("player")
+            .display()
+    );
+}
