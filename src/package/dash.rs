@@ -28,14 +28,25 @@ fn segment_duration(r: &Rendition) -> Option<Duration> {
         .map(|s| s.duration())
 }
 
-/// When segment number 0 of `r` began: its newest segment's wall-clock start minus the
-/// segments before it (so the live edge lines up whatever happened earlier).
-fn availability_start(r: &Rendition, d: Duration) -> Option<OffsetDateTime> {
-    let s = r.segments().iter().rev().find(|s| s.complete)?;
-    Some(s.pdt - d * u32::try_from(s.msn).ok()?)
+/// When the epoch starting at `epoch_msn` began on the wall clock: the start of its newest
+/// segment in `r` minus the segments before it in that epoch (so the live edge lines up).
+fn epoch_start(r: &Rendition, epoch_msn: u64, d: Duration) -> Option<OffsetDateTime> {
+    let in_epoch = || {
+        r.segments()
+            .iter()
+            .rev()
+            .filter(|s| s.epoch_msn == epoch_msn)
+    };
+    let s = in_epoch()
+        .find(|s| s.complete)
+        .or_else(|| in_epoch().next())?;
+    Some(s.pdt - d * u32::try_from(s.msn - epoch_msn).ok()?)
 }
 
-/// Renders the MPD, or `None` until every rendition has a complete segment.
+/// Renders the MPD, or `None` until every rendition has a complete segment. Media time
+/// restarts at 0 with each pipeline epoch (a publisher reconnect), so each epoch is a Period
+/// whose `$Number$` addressing starts at the epoch's first sequence number; a main/backup or
+/// PULL source switch keeps media time going and stays within its Period.
 pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> Option<String> {
     let video: Vec<&Rendition> = pkg
         .renditions
@@ -49,7 +60,15 @@ pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> O
         .collect();
     let reference = video.first().or(audio.first())?;
     let ref_d = segment_duration(reference)?;
-    let ast = availability_start(reference, ref_d)?;
+    let mut epochs: Vec<u64> = reference.segments().iter().map(|s| s.epoch_msn).collect();
+    epochs.dedup();
+    let periods: Vec<(u64, OffsetDateTime)> = epochs
+        .into_iter()
+        .filter_map(|e| Some((e, epoch_start(reference, e, ref_d)?)))
+        .collect();
+    // The oldest listed epoch's start: a stream without reconnects has one Period at PT0S,
+    // which every client (ffmpeg's dashdec included) handles; later Periods start after it.
+    let ast = periods.first()?.1;
     let part = pkg.config.part;
     let window = pkg
         .dvr_window
@@ -76,72 +95,108 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
         latency_ms / 2,
         latency_ms * 4
     );
-    out.push_str("  <Period id=\"0\" start=\"PT0S\">\n");
-    for (set_id, (content, mime, group)) in [
-        ("video", "video/mp4", &video),
-        ("audio", "audio/mp4", &audio),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let Some(first) = group.first() else { continue };
-        let d = segment_duration(first).unwrap_or(ref_d);
-        let timescale: u64 = match first.kind {
-            RenditionKind::Audio { sample_rate, .. } => u64::from(sample_rate),
-            RenditionKind::Video { .. } => 1000,
-        };
-        let d_ts = (d.as_secs_f64() * timescale as f64).round() as u64;
-        // How early the segment being produced can be requested: all but its first part.
-        let ato = d.saturating_sub(part);
+    for (epoch, start) in periods {
+        let offset = (start - ast).max(time::Duration::ZERO);
         let _ = writeln!(
             out,
-            "    <AdaptationSet id=\"{set_id}\" contentType=\"{content}\" mimeType=\"{mime}\" segmentAlignment=\"true\" startWithSAP=\"1\">"
+            "  <Period id=\"{epoch}\" start=\"PT{}.{:03}S\">",
+            offset.whole_seconds(),
+            offset.subsec_milliseconds()
         );
-        let _ = writeln!(
-            out,
-            "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"0\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
-            utc_ms(ast)
-        );
-        let _ = writeln!(
-            out,
-            "      <SegmentTemplate timescale=\"{timescale}\" duration=\"{d_ts}\" startNumber=\"0\" media=\"$RepresentationID$/seg_$Number$.m4s\" initialization=\"$RepresentationID$/init_{}.mp4\" availabilityTimeOffset=\"{:.3}\" availabilityTimeComplete=\"false\"/>",
-            first.segments().back().map_or(0, |s| s.init_version),
-            ato.as_secs_f64()
-        );
-        for r in group {
-            let bw = r.peak_bitrate();
-            match r.kind {
-                RenditionKind::Video {
-                    width,
-                    height,
-                    frame_rate,
-                } => {
-                    let _ = writeln!(
-                        out,
-                        "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" width=\"{width}\" height=\"{height}\" frameRate=\"{}\" sar=\"1:1\"/>",
-                        r.name, r.codecs, frame_rate.round()
-                    );
-                }
-                RenditionKind::Audio {
-                    channels,
-                    sample_rate,
-                } => {
-                    let _ = writeln!(
-                        out,
-                        "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" audioSamplingRate=\"{sample_rate}\">\n        <AudioChannelConfiguration schemeIdUri=\"urn:mpeg:dash:23003:3:audio_channel_configuration:2011\" value=\"{channels}\"/>\n      </Representation>",
-                        r.name, r.codecs
-                    );
-                }
-            }
+        for (set_id, (content, mime, group)) in [
+            ("video", "video/mp4", &video),
+            ("audio", "audio/mp4", &audio),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let Some(first) = group.first() else { continue };
+            let Some(epoch_init) = first
+                .segments()
+                .iter()
+                .find(|s| s.epoch_msn == epoch)
+                .map(|s| s.init_version)
+            else {
+                continue; // this epoch had no such track
+            };
+            adaptation_set(
+                &mut out, set_id, content, mime, group, epoch, epoch_init, start, ref_d, part,
+                time_url,
+            );
         }
-        out.push_str("    </AdaptationSet>\n");
+        out.push_str("  </Period>\n");
     }
-    out.push_str("  </Period>\n");
     let _ = writeln!(
         out,
         "  <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n</MPD>"
     );
     Some(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn adaptation_set(
+    out: &mut String,
+    set_id: usize,
+    content: &str,
+    mime: &str,
+    group: &[&Rendition],
+    epoch: u64,
+    init_version: u32,
+    start: OffsetDateTime,
+    ref_d: Duration,
+    part: Duration,
+    time_url: &str,
+) {
+    let first = group[0];
+    let d = segment_duration(first).unwrap_or(ref_d);
+    let timescale: u64 = match first.kind {
+        RenditionKind::Audio { sample_rate, .. } => u64::from(sample_rate),
+        RenditionKind::Video { .. } => 1000,
+    };
+    let d_ts = (d.as_secs_f64() * timescale as f64).round() as u64;
+    // How early the segment being produced can be requested: all but its first part.
+    let ato = d.saturating_sub(part);
+    let _ = writeln!(
+        out,
+        "    <AdaptationSet id=\"{set_id}\" contentType=\"{content}\" mimeType=\"{mime}\" segmentAlignment=\"true\" startWithSAP=\"1\">"
+    );
+    let _ = writeln!(
+        out,
+        "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"0\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
+        utc_ms(start)
+    );
+    let _ = writeln!(
+        out,
+        "      <SegmentTemplate timescale=\"{timescale}\" duration=\"{d_ts}\" startNumber=\"{epoch}\" media=\"$RepresentationID$/seg_$Number$.m4s\" initialization=\"$RepresentationID$/init_{init_version}.mp4\" availabilityTimeOffset=\"{:.3}\" availabilityTimeComplete=\"false\"/>",
+        ato.as_secs_f64()
+    );
+    for r in group {
+        let bw = r.peak_bitrate();
+        match r.kind {
+            RenditionKind::Video {
+                width,
+                height,
+                frame_rate,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" width=\"{width}\" height=\"{height}\" frameRate=\"{}\" sar=\"1:1\"/>",
+                    r.name, r.codecs, frame_rate.round()
+                );
+            }
+            RenditionKind::Audio {
+                channels,
+                sample_rate,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{bw}\" audioSamplingRate=\"{sample_rate}\">\n        <AudioChannelConfiguration schemeIdUri=\"urn:mpeg:dash:23003:3:audio_channel_configuration:2011\" value=\"{channels}\"/>\n      </Representation>",
+                    r.name, r.codecs
+                );
+            }
+        }
+    }
+    out.push_str("    </AdaptationSet>\n");
 }
 
 /// The `/time` answer for `urn:mpeg:dash:utc:http-iso:2014`.
@@ -175,6 +230,7 @@ mod tests {
         for needle in [
             "type=\"dynamic\"",
             "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
+            "<Period id=\"0\" start=\"PT0.000S\">",
             "<Latency referenceId=\"0\" target=\"1500\"",
             "timeShiftBufferDepth=\"PT12.000S\"",
             "<SegmentTemplate timescale=\"1000\" duration=\"2000\" startNumber=\"0\"",
@@ -184,6 +240,43 @@ mod tests {
             "<Representation id=\"audio\" codecs=\"mp4a.40.2\"",
             "<ProducerReferenceTime",
             "<UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"http://h/time\"/>",
+        ] {
+            assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
+        }
+    }
+
+    #[test]
+    fn a_reconnect_starts_a_period_numbered_from_its_first_segment() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut pkg = StreamPackage::new(
+            PackagingConfig::default(),
+            vec![video_720p(3_000_000), stereo_audio(128_000)],
+        );
+        for i in 0..8u64 {
+            let t = t0 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 496, t));
+        }
+        // The publisher leaves; 30 s later a new epoch continues the numbering.
+        let next = pkg.renditions.iter().map(|r| r.next_msn()).max().unwrap();
+        for r in &mut pkg.renditions {
+            r.mark_discontinuity();
+            r.continue_after(next - 1);
+        }
+        let t1 = t0 + Duration::from_secs(34);
+        for i in 0..8u64 {
+            let t = t1 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 496, t));
+        }
+        let mpd = render_mpd(&pkg, t1 + Duration::from_secs(4), "http://h/time").unwrap();
+        assert_eq!(mpd.matches("<Period ").count(), 2, "{mpd}");
+        for needle in [
+            "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
+            "<Period id=\"0\" start=\"PT0.000S\">",
+            "<Period id=\"2\" start=\"PT34.000S\">",
+            "duration=\"2000\" startNumber=\"2\"",
+            "duration=\"95232\" startNumber=\"2\"",
         ] {
             assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
         }

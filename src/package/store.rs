@@ -90,6 +90,9 @@ pub struct Segment {
     pub init_version: u32,
     /// First segment after a publisher reconnect or source switch.
     pub discontinuity: bool,
+    /// The first sequence number of its pipeline epoch: media time restarts at 0 there (a
+    /// publisher reconnect); a source switch within an epoch keeps media time going.
+    pub epoch_msn: u64,
     pub complete: bool,
     /// Size once written to the data dir; its parts' bytes may then be dropped from memory.
     pub on_disk: Option<usize>,
@@ -198,6 +201,8 @@ pub struct Rendition {
     segments: VecDeque<Segment>,
     next_msn: u64,
     pending_discontinuity: bool,
+    /// First sequence number of the current epoch (see [`Segment::epoch_msn`]).
+    epoch_msn: u64,
     /// The first segment starting at or after this time carries EXT-X-DISCONTINUITY.
     discontinuity_from: Option<OffsetDateTime>,
     /// Discontinuities among the segments dropped from the store; the renderer adds those among
@@ -216,6 +221,7 @@ impl Rendition {
             segments: VecDeque::new(),
             next_msn: 0,
             pending_discontinuity: false,
+            epoch_msn: 0,
             discontinuity_from: None,
             discontinuity_sequence: 0,
         }
@@ -336,7 +342,11 @@ impl Rendition {
                 .discontinuity_from
                 .take_if(|t| part.pdt + DISCONTINUITY_SLACK >= *t)
                 .is_some();
-            let discontinuity = std::mem::take(&mut self.pending_discontinuity) || switched;
+            let new_epoch = std::mem::take(&mut self.pending_discontinuity);
+            if new_epoch || self.segments.is_empty() && self.next_msn == 0 {
+                self.epoch_msn = self.next_msn;
+            }
+            let discontinuity = new_epoch || switched;
             let init_version = self.current_init_version();
             self.segments.push_back(Segment {
                 msn: self.next_msn,
@@ -344,6 +354,7 @@ impl Rendition {
                 pdt: part.pdt,
                 init_version,
                 discontinuity,
+                epoch_msn: self.epoch_msn,
                 complete: false,
                 on_disk: None,
             });

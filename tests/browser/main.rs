@@ -249,6 +249,12 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
     assert!(live["w"].as_u64().unwrap() > 0, "{live}");
     assert_eq!(live["sphere"], false, "regular projection is flat");
     // The publisher leaves: offline again, with the latest screenshot as the poster.
+    let shot_url = rec["screenshot"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(&shot_url).await.unwrap().status() != reqwest::StatusCode::OK {
+        assert!(Instant::now() < deadline, "no screenshot while live");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let _ = ffmpeg.kill();
     let _ = ffmpeg.wait();
     let stopped = Instant::now();
@@ -264,14 +270,15 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
     );
 
     // `?format=dash` plays through dash.js; a 360° projection renders on the WebGL sphere.
-    let rec = d
-        .post(
-            "/streaming/streams",
-            json!({"name": "player-360", "projection": "vr360"}),
+    // The same stream again, within its grace period: a new pipeline epoch, which the MPD
+    // carries as a new Period (dash.js must follow it across the reconnect).
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"projection": "vr360"}}),
         )
-        .await
-        .body;
-    let page = rec["iframe_url"].as_str().unwrap().to_owned();
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
     let mut ffmpeg = push(rec["push_url"].as_str().unwrap());
     let mut p = PlayerPage::open(&format!("{page}?format=dash"), "dash-vr360", 2);
     let mut live = p.next(Duration::from_secs(60)).await;

@@ -33,6 +33,11 @@ try {
       poster: document.getElementById('poster').style.backgroundImage,
     }));
     if (s.state === 'offline' && last !== 'offline') {
+      // The poster loads asynchronously: give it a moment when the stream has screenshots.
+      for (let i = 0; i < 12 && !s.poster; i++) {
+        await new Promise((r) => setTimeout(r, 250));
+        s.poster = await page.evaluate(() => document.getElementById('poster').style.backgroundImage);
+      }
       const shot = path.join(outDir, `${prefix}-offline-${seen}.png`);
       await page.screenshot({ path: shot });
       emit({ event: 'offline', shot, ...s });
