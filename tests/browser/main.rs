@@ -4,6 +4,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/media.rs"]
+mod media;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -22,33 +24,11 @@ fn root() -> PathBuf {
 
 /// Creates a stream, pushes the 720p fixture in real time (~36 s), waits until it transcodes.
 async fn live_stream(d: &Daemon) -> (Value, Child) {
-    let fixture = root().join("fixtures/av-720p.flv");
-    if !fixture.exists() {
-        assert!(Command::new(root().join("scripts/make-fixtures"))
-            .status()
-            .unwrap()
-            .success());
-    }
     let rec = d
         .post("/streaming/streams", json!({"name": "browser"}))
         .await
         .body;
-    let ffmpeg = Command::new("ffmpeg")
-        .args([
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-re",
-            "-stream_loop",
-            "5",
-            "-i",
-        ])
-        .arg(&fixture)
-        .args(["-c", "copy", "-f", "flv"])
-        .arg(rec["push_url"].as_str().unwrap())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("ffmpeg");
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
     let id = rec["id"].as_i64().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while d.get(&format!("/streaming/streams/{id}")).await.body["transcoding_speed"].is_null() {
@@ -153,23 +133,9 @@ async fn dashjs_plays_the_ll_dash_stream() {
     );
 }
 
-/// ffmpeg pushing the 720p fixture to `push_url` in real time.
+/// ffmpeg pushing the 720p fixture to `push_url` in real time (~36 s).
 fn push(push_url: &str) -> Child {
-    Command::new("ffmpeg")
-        .args([
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-re",
-            "-stream_loop",
-            "5",
-            "-i",
-        ])
-        .arg(root().join("fixtures/av-720p.flv"))
-        .args(["-c", "copy", "-f", "flv", push_url])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("ffmpeg")
+    media::push(push_url, "av-720p.flv", 5)
 }
 
 /// The player page driver (`tests/browser/player.mjs`) and its JSON event lines.

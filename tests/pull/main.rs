@@ -284,39 +284,3 @@ async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit(
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(record(&d, id).await["active"], false);
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_rtmp_source_is_pulled() {
-    let _heavy = media::heavy().await;
-    let dir = tempdir();
-    let d = pull_daemon(dir.path(), &[]);
-    let port = free_port(false);
-    // ffmpeg as an RTMP server: it waits for one player, then sends the fixture.
-    let fixture = media::fixture("av-720p.flv");
-    let url = format!("rtmp://127.0.0.1:{port}/live/source");
-    let _server = ffmpeg(&[
-        "-i",
-        fixture.to_str().unwrap(),
-        "-c",
-        "copy",
-        "-f",
-        "flv",
-        "-listen",
-        "1",
-        &url,
-    ]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let started = Instant::now();
-    let rec = create(&d, json!({"name": "rtmp-pull", "pull": true, "uri": url})).await;
-    let id = rec["id"].as_i64().unwrap();
-    let live = wait_record(&d, id, Duration::from_secs(30), |r| {
-        r["live"] == true && !r["transcoding_speed"].is_null()
-    })
-    .await;
-    println!("RTMP PULL live after {:?}", started.elapsed());
-    assert_eq!(live["video_height"], 720, "{live}");
-    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
-    media::wait_segments(&master, 2).await;
-    let (_, text) = media::text(&master).await;
-    assert_eq!(media::master_playlist(&text).variants.len(), 3, "{text}");
-}
