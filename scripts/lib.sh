@@ -11,8 +11,9 @@ APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3
   gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
   gstreamer1.0-libav)
 # What the tests drive the daemon with: ffmpeg/ffprobe, headless Chromium (Node.js for the
-# browser drivers comes with ensure_node_modules), srt-live-transmit, gst-launch-1.0.
-TEST_APT_PACKAGES=(ffmpeg chromium srt-tools gstreamer1.0-tools)
+# browser drivers comes with ensure_node_modules), srt-live-transmit, gst-launch-1.0, and nginx
+# with its RTMP module as an RTMP server for the PULL tests.
+TEST_APT_PACKAGES=(ffmpeg chromium srt-tools gstreamer1.0-tools nginx-core libnginx-mod-rtmp)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,6 +1,6 @@
 //! PULL streams end to end: the daemon fetches a stream from the record's `uri` — here an SRT
-//! source (ffmpeg in listener mode) and a live HLS source (ffmpeg writing segments into a
-//! directory served over HTTP) — cycling round-robin: first source dead → live from the second;
+//! source (ffmpeg in listener mode), a live HLS source (ffmpeg writing segments into a
+//! directory served over HTTP) and an RTMP server (nginx-rtmp fed by ffmpeg) — cycling round-robin: first source dead → live from the second;
 //! the second stops → back to a restarted first, with a discontinuity. Deactivation stops the
 //! fetch at once, a `uri` edit takes effect without a restart, and a stream that receives
 //! nothing for the inactivity limit is deactivated.
@@ -283,4 +283,63 @@ async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit(
     // It stays off: the record is persisted, nothing restarts it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(record(&d, id).await["active"], false);
+}
+
+/// nginx with its RTMP module (Debian `libnginx-mod-rtmp`) as an RTMP server on `port`:
+/// encoders publish to `rtmp://127.0.0.1:{port}/live/{name}`, players play the same URL.
+fn rtmp_server(dir: &Path, port: u16) -> Proc {
+    let conf = dir.join("nginx.conf");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
+             daemon off;\nmaster_process off;\nworker_processes 1;\n\
+             pid {pid};\nerror_log {log} warn;\nevents {{ worker_connections 64; }}\n\
+             rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; }} }} }}\n",
+            pid = dir.join("nginx.pid").display(),
+            log = dir.join("error.log").display(),
+        ),
+    )
+    .unwrap();
+    let p = Proc(
+        Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("nginx (libnginx-mod-rtmp, installed by scripts/test)"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nginx-rtmp did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = pull_daemon(dir.path(), &[]);
+    let port = free_port(false);
+    let _server = rtmp_server(&dir.path().join("nginx"), port);
+    let url = format!("rtmp://127.0.0.1:{port}/live/source");
+    let _encoder = Proc(media::push(&url, "av-720p.flv", 5));
+    let started = Instant::now();
+    let rec = create(&d, json!({"name": "rtmp-pull", "pull": true, "uri": url})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let live = wait_record(&d, id, Duration::from_secs(30), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    println!("RTMP PULL live after {:?}", started.elapsed());
+    assert_eq!(live["video_height"], 720, "{live}");
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 2).await;
+    let (_, text) = media::text(&master).await;
+    assert_eq!(media::master_playlist(&text).variants.len(), 3, "{text}");
 }
