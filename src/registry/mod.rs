@@ -223,11 +223,7 @@ impl Registry {
             return Err(PublishError::Inactive(id));
         }
         self.wait_drained(id, Slot::Main, DRAIN_WAIT).await;
-        let taken = lock(&self.streams)
-            .get(&id)
-            .and_then(|e| e.session.as_ref())
-            .is_some_and(|s| s.closing || s.slots[Slot::Main.index()]);
-        if taken {
+        if self.slot_taken(id, Slot::Main) {
             return Err(PublishError::AlreadyLive(id));
         }
         self.start(row, Slot::Main, "pull").await
@@ -363,14 +359,19 @@ impl Registry {
         if self.evict_silent(id, slot) {
             self.wait_drained(id, slot, patience).await;
         }
-        let taken = lock(&self.streams)
-            .get(&id)
-            .and_then(|e| e.session.as_ref())
-            .is_some_and(|s| s.closing || s.slots[slot.index()]);
-        if taken {
+        if self.slot_taken(id, slot) {
             return Err(PublishError::AlreadyLive(id));
         }
         Ok(row)
+    }
+
+    /// Whether a publish to `slot` must be refused now: it has a publisher, or the session is
+    /// closing (its pipeline draining).
+    fn slot_taken(&self, id: i64, slot: Slot) -> bool {
+        lock(&self.streams)
+            .get(&id)
+            .and_then(|e| e.session.as_ref())
+            .is_some_and(|s| s.closing || s.slots[slot.index()])
     }
 
     /// A publisher holding `slot` without sending (a browser reloaded, an encoder that lost

@@ -103,6 +103,15 @@ fn hls_writer(dir: &Path) -> Proc {
     ])
 }
 
+/// Waits (bounded) until a local server accepts TCP connections on `port`.
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A static HTTP server for `dir` on 127.0.0.1.
 fn http_server(dir: &Path, port: u16) -> Proc {
     let p = Proc(
@@ -122,11 +131,7 @@ fn http_server(dir: &Path, port: u16) -> Proc {
             .spawn()
             .expect("python3"),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "http.server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listening(port, "http.server");
     p
 }
 
@@ -312,11 +317,7 @@ fn rtmp_server(dir: &Path, port: u16) -> Proc {
             .spawn()
             .expect("nginx (libnginx-mod-rtmp, installed by scripts/test)"),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nginx-rtmp did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listening(port, "nginx-rtmp");
     p
 }
 

@@ -221,9 +221,15 @@ async fn attempt(
     if let Err(e) = check_host(&url, config).await {
         return fail(e);
     }
-    let (source, mut events) = match source::start(id, uri, !config.allow_link_local) {
-        Ok(s) => s,
-        Err(e) => return fail(e),
+    // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
+    // off the async workers.
+    let (uri_owned, no_redirects) = (uri.to_owned(), !config.allow_link_local);
+    let started =
+        tokio::task::spawn_blocking(move || source::start(id, &uri_owned, no_redirects)).await;
+    let (source, mut events) = match started {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return fail(e),
+        Err(e) => return fail(format!("source start task: {e}")),
     };
     let mut adapter = TsToMedia::new();
     let mut delivered = false;
