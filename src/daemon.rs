@@ -309,7 +309,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     })
 }
 
-/// Top-level HTTP routing: health and OpenAPI are public, the API prefixes need a key.
+/// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
+/// key.
 async fn route(
     api: Arc<Api>,
     whip: Arc<crate::ingest::whip::Whip>,
@@ -335,6 +336,16 @@ async fn route(
             Response::builder()
                 .header(hyper::header::CONTENT_TYPE, "application/json")
                 .body(server::full(api::OPENAPI_JSON))
+                .expect("static response is valid"),
+        ),
+        "/metrics" if !api.keys.allows(req.headers()) => {
+            api::error_response(&ApiError::unauthorized())
+        }
+        "/metrics" => public(
+            Response::builder()
+                .header(hyper::header::CONTENT_TYPE, serve::metrics::CONTENT_TYPE)
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(server::full(serve::metrics::scrape(&api.registry)))
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.handle(req).await,

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use store::{PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, StreamPackage};
+pub use store::{
+    PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention, StreamPackage,
+};
 
 use std::path::{Path, PathBuf};
 

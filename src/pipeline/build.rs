@@ -20,11 +20,10 @@ use gstreamer_app::AppSrc;
 use time::OffsetDateTime;
 
 use super::ladder::{output_fps, part_duration, Ladder};
-use super::sink::{self, SpeedWindow};
+use super::sink;
 use super::{PipelineError, APPSRC_MAX_BYTES};
 use crate::media::{AudioConfig, H264Config};
 use crate::package::{PackagingConfig, Rendition, RenditionKind};
-use crate::registry::SharedStatus;
 
 /// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
 pub const X264_PRESET: &str = "veryfast";
@@ -67,6 +66,7 @@ impl Plan {
         audio: Option<&AudioConfig>,
         measured_fps: Option<f64>,
         packaging: PackagingConfig,
+        wall_base: OffsetDateTime,
     ) -> Plan {
         let fps = output_fps(measured_fps);
         let video_rungs = video
@@ -104,7 +104,7 @@ impl Plan {
             audio: audio.cloned(),
             video_rungs,
             audio_kbps: ladder.audio_kbps(),
-            wall_base: OffsetDateTime::now_utc(),
+            wall_base,
         }
     }
 
@@ -263,8 +263,7 @@ fn cmafmux(plan: &Plan) -> Result<gst::Element, PipelineError> {
 pub fn build(
     plan: &Plan,
     package: Arc<crate::package::Package>,
-    status: SharedStatus,
-    speed: Arc<Mutex<SpeedWindow>>,
+    meter: sink::Meter,
 ) -> Result<Built, PipelineError> {
     let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
     let renditions = plan.renditions();
@@ -277,7 +276,7 @@ pub fn build(
         install_renditions(&mut p.ts_renditions, ts_renditions);
     });
     // Metrics follow the first rendition (the top video rung, or audio).
-    let meter = Some((speed, status));
+    let meter = Some(meter);
     // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone.
     let ts_names: Vec<String> = if plan.video.is_some() {
         plan.video_rungs.iter().map(|r| r.name.clone()).collect()

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::media::{AudioConfig, Frame, H264Config, MediaMessage, TrackKind};
 use crate::package::Package;
-use crate::registry::{LiveStatus, SharedStatus};
+use crate::registry::{Counters, LiveStatus, SharedStatus};
 pub use ladder::{Ladder, Rung};
 
 /// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate.
@@ -67,6 +67,32 @@ struct Probe {
     frames: Vec<Frame>,
     /// Measured source frame rate.
     fps: Option<f64>,
+    /// When the first kept frame arrived, and its decode time: the wall clock of the media
+    /// timeline (probing holds frames for up to a second, which must not shift it).
+    first: Option<(time::OffsetDateTime, u64)>,
+}
+
+impl Probe {
+    /// Wall-clock time of decode time `base` (the pipeline's running time 0).
+    fn wall_time_of(&self, base: u64) -> time::OffsetDateTime {
+        let Some((at, dts)) = self.first else {
+            return time::OffsetDateTime::now_utc();
+        };
+        if base >= dts {
+            at + Duration::from_nanos(base - dts)
+        } else {
+            at - Duration::from_nanos(dts - base)
+        }
+    }
+}
+
+/// The stream a pipeline works for: where its parts go and what it reports.
+#[derive(Clone)]
+pub struct Stream {
+    pub id: i64,
+    pub package: Arc<Package>,
+    pub status: SharedStatus,
+    pub counters: Arc<Counters>,
 }
 
 async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, PipelineError> {
@@ -75,6 +101,7 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
         audio: None,
         frames: Vec::new(),
         fps: None,
+        first: None,
     };
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
     let mut seen_keyframe = false;
@@ -112,6 +139,8 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
                     }
                     seen_keyframe = true;
                 }
+                p.first
+                    .get_or_insert_with(|| (time::OffsetDateTime::now_utc(), f.dts));
                 p.frames.push(f);
             }
             // Nothing is out yet: a switch this early needs no mark.
@@ -154,17 +183,22 @@ pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
 
 /// Runs the stream's pipeline until the publisher leaves (the channel closes) or it fails.
 pub async fn run(
-    stream_id: i64,
+    stream: Stream,
     ladder: Ladder,
-    package: Arc<Package>,
-    status: SharedStatus,
     mut rx: mpsc::Receiver<MediaMessage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
+    let Stream {
+        id: stream_id,
+        package,
+        status,
+        counters,
+    } = stream;
     let Some(probe) = probe(&mut rx).await? else {
         return Ok(());
     };
     init()?;
+    let base = probe.frames.iter().map(|f| f.dts).min().unwrap_or(0);
     let plan = build::Plan::new(
         stream_id,
         &ladder,
@@ -172,6 +206,7 @@ pub async fn run(
         probe.audio.as_ref(),
         probe.fps,
         package.read(|p| p.config),
+        probe.wall_time_of(base),
     );
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
@@ -186,13 +221,15 @@ pub async fn run(
             ..LiveStatus::default()
         };
     }
-    let metrics = Arc::new(Mutex::new(sink::SpeedWindow::default()));
     let built = {
         let package = package.clone();
-        let status = status.clone();
-        let metrics = metrics.clone();
+        let meter = sink::Meter {
+            speed: Arc::new(Mutex::new(sink::SpeedWindow::default())),
+            status: status.clone(),
+            counters: counters.clone(),
+        };
         let plan = plan.clone();
-        tokio::task::spawn_blocking(move || build::build(&plan, package, status, metrics))
+        tokio::task::spawn_blocking(move || build::build(&plan, package, meter))
             .await
             .map_err(|e| PipelineError::Build(e.to_string()))??
     };
@@ -210,7 +247,8 @@ pub async fn run(
     let mut pusher = Pusher {
         video: built.video_src.clone(),
         audio: built.audio_src.clone(),
-        base: probe.frames.iter().map(|f| f.dts).min().unwrap_or(0),
+        base,
+        counters,
         fps_window: VecDeque::new(),
         status: status.clone(),
         package: package.clone(),
@@ -272,6 +310,7 @@ struct Pusher {
     /// Wall-clock time of running time 0 (the parts' EXT-X-PROGRAM-DATE-TIME base).
     wall_base: time::OffsetDateTime,
     stream_id: i64,
+    counters: Arc<Counters>,
     /// The audio codec the decoder was built for, and whether the current input uses it.
     audio_codec: Option<AudioConfig>,
     audio_usable: bool,
@@ -297,6 +336,10 @@ impl Pusher {
             if !f.keyframe {
                 b.set_flags(gst::BufferFlags::DELTA_UNIT);
             }
+        }
+        // A full appsrc drops its oldest buffer to take this one (it never blocks the ingest).
+        if src.current_level_bytes() + buffer.size() as u64 > APPSRC_MAX_BYTES {
+            Counters::add(&self.counters.frames_dropped, 1);
         }
         // Errors here mean the pipeline is flushing or gone; the bus reports why.
         let _ = src.push_buffer(buffer);
@@ -466,7 +509,14 @@ mod tests {
         let (tx, rx) = mpsc::channel(4096);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
-        let task = tokio::spawn(run(1, ladder, package.clone(), status.clone(), rx, stop));
+        let counters = Arc::<Counters>::default();
+        let stream = Stream {
+            id: 1,
+            package: package.clone(),
+            status: status.clone(),
+            counters: counters.clone(),
+        };
+        let task = tokio::spawn(run(stream, ladder, rx, stop));
         let send_all = |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
             let config = crate::media::codec::parse_avcc(avcc).unwrap();
             tx.try_send(MediaMessage::VideoConfig(config)).unwrap();
@@ -510,6 +560,20 @@ mod tests {
         );
         let s = status.lock().unwrap().clone();
         assert_eq!((s.video_width, s.video_height), (Some(640), Some(360)));
+        // Every part of the top rung was counted; nothing had to be dropped.
+        let parts: usize = package.read(|p| {
+            p.renditions[0]
+                .segments()
+                .iter()
+                .map(|s| s.parts.len())
+                .sum()
+        });
+        let published = Counters::get(&counters.parts_published);
+        assert!(
+            parts > 0 && published >= parts as u64,
+            "{published} counted, {parts} kept"
+        );
+        assert_eq!(Counters::get(&counters.frames_dropped), 0);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use gstreamer_app::AppSink;
 use time::OffsetDateTime;
 
 use crate::package::{Output, Package, PartIn};
-use crate::registry::SharedStatus;
+use crate::registry::{Counters, SharedStatus};
 
 /// Window over which `transcoding_speed` is measured.
 pub const SPEED_WINDOW: Duration = Duration::from_secs(10);
@@ -51,11 +51,39 @@ pub fn avc_codec_string(init: &[u8]) -> Option<String> {
     Some(format!("avc1.{:02x}{:02x}{:02x}", b[0], b[1], b[2]))
 }
 
+/// Where the first rendition's parts report the stream's speed, delay and counts.
+#[derive(Clone)]
+pub struct Meter {
+    pub speed: Arc<Mutex<SpeedWindow>>,
+    pub status: SharedStatus,
+    pub counters: Arc<Counters>,
+}
+
+impl Meter {
+    fn part_published(&self, media: Duration, media_end: OffsetDateTime) {
+        let value = self
+            .speed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(Instant::now(), media);
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .transcoding_speed = Some((value * 1000.0).round() / 1000.0);
+        let delay = OffsetDateTime::now_utc() - media_end;
+        Counters::add(&self.counters.parts_published, 1);
+        self.counters.output_delay_us.store(
+            delay.whole_microseconds().clamp(0, i128::from(u64::MAX)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
 pub fn appsink(
     package: Arc<Package>,
     index: usize,
     wall_base: OffsetDateTime,
-    meter: Option<(Arc<Mutex<SpeedWindow>>, SharedStatus)>,
+    meter: Option<Meter>,
 ) -> AppSink {
     let sink = AppSink::builder().sync(false).build();
     sink.set_property("buffer-list", true);
@@ -76,7 +104,7 @@ fn on_sample(
     package: &Package,
     index: usize,
     wall_base: OffsetDateTime,
-    meter: Option<&(Arc<Mutex<SpeedWindow>>, SharedStatus)>,
+    meter: Option<&Meter>,
 ) {
     let buffers: Vec<&gst::BufferRef> = match (sample.buffer_list(), sample.buffer()) {
         (Some(list), _) => list.iter().collect(),
@@ -120,7 +148,7 @@ fn on_sample(
             data: Bytes::from(std::mem::take(&mut data)),
         }
     });
-    let media = part.as_ref().map(|p| p.duration);
+    let media = part.as_ref().map(|p| (p.duration, p.pdt + p.duration));
     if let Some(init) = init {
         package.update(|p| {
             if let Some(r) = p.renditions.get_mut(index) {
@@ -134,15 +162,8 @@ fn on_sample(
     if let Some(part) = part {
         package.push(Output::Cmaf, index, part, false);
     }
-    if let (Some((speed, status)), Some(media)) = (meter, media) {
-        let value = speed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(Instant::now(), media);
-        status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .transcoding_speed = Some((value * 1000.0).round() / 1000.0);
+    if let (Some(meter), Some((media, media_end))) = (meter, media) {
+        meter.part_published(media, media_end);
     }
 }
 

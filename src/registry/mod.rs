@@ -5,6 +5,7 @@
 pub mod switch;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -79,6 +80,40 @@ pub enum PublishError {
 /// Shared, updated by the pipeline's threads, read by the API.
 pub type SharedStatus = Arc<Mutex<LiveStatus>>;
 
+/// Monotonic per-stream counters for `/metrics`, kept while the registry knows the stream
+/// (across reconnects within the grace period), updated without locks from the ingest, the
+/// input switch and the pipeline's threads.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Media frames received from publishers (main and backup).
+    pub frames_received: AtomicU64,
+    /// Frames lost because a queue between ingest and encoder was full: the pipeline fell
+    /// behind real time.
+    pub frames_dropped: AtomicU64,
+    /// Parts (CMAF chunks) published for the top rendition.
+    pub parts_published: AtomicU64,
+    /// Wall time from the ingest of the last frame of the newest part to its publication, µs;
+    /// assumes a publisher sending in real time, as live encoders do.
+    pub output_delay_us: AtomicU64,
+}
+
+impl Counters {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A live stream's state for `/metrics`.
+pub struct StreamMetrics {
+    pub id: i64,
+    pub status: LiveStatus,
+    pub counters: Arc<Counters>,
+}
+
 /// A new publisher for a running session: its slot and the media it will send.
 type Attach = (Slot, mpsc::Receiver<MediaMessage>);
 
@@ -102,6 +137,7 @@ struct Session {
 struct Entry {
     package: Arc<Package>,
     status: SharedStatus,
+    counters: Arc<Counters>,
     /// The publishing session; `None` while in the grace period or ended.
     session: Option<Session>,
     /// Bumped on every publish, so a stale timer or pipeline end cannot touch a newer session.
@@ -135,6 +171,7 @@ pub struct Publisher {
     pub stream_id: i64,
     tx: mpsc::Sender<MediaMessage>,
     pub dropped: u64,
+    counters: Arc<Counters>,
 }
 
 impl Publisher {
@@ -146,10 +183,17 @@ impl Publisher {
 
     /// Never blocks the connection: a full queue drops the message and counts it.
     pub fn send(&mut self, msg: MediaMessage) -> bool {
+        let frame = matches!(msg, MediaMessage::Frame(_));
+        if frame {
+            Counters::add(&self.counters.frames_received, 1);
+        }
         match self.tx.try_send(msg) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.dropped += 1;
+                if frame {
+                    Counters::add(&self.counters.frames_dropped, 1);
+                }
                 true
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -243,6 +287,20 @@ impl Registry {
 
     pub fn packaging(&self) -> PackagingConfig {
         self.packaging
+    }
+
+    /// Every stream the registry holds (live or in its grace period), by id.
+    pub fn metrics(&self) -> Vec<StreamMetrics> {
+        let mut all: Vec<StreamMetrics> = lock(&self.streams)
+            .iter()
+            .map(|(&id, e)| StreamMetrics {
+                id,
+                status: lock(&e.status).clone(),
+                counters: e.counters.clone(),
+            })
+            .collect();
+        all.sort_by_key(|m| m.id);
+        all
     }
 
     pub fn status(&self, id: i64) -> LiveStatus {
@@ -456,10 +514,11 @@ impl Registry {
         let ladder = Ladder::from_set(self.quality_sets.get(set_id).expect("resolved above"));
 
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        let publisher = Publisher {
+        let publisher = |counters| Publisher {
             stream_id: id,
             tx,
             dropped: 0,
+            counters,
         };
         let (pipe_tx, pipe_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (control_tx, control_rx) = mpsc::channel(4);
@@ -473,11 +532,12 @@ impl Registry {
         };
         // Everything from here to the insert happens under one lock, so a main and a backup
         // publishing at the same moment end up in one session.
-        let (package, status, epoch) = {
+        let (package, status, counters, epoch) = {
             let mut streams = lock(&self.streams);
             match streams.get_mut(&id) {
                 Some(Entry {
                     session: Some(running),
+                    counters,
                     ..
                 }) => {
                     if running.closing || running.slots[slot.index()] {
@@ -488,9 +548,10 @@ impl Registry {
                         .try_send(Control::Attach((slot, rx)))
                         .map_err(|_| PublishError::AlreadyLive(id))?;
                     running.slots[slot.index()] = true;
+                    let counters = counters.clone();
                     drop(streams);
                     self.slot_started(id, slot, protocol);
-                    return Ok(publisher);
+                    return Ok(publisher(counters));
                 }
                 Some(e) => {
                     // A reconnect within the grace period: same package, new epoch.
@@ -498,23 +559,30 @@ impl Registry {
                     e.epoch += 1;
                     e.stop = stop_tx;
                     e.package.update(|p| p.ended = false);
-                    (e.package.clone(), e.status.clone(), e.epoch)
+                    (
+                        e.package.clone(),
+                        e.status.clone(),
+                        e.counters.clone(),
+                        e.epoch,
+                    )
                 }
                 None => {
                     let package =
                         Arc::new(Package::new(StreamPackage::new(self.packaging, vec![])));
                     let status = SharedStatus::default();
+                    let counters = Arc::<Counters>::default();
                     streams.insert(
                         id,
                         Entry {
                             package: package.clone(),
                             status: status.clone(),
+                            counters: counters.clone(),
                             session: Some(session),
                             epoch: 1,
                             stop: stop_tx,
                         },
                     );
-                    (package, status, 1)
+                    (package, status, counters, 1)
                 }
             }
         };
@@ -532,16 +600,22 @@ impl Registry {
         tracing::info!(stream = id, epoch, "session started");
 
         let registry = self.clone();
-        let inputs = tokio::spawn(self.clone().run_inputs(
+        let publisher = publisher(counters.clone());
+        let stream = pipeline::Stream {
             id,
+            package,
+            status,
+            counters,
+        };
+        let inputs = tokio::spawn(self.clone().run_inputs(
+            stream.clone(),
             epoch,
             (slot, rx),
             control_rx,
             pipe_tx,
-            status.clone(),
         ));
         let task = tokio::spawn(async move {
-            let result = pipeline::run(id, ladder, package, status.clone(), pipe_rx, stop).await;
+            let result = pipeline::run(stream, ladder, pipe_rx, stop).await;
             if let Err(e) = &result {
                 tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
             }
@@ -575,13 +649,18 @@ impl Registry {
     /// pipeline ends. Never blocks a publisher: a full pipeline queue drops and counts.
     async fn run_inputs(
         self: Arc<Self>,
-        id: i64,
+        stream: pipeline::Stream,
         epoch: u64,
         first: Attach,
         mut control_rx: mpsc::Receiver<Control>,
         pipe: mpsc::Sender<MediaMessage>,
-        status: SharedStatus,
     ) {
+        let pipeline::Stream {
+            id,
+            status,
+            counters,
+            ..
+        } = stream;
         async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
             match rx {
                 Some(rx) => rx.recv().await,
@@ -642,8 +721,12 @@ impl Registry {
                         MediaMessage::Discontinuity { at }
                     }
                 };
+                let frame = matches!(msg, MediaMessage::Frame(_));
                 if pipe.try_send(msg).is_err() {
                     dropped += 1;
+                    if frame {
+                        Counters::add(&counters.frames_dropped, 1);
+                    }
                 }
             }
             let receiving = (

@@ -1,6 +1,7 @@
 //! Media delivery over HTTP: LL-HLS playlists (with blocking reload), init segments, parts and
 //! segments from the registry's packages; CORS for browsers, byte ranges, cache headers.
 
+pub mod metrics;
 pub mod player;
 
 use std::sync::Arc;
@@ -456,6 +457,27 @@ async fn master(package: &Package) -> Response<Body> {
     }
 }
 
+/// A blocking media playlist request's answer if it can be given now: the playlist, or a
+/// refusal of a request too far ahead; `None` while it must wait for the store to change.
+pub fn media_playlist_now(
+    p: &StreamPackage,
+    name: &str,
+    q: &hls::MediaQuery,
+) -> Option<Result<String, StatusCode>> {
+    let r = p.rendition(name)?;
+    let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
+    match hls::readiness(r, p.ended, q, pps.max(1)) {
+        Readiness::Ready => Some(Ok(hls::render_media(
+            p,
+            r,
+            q.skip,
+            p.ended && p.endlist_tag,
+        ))),
+        Readiness::Wait => None,
+        Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
+    }
+}
+
 async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Response<Body> {
     let q = match hls::parse_query(query) {
         Ok(q) => q,
@@ -470,21 +492,10 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
     if package.read(|p| p.rendition(name).is_none()) {
         return not_found();
     }
-    let render = |p: &StreamPackage| -> Option<Result<String, StatusCode>> {
-        let r = p.rendition(name)?;
-        let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
-        match hls::readiness(r, p.ended, &q, pps.max(1)) {
-            Readiness::Ready => Some(Ok(hls::render_media(
-                p,
-                r,
-                q.skip,
-                p.ended && p.endlist_tag,
-            ))),
-            Readiness::Wait => None,
-            Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
-        }
-    };
-    match package.wait_for(timeout(package), render).await {
+    match package
+        .wait_for(timeout(package), |p| media_playlist_now(p, name, &q))
+        .await
+    {
         Some(Ok(text)) => playlist_response(text),
         Some(Err(_)) => plain(
             StatusCode::BAD_REQUEST,

@@ -184,6 +184,54 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     let head = part.bytes().await.unwrap();
     assert!(&head[4..8] == b"styp" || &head[4..8] == b"moof", "{head:?}");
 
+    // PROGRAM-DATE-TIME is the wall clock at ingest: the stream's first media (segment 0)
+    // entered when the publish started, not after the pipeline's probing second.
+    let started = time::OffsetDateTime::parse(
+        live["started_at_primary"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let first = &pl.segments[0];
+    let pdt = first.program_date_time.unwrap();
+    let pdt0 =
+        time::OffsetDateTime::from_unix_timestamp_nanos(pdt.timestamp_nanos_opt().unwrap() as i128)
+            .unwrap()
+            - Duration::from_secs(2 * pl.media_sequence);
+    let offset = (pdt0 - started).as_seconds_f64();
+    assert!(
+        (-0.1..0.2).contains(&offset),
+        "segment 0 starts {offset:.3} s after the publish started"
+    );
+
+    // /metrics: a scraper's view of the same stream, read by an independent parser.
+    let unauthorized = reqwest::get(d.url("/metrics")).await.unwrap();
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+    let before = scrape(&d).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = scrape(&d).await;
+    let stream = id.to_string();
+    let at = |s: &prometheus_parse::Scrape, name: &str| sample(s, name, Some(&stream));
+    assert_eq!(at(&after, "livepack_stream_live"), 1.0);
+    assert!(
+        at(&after, "livepack_stream_frames_received_total")
+            > at(&before, "livepack_stream_frames_received_total") + 60.0,
+        "1.5 s of 30 fps video and audio frames arrived"
+    );
+    assert!(
+        at(&after, "livepack_stream_parts_published_total")
+            >= at(&before, "livepack_stream_parts_published_total") + 2.0
+    );
+    assert_eq!(at(&after, "livepack_stream_frames_dropped_total"), 0.0);
+    let speed = at(&after, "livepack_stream_transcoding_speed");
+    assert!((0.9..1.2).contains(&speed), "speed {speed}");
+    let delay = at(&after, "livepack_stream_output_delay_seconds");
+    assert!((0.0..3.0).contains(&delay), "output delay {delay} s");
+    assert!(sample(&after, "process_resident_memory_bytes", None) > 10e6);
+    assert!(sample(&after, "process_open_fds", None) > 3.0);
+    assert!(sample(&after, "process_cpu_seconds_total", None) > 0.0);
+    assert!(sample(&after, "livepack_tasks", None) > 0.0);
+    assert_eq!(sample(&after, "livepack_streams", None), 1.0);
+
     // The publisher ends: the record goes off air; after the grace period the playlist ends.
     let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
     assert!(ok, "ffmpeg failed: {err}");
@@ -192,6 +240,31 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     assert_eq!(ended["started_at_primary"], live["started_at_primary"]);
     let ended = wait_endlist(&format!("{base}720p/index.m3u8")).await;
     assert!(!ended.contains("PRELOAD-HINT"));
+}
+
+async fn scrape(d: &Daemon) -> prometheus_parse::Scrape {
+    let text = reqwest::Client::new()
+        .get(d.url("/metrics"))
+        .header("authorization", format!("apikey {}", d.key))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+}
+
+/// The value of `name` (for one stream, if given); panics when it is missing.
+fn sample(s: &prometheus_parse::Scrape, name: &str, stream: Option<&str>) -> f64 {
+    let found = s
+        .samples
+        .iter()
+        .find(|x| x.metric == name && stream.is_none_or(|id| x.labels.get("stream") == Some(id)));
+    match found.map(|x| &x.value) {
+        Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v)) => *v,
+        other => panic!("{name} {stream:?}: {other:?}"),
+    }
 }
 
 #[tokio::test]

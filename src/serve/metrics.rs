@@ -1,0 +1,261 @@
+//! `/metrics`: the process and every stream the registry holds, in the Prometheus text format
+//! (0.0.4), for scrapers, the load bench and the soak script.
+
+use std::fmt::Write;
+
+use crate::registry::{Counters, Registry, StreamMetrics};
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What `/proc/self` says about the process; `None` where it cannot be read (not Linux).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessStats {
+    pub resident_bytes: Option<u64>,
+    pub cpu_seconds: Option<f64>,
+    pub open_fds: Option<u64>,
+    pub threads: Option<u64>,
+}
+
+impl ProcessStats {
+    pub fn read() -> ProcessStats {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        // utime and stime are fields 14 and 15, counted after the parenthesised command name
+        // (which may itself hold spaces); the kernel reports them in USER_HZ, fixed at 100.
+        let cpu_seconds = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                let after = s.rsplit_once(')')?.1;
+                let f: Vec<&str> = after.split_whitespace().collect();
+                let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+                Some(ticks as f64 / 100.0)
+            });
+        ProcessStats {
+            resident_bytes: field("VmRSS:").map(|kib| kib * 1024),
+            cpu_seconds,
+            open_fds: std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|d| d.count() as u64),
+            threads: field("Threads:"),
+        }
+    }
+}
+
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.out, "{name}{labels} {value}");
+    }
+
+    fn single(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        value: Option<impl std::fmt::Display>,
+    ) {
+        if let Some(v) = value {
+            self.header(name, kind, help);
+            self.sample(name, "", v);
+        }
+    }
+
+    /// One family with a sample per stream; streams without a value are left out.
+    fn per_stream<V: std::fmt::Display>(
+        &mut self,
+        streams: &[StreamMetrics],
+        name: &str,
+        kind: &str,
+        help: &str,
+        value: impl Fn(&StreamMetrics) -> Option<V>,
+    ) {
+        self.header(name, kind, help);
+        for s in streams {
+            if let Some(v) = value(s) {
+                self.sample(name, &format!("{{stream=\"{}\"}}", s.id), v);
+            }
+        }
+    }
+}
+
+/// The whole exposition.
+pub fn render(streams: &[StreamMetrics], process: ProcessStats, tasks: Option<usize>) -> String {
+    let mut out = String::with_capacity(1024 + streams.len() * 512);
+    let mut f = Family { out: &mut out };
+    f.single(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        process.resident_bytes,
+    );
+    f.single(
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent, in seconds.",
+        process.cpu_seconds,
+    );
+    f.single(
+        "process_open_fds",
+        "gauge",
+        "Open file descriptors (sockets, files, pipes).",
+        process.open_fds,
+    );
+    f.single(
+        "process_threads",
+        "gauge",
+        "OS threads (async workers, GStreamer streaming threads, blocking pool).",
+        process.threads,
+    );
+    f.single(
+        "livepack_tasks",
+        "gauge",
+        "Tokio tasks alive (connections, sessions, timers).",
+        tasks,
+    );
+    f.single(
+        "livepack_streams",
+        "gauge",
+        "Streams with a live publisher or in their grace period.",
+        Some(streams.len()),
+    );
+    let flag = |b: bool| Some(u8::from(b));
+    f.per_stream(
+        streams,
+        "livepack_stream_live",
+        "gauge",
+        "1 while the main input is receiving media.",
+        |s| flag(s.status.live),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_backup_live",
+        "gauge",
+        "1 while the backup input is receiving media.",
+        |s| flag(s.status.backup_live),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_transcoding_speed",
+        "gauge",
+        "Media time produced per wall time over the last 10 s (1 = real time).",
+        |s| s.status.transcoding_speed,
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_frame_rate",
+        "gauge",
+        "Measured source frame rate.",
+        |s| s.status.frame_rate,
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_frames_received_total",
+        "counter",
+        "Media frames received from the stream's publishers.",
+        |s| Some(Counters::get(&s.counters.frames_received)),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_frames_dropped_total",
+        "counter",
+        "Frames dropped because the pipeline fell behind real time (a full queue).",
+        |s| Some(Counters::get(&s.counters.frames_dropped)),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_parts_published_total",
+        "counter",
+        "LL-HLS parts (CMAF chunks) published for the top rendition.",
+        |s| Some(Counters::get(&s.counters.parts_published)),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_output_delay_seconds",
+        "gauge",
+        "From the ingest of the newest part's last frame to the part's publication.",
+        |s| {
+            (Counters::get(&s.counters.parts_published) > 0)
+                .then(|| Counters::get(&s.counters.output_delay_us) as f64 / 1e6)
+        },
+    );
+    out
+}
+
+/// The exposition of `registry` now.
+pub fn scrape(registry: &Registry) -> String {
+    let tasks = tokio::runtime::Handle::try_current()
+        .ok()
+        .map(|h| h.metrics().num_alive_tasks());
+    render(&registry.metrics(), ProcessStats::read(), tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::LiveStatus;
+    use std::sync::Arc;
+
+    #[test]
+    fn families_are_typed_and_streams_labelled() {
+        let counters = Arc::new(Counters::default());
+        Counters::add(&counters.frames_received, 90);
+        Counters::add(&counters.parts_published, 6);
+        counters
+            .output_delay_us
+            .store(612_000, std::sync::atomic::Ordering::Relaxed);
+        let streams = [StreamMetrics {
+            id: 7,
+            status: LiveStatus {
+                live: true,
+                transcoding_speed: Some(1.002),
+                ..LiveStatus::default()
+            },
+            counters,
+        }];
+        let text = render(
+            &streams,
+            ProcessStats {
+                resident_bytes: Some(4096),
+                ..ProcessStats::default()
+            },
+            Some(12),
+        );
+        for line in [
+            "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 4096\n",
+            "livepack_tasks 12\n",
+            "livepack_streams 1\n",
+            "livepack_stream_live{stream=\"7\"} 1\n",
+            "livepack_stream_backup_live{stream=\"7\"} 0\n",
+            "livepack_stream_transcoding_speed{stream=\"7\"} 1.002\n",
+            "# TYPE livepack_stream_frames_received_total counter\nlivepack_stream_frames_received_total{stream=\"7\"} 90\n",
+            "livepack_stream_output_delay_seconds{stream=\"7\"} 0.612\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        // Unknown values are left out rather than reported as zero.
+        assert!(!text.contains("process_cpu_seconds_total"));
+        assert!(!text.contains("livepack_stream_frame_rate{"));
+    }
+
+    #[test]
+    fn this_process_is_readable() {
+        let p = ProcessStats::read();
+        assert!(p.resident_bytes.unwrap() > 0);
+        assert!(p.open_fds.unwrap() >= 3);
+        assert!(p.threads.unwrap() >= 1);
+        assert!(p.cpu_seconds.unwrap() >= 0.0);
+    }
+}
