@@ -1,0 +1,203 @@
+"""Shared pieces of the bench scripts: the release daemon on loopback, its API and /metrics,
+ffmpeg pushes of the recorded fixtures, /proc readings, and a follower that times LL-HLS parts.
+"""
+import json, os, re, resource, subprocess, tempfile, threading, time, urllib.request
+from datetime import datetime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEY = "bench-key"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def prepare():
+    """Fixtures generated, release daemon built (both no-ops when already done)."""
+    subprocess.run([os.path.join(ROOT, "scripts/make-fixtures")], check=True)
+    subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+
+
+def iso(s):
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def get(url, timeout=10):
+    req = urllib.request.Request(url, headers={"Authorization": f"apikey {KEY}"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def percentile(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class Daemon:
+    """The release daemon on loopback ports, its data in a fresh temporary directory."""
+
+    def __init__(self, **env):
+        self.data = tempfile.mkdtemp(prefix="livepack-bench-")
+        full = dict(os.environ, LIVEPACK_HTTP_ADDR="127.0.0.1:0", LIVEPACK_RTMP_ADDR="127.0.0.1:0",
+                    LIVEPACK_RTMPS_ADDR="127.0.0.1:0", LIVEPACK_SRT_ADDR="127.0.0.1:0",
+                    LIVEPACK_WHIP_UDP_ADDRS="127.0.0.1:0", LIVEPACK_DATA_DIR=self.data,
+                    LIVEPACK_API_KEYS=KEY, RUST_LOG="warn")
+        full.update(env)
+        self.proc = subprocess.Popen([os.path.join(ROOT, "target/release/livepack")], env=full,
+                                     stdout=subprocess.PIPE, text=True)
+        banner = {}
+        for line in self.proc.stdout:
+            k, _, v = line.strip().partition(": ")
+            banner[k] = v
+            if k == "try":
+                break
+        if "http" not in banner:
+            raise RuntimeError("the daemon did not start")
+        self.base = "http://" + banner["http"]
+        self.pid = self.proc.pid
+
+    def api(self, path, body=None, method=None):
+        req = urllib.request.Request(self.base + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"apikey {KEY}",
+                                              "content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+
+    def create(self, **fields):
+        return self.api("/streaming/streams", fields)
+
+    def metrics(self):
+        """/metrics as {(name, stream id or None): value}."""
+        out = {}
+        for line in get(self.base + "/metrics").splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r'^([a-z_]+)(?:\{stream="(\d+)"\})? (\S+)$', line)
+            if m:
+                out[(m.group(1), int(m.group(2)) if m.group(2) else None)] = float(m.group(3))
+        return out
+
+    def cpu_seconds(self):
+        return cpu_seconds(self.pid)
+
+    def rss_mib(self):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def push(url, fixture, seconds):
+    """ffmpeg replaying fixtures/{fixture}.flv over RTMP or .ts over SRT at real-time speed for at
+    least `seconds` (the clip loops)."""
+    srt = url.startswith("srt://")
+    path = os.path.join(ROOT, "fixtures", fixture + (".ts" if srt else ".flv"))
+    clip = float(subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
+                                 "csv=p=0", path], capture_output=True, text=True, check=True).stdout)
+    loops = int(seconds / clip) + 1
+    return subprocess.Popen(["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop",
+                             str(loops), "-i", path, "-c", "copy", "-f", "mpegts" if srt else "flv", url],
+                            stdin=subprocess.DEVNULL)
+
+
+def wait_started(daemon, stream_id, timeout=20):
+    """The record's started_at_primary (when the publish was accepted) as a Unix time."""
+    end = time.time() + timeout
+    while time.time() < end:
+        r = daemon.api(f"/streaming/streams/{stream_id}")
+        if r["started_at_primary"] and r["live"]:
+            return iso(r["started_at_primary"])
+        time.sleep(0.05)
+    raise RuntimeError(f"stream {stream_id} did not go live")
+
+
+class PartFollower(threading.Thread):
+    """Follows one rendition's LL-HLS playlist with blocking requests (_HLS_msn/_HLS_part) and
+    records, for every part, how long after its last frame entered the ingest socket it became
+    fetchable. Frame arrival is modelled by the pusher's real-time pacing: ffmpeg -re sends media
+    time t at `started + t`, `started` being the publish acceptance (the record's
+    started_at_primary); a part's media end is its segment's PROGRAM-DATE-TIME relative to the
+    first segment seen plus the part durations before it and its own."""
+
+    def __init__(self, playlist, started, until, fps=30):
+        super().__init__(daemon=True)
+        self.playlist, self.started, self.until, self.fps = playlist, started, until, fps
+        self.samples = []  # (wall time fetchable, delay s, part duration s)
+        self.errors = 0
+
+    def run(self):
+        text = ""
+        for _ in range(150):
+            try:
+                text = get(self.playlist)
+                if "part_" in text:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.2)
+        first_pdt = self.first_segment_pdt(text)
+        msn, part = None, None
+        while time.time() < self.until:
+            if msn is None:
+                m = re.findall(r'part_(\d+)_(\d+)\.m4s', text)
+                if not m:
+                    return
+                msn, part = int(m[-1][0]), int(m[-1][1]) + 1
+            try:
+                text = get(f"{self.playlist}?_HLS_msn={msn}&_HLS_part={part}", timeout=15)
+            except Exception:
+                self.errors += 1
+                msn = None
+                time.sleep(0.2)
+                continue
+            now = time.time()
+            name = f"part_{msn}_{part}.m4s"
+            if name not in text:
+                msn, part = msn + 1, 0  # the segment closed: the next segment's first part
+                continue
+            seg_pdt, offset, dur = None, 0.0, None
+            for line in text.splitlines():
+                if line.startswith("#EXT-X-PROGRAM-DATE-TIME:"):
+                    seg_pdt, offset = iso(line.split(":", 1)[1]), 0.0
+                elif line.startswith("#EXT-X-PART:"):
+                    d = float(re.search(r"DURATION=([\d.]+)", line).group(1))
+                    if f'URI="{name}"' in line:
+                        dur = d
+                        break
+                    offset += d
+            if dur is not None and seg_pdt is not None and first_pdt is not None:
+                media_end = seg_pdt - first_pdt + offset + dur
+                arrived = self.started + media_end - 1 / self.fps
+                self.samples.append((now, now - arrived, dur))
+            part += 1
+
+    @staticmethod
+    def first_segment_pdt(text):
+        """PDT of media sequence 0, from the first listed segment (2-4 s segments, numbered from
+        0 on a fresh stream): the first segment may already have left a short playlist."""
+        seq = re.search(r"#EXT-X-MEDIA-SEQUENCE:(\d+)", text)
+        pdt = re.search(r"#EXT-X-PROGRAM-DATE-TIME:(\S+)", text)
+        if not seq or not pdt:
+            return None
+        before = 0.0
+        if int(seq.group(1)) > 0:
+            durations = [float(x) for x in re.findall(r"#EXTINF:([\d.]+)", text)]
+            before = int(seq.group(1)) * (durations[0] if durations else 2.0)
+        return iso(pdt.group(1)) - before
