@@ -55,18 +55,47 @@ impl Args {
     }
 }
 
-/// The WebRTC stack (crates `rtc*`) warns about normal start-up races (SRTP packets before
-/// the DTLS keys, ICE checks before candidates): quiet unless the filter names it.
-const WEBRTC_QUIET: &str = "rtc=error,rtc_ice=error,rtc_dtls=error,rtc_srtp=error,webrtc=error";
+/// Dependencies whose warnings are not ours to show: the WebRTC stack (crates `rtc*`) warns
+/// about normal start-up races (SRTP packets before the DTLS keys, ICE checks before
+/// candidates); srt-protocol warns once per packet still queued when a peer closes (thousands
+/// of lines per disconnect), which the SRT listener reports in one line. Each stays at `error`
+/// unless the filter names it.
+const QUIET: &[(&str, &str)] = &[
+    (
+        "rtc",
+        "rtc=error,rtc_ice=error,rtc_dtls=error,rtc_srtp=error,webrtc=error",
+    ),
+    ("srt", "srt_protocol=error,srt_tokio=error"),
+];
 
 fn log_filter(env: Option<String>) -> String {
-    let base = env
+    let mut filter = env
         .filter(|f| !f.trim().is_empty())
         .unwrap_or_else(|| "info".into());
-    if base.contains("rtc") {
-        base
-    } else {
-        format!("{base},{WEBRTC_QUIET}")
+    let named = filter.clone();
+    for (name, quiet) in QUIET {
+        if !named.contains(name) {
+            filter = format!("{filter},{quiet}");
+        }
+    }
+    filter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noisy_dependencies_stay_quiet_unless_named() {
+        let f = log_filter(None);
+        assert!(
+            f.starts_with("info,")
+                && f.contains("webrtc=error")
+                && f.contains("srt_protocol=error")
+        );
+        let f = log_filter(Some("debug,srt_protocol=trace".into()));
+        assert!(f.contains("srt_protocol=trace") && !f.contains("srt_protocol=error"));
+        assert!(f.contains("rtc_ice=error"));
     }
 }
 
