@@ -148,66 +148,76 @@ fn blocking_reload(c: &mut Criterion) {
     let data = Bytes::from(vec![0u8; PART_BYTES]);
     let mut group = c.benchmark_group("blocking_reload");
     group.sample_size(20);
-    group.bench_function("1000 waiters: part lands → all answered", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let package = Arc::new(Package::new(stream(40, None)));
-                let (msn, idx) = package.read(|p| p.renditions[0].last_part().expect("parts"));
-                let (next_msn, next_part) = if idx + 1 < PARTS_PER_SEGMENT as usize {
-                    (msn, idx + 1)
-                } else {
-                    (msn + 1, 0)
-                };
-                let q = MediaQuery {
-                    msn: Some(next_msn),
-                    part: Some(next_part as u64),
-                    skip: false,
-                };
-                let ready = Arc::new(tokio::sync::Barrier::new(WAITERS + 1));
-                let handles: Vec<_> = (0..WAITERS)
-                    .map(|_| {
-                        let package = package.clone();
-                        let ready = ready.clone();
-                        runtime.spawn(async move {
-                            ready.wait().await;
-                            package
-                                .wait_for(Duration::from_secs(6), |p| {
-                                    media_playlist_now(p, "720p", &q)
+    let cases = [
+        ("live window", 40, None),
+        ("DVR 1 h", 2 * 3600 * 2, Some(Duration::from_secs(3600))),
+    ];
+    for (label, parts, dvr) in cases {
+        group.bench_function(
+            format!("1000 waiters, {label}: part lands → all answered"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let package = Arc::new(Package::new(stream(parts, dvr)));
+                        let (msn, idx) =
+                            package.read(|p| p.renditions[0].last_part().expect("parts"));
+                        let (next_msn, next_part) = if idx + 1 < PARTS_PER_SEGMENT as usize {
+                            (msn, idx + 1)
+                        } else {
+                            (msn + 1, 0)
+                        };
+                        let q = MediaQuery {
+                            msn: Some(next_msn),
+                            part: Some(next_part as u64),
+                            skip: false,
+                        };
+                        let ready = Arc::new(tokio::sync::Barrier::new(WAITERS + 1));
+                        let handles: Vec<_> = (0..WAITERS)
+                            .map(|_| {
+                                let package = package.clone();
+                                let ready = ready.clone();
+                                runtime.spawn(async move {
+                                    ready.wait().await;
+                                    package
+                                        .wait_for(Duration::from_secs(6), |p| {
+                                            media_playlist_now(p, "720p", &q)
+                                        })
+                                        .await
+                                        .expect("answered")
+                                        .expect("a playlist")
+                                        .len()
                                 })
-                                .await
-                                .expect("answered")
-                                .expect("a playlist")
-                                .len()
-                        })
-                    })
-                    .collect();
-                runtime.block_on(async {
-                    ready.wait().await;
-                    // Every waiter has evaluated once and parked on the change signal.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                });
-                let t0 = OffsetDateTime::now_utc();
-                let start = Instant::now();
-                package.push(
-                    livepack::package::Output::Cmaf,
-                    0,
-                    part(41, t0, &data),
-                    false,
-                );
-                let bytes: usize = runtime.block_on(async {
-                    let mut sum = 0;
-                    for h in handles {
-                        sum += h.await.expect("task");
+                            })
+                            .collect();
+                        runtime.block_on(async {
+                            ready.wait().await;
+                            // Every waiter has evaluated once and parked on the change signal.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        });
+                        let t0 = OffsetDateTime::now_utc();
+                        let start = Instant::now();
+                        package.push(
+                            livepack::package::Output::Cmaf,
+                            0,
+                            part(parts + 1, t0, &data),
+                            false,
+                        );
+                        let bytes: usize = runtime.block_on(async {
+                            let mut sum = 0;
+                            for h in handles {
+                                sum += h.await.expect("task");
+                            }
+                            sum
+                        });
+                        total += start.elapsed();
+                        black_box(bytes);
                     }
-                    sum
-                });
-                total += start.elapsed();
-                black_box(bytes);
-            }
-            total
-        })
-    });
+                    total
+                })
+            },
+        );
+    }
     group.finish();
 }
 

@@ -81,24 +81,6 @@ fn log_filter(env: Option<String>) -> String {
     filter
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn noisy_dependencies_stay_quiet_unless_named() {
-        let f = log_filter(None);
-        assert!(
-            f.starts_with("info,")
-                && f.contains("webrtc=error")
-                && f.contains("srt_protocol=error")
-        );
-        let f = log_filter(Some("debug,srt_protocol=trace".into()));
-        assert!(f.contains("srt_protocol=trace") && !f.contains("srt_protocol=error"));
-        assert!(f.contains("rtc_ice=error"));
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
@@ -160,4 +142,22 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noisy_dependencies_stay_quiet_unless_named() {
+        let f = log_filter(None);
+        assert!(
+            f.starts_with("info,")
+                && f.contains("webrtc=error")
+                && f.contains("srt_protocol=error")
+        );
+        let f = log_filter(Some("debug,srt_protocol=trace".into()));
+        assert!(f.contains("srt_protocol=trace") && !f.contains("srt_protocol=error"));
+        assert!(f.contains("rtc_ice=error"));
+    }
 }

@@ -107,7 +107,11 @@ impl Package {
 
     /// Applies a change and wakes every waiting request.
     pub fn update<R>(&self, f: impl FnOnce(&mut StreamPackage) -> R) -> R {
-        let out = f(&mut self.lock());
+        let out = {
+            let mut p = self.lock();
+            p.version = p.version.wrapping_add(1);
+            f(&mut p)
+        };
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
         out
     }

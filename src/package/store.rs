@@ -3,6 +3,7 @@
 //! HLS/DASH renderers and the HTTP layer read it.
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -478,6 +479,21 @@ pub struct StreamPackage {
     pub dvr_window: Option<Duration>,
     /// Where complete segments are written (set by the registry; `None` in unit tests).
     pub media_dir: Option<super::MediaDir>,
+    /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
+    pub version: u64,
+    /// Media playlists rendered at `version`. A part landing wakes every held blocking request
+    /// of a rendition at once and they all need the same text: the first renders it, the others
+    /// share it (a DVR hour is ~1 ms to render; 1000 players would cost 1 s of CPU per part).
+    playlist_cache: Mutex<Vec<CachedPlaylist>>,
+}
+
+#[derive(Debug)]
+struct CachedPlaylist {
+    version: u64,
+    rendition: String,
+    skip: bool,
+    endlist: bool,
+    text: Bytes,
 }
 
 impl StreamPackage {
@@ -491,7 +507,32 @@ impl StreamPackage {
             screenshot: None,
             dvr_window: None,
             media_dir: None,
+            version: 0,
+            playlist_cache: Mutex::new(Vec::new()),
         }
+    }
+
+    /// [`super::hls::render_media`] of `r`, rendered once per package version.
+    pub fn media_playlist(&self, r: &Rendition, skip: bool, endlist: bool) -> Bytes {
+        let mut cache = self
+            .playlist_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let hit =
+            |c: &CachedPlaylist| c.rendition == r.name && c.skip == skip && c.endlist == endlist;
+        if let Some(c) = cache.iter().find(|c| hit(c) && c.version == self.version) {
+            return c.text.clone();
+        }
+        let text = Bytes::from(super::hls::render_media(self, r, skip, endlist));
+        cache.retain(|c| !hit(c) && c.version == self.version);
+        cache.push(CachedPlaylist {
+            version: self.version,
+            rendition: r.name.clone(),
+            skip,
+            endlist,
+            text: text.clone(),
+        });
+        text
     }
 
     pub fn rendition(&self, name: &str) -> Option<&Rendition> {
@@ -575,6 +616,44 @@ pub(crate) mod tests {
             sample_rate: 48000,
         };
         Rendition::new("audio", kind, "mp4a.40.2", bitrate)
+    }
+
+    #[test]
+    fn held_requests_share_one_rendering_until_the_package_changes() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let mut video = video_720p(1);
+        video.set_init(Bytes::from_static(b"init"));
+        let package = crate::package::Package::new(StreamPackage::new(
+            PackagingConfig::default(),
+            vec![video],
+        ));
+        for i in 0..6u64 {
+            package.update(|p| p.push_part(0, part(i % 4 == 0, 500, t0)));
+        }
+        let render = |skip| package.read(|p| p.media_playlist(&p.renditions[0], skip, false));
+        let (a, b) = (render(false), render(false));
+        assert_eq!(
+            a.as_ptr(),
+            b.as_ptr(),
+            "the second request reuses the first rendering"
+        );
+        let direct =
+            package.read(|p| crate::package::hls::render_media(p, &p.renditions[0], false, false));
+        assert_eq!(a, direct.as_bytes());
+        assert_ne!(
+            render(true).as_ptr(),
+            a.as_ptr(),
+            "a delta update is its own entry"
+        );
+        package.update(|p| p.push_part(0, part(false, 500, t0)));
+        let c = render(false);
+        let parts = |b: &Bytes| {
+            std::str::from_utf8(b)
+                .unwrap()
+                .matches("#EXT-X-PART:")
+                .count()
+        };
+        assert_eq!(parts(&c), parts(&a) + 1, "the new part is listed at once");
     }
 
     #[test]

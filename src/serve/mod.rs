@@ -434,7 +434,7 @@ fn mp4_type(package: &Package, name: &str) -> &'static str {
     }
 }
 
-fn playlist_response(text: String) -> Response<Body> {
+fn playlist_response(text: impl Into<Bytes>) -> Response<Body> {
     with_common(
         Response::builder()
             .header(header::CONTENT_TYPE, PLAYLIST_TYPE)
@@ -463,16 +463,11 @@ pub fn media_playlist_now(
     p: &StreamPackage,
     name: &str,
     q: &hls::MediaQuery,
-) -> Option<Result<String, StatusCode>> {
+) -> Option<Result<Bytes, StatusCode>> {
     let r = p.rendition(name)?;
     let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
     match hls::readiness(r, p.ended, q, pps.max(1)) {
-        Readiness::Ready => Some(Ok(hls::render_media(
-            p,
-            r,
-            q.skip,
-            p.ended && p.endlist_tag,
-        ))),
+        Readiness::Ready => Some(Ok(p.media_playlist(r, q.skip, p.ended && p.endlist_tag))),
         Readiness::Wait => None,
         Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
     }
