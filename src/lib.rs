@@ -21,6 +21,8 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ingest;
 pub mod media;
 pub mod package;

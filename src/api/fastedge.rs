@@ -213,7 +213,7 @@ fn name_taken(name: &str) -> ApiError {
     .at("name")
 }
 
-fn parse_filter(query: Option<&str>) -> Result<AppFilter, ApiError> {
+pub(crate) fn parse_filter(query: Option<&str>) -> Result<AppFilter, ApiError> {
     let mut f = AppFilter {
         limit: DEFAULT_APPS_LIMIT,
         ..AppFilter::default()

@@ -157,6 +157,14 @@ enum Mode {
     Update,
 }
 
+/// A create body's settings by the field rules alone (the checks that need the store, such as
+/// quality set ids, come after).
+pub(crate) fn settings_from_body(body: Value) -> Result<StreamSettings, ApiError> {
+    let mut settings = StreamSettings::default();
+    apply(Fields::new(body, "body")?, &mut settings, Mode::Create)?;
+    Ok(settings)
+}
+
 /// Applies the writable fields present in `f` onto `s`, type-checking each.
 fn apply(mut f: Fields, s: &mut StreamSettings, mode: Mode) -> Result<(), ApiError> {
     fn set<T>(target: &mut T, value: Option<T>) {

@@ -31,7 +31,7 @@ pub fn owns(path: &str) -> bool {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
     Master,
     Playlist(String),
     Init(String, u32),
@@ -46,7 +46,7 @@ enum Target {
 
 /// `/cmaf/{id}/…` → (id, target). Anything else, including any `..` or percent-escape, is not a
 /// resource: names are matched exactly, never used as file paths.
-fn parse_path(path: &str) -> Option<(i64, Target)> {
+pub(crate) fn parse_path(path: &str) -> Option<(i64, Target)> {
     if let Some(rest) = path.strip_prefix("/screenshots/") {
         let id = rest.strip_suffix("/last.jpg")?;
         return Some((number(id).filter(|&n: &i64| n > 0)?, Target::Screenshot));
