@@ -23,6 +23,7 @@ pub enum CodecError {
 pub fn parse_avcc(avcc: Bytes) -> Result<H264Config, CodecError> {
     use h264_reader::avcc::AvcDecoderConfigurationRecord;
     let err = |e: String| CodecError::AvcConfig(e);
+    check_parameter_set_lengths(&avcc).map_err(|e| err(e.into()))?;
     let record = AvcDecoderConfigurationRecord::try_from(avcc.as_ref())
         .map_err(|e| err(format!("{e:?}")))?;
     let ctx = record.create_context().map_err(|e| err(format!("{e:?}")))?;
@@ -36,6 +37,29 @@ pub fn parse_avcc(avcc: Bytes) -> Result<H264Config, CodecError> {
         width,
         height,
     })
+}
+
+/// Walks the SPS and PPS lists of an avcC record (ISO 14496-15 §5.3.3.1.2): every parameter set
+/// must be non-empty and inside the record. h264-reader panics on an empty one (found by the
+/// `flv_tags` fuzz target), so this runs first.
+fn check_parameter_set_lengths(avcc: &[u8]) -> Result<(), &'static str> {
+    let mut at = 5;
+    for count_mask in [0x1f, 0xff] {
+        let count = avcc.get(at).ok_or("truncated avcC")? & count_mask;
+        at += 1;
+        for _ in 0..count {
+            let len = avcc.get(at..at + 2).ok_or("truncated avcC")?;
+            let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+            if len == 0 {
+                return Err("empty parameter set in avcC");
+            }
+            at += 2 + len;
+            if at > avcc.len() {
+                return Err("parameter set past the end of avcC");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Builds an AVCDecoderConfigurationRecord (ISO 14496-15 §5.3.3.1.2) from one SPS and one PPS
@@ -186,6 +210,18 @@ pub(crate) mod tests {
         0xf1, 0x83, 0x19, 0x60, 0x01, 0x00, 0x06, 0x68, 0xeb, 0xe3, 0xcb, 0x22, 0xc0, 0xfd, 0xf8,
         0xf8, 0x00,
     ];
+
+    #[test]
+    fn empty_or_overlong_parameter_sets_are_refused_not_panicked_on() {
+        // One SPS of length 0 (the fuzz find), then a PPS.
+        let empty_sps = [1, 0x64, 0, 0x1f, 0xff, 0xe1, 0, 0, 1, 0, 1, 0x68];
+        assert!(parse_avcc(Bytes::copy_from_slice(&empty_sps)).is_err());
+        let empty_pps = [&AVCC_720P[..34], &[1, 0, 0]].concat();
+        assert!(parse_avcc(Bytes::from(empty_pps)).is_err());
+        let past_end = [&AVCC_720P[..7], &[0xff]].concat();
+        assert!(parse_avcc(Bytes::from(past_end)).is_err());
+        assert!(parse_avcc(Bytes::from_static(AVCC_720P)).is_ok());
+    }
 
     #[test]
     fn avcc_rebuilt_from_in_band_parameter_sets() {
