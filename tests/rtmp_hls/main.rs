@@ -243,15 +243,9 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
 }
 
 async fn scrape(d: &Daemon) -> prometheus_parse::Scrape {
-    let text = reqwest::Client::new()
-        .get(d.url("/metrics"))
-        .header("authorization", format!("apikey {}", d.key))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let reply = d.get("/metrics").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.body.as_str().expect("the text exposition");
     prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
 }
 
