@@ -162,11 +162,10 @@ mod tests {
 
     #[test]
     fn every_target_takes_empty_and_junk_input() {
-        for (name, target) in TARGETS {
+        for (_, target) in TARGETS {
             for input in [&b""[..], &[0xff; 64][..], &[0; 300][..]] {
                 target(input);
             }
-            assert!(!name.is_empty());
         }
     }
 }

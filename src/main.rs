@@ -59,23 +59,29 @@ impl Args {
 /// about normal start-up races (SRTP packets before the DTLS keys, ICE checks before
 /// candidates); srt-protocol warns once per packet still queued when a peer closes (thousands
 /// of lines per disconnect), which the SRT listener reports in one line. Each stays at `error`
-/// unless the filter names it.
-const QUIET: &[(&str, &str)] = &[
-    (
-        "rtc",
-        "rtc=error,rtc_ice=error,rtc_dtls=error,rtc_srtp=error,webrtc=error",
-    ),
-    ("srt", "srt_protocol=error,srt_tokio=error"),
+/// unless a directive of the filter names it.
+const QUIET: &[&str] = &[
+    "rtc",
+    "rtc_ice",
+    "rtc_dtls",
+    "rtc_srtp",
+    "webrtc",
+    "srt_protocol",
+    "srt_tokio",
 ];
 
 fn log_filter(env: Option<String>) -> String {
     let mut filter = env
         .filter(|f| !f.trim().is_empty())
         .unwrap_or_else(|| "info".into());
-    let named = filter.clone();
-    for (name, quiet) in QUIET {
-        if !named.contains(name) {
-            filter = format!("{filter},{quiet}");
+    let named: Vec<String> = filter
+        .split(',')
+        .map(|d| d.split('=').next().unwrap_or("").trim().to_owned())
+        .collect();
+    for target in QUIET {
+        let prefix = format!("{target}::");
+        if !named.iter().any(|n| n == target || n.starts_with(&prefix)) {
+            filter = format!("{filter},{target}=error");
         }
     }
     filter
@@ -159,5 +165,8 @@ mod tests {
         let f = log_filter(Some("debug,srt_protocol=trace".into()));
         assert!(f.contains("srt_protocol=trace") && !f.contains("srt_protocol=error"));
         assert!(f.contains("rtc_ice=error"));
+        // Our own SRT module's target does not unquiet the srt-protocol crate.
+        let f = log_filter(Some("livepack::ingest::srt=debug".into()));
+        assert!(f.contains("srt_protocol=error"));
     }
 }

@@ -85,14 +85,15 @@ impl MediaDir {
 /// handlers (readers), with a change counter that blocking requests wait on.
 pub struct Package {
     state: Mutex<StreamPackage>,
-    changed: watch::Sender<u64>,
+    /// Fires on every change; the change count itself is [`StreamPackage::version`].
+    changed: watch::Sender<()>,
 }
 
 impl Package {
     pub fn new(package: StreamPackage) -> Package {
         Package {
             state: Mutex::new(package),
-            changed: watch::Sender::new(0),
+            changed: watch::Sender::new(()),
         }
     }
 
@@ -112,7 +113,7 @@ impl Package {
             p.version = p.version.wrapping_add(1);
             f(&mut p)
         };
-        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        self.changed.send_replace(());
         out
     }
 
