@@ -151,6 +151,10 @@ impl Daemon {
         self.child.wait().unwrap();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then wait (bounded) for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
         let ok = Command::new("kill")

@@ -92,6 +92,29 @@ async fn sigterm_exits_zero_and_data_persists() {
     );
 }
 
+/// The daemon runs with glibc's mmap threshold fixed (see main.rs) unless the operator set one.
+#[tokio::test]
+async fn the_daemon_runs_with_a_fixed_malloc_mmap_threshold() {
+    let threshold = |d: &Daemon| {
+        let environ = std::fs::read(format!("/proc/{}/environ", d.pid())).unwrap();
+        environ
+            .split(|b| *b == 0)
+            .find_map(|v| v.strip_prefix(b"MALLOC_MMAP_THRESHOLD_="))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    assert_eq!(threshold(&d).as_deref(), Some("262144"));
+    assert_eq!(d.get("/streaming/streams").await.status, StatusCode::OK);
+    drop(d);
+    let d = Daemon::start_with(dir.path(), &[("MALLOC_MMAP_THRESHOLD_", "1048576")]);
+    assert_eq!(threshold(&d).as_deref(), Some("1048576"));
+    drop(d);
+    let own = "glibc.malloc.mmap_threshold=1048576";
+    let d = Daemon::start_with(dir.path(), &[("GLIBC_TUNABLES", own)]);
+    assert_eq!(threshold(&d), None);
+}
+
 #[tokio::test]
 async fn config_file_then_env_then_flags() {
     let dir = tempdir();
