@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use url::Url;
@@ -25,6 +26,10 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECS: u64 = 10;
 pub const DEFAULT_SEGMENT_MS: u64 = 2000;
 pub const DEFAULT_PART_MS: u64 = 500;
+/// An ingest peer (RTMP/RTMPS/WHIP) that has not started publishing by then is closed.
+pub const DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
+/// A publisher (any protocol) that sends no media for this long is gone.
+pub const DEFAULT_INGEST_IDLE_TIMEOUT_SECS: u64 = 10;
 /// Outputs outlive a publisher disconnect by this much; a reconnect continues them.
 pub const DEFAULT_GRACE_SECS: u64 = 60;
 
@@ -76,6 +81,15 @@ pub struct Layer {
     pub pull_inactivity_secs: Option<u64>,
     pub pull_allow_link_local: Option<bool>,
     pub player_assets_dir: Option<PathBuf>,
+    pub ingest_handshake_timeout_secs: Option<u64>,
+    pub ingest_idle_timeout_secs: Option<u64>,
+    pub rtmp_max_connections: Option<usize>,
+    pub srt_max_connections: Option<usize>,
+    pub whip_max_sessions: Option<usize>,
+    pub rtmp_max_message_bytes: Option<u64>,
+    pub rtmp_max_amf_depth: Option<usize>,
+    pub whip_max_sdp_bytes: Option<usize>,
+    pub pull_max_held_bytes: Option<usize>,
 }
 
 impl Layer {
@@ -107,6 +121,19 @@ impl Layer {
             pull_inactivity_secs: self.pull_inactivity_secs.or(lower.pull_inactivity_secs),
             pull_allow_link_local: self.pull_allow_link_local.or(lower.pull_allow_link_local),
             player_assets_dir: self.player_assets_dir.or(lower.player_assets_dir),
+            ingest_handshake_timeout_secs: self
+                .ingest_handshake_timeout_secs
+                .or(lower.ingest_handshake_timeout_secs),
+            ingest_idle_timeout_secs: self
+                .ingest_idle_timeout_secs
+                .or(lower.ingest_idle_timeout_secs),
+            rtmp_max_connections: self.rtmp_max_connections.or(lower.rtmp_max_connections),
+            srt_max_connections: self.srt_max_connections.or(lower.srt_max_connections),
+            whip_max_sessions: self.whip_max_sessions.or(lower.whip_max_sessions),
+            rtmp_max_message_bytes: self.rtmp_max_message_bytes.or(lower.rtmp_max_message_bytes),
+            rtmp_max_amf_depth: self.rtmp_max_amf_depth.or(lower.rtmp_max_amf_depth),
+            whip_max_sdp_bytes: self.whip_max_sdp_bytes.or(lower.whip_max_sdp_bytes),
+            pull_max_held_bytes: self.pull_max_held_bytes.or(lower.pull_max_held_bytes),
         }
     }
 
@@ -190,6 +217,15 @@ impl Layer {
                 })
                 .transpose()?,
             player_assets_dir: get("LIVEPACK_PLAYER_ASSETS_DIR").map(PathBuf::from),
+            ingest_handshake_timeout_secs: number("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS")?,
+            ingest_idle_timeout_secs: number("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS")?,
+            rtmp_max_connections: number("LIVEPACK_RTMP_MAX_CONNECTIONS")?.map(|n| n as usize),
+            srt_max_connections: number("LIVEPACK_SRT_MAX_CONNECTIONS")?.map(|n| n as usize),
+            whip_max_sessions: number("LIVEPACK_WHIP_MAX_SESSIONS")?.map(|n| n as usize),
+            rtmp_max_message_bytes: number("LIVEPACK_RTMP_MAX_MESSAGE_BYTES")?,
+            rtmp_max_amf_depth: number("LIVEPACK_RTMP_MAX_AMF_DEPTH")?.map(|n| n as usize),
+            whip_max_sdp_bytes: number("LIVEPACK_WHIP_MAX_SDP_BYTES")?.map(|n| n as usize),
+            pull_max_held_bytes: number("LIVEPACK_PULL_MAX_HELD_BYTES")?.map(|n| n as usize),
         })
     }
 }
@@ -242,6 +278,8 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
+    pub rtmp: crate::ingest::rtmp::RtmpConfig,
+    pub srt: crate::ingest::srt::SrtConfig,
     pub whip: crate::ingest::whip::WhipConfig,
     pub pull: crate::ingest::pull::PullConfig,
     /// `node_modules` of the npm install holding hls.js and dash.js for the player page.
@@ -377,6 +415,71 @@ impl Config {
             pull.inactivity = std::time::Duration::from_secs(secs);
         }
         pull.allow_link_local = layer.pull_allow_link_local.unwrap_or(false);
+        pull.max_held_bytes = ranged(
+            layer.pull_max_held_bytes,
+            crate::ingest::pull::DEFAULT_MAX_HELD_BYTES,
+            "pull_max_held_bytes",
+            1 << 20..=1 << 30,
+        )?;
+        let handshake = Duration::from_secs(ranged(
+            layer.ingest_handshake_timeout_secs,
+            DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS,
+            "ingest_handshake_timeout_secs",
+            1..=120,
+        )?);
+        let idle = Duration::from_secs(ranged(
+            layer.ingest_idle_timeout_secs,
+            DEFAULT_INGEST_IDLE_TIMEOUT_SECS,
+            "ingest_idle_timeout_secs",
+            2..=600,
+        )?);
+        let rtmp = crate::ingest::rtmp::RtmpConfig {
+            max_connections: ranged(
+                layer.rtmp_max_connections,
+                crate::ingest::rtmp::listener::DEFAULT_MAX_CONNECTIONS,
+                "rtmp_max_connections",
+                1..=1_000_000,
+            )?,
+            handshake_timeout: handshake,
+            idle_timeout: idle,
+            guard: crate::ingest::rtmp::guard::GuardLimits {
+                max_media_message: ranged(
+                    layer.rtmp_max_message_bytes,
+                    u64::from(crate::ingest::rtmp::guard::DEFAULT_MAX_MEDIA_MESSAGE),
+                    "rtmp_max_message_bytes",
+                    64 * 1024..=64 * 1024 * 1024,
+                )? as u32,
+                max_amf_depth: ranged(
+                    layer.rtmp_max_amf_depth,
+                    crate::ingest::rtmp::guard::DEFAULT_MAX_AMF_DEPTH,
+                    "rtmp_max_amf_depth",
+                    4..=256,
+                )?,
+            },
+        };
+        let srt = crate::ingest::srt::SrtConfig {
+            max_connections: ranged(
+                layer.srt_max_connections,
+                crate::ingest::srt::listener::DEFAULT_MAX_CONNECTIONS,
+                "srt_max_connections",
+                1..=1_000_000,
+            )?,
+            idle_timeout: idle,
+        };
+        whip.max_sessions = ranged(
+            layer.whip_max_sessions,
+            crate::ingest::whip::DEFAULT_MAX_SESSIONS,
+            "whip_max_sessions",
+            1..=100_000,
+        )?;
+        whip.max_sdp_bytes = ranged(
+            layer.whip_max_sdp_bytes,
+            crate::ingest::whip::sdp::DEFAULT_MAX_SDP_BYTES,
+            "whip_max_sdp_bytes",
+            8 * 1024..=1024 * 1024,
+        )?;
+        whip.connect_timeout = handshake;
+        whip.idle_timeout = idle;
         let default_addr = |s: &str| s.parse::<SocketAddr>().expect("valid default address");
         Ok(Config {
             http_addr: layer
@@ -406,6 +509,8 @@ impl Config {
             packaging,
             grace_period: std::time::Duration::from_secs(grace),
             backup_switch: std::time::Duration::from_secs(switch),
+            rtmp,
+            srt,
             whip,
             pull,
             player_assets_dir: layer
@@ -413,6 +518,28 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_PLAYER_ASSETS_DIR)),
         })
     }
+}
+
+/// A setting's value, or its default, checked against its range.
+fn ranged<T>(
+    value: Option<T>,
+    default: T,
+    key: &'static str,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ConfigError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    let v = value.unwrap_or(default);
+    if range.contains(&v) {
+        return Ok(v);
+    }
+    Err(ConfigError::Invalid {
+        origin: "configuration",
+        key,
+        value: v.to_string(),
+        reason: format!("must be {}..={}", range.start(), range.end()),
+    })
 }
 
 fn parse_public_url(u: &str) -> Result<Url, ConfigError> {
@@ -482,6 +609,41 @@ mod tests {
     fn bad_env_value_names_the_variable() {
         let err = Layer::from_env(env(&[("LIVEPACK_HTTP_ADDR", "localhost")])).unwrap_err();
         assert!(err.to_string().contains("LIVEPACK_HTTP_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn limits_come_from_the_configuration_and_are_range_checked() {
+        let d = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(d.rtmp.max_connections, 1024);
+        assert_eq!(d.rtmp.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(d.rtmp.guard.max_media_message, 8 << 20);
+        assert_eq!(d.rtmp.guard.max_amf_depth, 32);
+        assert_eq!(d.whip.max_sdp_bytes, 128 << 10);
+        assert_eq!(d.pull.max_held_bytes, 32 << 20);
+        let layer = Layer::from_env(env(&[
+            ("LIVEPACK_RTMP_MAX_CONNECTIONS", "7"),
+            ("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS", "30"),
+            ("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS", "3"),
+            ("LIVEPACK_WHIP_MAX_SDP_BYTES", "16384"),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.rtmp.max_connections, 7);
+        assert_eq!(c.srt.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.whip.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.whip.connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.whip.max_sdp_bytes, 16384);
+        for (key, value) in [
+            ("rtmp_max_amf_depth", "1000"),
+            ("ingest_handshake_timeout_secs", "0"),
+            ("rtmp_max_message_bytes", "100"),
+            ("srt_max_connections", "0"),
+            ("whip_max_sdp_bytes", "100000000"),
+        ] {
+            let layer: Layer = toml::from_str(&format!("{key} = {value}")).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(value), "{err}");
+        }
     }
 
     #[test]

@@ -273,21 +273,21 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         rtmp_listener,
         None,
         registry.clone(),
-        rtmp::DEFAULT_MAX_CONNECTIONS,
+        config.rtmp,
         shutdown_rx.clone(),
     ));
     tokio::spawn(rtmp::serve(
         rtmps_listener,
         Some(tls),
         registry.clone(),
-        rtmp::DEFAULT_MAX_CONNECTIONS,
+        config.rtmp,
         shutdown_rx.clone(),
     ));
     tokio::spawn(srt::listener::serve(
         srt_socket,
         srt_addr,
         registry.clone(),
-        srt::listener::DEFAULT_MAX_CONNECTIONS,
+        config.srt,
         shutdown_rx.clone(),
     ));
     crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone());

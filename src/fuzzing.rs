@@ -48,7 +48,11 @@ pub fn rtmp_chunks(mut data: &[u8]) {
 }
 
 pub fn amf0(data: &[u8]) {
-    let _ = crate::ingest::rtmp::guard::check_amf0(data, 0);
+    let _ = crate::ingest::rtmp::guard::check_amf0(
+        data,
+        0,
+        crate::ingest::rtmp::guard::DEFAULT_MAX_AMF_DEPTH,
+    );
 }
 
 /// FLV audio/video tag bodies as RTMP delivers them: a kind byte, a timestamp, a body.

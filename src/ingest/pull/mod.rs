@@ -24,6 +24,7 @@ pub const DEFAULT_NO_DATA_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CYCLE_PAUSE: Duration = Duration::from_secs(2);
 /// The seed rule: a PULL stream that receives nothing for 24 hours is deactivated.
 pub const DEFAULT_INACTIVITY: Duration = Duration::from_secs(24 * 3600);
+pub const DEFAULT_MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
 /// Records are re-read this often even without a change notice (a safety net).
 const RESCAN: Duration = Duration::from_secs(30);
 
@@ -36,6 +37,9 @@ pub struct PullConfig {
     /// Off by default: sources resolving to link-local/metadata addresses are refused and HTTP
     /// redirects are not followed.
     pub allow_link_local: bool,
+    /// What a source may deliver while it proves it is live (an HLS/DASH demuxer fetches its
+    /// first segments in a burst); more ends the attempt.
+    pub max_held_bytes: usize,
 }
 
 impl Default for PullConfig {
@@ -46,6 +50,7 @@ impl Default for PullConfig {
             cycle_pause: DEFAULT_CYCLE_PAUSE,
             inactivity: DEFAULT_INACTIVITY,
             allow_link_local: false,
+            max_held_bytes: DEFAULT_MAX_HELD_BYTES,
         }
     }
 }

@@ -17,8 +17,6 @@ use crate::registry::{PublishError, Publisher, Registry};
 
 /// How long an HTTP source must keep delivering before its data is used.
 const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
-/// What may be held meanwhile (a few seconds of a high-bitrate ladder's top rung).
-const MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
 
 /// Re-times each source onto one continuous output timeline: a new source's first frame goes
 /// where the wall clock says the output is, after the last frame of the previous one.
@@ -277,8 +275,8 @@ async fn attempt(
         let now = Instant::now();
         if let Some(until) = hold_until {
             held_bytes += data.len();
-            if held_bytes > MAX_HELD_BYTES {
-                break format!("over {MAX_HELD_BYTES} bytes while proving live");
+            if held_bytes > config.max_held_bytes {
+                break format!("over {} bytes while proving live", config.max_held_bytes);
             }
             held.push(data);
             if now < until {

@@ -15,13 +15,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::guard::ChunkGuard;
 use super::key;
 use super::to_media::FlvToMedia;
+use super::RtmpConfig;
 use crate::registry::{Publisher, Registry};
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
 /// connections that only hold a slot).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A publisher that sends nothing for this long is gone.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_BUFFER: usize = 64 * 1024;
 /// Per-frame adapter errors tolerated before the publisher is cut off as broken.
 const MAX_MEDIA_ERRORS: u64 = 1000;
@@ -36,8 +37,8 @@ pub enum ConnError {
     Session(rml_rtmp::sessions::ServerSessionError),
     #[error("protocol: {0}")]
     Guard(#[from] super::guard::GuardError),
-    #[error("timed out: no publish within {HANDSHAKE_TIMEOUT:?}, or no data for {IDLE_TIMEOUT:?}")]
-    Timeout,
+    #[error("timed out: {0}")]
+    Timeout(String),
     #[error("publish refused: {0}")]
     Refused(String),
     #[error("too many bad media messages")]
@@ -45,18 +46,26 @@ pub enum ConnError {
 }
 
 /// Drives one connection to its end; every error is logged by the caller with the peer.
-pub async fn run<S>(mut sock: S, peer: SocketAddr, registry: Arc<Registry>) -> Result<(), ConnError>
+pub async fn run<S>(
+    mut sock: S,
+    peer: SocketAddr,
+    registry: Arc<Registry>,
+    config: &RtmpConfig,
+    started: tokio::time::Instant,
+) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; READ_BUFFER];
-    let started = tokio::time::Instant::now();
-    let deadline = started + HANDSHAKE_TIMEOUT;
+    let deadline = started + config.handshake_timeout;
+    let no_publish = || format!("no publish within {:?}", config.handshake_timeout);
 
     // Handshake (C0/C1/C2 ↔ S0/S1/S2).
     let mut handshake = Handshake::new(PeerType::Server);
     let rest = loop {
-        let n = read_until(&mut sock, &mut buf, deadline).await?;
+        let n = read_until(&mut sock, &mut buf, deadline)
+            .await?
+            .ok_or_else(|| ConnError::Timeout(no_publish()))?;
         if n == 0 {
             return Ok(());
         }
@@ -77,10 +86,10 @@ where
         }
     };
 
-    let mut config = ServerSessionConfig::new();
-    config.chunk_size = 4096;
-    let (mut session, initial) = ServerSession::new(config).map_err(ConnError::Session)?;
-    let mut guard = ChunkGuard::new();
+    let mut session_config = ServerSessionConfig::new();
+    session_config.chunk_size = 4096;
+    let (mut session, initial) = ServerSession::new(session_config).map_err(ConnError::Session)?;
+    let mut guard = ChunkGuard::with_limits(config.guard);
     let mut state = State {
         publisher: None,
         adapter: FlvToMedia::new(),
@@ -112,12 +121,17 @@ where
             let _ = sock.shutdown().await;
             return Ok(());
         }
-        let wait_until = if state.publisher.is_some() {
-            tokio::time::Instant::now() + IDLE_TIMEOUT
+        let (wait_until, why) = if state.publisher.is_some() {
+            (
+                tokio::time::Instant::now() + config.idle_timeout,
+                format!("no data for {:?}", config.idle_timeout),
+            )
         } else {
-            deadline
+            (deadline, no_publish())
         };
-        let n = read_until(&mut sock, &mut buf, wait_until).await?;
+        let n = read_until(&mut sock, &mut buf, wait_until)
+            .await?
+            .ok_or(ConnError::Timeout(why))?;
         if n == 0 {
             return Ok(());
         }
@@ -136,10 +150,10 @@ async fn read_until<S: AsyncRead + Unpin>(
     sock: &mut S,
     buf: &mut [u8],
     deadline: tokio::time::Instant,
-) -> Result<usize, ConnError> {
+) -> Result<Option<usize>, std::io::Error> {
     match tokio::time::timeout_at(deadline, sock.read(buf)).await {
-        Ok(read) => Ok(read?),
-        Err(_) => Err(ConnError::Timeout),
+        Ok(read) => Ok(Some(read?)),
+        Err(_) => Ok(None),
     }
 }
 

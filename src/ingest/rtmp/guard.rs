@@ -10,11 +10,11 @@ use std::collections::HashMap;
 /// send 4096); beyond it a peer only makes us buffer whole messages.
 pub const MAX_CHUNK_SIZE: u32 = 65_536;
 /// Largest audio/video message: a 4K keyframe at a high bitrate fits easily.
-pub const MAX_MEDIA_MESSAGE: u32 = 8 * 1024 * 1024;
+pub const DEFAULT_MAX_MEDIA_MESSAGE: u32 = 8 * 1024 * 1024;
 /// Largest command/metadata/control message: real ones are a few hundred bytes.
 pub const MAX_CONTROL_MESSAGE: u32 = 64 * 1024;
 /// AMF0 nesting deeper than this is refused (real commands nest 2 or 3 levels).
-pub const MAX_AMF_DEPTH: usize = 32;
+pub const DEFAULT_MAX_AMF_DEPTH: usize = 32;
 /// Chunk stream ids are unbounded in principle (up to 65599); a publisher uses a handful.
 pub const MAX_CHUNK_STREAMS: usize = 64;
 
@@ -55,8 +55,27 @@ struct StreamState {
     remaining: u32,
 }
 
+/// The configurable bounds (the rest are protocol constants above).
+#[derive(Debug, Clone, Copy)]
+pub struct GuardLimits {
+    /// Declared length of an audio or video message.
+    pub max_media_message: u32,
+    /// Nesting of AMF0 objects and arrays in commands and metadata.
+    pub max_amf_depth: usize,
+}
+
+impl Default for GuardLimits {
+    fn default() -> Self {
+        GuardLimits {
+            max_media_message: DEFAULT_MAX_MEDIA_MESSAGE,
+            max_amf_depth: DEFAULT_MAX_AMF_DEPTH,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct ChunkGuard {
+    limits: GuardLimits,
     chunk_size: u32,
     streams: HashMap<u32, StreamState>,
     /// Unparsed tail of the input (an incomplete chunk).
@@ -70,6 +89,7 @@ pub struct ChunkGuard {
 impl Default for ChunkGuard {
     fn default() -> Self {
         ChunkGuard {
+            limits: GuardLimits::default(),
             chunk_size: 128, // §5.4.1: "The maximum chunk size defaults to 128 bytes"
             streams: HashMap::new(),
             pending: Vec::new(),
@@ -82,6 +102,13 @@ impl Default for ChunkGuard {
 impl ChunkGuard {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    pub fn with_limits(limits: GuardLimits) -> Self {
+        ChunkGuard {
+            limits,
+            ..Self::default()
+        }
     }
 
     /// Vets `input` (the bytes about to go to rml_rtmp). An error means: close the connection.
@@ -160,7 +187,7 @@ impl ChunkGuard {
                 return Err(GuardError::Interleaved(csid));
             }
             let limit = match st.kind {
-                MSG_AUDIO | MSG_VIDEO => MAX_MEDIA_MESSAGE,
+                MSG_AUDIO | MSG_VIDEO => self.limits.max_media_message,
                 _ => MAX_CONTROL_MESSAGE,
             };
             if st.length > limit {
@@ -199,6 +226,7 @@ impl ChunkGuard {
     }
 
     fn message(&mut self, kind: u8, payload: &[u8]) -> Result<(), GuardError> {
+        let depth = self.limits.max_amf_depth;
         match kind {
             MSG_SET_CHUNK_SIZE => {
                 let bytes: [u8; 4] = payload
@@ -211,11 +239,11 @@ impl ChunkGuard {
                 }
                 self.chunk_size = size;
             }
-            MSG_COMMAND_AMF0 => check_amf0(payload, 3)?,
+            MSG_COMMAND_AMF0 => check_amf0(payload, 3, depth)?,
             // AMF3 command messages start with one format byte, then AMF0 values.
-            MSG_COMMAND_AMF3 => check_amf0(payload.get(1..).unwrap_or_default(), 3)?,
-            MSG_DATA_AMF0 => check_amf0(payload, 0)?,
-            MSG_DATA_AMF3 => check_amf0(payload.get(1..).unwrap_or_default(), 0)?,
+            MSG_COMMAND_AMF3 => check_amf0(payload.get(1..).unwrap_or_default(), 3, depth)?,
+            MSG_DATA_AMF0 => check_amf0(payload, 0, depth)?,
+            MSG_DATA_AMF3 => check_amf0(payload.get(1..).unwrap_or_default(), 0, depth)?,
             _ => {}
         }
         Ok(())
@@ -224,10 +252,10 @@ impl ChunkGuard {
 
 /// Walks AMF0 values (AMF0 spec §2) without building them: bounded depth, bounded counts, and at
 /// least `min_values` top-level values.
-pub fn check_amf0(mut buf: &[u8], min_values: usize) -> Result<(), GuardError> {
+pub fn check_amf0(mut buf: &[u8], min_values: usize, max_depth: usize) -> Result<(), GuardError> {
     let mut count = 0;
     while !buf.is_empty() {
-        buf = skip_value(buf, 0)?;
+        buf = skip_value(buf, max_depth)?;
         count += 1;
     }
     if count < min_values {
@@ -245,19 +273,20 @@ fn skip_utf8(buf: &[u8]) -> Result<&[u8], GuardError> {
     take(buf, 2 + usize::from(u16::from_be_bytes([len[0], len[1]])))
 }
 
-/// Skips `key: value` pairs up to the object-end marker (00 00 09).
+/// Skips `key: value` pairs up to the object-end marker (00 00 09); `depth` levels may follow.
 fn skip_properties(mut buf: &[u8], depth: usize) -> Result<&[u8], GuardError> {
     loop {
         if buf.starts_with(&[0, 0, 9]) {
             return Ok(&buf[3..]);
         }
         buf = skip_utf8(buf)?;
-        buf = skip_value(buf, depth + 1)?;
+        buf = skip_value(buf, depth - 1)?;
     }
 }
 
+/// Skips one value; `depth` is how many levels of nesting are still allowed.
 fn skip_value(buf: &[u8], depth: usize) -> Result<&[u8], GuardError> {
-    if depth > MAX_AMF_DEPTH {
+    if depth == 0 {
         return Err(GuardError::Amf("nesting too deep"));
     }
     let (&marker, rest) = buf
@@ -281,7 +310,7 @@ fn skip_value(buf: &[u8], depth: usize) -> Result<&[u8], GuardError> {
                 return Err(GuardError::Amf("array count larger than the message"));
             }
             for _ in 0..n {
-                rest = skip_value(rest, depth + 1)?;
+                rest = skip_value(rest, depth - 1)?;
             }
             Ok(rest)
         }
@@ -358,7 +387,7 @@ mod tests {
             g.check(&command(&[amf_string("x")])),
             Err(GuardError::Amf("too few values in command"))
         );
-        assert!(check_amf0(&[0x0a, 0xff, 0xff, 0xff, 0xff, 5], 0).is_err());
+        assert!(check_amf0(&[0x0a, 0xff, 0xff, 0xff, 0xff, 5], 0, DEFAULT_MAX_AMF_DEPTH).is_err());
     }
 
     #[test]

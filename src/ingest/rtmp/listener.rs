@@ -11,7 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
-use super::conn;
+use super::{conn, RtmpConfig};
 use crate::registry::Registry;
 
 /// Concurrent connections per listener; the excess is closed at accept.
@@ -106,10 +106,11 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     registry: Arc<Registry>,
-    max_connections: usize,
+    config: RtmpConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let scheme = if tls.is_some() { "rtmps" } else { "rtmp" };
+    let max_connections = config.max_connections;
     let permits = Arc::new(Semaphore::new(max_connections));
     loop {
         let (stream, peer) = tokio::select! {
@@ -131,15 +132,20 @@ pub async fn serve(
         let registry = registry.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            // One deadline from accept: TLS, RTMP handshake and publish all fit in it.
+            let started = tokio::time::Instant::now();
             let result = match tls {
-                None => conn::run(stream, peer, registry).await,
+                None => conn::run(stream, peer, registry, &config, started).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(conn::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                    match tokio::time::timeout(config.handshake_timeout, acceptor.accept(stream))
                         .await
                     {
-                        Ok(Ok(tls_stream)) => conn::run(tls_stream, peer, registry).await,
+                        Ok(Ok(tls)) => conn::run(tls, peer, registry, &config, started).await,
                         Ok(Err(e)) => Err(conn::ConnError::Io(e)),
-                        Err(_) => Err(conn::ConnError::Timeout),
+                        Err(_) => Err(conn::ConnError::Timeout(format!(
+                            "no TLS handshake within {:?}",
+                            config.handshake_timeout
+                        ))),
                     }
                 }
             };

@@ -6,3 +6,28 @@ pub mod guard;
 pub mod key;
 pub mod listener;
 pub mod to_media;
+
+use std::time::Duration;
+
+/// What one RTMP or RTMPS listener allows its peers (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct RtmpConfig {
+    /// Concurrent connections per listener; the excess is closed at accept.
+    pub max_connections: usize,
+    /// A peer that has not finished TLS and started publishing by then is closed.
+    pub handshake_timeout: Duration,
+    /// A publisher that sends nothing for this long is gone.
+    pub idle_timeout: Duration,
+    pub guard: guard::GuardLimits,
+}
+
+impl Default for RtmpConfig {
+    fn default() -> Self {
+        RtmpConfig {
+            max_connections: listener::DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: conn::DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: conn::DEFAULT_IDLE_TIMEOUT,
+            guard: guard::GuardLimits::default(),
+        }
+    }
+}

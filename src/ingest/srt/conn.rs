@@ -16,7 +16,7 @@ use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::registry::{PublishError, Registry};
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a closing handshake may take before the socket is simply dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -37,7 +37,7 @@ async fn reject(request: ConnectionRequest, reason: ServerRejectReason) {
 }
 
 /// Drives one caller to its end; everything worth knowing is logged with the peer.
-pub async fn run(request: ConnectionRequest, registry: Arc<Registry>) {
+pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeout: Duration) {
     let peer = request.remote();
     let target = match streamid::parse(request.stream_id().map(|s| s.as_str())) {
         Ok(t) => t,
@@ -101,8 +101,8 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>) {
     let mut out = Vec::new();
     let mut bytes = 0u64;
     let reason = loop {
-        let payload = match tokio::time::timeout(IDLE_TIMEOUT, socket.next()).await {
-            Err(_) => break format!("no data for {IDLE_TIMEOUT:?}"),
+        let payload = match tokio::time::timeout(idle_timeout, socket.next()).await {
+            Err(_) => break format!("no data for {idle_timeout:?}"),
             Ok(None) => break "caller closed".to_owned(),
             Ok(Some(Err(e))) => break format!("receive error: {e}"),
             Ok(Some(Ok((_, payload)))) => payload,

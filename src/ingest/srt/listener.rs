@@ -44,9 +44,10 @@ pub async fn serve(
     socket: UdpSocket,
     local: SocketAddr,
     registry: Arc<Registry>,
-    max_connections: usize,
+    config: super::SrtConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let max_connections = config.max_connections;
     let permits = Arc::new(Semaphore::new(max_connections));
     let mut socket = Some(socket);
     loop {
@@ -93,7 +94,7 @@ pub async fn serve(
             };
             let registry = registry.clone();
             tokio::spawn(async move {
-                conn::run(request, registry).await;
+                conn::run(request, registry, config.idle_timeout).await;
                 drop(permit);
             });
         }

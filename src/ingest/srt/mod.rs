@@ -5,3 +5,23 @@
 pub mod conn;
 pub mod listener;
 pub mod streamid;
+
+use std::time::Duration;
+
+/// What the SRT listener allows its callers (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct SrtConfig {
+    /// Concurrent callers; the excess is rejected at the handshake (`SRT_REJX_OVERLOAD`).
+    pub max_connections: usize,
+    /// A publisher that sends no payload for this long is gone (keepalives do not count).
+    pub idle_timeout: Duration,
+}
+
+impl Default for SrtConfig {
+    fn default() -> Self {
+        SrtConfig {
+            max_connections: listener::DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: conn::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}

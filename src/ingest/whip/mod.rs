@@ -11,6 +11,7 @@ pub mod to_media;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -34,6 +35,12 @@ pub struct WhipConfig {
     /// Public addresses to announce instead of the interfaces' own (a host behind 1:1 NAT).
     pub nat_ips: Vec<String>,
     pub max_sessions: usize,
+    /// Largest offer accepted (413 beyond).
+    pub max_sdp_bytes: usize,
+    /// A session whose ICE/DTLS has not connected by then is dropped (the client never came).
+    pub connect_timeout: Duration,
+    /// A connected session that sends no RTP for this long is gone.
+    pub idle_timeout: Duration,
 }
 
 impl Default for WhipConfig {
@@ -42,6 +49,9 @@ impl Default for WhipConfig {
             udp_addrs: vec![SocketAddr::from(([0, 0, 0, 0], 0))],
             nat_ips: Vec::new(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sdp_bytes: sdp::DEFAULT_MAX_SDP_BYTES,
+            connect_timeout: session::DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: session::DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -250,10 +260,10 @@ impl Whip {
             refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
-                format!("the offer exceeds {} bytes", sdp::MAX_SDP_BYTES),
+                format!("the offer exceeds {} bytes", self.config.max_sdp_bytes),
             )
         };
-        if declared.is_some_and(|n| n > sdp::MAX_SDP_BYTES as u64) {
+        if declared.is_some_and(|n| n > self.config.max_sdp_bytes as u64) {
             return too_large();
         }
         let Some(token) = token(&req) else {
@@ -269,7 +279,7 @@ impl Whip {
         let Some(target) = crate::ingest::parse_target(name, &token) else {
             return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token");
         };
-        let offer: Bytes = match Limited::new(req.into_body(), sdp::MAX_SDP_BYTES)
+        let offer: Bytes = match Limited::new(req.into_body(), self.config.max_sdp_bytes)
             .collect()
             .await
         {
@@ -360,8 +370,9 @@ impl Whip {
         let answer = negotiated.answer.clone();
         let whip = self.clone();
         let (slot, sid_task) = (target.slot, sid.clone());
+        let timeouts = (self.config.connect_timeout, self.config.idle_timeout);
         tokio::spawn(async move {
-            let reason = session::run(negotiated, publisher, 2, stop_rx).await;
+            let reason = session::run(negotiated, publisher, 2, timeouts, stop_rx).await;
             whip.sessions().remove(&sid_task);
             tracing::info!(stream = id, ?slot, session = %sid_task, reason, "WHIP publisher left");
         });

@@ -3,7 +3,7 @@
 //! rejects a section (port 0) when the WebRTC stack found no codec in common.
 
 /// Largest offer accepted (HTTP 413 beyond). Browser offers are 4–8 KiB; OBS's are smaller.
-pub const MAX_SDP_BYTES: usize = 128 * 1024;
+pub const DEFAULT_MAX_SDP_BYTES: usize = 128 * 1024;
 /// Media sections allowed in one offer: a WHIP publisher sends one audio and one video track
 /// (RFC 9725 §4.2); a few more are tolerated, a thousand are refused before parsing further.
 pub const MAX_MEDIA_SECTIONS: usize = 8;

@@ -33,9 +33,9 @@ use crate::registry::Publisher;
 /// How long ICE gathering may take before the answer is sent with what was gathered.
 const GATHER_TIMEOUT: Duration = Duration::from_secs(3);
 /// A session whose ICE/DTLS has not connected by then is dropped (the client never came).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connected session that sends no RTP for this long is gone.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// ICE consent: disconnected after 5 s without checks, failed after 10 s more (RFC 7675).
 const ICE_DISCONNECTED: Duration = Duration::from_secs(5);
 const ICE_FAILED: Duration = Duration::from_secs(10);
@@ -270,6 +270,7 @@ pub async fn run(
     negotiated: Negotiated,
     mut publisher: Publisher,
     opus_channels: u8,
+    (connect_timeout, idle_timeout): (Duration, Duration),
     mut stop: watch::Receiver<bool>,
 ) -> String {
     let Negotiated { pc, mut events, .. } = negotiated;
@@ -328,11 +329,11 @@ pub async fn run(
             _ = tick.tick() => {
                 let now = Instant::now();
                 let _ = adapter.poll(now - start, &mut out);
-                if !connected && now - start > CONNECT_TIMEOUT {
-                    break format!("ICE/DTLS did not connect within {CONNECT_TIMEOUT:?}");
+                if !connected && now - start > connect_timeout {
+                    break format!("ICE/DTLS did not connect within {connect_timeout:?}");
                 }
-                if connected && now - last_packet > IDLE_TIMEOUT {
-                    break format!("no RTP for {IDLE_TIMEOUT:?}");
+                if connected && now - last_packet > idle_timeout {
+                    break format!("no RTP for {idle_timeout:?}");
                 }
                 if let Some((track, ssrc)) = &video {
                     let due = last_keyframe_request.is_none_or(|t| now - t >= KEYFRAME_REQUEST_INTERVAL);
