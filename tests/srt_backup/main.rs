@@ -169,7 +169,7 @@ async fn srt_push_plays_and_one_protocol_holds_the_main_input() {
 }
 
 #[tokio::test]
-async fn srt_refusals_passphrases_and_hostile_datagrams() {
+async fn srt_refusals_and_passphrases() {
     let _g = heavy().await;
     let dir = tempdir();
     let d = short_grace_daemon(dir.path());
@@ -287,29 +287,8 @@ async fn srt_refusals_passphrases_and_hostile_datagrams() {
     let (ok_flv, _) = finish(flv, Duration::from_secs(20)).await;
     assert!(!ok_flv, "FLV over SRT was taken");
 
-    // Hostile datagrams at the listener: a truncated SRT control packet that panicked
-    // srt-protocol 0.4.4's parser (and with it every connection), then random bytes.
-    let before = last_part(&text(&keeper_pl).await.1);
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    for kind in [5u8, 6, 7, 8] {
-        let mut p = vec![0xff, 0xff, 0x00, kind];
-        p.extend_from_slice(&[0; 12]);
-        udp.send_to(&p, srt).unwrap();
-    }
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in 0..2000 {
-        let len = 16 + (i % 120);
-        let p: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        udp.send_to(&p, srt).unwrap();
-    }
     // The keeper is still live and its playlist still advancing.
+    let before = last_part(&text(&keeper_pl).await.1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = last_part(&text(&keeper_pl).await.1);
     assert_ne!(before, after, "the keeper stalled");

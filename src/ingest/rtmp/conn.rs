@@ -146,6 +146,17 @@ struct State {
     close: bool,
 }
 
+/// A peer-chosen name for a log line: escaped, and cut so a peer cannot fill the log.
+fn shown(name: &str) -> String {
+    const MAX_SHOWN: usize = 80;
+    let escaped: String = name.escape_debug().take(MAX_SHOWN).collect();
+    if name.chars().count() > MAX_SHOWN {
+        format!("{escaped}… ({} bytes)", name.len())
+    } else {
+        escaped
+    }
+}
+
 async fn read_until<S: AsyncRead + Unpin>(
     sock: &mut S,
     buf: &mut [u8],
@@ -174,7 +185,7 @@ async fn handle_event(
                 session.accept_request(request_id).map_err(session_err)
             } else {
                 state.close = true;
-                tracing::warn!(%peer, app = %app_name.escape_debug(), "rtmp connect refused: unknown application");
+                tracing::warn!(%peer, app = %shown(&app_name), "rtmp connect refused: unknown application");
                 session
                     .reject_request(
                         request_id,
@@ -214,7 +225,7 @@ async fn handle_event(
                     session.accept_request(request_id).map_err(session_err)
                 }
                 Err(reason) => {
-                    tracing::warn!(%peer, key = %stream_key.escape_debug(), %reason, "rtmp publish refused");
+                    tracing::warn!(%peer, key = %shown(&stream_key), %reason, "rtmp publish refused");
                     state.close = true;
                     session
                         .reject_request(request_id, "NetStream.Publish.BadName", &reason)
