@@ -56,6 +56,7 @@ const READ_ONLY: &[&str] = &[
     "video_height",
     "video_width",
     "html_overlays",
+    "storage_error",
 ];
 
 /// The record as the API returns it; field order is the documented one.
@@ -89,6 +90,7 @@ pub struct StreamView {
     video_height: Option<u32>,
     video_width: Option<u32>,
     html_overlays: Vec<Value>,
+    storage_error: Option<String>,
 }
 
 pub fn iso8601(t: OffsetDateTime) -> String {
@@ -141,6 +143,7 @@ impl Api {
             video_height: live.video_height,
             video_width: live.video_width,
             html_overlays: Vec::new(),
+            storage_error: live.storage_error,
             settings: row.settings,
         }
     }

@@ -42,6 +42,10 @@ impl Output {
     }
 }
 
+/// While segments cannot be written, at most this many complete ones per rendition are held in
+/// memory only (a minute of 2 s segments): the window is cut from the front beyond it.
+pub const MAX_UNWRITTEN_SEGMENTS: usize = 30;
+
 /// Where a stream's complete segments live on disk: `DATA_DIR/media/{id}/{cmaf|mpegts}/{rung}/`.
 /// Names come from the package (rung names, sequence numbers), never from a request.
 #[derive(Debug, Clone)]
@@ -120,7 +124,9 @@ impl Package {
     /// Appends a part to rendition `index` of `output` (`whole`: the part is a complete segment,
     /// as TS segments are), then mirrors the change on disk outside the lock: the completed
     /// segment is written, evicted ones are deleted. A failed write (disk full) keeps the
-    /// segment in memory and is logged; live output goes on.
+    /// segment in memory, sets [`StreamPackage::storage_error`] (shown in the record) and cuts
+    /// the window to [`MAX_UNWRITTEN_SEGMENTS`] held in memory only; live output goes on, and
+    /// the next segment written clears the error.
     pub fn push(&self, output: Output, index: usize, part: PartIn, whole: bool) {
         let (name, outcome, dir) = self.update(|p| {
             let retention = p.retention();
@@ -147,19 +153,44 @@ impl Package {
         }
         if let Some((msn, chunks)) = outcome.completed {
             let len = chunks.iter().map(Bytes::len).sum();
-            match dir.write(&dir.segment_path(output, &name, msn), &chunks) {
-                Ok(()) => self.update(|p| {
-                    let list = match output {
-                        Output::Cmaf => &mut p.renditions,
-                        Output::Ts => &mut p.ts_renditions,
-                    };
-                    if let Some(r) = list.get_mut(index) {
-                        r.mark_on_disk(msn, len);
+            let written = dir.write(&dir.segment_path(output, &name, msn), &chunks);
+            let (recovered, evicted) = self.update(|p| {
+                let recovered = match &written {
+                    Ok(()) => p.storage_error.take(),
+                    Err(_) => None,
+                };
+                let failed_first = match &written {
+                    Err(e) if p.storage_error.is_none() => {
+                        p.storage_error = Some((time::OffsetDateTime::now_utc(), e.to_string()));
+                        true
                     }
-                }),
-                Err(e) => {
-                    tracing::error!(rendition = %name, msn, error = %e, "cannot write segment; keeping it in memory")
+                    _ => false,
+                };
+                let list = match output {
+                    Output::Cmaf => &mut p.renditions,
+                    Output::Ts => &mut p.ts_renditions,
+                };
+                let Some(r) = list.get_mut(index) else {
+                    return (None, Vec::new());
+                };
+                let evicted = match &written {
+                    Ok(()) => {
+                        r.mark_on_disk(msn, len);
+                        Vec::new()
+                    }
+                    Err(_) => r.cap_unwritten(MAX_UNWRITTEN_SEGMENTS),
+                };
+                if failed_first {
+                    tracing::error!(rendition = %name, msn, error = %written.as_ref().unwrap_err(), "cannot write segments; live output continues from memory");
                 }
+                (recovered, evicted)
+            });
+            if let Some((since, _)) = recovered {
+                let secs = (time::OffsetDateTime::now_utc() - since).whole_seconds();
+                tracing::info!(rendition = %name, msn, failing_secs = secs, "segments are written again");
+            }
+            for msn in evicted {
+                let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
             }
         }
     }
@@ -206,6 +237,50 @@ pub fn utc_ms(t: time::OffsetDateTime) -> String {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A media dir that cannot be written (a file stands where its directory should be): the
+    /// error shows, memory holds at most MAX_UNWRITTEN_SEGMENTS, and it clears once writable.
+    #[test]
+    fn a_failing_disk_is_reported_bounded_and_recovered_from() {
+        use store::tests::{part, video_720p};
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("media");
+        std::fs::write(&root, b"in the way").unwrap();
+        let mut sp = StreamPackage::new(PackagingConfig::default(), vec![video_720p(1_000_000)]);
+        sp.media_dir = Some(MediaDir::new(root.clone()));
+        sp.dvr_window = Some(Duration::from_secs(3600));
+        let pkg = Package::new(sp);
+        let t0 = time::OffsetDateTime::now_utc();
+        let mut msn_parts = 0u64;
+        let mut segment = |pkg: &Package| {
+            for i in 0..4 {
+                let t = t0 + Duration::from_millis(500 * msn_parts);
+                pkg.push(Output::Cmaf, 0, part(i == 0, 500, t), false);
+                msn_parts += 1;
+            }
+        };
+        for _ in 0..(MAX_UNWRITTEN_SEGMENTS + 10) {
+            segment(&pkg);
+        }
+        let (error, held) = pkg.read(|p| {
+            let r = &p.renditions[0];
+            let held = r.segments().iter().filter(|s| s.complete).count();
+            (p.storage_error.clone(), held)
+        });
+        let (_, why) = error.expect("the error is recorded");
+        assert!(
+            why.contains("Not a directory") || why.contains("exists"),
+            "{why}"
+        );
+        assert_eq!(held, MAX_UNWRITTEN_SEGMENTS);
+        // Space is back: the next completed segment is written and the error clears.
+        std::fs::remove_file(&root).unwrap();
+        segment(&pkg);
+        segment(&pkg);
+        assert!(pkg.read(|p| p.storage_error.is_none()));
+        let on_disk = std::fs::read_dir(root.join("cmaf/720p")).unwrap().count();
+        assert!(on_disk >= 1);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn waiters_wake_on_update_and_time_out() {

@@ -395,25 +395,41 @@ impl Rendition {
             if !too_many {
                 return evicted;
             }
-            if let Some(old) = self.segments.pop_front() {
-                if old.discontinuity {
-                    self.discontinuity_sequence += 1;
-                }
-                evicted.push(old.msn);
-            }
+            evicted.extend(self.drop_oldest());
         }
+    }
+
+    fn drop_oldest(&mut self) -> Option<u64> {
+        let old = self.segments.pop_front()?;
+        if old.discontinuity {
+            self.discontinuity_sequence += 1;
+        }
+        Some(old.msn)
+    }
+
+    /// Bounds what a failing disk leaves in memory: the window is cut from the front until at
+    /// most `max` complete segments are held in memory only. A playlist cannot skip a hole, so
+    /// older segments on disk go with them; the newest two always stay.
+    pub fn cap_unwritten(&mut self, max: usize) -> Vec<u64> {
+        let mut evicted = Vec::new();
+        while self.segments.len() > 2
+            && self
+                .segments
+                .iter()
+                .filter(|s| s.complete && s.on_disk.is_none())
+                .count()
+                > max
+        {
+            evicted.extend(self.drop_oldest());
+        }
+        evicted
     }
 
     /// Empties the window (DVR cleanup): every complete segment goes; the open one stays.
     pub fn clear_complete(&mut self) -> Vec<u64> {
         let mut removed = Vec::new();
         while self.segments.front().is_some_and(|s| s.complete) {
-            if let Some(old) = self.segments.pop_front() {
-                if old.discontinuity {
-                    self.discontinuity_sequence += 1;
-                }
-                removed.push(old.msn);
-            }
+            removed.extend(self.drop_oldest());
         }
         removed
     }
@@ -479,6 +495,8 @@ pub struct StreamPackage {
     pub dvr_window: Option<Duration>,
     /// Where complete segments are written (set by the registry; `None` in unit tests).
     pub media_dir: Option<super::MediaDir>,
+    /// Set while segments cannot be written (disk full, read-only, …): since when, and why.
+    pub storage_error: Option<(time::OffsetDateTime, String)>,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
     pub version: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
@@ -507,6 +525,7 @@ impl StreamPackage {
             screenshot: None,
             dvr_window: None,
             media_dir: None,
+            storage_error: None,
             version: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }

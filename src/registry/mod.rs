@@ -47,6 +47,8 @@ pub struct LiveStatus {
     pub frame_rate: Option<f64>,
     pub video_height: Option<u32>,
     pub video_width: Option<u32>,
+    /// Why segments are not being written (disk full, …), since when; `None` when they are.
+    pub storage_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,7 +308,18 @@ impl Registry {
     pub fn status(&self, id: i64) -> LiveStatus {
         lock(&self.streams)
             .get(&id)
-            .map(|e| lock(&e.status).clone())
+            .map(|e| {
+                let mut s = lock(&e.status).clone();
+                s.storage_error = e.package.read(|p| {
+                    p.storage_error.as_ref().map(|(since, why)| {
+                        format!(
+                            "cannot write segments since {}: {why}",
+                            crate::package::utc_ms(*since)
+                        )
+                    })
+                });
+                s
+            })
             .unwrap_or_default()
     }
 

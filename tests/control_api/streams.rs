@@ -50,6 +50,7 @@ fn assert_record_shape(rec: &Value) {
         "video_height",
         "video_width",
         "html_overlays",
+        "storage_error",
     ];
     let obj = rec.as_object().expect("record is an object");
     for k in keys {
