@@ -150,29 +150,34 @@ pub async fn attack_all(d: &Daemon, victim: &Value) {
     assert_eq!(status, 400, "{body}");
 
     // Slowloris past the connection cap (400 here): 420 connections each send half a request
-    // head and then a header line every second. The 20 over the cap get 503 at once; the rest
-    // are cut at the header timeout; meanwhile and after, real requests are served.
+    // head, then a header line every second. Those over the cap get 503 at once; the rest are
+    // cut at the header timeout however they drip; then real requests are served again.
     let addr = d.base.trim_start_matches("http://").to_owned();
+    let flood = std::time::Instant::now();
     let mut held = Vec::new();
     for _ in 0..420 {
         let mut s = TcpStream::connect(&addr).await.unwrap();
         let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
         held.push(s);
     }
-    let mut refused = 0;
-    let mut slow = Vec::new();
-    for mut s in held {
+    let checked = futures::future::join_all(held.into_iter().map(|mut s| async move {
         let mut buf = [0u8; 256];
-        match tokio::time::timeout(Duration::from_millis(50), s.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 && buf.starts_with(b"HTTP/1.1 503") => refused += 1,
-            _ => slow.push(s),
-        }
-    }
+        let read = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await;
+        let refused = matches!(read, Ok(Ok(n)) if n > 0 && buf.starts_with(b"HTTP/1.1 503"));
+        (refused, s)
+    }))
+    .await;
+    let refused = checked.iter().filter(|(r, _)| *r).count();
     assert!(refused >= 20, "{refused} connections over the cap refused");
+    let slow: Vec<TcpStream> = checked
+        .into_iter()
+        .filter(|(r, _)| !r)
+        .map(|x| x.1)
+        .collect();
     let drip = tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + timeout_bound();
+        let deadline = flood + timeout_bound();
         let mut open = slow;
-        while !open.is_empty() && tokio::time::Instant::now() < deadline {
+        while !open.is_empty() && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let mut still = Vec::new();
             for mut s in open {
