@@ -119,9 +119,19 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
             else {
                 continue; // this epoch had no such track
             };
-            adaptation_set(
-                &mut out, set_id, content, mime, group, epoch, epoch_init, start, ref_d, part,
+            let period = PeriodTiming {
+                epoch,
+                start,
+                ref_d,
+                part,
                 time_url,
+            };
+            adaptation_set(
+                &mut out,
+                (set_id, content, mime),
+                group,
+                epoch_init,
+                &period,
             );
         }
         out.push_str("  </Period>\n");
@@ -133,20 +143,31 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
     Some(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn adaptation_set(
-    out: &mut String,
-    set_id: usize,
-    content: &str,
-    mime: &str,
-    group: &[&Rendition],
+/// What every adaptation set of one Period shares.
+struct PeriodTiming<'a> {
+    /// The epoch's first sequence number (the template's startNumber).
     epoch: u64,
-    init_version: u32,
     start: OffsetDateTime,
+    /// The reference track's segment duration, for a track that has none complete yet.
     ref_d: Duration,
     part: Duration,
-    time_url: &str,
+    time_url: &'a str,
+}
+
+fn adaptation_set(
+    out: &mut String,
+    (set_id, content, mime): (usize, &str, &str),
+    group: &[&Rendition],
+    init_version: u32,
+    period: &PeriodTiming,
 ) {
+    let PeriodTiming {
+        epoch,
+        start,
+        ref_d,
+        part,
+        time_url,
+    } = *period;
     let first = group[0];
     let d = segment_duration(first).unwrap_or(ref_d);
     let timescale: u64 = match first.kind {
