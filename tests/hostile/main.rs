@@ -154,7 +154,7 @@ async fn every_listener_refuses_hostile_peers_while_a_real_stream_keeps_real_tim
 
     let d_ref = &d;
     tokio::join!(
-        rtmp::attack_all(&d.rtmp, &rec),
+        rtmp::attack_all(&d.rtmp, &d.rtmps, &rec),
         srt::attack_all(&d.srt, &rec),
         http::attack_all(d_ref, &rec),
     );

@@ -85,7 +85,16 @@ async fn closed_at_once(s: TcpStream, what: &str) {
     closed_within(s, AT_ONCE, what).await;
 }
 
-pub async fn attack_all(rtmp: &str, victim: &Value) {
+pub async fn attack_all(rtmp: &str, rtmps: &str, victim: &Value) {
+    // RTMPS: plain RTMP instead of TLS is refused on sight; a peer that never starts TLS is
+    // closed at the handshake timeout.
+    let mut s = TcpStream::connect(rtmps).await.unwrap();
+    s.write_all(&[3; 1537]).await.unwrap();
+    closed_at_once(s, "RTMP on the RTMPS port").await;
+    let silent_tls = async {
+        let s = TcpStream::connect(rtmps).await.unwrap();
+        closed_within(s, timeout_bound(), "no TLS handshake").await;
+    };
     // Junk instead of a handshake (an HTTP request, a TLS ClientHello): refused on sight.
     for junk in [
         &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
@@ -233,5 +242,13 @@ pub async fn attack_all(rtmp: &str, victim: &Value) {
             closed_within(s, timeout_bound(), "after BadName").await;
         }
     };
-    tokio::join!(stalled, no_c2, declared, refusals, tiny_chunks, bad_names);
+    tokio::join!(
+        stalled,
+        no_c2,
+        declared,
+        refusals,
+        tiny_chunks,
+        bad_names,
+        silent_tls
+    );
 }
