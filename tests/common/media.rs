@@ -208,3 +208,21 @@ pub fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
         other => panic!("not a media playlist: {other:?}\n{text}"),
     }
 }
+
+/// Segment numbers of the files in a rendition's directory on disk.
+pub fn files_on_disk(dir: &std::path::Path, ext: &str) -> Vec<u64> {
+    let mut msns: Vec<u64> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix("seg_")?
+                    .strip_suffix(&format!(".{ext}"))?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    msns.sort();
+    msns
+}

@@ -71,23 +71,6 @@ fn fill(path: &Path) {
     }
 }
 
-fn segments_on_disk(dir: &Path) -> Vec<u64> {
-    let mut v: Vec<u64> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| {
-                let name = e.ok()?.file_name().into_string().ok()?;
-                name.strip_prefix("seg_")?
-                    .strip_suffix(".m4s")?
-                    .parse()
-                    .ok()
-            })
-            .collect()
-        })
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
-}
-
 async fn last_msn(url: &str) -> u64 {
     let p = media_playlist(&text(url).await.1);
     p.media_sequence + p.segments.len() as u64 - 1
@@ -112,7 +95,10 @@ async fn a_full_disk_keeps_live_output_going_reports_and_recovers() {
     wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
     let playlist = format!("{}/cmaf/{id}/audio/index.m3u8", d.base);
     let on_disk = media_root.join(format!("{id}/cmaf/audio"));
-    assert!(!segments_on_disk(&on_disk).is_empty(), "nothing written");
+    assert!(
+        !files_on_disk(&on_disk, "m4s").is_empty(),
+        "nothing written"
+    );
     assert!(record(&d, id).await["storage_error"].is_null());
 
     // The disk fills up: the record says so within a segment or two.
@@ -126,7 +112,7 @@ async fn a_full_disk_keeps_live_output_going_reports_and_recovers() {
     assert_eq!(r["live"], true);
 
     // Live output goes on from memory: new segments are listed and served, not written.
-    let written_before = segments_on_disk(&on_disk);
+    let written_before = files_on_disk(&on_disk, "m4s");
     let before = last_msn(&playlist).await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     let after = last_msn(&playlist).await;
@@ -141,7 +127,7 @@ async fn a_full_disk_keeps_live_output_going_reports_and_recovers() {
     };
     assert_eq!(status, StatusCode::OK);
     assert!(body.len() > 1000);
-    let written_during = segments_on_disk(&on_disk);
+    let written_during = files_on_disk(&on_disk, "m4s");
     assert!(
         written_during.last() <= written_before.last(),
         "written while the disk was full: {written_during:?}"
@@ -155,11 +141,11 @@ async fn a_full_disk_keeps_live_output_going_reports_and_recovers() {
     .await;
     assert_eq!(r["live"], true);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while segments_on_disk(&on_disk).last() <= Some(&after) {
+    while files_on_disk(&on_disk, "m4s").last() <= Some(&after) {
         assert!(
             std::time::Instant::now() < deadline,
             "no segment written after recovery: {:?}",
-            segments_on_disk(&on_disk)
+            files_on_disk(&on_disk, "m4s")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -632,24 +632,6 @@ async fn mpegts_hls_from_the_same_encoders() {
     );
 }
 
-/// Segment numbers of the files in a rendition's directory on disk.
-fn files_on_disk(dir: &std::path::Path, ext: &str) -> Vec<u64> {
-    let mut msns: Vec<u64> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| {
-                let name = e.ok()?.file_name().into_string().ok()?;
-                name.strip_prefix("seg_")?
-                    .strip_suffix(&format!(".{ext}"))?
-                    .parse()
-                    .ok()
-            })
-            .collect()
-        })
-        .unwrap_or_default();
-    msns.sort();
-    msns
-}
-
 /// (sequence numbers, total duration) of the complete segments a playlist lists.
 fn listed(p: &m3u8_rs::MediaPlaylist) -> (Vec<u64>, f64) {
     let msns = (0..p.segments.len() as u64)
