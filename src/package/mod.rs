@@ -154,7 +154,7 @@ impl Package {
         if let Some((msn, chunks)) = outcome.completed {
             let len = chunks.iter().map(Bytes::len).sum();
             let written = dir.write(&dir.segment_path(output, &name, msn), &chunks);
-            let (recovered, evicted) = self.update(|p| {
+            let (recovered, failed_first, evicted) = self.update(|p| {
                 let recovered = match &written {
                     Ok(()) => p.storage_error.take(),
                     Err(_) => None,
@@ -171,7 +171,7 @@ impl Package {
                     Output::Ts => &mut p.ts_renditions,
                 };
                 let Some(r) = list.get_mut(index) else {
-                    return (None, Vec::new());
+                    return (recovered, failed_first, Vec::new());
                 };
                 let evicted = match &written {
                     Ok(()) => {
@@ -180,11 +180,11 @@ impl Package {
                     }
                     Err(_) => r.cap_unwritten(MAX_UNWRITTEN_SEGMENTS),
                 };
-                if failed_first {
-                    tracing::error!(rendition = %name, msn, error = %written.as_ref().unwrap_err(), "cannot write segments; live output continues from memory");
-                }
-                (recovered, evicted)
+                (recovered, failed_first, evicted)
             });
+            if let (true, Err(e)) = (failed_first, &written) {
+                tracing::error!(rendition = %name, msn, error = %e, "cannot write segments; live output continues from memory");
+            }
             if let Some((since, _)) = recovered {
                 let secs = (time::OffsetDateTime::now_utc() - since).whole_seconds();
                 tracing::info!(rendition = %name, msn, failing_secs = secs, "segments are written again");
