@@ -57,10 +57,20 @@ struct Sample {
     parts: f64,
 }
 
-async fn sample(d: &Daemon, id: i64) -> Sample {
-    let body = d.get("/metrics").await.body;
-    let text = body.as_str().unwrap_or_default().to_owned();
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+/// /metrics read by prometheus-parse; `None` when it could not be fetched (the watcher keeps
+/// sampling through the connection flood, when the HTTP listener is at its cap).
+async fn try_sample(client: &reqwest::Client, base: &str, key: &str, id: i64) -> Option<Sample> {
+    let r = client
+        .get(format!("{base}/metrics"))
+        .header("authorization", format!("apikey {key}"))
+        .send()
+        .await
+        .ok()?;
+    if r.status() != StatusCode::OK {
+        return None;
+    }
+    let text = r.text().await.ok()?;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).ok()?;
     let value = |name: &str| {
         scrape
             .samples
@@ -79,12 +89,18 @@ async fn sample(d: &Daemon, id: i64) -> Sample {
             })
             .unwrap_or(f64::NAN)
     };
-    Sample {
+    Some(Sample {
         rss: value("process_resident_memory_bytes") / 1048576.0,
         speed: value("livepack_stream_transcoding_speed"),
         dropped: value("livepack_stream_frames_dropped_total"),
         parts: value("livepack_stream_parts_published_total"),
-    }
+    })
+}
+
+async fn sample(d: &Daemon, id: i64) -> Sample {
+    try_sample(&reqwest::Client::new(), &d.base, &d.key, id)
+        .await
+        .expect("/metrics")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -127,23 +143,9 @@ async fn every_listener_refuses_hostile_peers_while_a_real_stream_keeps_real_tim
             let client = reqwest::Client::new();
             let (mut min_speed, mut max_rss) = (f64::INFINITY, 0f64);
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(r) = client
-                    .get(format!("{base}/metrics"))
-                    .header("authorization", format!("apikey {key}"))
-                    .send()
-                    .await
-                {
-                    let text = r.text().await.unwrap_or_default();
-                    for line in text.lines() {
-                        if let Some(v) = line.strip_prefix(&format!(
-                            "livepack_stream_transcoding_speed{{stream=\"{id}\"}} "
-                        )) {
-                            min_speed = min_speed.min(v.parse().unwrap_or(0.0));
-                        }
-                        if let Some(v) = line.strip_prefix("process_resident_memory_bytes ") {
-                            max_rss = max_rss.max(v.parse::<f64>().unwrap_or(0.0) / 1048576.0);
-                        }
-                    }
+                if let Some(s) = try_sample(&client, &base, &key, id).await {
+                    min_speed = min_speed.min(s.speed);
+                    max_rss = max_rss.max(s.rss);
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
