@@ -90,6 +90,8 @@ pub struct Layer {
     pub rtmp_max_amf_depth: Option<usize>,
     pub whip_max_sdp_bytes: Option<usize>,
     pub pull_max_held_bytes: Option<usize>,
+    pub pull_max_playlist_bytes: Option<usize>,
+    pub pull_max_segment_bytes: Option<u64>,
 }
 
 impl Layer {
@@ -134,6 +136,10 @@ impl Layer {
             rtmp_max_amf_depth: self.rtmp_max_amf_depth.or(lower.rtmp_max_amf_depth),
             whip_max_sdp_bytes: self.whip_max_sdp_bytes.or(lower.whip_max_sdp_bytes),
             pull_max_held_bytes: self.pull_max_held_bytes.or(lower.pull_max_held_bytes),
+            pull_max_playlist_bytes: self
+                .pull_max_playlist_bytes
+                .or(lower.pull_max_playlist_bytes),
+            pull_max_segment_bytes: self.pull_max_segment_bytes.or(lower.pull_max_segment_bytes),
         }
     }
 
@@ -226,6 +232,9 @@ impl Layer {
             rtmp_max_amf_depth: number("LIVEPACK_RTMP_MAX_AMF_DEPTH")?.map(|n| n as usize),
             whip_max_sdp_bytes: number("LIVEPACK_WHIP_MAX_SDP_BYTES")?.map(|n| n as usize),
             pull_max_held_bytes: number("LIVEPACK_PULL_MAX_HELD_BYTES")?.map(|n| n as usize),
+            pull_max_playlist_bytes: number("LIVEPACK_PULL_MAX_PLAYLIST_BYTES")?
+                .map(|n| n as usize),
+            pull_max_segment_bytes: number("LIVEPACK_PULL_MAX_SEGMENT_BYTES")?,
         })
     }
 }
@@ -420,6 +429,18 @@ impl Config {
             crate::ingest::pull::DEFAULT_MAX_HELD_BYTES,
             "pull_max_held_bytes",
             1 << 20..=1 << 30,
+        )?;
+        pull.max_playlist_bytes = ranged(
+            layer.pull_max_playlist_bytes,
+            crate::ingest::pull::gateway::DEFAULT_MAX_PLAYLIST_BYTES,
+            "pull_max_playlist_bytes",
+            16 << 10..=256 << 20,
+        )?;
+        pull.max_segment_bytes = ranged(
+            layer.pull_max_segment_bytes,
+            crate::ingest::pull::gateway::DEFAULT_MAX_SEGMENT_BYTES,
+            "pull_max_segment_bytes",
+            1 << 20..=4 << 30,
         )?;
         let handshake = Duration::from_secs(ranged(
             layer.ingest_handshake_timeout_secs,
@@ -620,11 +641,14 @@ mod tests {
         assert_eq!(d.rtmp.guard.max_amf_depth, 32);
         assert_eq!(d.whip.max_sdp_bytes, 128 << 10);
         assert_eq!(d.pull.max_held_bytes, 32 << 20);
+        assert_eq!(d.pull.max_playlist_bytes, 4 << 20);
+        assert_eq!(d.pull.max_segment_bytes, 128 << 20);
         let layer = Layer::from_env(env(&[
             ("LIVEPACK_RTMP_MAX_CONNECTIONS", "7"),
             ("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS", "30"),
             ("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS", "3"),
             ("LIVEPACK_WHIP_MAX_SDP_BYTES", "16384"),
+            ("LIVEPACK_PULL_MAX_SEGMENT_BYTES", "2097152"),
         ]))
         .unwrap();
         let c = Config::from_layer(layer).unwrap();
@@ -633,12 +657,15 @@ mod tests {
         assert_eq!(c.whip.idle_timeout, Duration::from_secs(30));
         assert_eq!(c.whip.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.whip.max_sdp_bytes, 16384);
+        assert_eq!(c.pull.max_segment_bytes, 2 << 20);
         for (key, value) in [
             ("rtmp_max_amf_depth", "1000"),
             ("ingest_handshake_timeout_secs", "0"),
             ("rtmp_max_message_bytes", "100"),
             ("srt_max_connections", "0"),
             ("whip_max_sdp_bytes", "100000000"),
+            ("pull_max_playlist_bytes", "1000"),
+            ("pull_max_segment_bytes", "10000000000"),
         ] {
             let layer: Layer = toml::from_str(&format!("{key} = {value}")).unwrap();
             let err = Config::from_layer(layer).unwrap_err().to_string();

@@ -75,6 +75,8 @@ pub enum DaemonError {
     MissingElement(&'static str),
     #[error("RTMPS: {0}")]
     Tls(#[from] rtmp::TlsError),
+    #[error("PULL: {0}")]
+    Pull(String),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the
@@ -290,7 +292,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         config.srt,
         shutdown_rx.clone(),
     ));
-    crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone());
+    crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone())
+        .map_err(DaemonError::Pull)?;
     let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");

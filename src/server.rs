@@ -45,6 +45,35 @@ pub fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Respo
         .expect("static headers are valid")
 }
 
+/// A response body fed chunk by chunk from a channel (HTTP/1.1 chunked transfer); an `Err`
+/// aborts the response, so the client sees it incomplete rather than ended.
+pub struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|r| r.map(hyper::body::Frame::data)))
+    }
+}
+
+/// A streamed body and its feeding end; at most `capacity` chunks wait in between.
+pub fn channel_body(
+    capacity: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    Body,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+    (tx, ChannelBody(rx).boxed())
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
     pub max_connections: usize,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -329,7 +328,7 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
     if started.is_none() {
         return not_found();
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let (tx, body) = crate::server::channel_body(8);
     tokio::spawn(async move {
         let mut next = 0usize;
         loop {
@@ -345,7 +344,7 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
                 .await;
             // Done, or stalled past the hold limit.
             let Some(Some(chunk)) = step else { return };
-            if tx.send(chunk).await.is_err() {
+            if tx.send(Ok(chunk)).await.is_err() {
                 return; // the client went away
             }
             next += 1;
@@ -355,26 +354,9 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
         Response::builder()
             .header(header::CONTENT_TYPE, "video/iso.segment")
             .header(header::CACHE_CONTROL, "no-cache")
-            .body(ChannelBody(rx).boxed())
+            .body(body)
             .expect("valid response"),
     )
-}
-
-/// A response body fed chunk by chunk from a channel (HTTP/1.1 chunked transfer).
-struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b))))
-    }
 }
 
 /// `GET /time`: the clock DASH players synchronise to (`urn:mpeg:dash:utc:http-iso:2014`).

@@ -4,6 +4,7 @@
 //! (`guard`). This manager follows the records: started at boot, restarted when `uri` changes,
 //! stopped when the stream is deactivated, turned into a push stream or deleted.
 
+pub mod gateway;
 pub mod guard;
 pub mod source;
 pub mod task;
@@ -40,6 +41,10 @@ pub struct PullConfig {
     /// What a source may deliver while it proves it is live (an HLS/DASH demuxer fetches its
     /// first segments in a burst); more ends the attempt.
     pub max_held_bytes: usize,
+    /// An HLS playlist or DASH manifest larger than this fails the request (see `gateway`).
+    pub max_playlist_bytes: usize,
+    /// A segment larger than this is cut; the source URL itself (a progressive stream) is not.
+    pub max_segment_bytes: u64,
 }
 
 impl Default for PullConfig {
@@ -51,6 +56,8 @@ impl Default for PullConfig {
             inactivity: DEFAULT_INACTIVITY,
             allow_link_local: false,
             max_held_bytes: DEFAULT_MAX_HELD_BYTES,
+            max_playlist_bytes: gateway::DEFAULT_MAX_PLAYLIST_BYTES,
+            max_segment_bytes: gateway::DEFAULT_MAX_SEGMENT_BYTES,
         }
     }
 }
@@ -64,6 +71,7 @@ struct Running {
 pub struct Puller {
     registry: Arc<Registry>,
     config: PullConfig,
+    gateway: Arc<gateway::Gateway>,
     running: Mutex<HashMap<i64, Running>>,
 }
 
@@ -73,14 +81,20 @@ impl Puller {
         registry: Arc<Registry>,
         config: PullConfig,
         mut shutdown: watch::Receiver<bool>,
-    ) -> tokio::task::JoinHandle<()> {
+    ) -> Result<tokio::task::JoinHandle<()>, String> {
+        let gateway = gateway::Gateway::new(gateway::GatewayLimits {
+            max_playlist_bytes: config.max_playlist_bytes,
+            max_segment_bytes: config.max_segment_bytes,
+            allow_link_local: config.allow_link_local,
+        })?;
         let puller = Arc::new(Puller {
             registry: registry.clone(),
             config,
+            gateway,
             running: Mutex::new(HashMap::new()),
         });
         let mut changes = registry.take_changes();
-        tokio::spawn(async move {
+        Ok(tokio::spawn(async move {
             puller.rescan().await;
             let mut rescan = tokio::time::interval(RESCAN);
             rescan.tick().await;
@@ -100,7 +114,7 @@ impl Puller {
                 }
             }
             puller.stop_all().await;
-        })
+        }))
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Running>> {
@@ -169,6 +183,7 @@ impl Puller {
                 id,
                 list,
                 self.registry.clone(),
+                self.gateway.clone(),
                 self.config,
                 stop_rx,
             ));

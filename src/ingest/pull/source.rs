@@ -129,13 +129,8 @@ fn capsfilter(caps: gst::Caps) -> Result<gst::Element, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts fetching `uri`. With `no_redirects`, HTTP redirects are not followed (a redirect
-/// could lead to an address the link-local guard would have refused).
-pub fn start(
-    stream: i64,
-    uri: &str,
-    no_redirects: bool,
-) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
+/// Starts fetching `uri` (an HTTP(S) source arrives here as its loopback gateway URL).
+pub fn start(stream: i64, uri: &str) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
     gst::init().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(DATA_QUEUE);
     let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
@@ -158,7 +153,6 @@ pub fn start(
         // the process (g_mutex_clear on a locked mutex) when the pipeline stops.
         if factory.as_deref() == Some("souphttpsrc") {
             element.set_property("timeout", HTTP_TIMEOUT_SECS);
-            element.set_property("automatic-redirect", !no_redirects);
             element.set_property("user-agent", "livepack-pull");
         }
         None

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{guard, source, PullConfig};
+use super::{gateway::Gateway, guard, source, PullConfig};
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::media::{MediaMessage, TrackKind};
 use crate::registry::{PublishError, Publisher, Registry};
@@ -93,6 +93,7 @@ pub async fn run(
     id: i64,
     uris: Vec<String>,
     registry: Arc<Registry>,
+    gateway: Arc<Gateway>,
     config: PullConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -120,6 +121,7 @@ pub async fn run(
             id,
             uri,
             &registry,
+            &gateway,
             &config,
             &mut publisher,
             &mut rebase,
@@ -160,7 +162,7 @@ pub async fn run(
 
 /// Source URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the
 /// scheme, host and path only.
-fn redact(uri: &str) -> String {
+pub(super) fn redact(uri: &str) -> String {
     match url::Url::parse(uri) {
         Ok(u) => format!(
             "{}://{}{}",
@@ -200,6 +202,7 @@ async fn attempt(
     id: i64,
     uri: &str,
     registry: &Arc<Registry>,
+    gateway: &Arc<Gateway>,
     config: &PullConfig,
     publisher: &mut Option<Publisher>,
     rebase: &mut Rebase,
@@ -219,11 +222,19 @@ async fn attempt(
     if let Err(e) = check_host(&url, config).await {
         return fail(e);
     }
+    // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
+    // HLS/DASH demuxers make; it lives as long as this attempt.
+    let (_gateway_session, fetch_uri) = if matches!(url.scheme(), "http" | "https") {
+        match gateway.session(id, &url) {
+            Ok((session, local)) => (Some(session), local.to_string()),
+            Err(e) => return fail(e),
+        }
+    } else {
+        (None, uri.to_owned())
+    };
     // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
     // off the async workers.
-    let (uri_owned, no_redirects) = (uri.to_owned(), !config.allow_link_local);
-    let started =
-        tokio::task::spawn_blocking(move || source::start(id, &uri_owned, no_redirects)).await;
+    let started = tokio::task::spawn_blocking(move || source::start(id, &fetch_uri)).await;
     let (source, mut events) = match started {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return fail(e),

@@ -1,0 +1,981 @@
+//! The loopback HTTP gateway every HTTP(S) PULL source is fetched through. GStreamer's HLS/DASH
+//! demuxers download playlists and segments with their own libsoup helper, which has no size
+//! cap, follows redirects anywhere and offers no hook; so the pipeline is pointed at
+//! `http://127.0.0.1:<port>/<path>` instead, and each request is made upstream by us:
+//!
+//! - every URL, the first and each playlist entry or redirect after it, passes the source guard
+//!   (scheme, no link-local/metadata address — checked on the resolved addresses, at connect);
+//! - a playlist (HLS or DASH, by content type or by its first bytes) is read whole up to
+//!   `max_playlist_bytes`, a segment is streamed through up to `max_segment_bytes`, every read
+//!   waits at most [`IDLE_TIMEOUT`]; over a cap the request fails (502, or the response is cut);
+//! - each upstream origin gets its own loopback port that mirrors its paths one to one, so
+//!   relative references (`seg1.ts`, `../a/b`, `/root`) resolve as they would upstream, and only
+//!   absolute ones in playlists and `Location` headers are rewritten to the origin's port.
+//!
+//! A session lives as long as one attempt on one source; dropping it closes its ports.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::Incoming;
+use hyper::{header, Method, Request, Response, StatusCode};
+use tokio::sync::watch;
+use url::Url;
+
+use super::guard;
+use crate::server::{self, Body};
+
+/// Each upstream read (response head, then every body chunk) waits at most this long.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// An LL-HLS blocking playlist reload is held by the server for up to three target durations.
+const BLOCKING_RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Distinct upstream origins one source may lead to (a master playlist, its CDNs, redirects).
+pub const MAX_ORIGINS: usize = 16;
+/// Connections GStreamer may hold open to one origin's port.
+const MAX_CONNECTIONS: usize = 16;
+/// Bytes read before a response is classified as playlist or media.
+const SNIFF_BYTES: usize = 4096;
+pub const DEFAULT_MAX_PLAYLIST_BYTES: usize = 4 << 20;
+pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 128 << 20;
+
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayLimits {
+    pub max_playlist_bytes: usize,
+    pub max_segment_bytes: u64,
+    pub allow_link_local: bool,
+}
+
+impl Default for GatewayLimits {
+    fn default() -> Self {
+        GatewayLimits {
+            max_playlist_bytes: DEFAULT_MAX_PLAYLIST_BYTES,
+            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+            allow_link_local: false,
+        }
+    }
+}
+
+/// The daemon's upstream HTTP client (one connection pool for all PULL streams).
+pub struct Gateway {
+    client: reqwest::Client,
+    limits: GatewayLimits,
+}
+
+impl Gateway {
+    pub fn new(limits: GatewayLimits) -> Result<Arc<Gateway>, String> {
+        let mut builder = reqwest::Client::builder()
+            // Our own redirect handling: each hop goes back through the gateway and its guard.
+            .redirect(reqwest::redirect::Policy::none())
+            // A proxy would resolve names itself, past the guard.
+            .no_proxy()
+            .connect_timeout(IDLE_TIMEOUT)
+            .read_timeout(IDLE_TIMEOUT)
+            .user_agent("livepack-pull");
+        if !limits.allow_link_local {
+            builder = builder.dns_resolver(Arc::new(GuardedResolver));
+        }
+        let client = builder
+            .build()
+            .map_err(|e| format!("PULL HTTP client: {e}"))?;
+        Ok(Arc::new(Gateway { client, limits }))
+    }
+
+    /// Opens a session for one attempt on `source`; returns it with the URL to give GStreamer.
+    pub fn session(self: &Arc<Self>, stream: i64, source: &Url) -> Result<(Session, Url), String> {
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            gateway: self.clone(),
+            stream,
+            source: source.clone(),
+            origins: Mutex::new(HashMap::new()),
+            shutdown_rx,
+        });
+        let local = inner.local_url(source)?;
+        Ok((Session { inner, shutdown }, local))
+    }
+}
+
+/// Names resolve only to addresses the source guard allows; IP literals never reach a
+/// resolver, so [`check_target`] checks those.
+struct GuardedResolver;
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::time::timeout(IDLE_TIMEOUT, tokio::net::lookup_host((host.as_str(), 0)))
+                    .await
+                    .map_err(|_| format!("DNS lookup of {host} timed out"))??
+                    .collect();
+            if let Some(bad) = addrs.iter().find(|a| guard::blocked(a.ip())) {
+                return Err(guard::GuardError::Blocked(bad.ip()).into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The scheme and, for an address literal, the address (names are checked when resolved).
+fn check_target(url: &Url, allow_link_local: bool) -> Result<(), String> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "scheme `{}` is not fetched over HTTP",
+            url.scheme()
+        ));
+    }
+    let ip = match url.host() {
+        Some(url::Host::Ipv4(v4)) => std::net::IpAddr::V4(v4),
+        Some(url::Host::Ipv6(v6)) => std::net::IpAddr::V6(v6),
+        Some(url::Host::Domain(_)) => return Ok(()),
+        None => return Err(guard::GuardError::NoHost.to_string()),
+    };
+    if !allow_link_local && guard::blocked(ip) {
+        return Err(guard::GuardError::Blocked(ip).to_string());
+    }
+    Ok(())
+}
+
+/// One attempt's gateway; dropping it closes its loopback ports and their connections.
+pub struct Session {
+    inner: Arc<Inner>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Session {
+    /// How many upstream origins this session has opened a port for.
+    pub fn origins(&self) -> usize {
+        self.inner.origins().len()
+    }
+}
+
+/// `scheme://host:port` of an upstream URL.
+fn origin(url: &Url) -> String {
+    format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
+struct Inner {
+    gateway: Arc<Gateway>,
+    stream: i64,
+    /// The source URL itself: the one response that may be an endless media stream.
+    source: Url,
+    origins: Mutex<HashMap<String, u16>>,
+    shutdown_rx: watch::Receiver<bool>,
+}
+
+impl Inner {
+    fn origins(&self) -> std::sync::MutexGuard<'_, HashMap<String, u16>> {
+        self.origins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The loopback URL that fetches `upstream`, opening its origin's port if needed.
+    fn local_url(self: &Arc<Self>, upstream: &Url) -> Result<Url, String> {
+        check_target(upstream, self.gateway.limits.allow_link_local)?;
+        let key = origin(upstream);
+        let mut origins = self.origins();
+        let port = match origins.get(&key) {
+            Some(p) => *p,
+            None => {
+                if origins.len() >= MAX_ORIGINS {
+                    return Err(format!("more than {MAX_ORIGINS} origins"));
+                }
+                let port = self.listen(upstream)?;
+                origins.insert(key, port);
+                port
+            }
+        };
+        let mut local = Url::parse(&format!("http://127.0.0.1:{port}/")).expect("valid URL");
+        local.set_path(upstream.path());
+        local.set_query(upstream.query());
+        Ok(local)
+    }
+
+    fn listen(self: &Arc<Self>, upstream: &Url) -> Result<u16, String> {
+        let bind = || -> std::io::Result<tokio::net::TcpListener> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            l.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(l)
+        };
+        let listener = bind().map_err(|e| format!("gateway port: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let mut base = upstream.clone();
+        base.set_path("/");
+        base.set_query(None);
+        base.set_fragment(None);
+        // The accept loop holds a weak reference: the session, not its ports, owns the state.
+        let weak = Arc::downgrade(self);
+        let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
+            let (weak, base) = (weak.clone(), base.clone());
+            async move {
+                match weak.upgrade() {
+                    Some(inner) => inner.handle(req, &base).await,
+                    None => plain(StatusCode::GONE, "PULL attempt over"),
+                }
+            }
+        };
+        let limits = server::HttpLimits {
+            max_connections: MAX_CONNECTIONS,
+            header_timeout: IDLE_TIMEOUT,
+        };
+        tokio::spawn(server::serve(
+            listener,
+            handler,
+            limits,
+            self.shutdown_rx.clone(),
+        ));
+        Ok(port)
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, base: &Url) -> Response<Body> {
+        let head = match *req.method() {
+            Method::GET => false,
+            Method::HEAD => true,
+            _ => return plain(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD"),
+        };
+        let Some(upstream) = req
+            .uri()
+            .path_and_query()
+            .and_then(|pq| base.join(pq.as_str()).ok())
+        else {
+            return plain(StatusCode::BAD_REQUEST, "bad path");
+        };
+        let range = req.headers().get(header::RANGE).cloned();
+        match self.fetch(&upstream, range, head).await {
+            Ok(resp) => resp,
+            Err(Refused(status, reason)) => {
+                tracing::warn!(
+                    stream = self.stream,
+                    url = %super::task::redact(upstream.as_str()),
+                    reason,
+                    "PULL request refused"
+                );
+                plain(status, &reason)
+            }
+        }
+    }
+
+    async fn fetch(
+        self: &Arc<Self>,
+        upstream: &Url,
+        range: Option<header::HeaderValue>,
+        head: bool,
+    ) -> Result<Response<Body>, Refused> {
+        let limits = self.gateway.limits;
+        check_target(upstream, limits.allow_link_local).map_err(Refused::forbidden)?;
+        let blocking = upstream
+            .query_pairs()
+            .any(|(k, _)| k == "_HLS_msn" || k == "_HLS_part");
+        let wait = if blocking {
+            BLOCKING_RELOAD_TIMEOUT
+        } else {
+            IDLE_TIMEOUT
+        };
+        let method = if head { Method::HEAD } else { Method::GET };
+        let mut request = self.gateway.client.request(method, upstream.clone());
+        if let Some(range) = range {
+            request = request.header(header::RANGE, range);
+        }
+        let mut resp = tokio::time::timeout(wait, request.send())
+            .await
+            .map_err(|_| Refused::bad_gateway(format!("no response within {wait:?}")))?
+            .map_err(|e| Refused::bad_gateway(error_chain(&e)))?;
+        let status = resp.status();
+        if status.is_redirection() {
+            let target = resp
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| upstream.join(l).ok())
+                .ok_or_else(|| {
+                    Refused::bad_gateway(format!("{status} without a usable Location"))
+                })?;
+            let local = self.local_url(&target).map_err(|e| {
+                Refused::forbidden(format!(
+                    "redirect to {}: {e}",
+                    super::task::redact(target.as_str())
+                ))
+            })?;
+            return Ok(Response::builder()
+                .status(status)
+                .header(header::LOCATION, local.as_str())
+                .body(server::empty())
+                .expect("valid response"));
+        }
+        let mut out = Response::builder().status(status);
+        for name in [
+            header::CONTENT_TYPE,
+            header::CONTENT_RANGE,
+            header::ACCEPT_RANGES,
+        ] {
+            if let Some(v) = resp.headers().get(&name) {
+                out = out.header(name, v);
+            }
+        }
+        if head || !status.is_success() {
+            // Error bodies are of no use to a demuxer: the status says it.
+            return Ok(out.body(server::empty()).expect("valid response"));
+        }
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let declared = resp.content_length();
+        let mut first = BytesMut::new();
+        while first.len() < SNIFF_BYTES {
+            match next_chunk(&mut resp).await? {
+                Some(c) => first.extend_from_slice(&c),
+                None => break,
+            }
+        }
+        if let Some(kind) = playlist_kind(&content_type, &first) {
+            let cap = limits.max_playlist_bytes;
+            if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
+                return Err(Refused::bad_gateway(format!(
+                    "playlist over pull_max_playlist_bytes ({cap})"
+                )));
+            }
+            while let Some(c) = next_chunk(&mut resp).await? {
+                if first.len() + c.len() > cap {
+                    return Err(Refused::bad_gateway(format!(
+                        "playlist over pull_max_playlist_bytes ({cap})"
+                    )));
+                }
+                first.extend_from_slice(&c);
+            }
+            let text = String::from_utf8_lossy(&first);
+            let mut map = |reference: &Url| {
+                self.local_url(reference)
+                    .map(|u| u.to_string())
+                    .map_err(|e| format!("{}: {e}", super::task::redact(reference.as_str())))
+            };
+            let rewritten = match kind {
+                PlaylistKind::Hls => rewrite_m3u8(&text, upstream, &mut map),
+                PlaylistKind::Dash => rewrite_mpd(&text, upstream, &mut map),
+            }
+            .map_err(|e| Refused::forbidden(format!("playlist refers to {e}")))?;
+            return Ok(out.body(server::full(rewritten)).expect("valid response"));
+        }
+        // The source URL itself may be a progressive live stream (HTTP-TS): endless by design.
+        let cap = (upstream != &self.source).then_some(limits.max_segment_bytes);
+        if let (Some(cap), Some(n)) = (cap, declared) {
+            if n > cap {
+                return Err(Refused::bad_gateway(format!(
+                    "segment of {n} bytes over pull_max_segment_bytes ({cap})"
+                )));
+            }
+        }
+        if let Some(n) = declared {
+            out = out.header(header::CONTENT_LENGTH, n);
+        }
+        let (tx, body) = server::channel_body(4);
+        let (stream, url) = (self.stream, super::task::redact(upstream.as_str()));
+        tokio::spawn(async move {
+            let mut sent = first.len() as u64;
+            if tx.send(Ok(first.freeze())).await.is_err() {
+                return;
+            }
+            loop {
+                let chunk = match next_chunk(&mut resp).await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => return,
+                    Err(Refused(_, reason)) => {
+                        let _ = tx.send(Err(std::io::Error::other(reason))).await;
+                        return;
+                    }
+                };
+                sent += chunk.len() as u64;
+                if let Some(cap) = cap.filter(|cap| sent > *cap) {
+                    tracing::warn!(stream, %url, cap, "PULL segment over pull_max_segment_bytes; cut");
+                    let _ = tx
+                        .send(Err(std::io::Error::other("over pull_max_segment_bytes")))
+                        .await;
+                    return;
+                }
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return; // GStreamer closed the connection
+                }
+            }
+        });
+        Ok(out.body(body).expect("valid response"))
+    }
+}
+
+/// A request the gateway answers itself, with why.
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn bad_gateway(reason: String) -> Refused {
+        Refused(StatusCode::BAD_GATEWAY, reason)
+    }
+    fn forbidden(reason: String) -> Refused {
+        Refused(StatusCode::FORBIDDEN, reason)
+    }
+}
+
+async fn next_chunk(resp: &mut reqwest::Response) -> Result<Option<Bytes>, Refused> {
+    tokio::time::timeout(IDLE_TIMEOUT, resp.chunk())
+        .await
+        .map_err(|_| Refused::bad_gateway(format!("no data for {IDLE_TIMEOUT:?}")))?
+        .map_err(|e| Refused::bad_gateway(error_chain(&e)))
+}
+
+/// reqwest's top-level error says "error sending request"; the cause (refused, guard) is below.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(server::full(text.to_owned()))
+        .expect("valid response")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PlaylistKind {
+    Hls,
+    Dash,
+}
+
+/// A playlist by its content type, or by its first bytes (servers often send text/plain or
+/// application/octet-stream).
+fn playlist_kind(content_type: &str, first: &[u8]) -> Option<PlaylistKind> {
+    if content_type.contains("mpegurl") {
+        return Some(PlaylistKind::Hls);
+    }
+    if content_type.contains("dash+xml") {
+        return Some(PlaylistKind::Dash);
+    }
+    let text = String::from_utf8_lossy(first);
+    let text = text.trim_start_matches('\u{feff}').trim_start();
+    if text.starts_with("#EXTM3U") {
+        Some(PlaylistKind::Hls)
+    } else if text.starts_with('<') && text.contains("<MPD") {
+        Some(PlaylistKind::Dash)
+    } else {
+        None
+    }
+}
+
+/// Whether a reference would leave the origin it was found on: absolute (`scheme:`) or
+/// scheme-relative (`//host`). Relative ones resolve through the origin's mirrored paths.
+fn leaves_origin(reference: &str) -> bool {
+    if reference.starts_with("//") {
+        return true;
+    }
+    let Some((scheme, _)) = reference.split_once(':') else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Maps an upstream URL to its loopback URL, or says why it may not be fetched.
+type Mapper<'a> = dyn FnMut(&Url) -> Result<String, String> + 'a;
+
+/// Rewrites one reference if it leaves its origin (`Ok(None)` keeps it). Schemes GStreamer's
+/// downloader does not fetch (`data:`, `skd:`) stay as they are.
+fn rewrite_reference(
+    reference: &str,
+    base: &Url,
+    map: &mut Mapper<'_>,
+) -> Result<Option<String>, String> {
+    let trimmed = reference.trim();
+    if !leaves_origin(trimmed) {
+        return Ok(None);
+    }
+    match base.join(trimmed) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => map(&url).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// HLS: URI lines and every `URI="…"` attribute (keys, maps, media, parts, preload hints,
+/// rendition reports, i-frame playlists).
+fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len() + 256);
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\r', '\n']);
+        let ending = &line[body.len()..];
+        if body.starts_with('#') {
+            out.push_str(&rewrite_uri_attributes(body, base, map)?);
+        } else if !body.trim().is_empty() {
+            match rewrite_reference(body, base, map)? {
+                Some(r) => out.push_str(&r),
+                None => out.push_str(body),
+            }
+        } else {
+            out.push_str(body);
+        }
+        out.push_str(ending);
+    }
+    Ok(out)
+}
+
+fn rewrite_uri_attributes(tag: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+    let mut out = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(at) = rest.find("URI=\"") {
+        // Also matches `SERVER-URI` (content steering): a fetched URL as well.
+        let value_start = at + 5;
+        let Some(len) = rest[value_start..].find('"') else {
+            break;
+        };
+        let value = &rest[value_start..value_start + len];
+        out.push_str(&rest[..value_start]);
+        match rewrite_reference(value, base, map)? {
+            Some(r) => out.push_str(&r),
+            None => out.push_str(value),
+        }
+        rest = &rest[value_start + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// DASH: the text of `BaseURL`, `Location` and `PatchLocation`, and the URL-valued attributes
+/// (`media`, `initialization`, `index`, `sourceURL`, `href`, and `value` — UTCTiming's time
+/// server is fetched too). Namespaces, scheme ids and everything else are left alone.
+fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+    const TEXT_ELEMENTS: [&str; 3] = ["BaseURL", "Location", "PatchLocation"];
+    const URL_ATTRIBUTES: [&str; 6] = [
+        "media",
+        "initialization",
+        "index",
+        "sourceURL",
+        "href",
+        "value",
+    ];
+    let mut out = String::with_capacity(text.len() + 256);
+    let mut rest = text;
+    while let Some(lt) = rest.find('<') {
+        out.push_str(&rest[..lt]);
+        rest = &rest[lt..];
+        // Comments, CDATA, declarations and processing instructions are copied as they are.
+        let skip_to = if rest.starts_with("<!--") {
+            Some("-->")
+        } else if rest.starts_with("<![CDATA[") {
+            Some("]]>")
+        } else if rest.starts_with("<!") || rest.starts_with("<?") || rest.starts_with("</") {
+            Some(">")
+        } else {
+            None
+        };
+        if let Some(end) = skip_to {
+            let n = rest.find(end).map_or(rest.len(), |i| i + end.len());
+            out.push_str(&rest[..n]);
+            rest = &rest[n..];
+            continue;
+        }
+        let Some(tag_len) = tag_end(rest) else {
+            out.push_str(rest);
+            return Ok(out);
+        };
+        let tag = &rest[..tag_len];
+        let name_len = tag[1..]
+            .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
+            .map_or(tag.len() - 1, |i| i);
+        let name = &tag[1..1 + name_len];
+        let local = |n: &str| n.rsplit(':').next().unwrap_or(n).to_owned();
+        out.push_str(&tag[..1 + name_len]);
+        // Attributes: name="value" or name='value'.
+        let mut attrs = &tag[1 + name_len..];
+        while let Some(eq) = attrs.find('=') {
+            let quote_at = attrs[eq + 1..]
+                .find(|c: char| !c.is_whitespace())
+                .map(|i| eq + 1 + i);
+            let Some(q) = quote_at.filter(|&q| matches!(attrs.as_bytes()[q], b'"' | b'\'')) else {
+                break;
+            };
+            let quote = attrs.as_bytes()[q] as char;
+            let Some(len) = attrs[q + 1..].find(quote) else {
+                break;
+            };
+            let attr_name = attrs[..eq]
+                .trim()
+                .rsplit(char::is_whitespace)
+                .next()
+                .unwrap_or("");
+            let value = &attrs[q + 1..q + 1 + len];
+            out.push_str(&attrs[..q + 1]);
+            if URL_ATTRIBUTES.contains(&local(attr_name).as_str()) {
+                match rewrite_reference(&xml_unescape(value), base, map)? {
+                    Some(r) => out.push_str(&xml_escape(&r)),
+                    None => out.push_str(value),
+                }
+            } else {
+                out.push_str(value);
+            }
+            attrs = &attrs[q + 1 + len..];
+        }
+        out.push_str(attrs);
+        rest = &rest[tag_len..];
+        if TEXT_ELEMENTS.contains(&local(name).as_str()) && !tag.ends_with("/>") {
+            let n = rest.find('<').unwrap_or(rest.len());
+            let value = &rest[..n];
+            match rewrite_reference(&xml_unescape(value), base, map)? {
+                Some(r) => out.push_str(&xml_escape(&r)),
+                None => out.push_str(value),
+            }
+            rest = &rest[n..];
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The length of the start tag at the beginning of `s` (up to its `>`, quotes respected).
+fn tag_end(s: &str) -> Option<usize> {
+    let mut quote = None;
+    for (i, c) in s.char_indices() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '>') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn mapper(calls: &mut Vec<String>) -> impl FnMut(&Url) -> Result<String, String> + '_ {
+        |u: &Url| {
+            calls.push(u.to_string());
+            if u.host_str() == Some("169.254.169.254") {
+                return Err("blocked".into());
+            }
+            Ok(format!("http://127.0.0.1:1{}", u.path()))
+        }
+    }
+
+    #[test]
+    fn hls_references_that_leave_the_origin_are_rewritten() {
+        let base = Url::parse("https://cdn.example/live/master.m3u8?token=1").unwrap();
+        let master = "#EXTM3U\r\n\
+            #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"en\",URI=\"https://audio.example/a/index.m3u8\"\r\n\
+            #EXT-X-STREAM-INF:BANDWIDTH=2000000,AUDIO=\"a\"\r\n\
+            https://other.example/hi/index.m3u8?sig=x\r\n\
+            #EXT-X-STREAM-INF:BANDWIDTH=800000,AUDIO=\"a\"\r\n\
+            lo/index.m3u8\r\n\
+            #EXT-X-STREAM-INF:BANDWIDTH=400000,AUDIO=\"a\"\r\n\
+            //third.example/x/index.m3u8\r\n";
+        let mut calls = Vec::new();
+        let out = rewrite_m3u8(master, &base, &mut mapper(&mut calls)).unwrap();
+        assert_eq!(
+            calls,
+            [
+                "https://audio.example/a/index.m3u8",
+                "https://other.example/hi/index.m3u8?sig=x",
+                "https://third.example/x/index.m3u8",
+            ]
+        );
+        let Ok((_, m3u8_rs::Playlist::MasterPlaylist(m))) = m3u8_rs::parse_playlist(out.as_bytes())
+        else {
+            panic!("not a master playlist:\n{out}");
+        };
+        let uris: Vec<_> = m.variants.iter().map(|v| v.uri.as_str()).collect();
+        assert_eq!(
+            uris,
+            [
+                "http://127.0.0.1:1/hi/index.m3u8",
+                "lo/index.m3u8",
+                "http://127.0.0.1:1/x/index.m3u8"
+            ]
+        );
+        assert_eq!(
+            m.alternatives[0].uri.as_deref(),
+            Some("http://127.0.0.1:1/a/index.m3u8")
+        );
+        assert!(out.contains("\r\n"), "line endings kept");
+
+        let media = "#EXTM3U\n#EXT-X-TARGETDURATION:2\n\
+            #EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"skd://key\",KEYFORMAT=\"com.apple.streamingkeydelivery\"\n\
+            #EXT-X-MAP:URI=\"init.mp4\"\n\
+            #EXTINF:2,\nseg1.m4s\n\
+            #EXT-X-PART:DURATION=0.5,URI=\"https://parts.example/p.m4s\"\n\
+            #EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"data:text/plain,x\"\n";
+        let mut calls = Vec::new();
+        let out = rewrite_m3u8(media, &base, &mut mapper(&mut calls)).unwrap();
+        assert_eq!(calls, ["https://parts.example/p.m4s"]);
+        assert!(out.contains("URI=\"skd://key\""), "{out}");
+        assert!(out.contains("#EXT-X-MAP:URI=\"init.mp4\"\n"), "{out}");
+        assert!(out.contains("\nseg1.m4s\n"), "{out}");
+        assert!(out.contains("URI=\"http://127.0.0.1:1/p.m4s\""), "{out}");
+
+        let hostile = "#EXTM3U\n#EXTINF:2,\nhttp://169.254.169.254/latest/meta-data/x.ts\n";
+        let mut calls = Vec::new();
+        assert!(rewrite_m3u8(hostile, &base, &mut mapper(&mut calls)).is_err());
+    }
+
+    #[test]
+    fn dash_urls_are_rewritten_and_namespaces_left_alone() {
+        let base = Url::parse("https://cdn.example/live/manifest.mpd").unwrap();
+        let mpd = r#"<?xml version="1.0"?>
+<!-- <BaseURL>https://comment.example/</BaseURL> -->
+<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" xmlns:xlink="http://www.w3.org/1999/xlink" type="dynamic">
+  <BaseURL>https://edge.example/live/</BaseURL>
+  <Location>manifest.mpd</Location>
+  <Period id="p0">
+    <AdaptationSet mimeType="video/mp4">
+      <Role schemeIdUri="urn:mpeg:dash:role:2011" value="main"/>
+      <EssentialProperty schemeIdUri="http://dashif.org/guidelines/trickmode" value="1"/>
+      <SegmentTemplate initialization='//init.example/i.mp4?a=1&amp;b=2' media="$Number$.m4s" startNumber="1"/>
+      <Representation id="v" bandwidth="1000"><BaseURL>v/</BaseURL></Representation>
+    </AdaptationSet>
+  </Period>
+  <UTCTiming schemeIdUri="urn:mpeg:dash:utc:http-xsdate:2014" value="https://time.example/now"/>
+</MPD>"#;
+        let mut calls = Vec::new();
+        let out = rewrite_mpd(mpd, &base, &mut mapper(&mut calls)).unwrap();
+        assert_eq!(
+            calls,
+            [
+                "https://edge.example/live/",
+                "https://init.example/i.mp4?a=1&b=2",
+                "https://time.example/now",
+            ]
+        );
+        for kept in [
+            "<!-- <BaseURL>https://comment.example/</BaseURL> -->",
+            r#"xmlns:xlink="http://www.w3.org/1999/xlink""#,
+            r#"schemeIdUri="http://dashif.org/guidelines/trickmode" value="1""#,
+            "<Location>manifest.mpd</Location>",
+            r#"media="$Number$.m4s""#,
+            "<BaseURL>v/</BaseURL>",
+        ] {
+            assert!(out.contains(kept), "{kept} changed:\n{out}");
+        }
+        for rewritten in [
+            "<BaseURL>http://127.0.0.1:1/live/</BaseURL>",
+            "initialization='http://127.0.0.1:1/i.mp4'",
+            r#"value="http://127.0.0.1:1/now""#,
+        ] {
+            assert!(out.contains(rewritten), "no {rewritten}:\n{out}");
+        }
+        let hostile = "<MPD><BaseURL>http://169.254.169.254/</BaseURL></MPD>";
+        let mut calls = Vec::new();
+        assert!(rewrite_mpd(hostile, &base, &mut mapper(&mut calls)).is_err());
+        // Truncated or odd markup never panics and keeps its bytes.
+        for odd in ["<MPD", "<MPD a=\"x", "<BaseURL>", "<<>>", "<!--", "<a b=c>"] {
+            let mut calls = Vec::new();
+            assert!(rewrite_mpd(odd, &base, &mut mapper(&mut calls)).is_ok());
+        }
+    }
+
+    #[test]
+    fn playlists_are_recognised_by_type_or_first_bytes() {
+        assert_eq!(
+            playlist_kind("application/vnd.apple.mpegurl", b""),
+            Some(PlaylistKind::Hls)
+        );
+        assert_eq!(
+            playlist_kind("text/plain", b"\xef\xbb\xbf #EXTM3U\n"),
+            Some(PlaylistKind::Hls)
+        );
+        assert_eq!(
+            playlist_kind("", b"<?xml version=\"1.0\"?>\n<MPD "),
+            Some(PlaylistKind::Dash)
+        );
+        assert_eq!(playlist_kind("video/mp2t", b"G\x40\x00\x10"), None);
+    }
+
+    /// A raw upstream: each path answers one way; counts the bytes it managed to write.
+    async fn upstream(written: Arc<AtomicU64>, other_port: u16) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let written = written.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head);
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                    let reply = |status: &str, headers: &str| {
+                        format!("HTTP/1.1 {status}\r\nConnection: close\r\n{headers}\r\n")
+                    };
+                    let (head, endless): (String, &[u8]) = match path.as_str() {
+                        "/big.m3u8" => (reply("200 OK", ""), b"#EXTM3U\n# padding\n"),
+                        "/endless.ts" | "/source.ts" => (reply("200 OK", "Content-Type: video/mp2t\r\n"), &[0x47; 188]),
+                        "/declared.ts" => (reply("200 OK", "Content-Length: 10000000000\r\n"), b""),
+                        "/to-metadata" => (reply("302 Found", "Location: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\n"), b""),
+                        "/to-other" => (reply("302 Found", &format!("Location: http://127.0.0.1:{other_port}/x/index.m3u8?t=1\r\nContent-Length: 0\r\n")), b""),
+                        "/master.m3u8" => {
+                            let body = format!("#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nhttp://127.0.0.1:{other_port}/x/index.m3u8\n#EXT-X-STREAM-INF:BANDWIDTH=2\nhttp://0.0.0.0:{other_port}/y.m3u8\n");
+                            (reply("200 OK", &format!("Content-Length: {}\r\n", body.len())) + &body, b"")
+                        }
+                        _ => (reply("404 Not Found", "Content-Length: 0\r\n"), b""),
+                    };
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if endless.is_empty() {
+                        return;
+                    }
+                    let block = endless.repeat(64 * 1024 / endless.len());
+                    while s.write_all(&block).await.is_ok() {
+                        written.fetch_add(block.len() as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_request_is_bounded_and_checked() {
+        const CAP: u64 = 2 << 20;
+        let gateway = Gateway::new(GatewayLimits {
+            max_playlist_bytes: 64 << 10,
+            max_segment_bytes: CAP,
+            allow_link_local: false,
+        })
+        .unwrap();
+        let written = Arc::new(AtomicU64::new(0));
+        let other = upstream(Arc::new(AtomicU64::new(0)), 0).await;
+        let port = upstream(written.clone(), other).await;
+        let source = Url::parse(&format!("http://127.0.0.1:{port}/source.ts")).unwrap();
+        let (session, local) = gateway.session(1, &source).unwrap();
+        assert_eq!(local.host_str(), Some("127.0.0.1"));
+        assert_ne!(local.port(), Some(port));
+        assert_eq!(local.path(), "/source.ts");
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let get = |path: &str| {
+            let mut u = local.clone();
+            u.set_path(path);
+            client.get(u).send()
+        };
+
+        // A playlist without end: refused once over the cap; upstream stopped by backpressure.
+        let r = get("/big.m3u8").await.unwrap();
+        assert_eq!(r.status(), 502);
+        assert!(r.text().await.unwrap().contains("pull_max_playlist_bytes"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let big = written.swap(0, Ordering::Relaxed);
+        assert!(big < 16 << 20, "upstream wrote {big} bytes of playlist");
+
+        // An endless segment is cut at the cap (the response aborts, not ends).
+        let mut r = get("/endless.ts").await.unwrap();
+        assert_eq!(r.status(), 200);
+        let mut got = 0u64;
+        let ended = loop {
+            match r.chunk().await {
+                Ok(Some(c)) => got += c.len() as u64,
+                Ok(None) => break "ended",
+                Err(_) => break "aborted",
+            }
+        };
+        assert_eq!(ended, "aborted");
+        assert!(
+            (CAP - (64 << 10)..=CAP + (64 << 10)).contains(&got),
+            "{got}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seg = written.swap(0, Ordering::Relaxed);
+        assert!(
+            seg < CAP + (16 << 20),
+            "upstream wrote {seg} bytes of segment"
+        );
+
+        // A declared size over the cap is refused before reading.
+        let r = get("/declared.ts").await.unwrap();
+        assert_eq!(r.status(), 502);
+
+        // The source URL itself may be endless (progressive HTTP-TS): read past the cap.
+        let mut r = get("/source.ts").await.unwrap();
+        let mut got = 0u64;
+        while got <= CAP + (1 << 20) {
+            got += r.chunk().await.unwrap().expect("not cut").len() as u64;
+        }
+        drop(r);
+
+        // Redirects: to a metadata address refused, to another origin through a new port.
+        let r = get("/to-metadata").await.unwrap();
+        assert_eq!(r.status(), 403);
+        assert!(r.text().await.unwrap().contains("169.254.169.254"));
+        let r = get("/to-other").await.unwrap();
+        assert_eq!(r.status(), 302);
+        let location = Url::parse(r.headers()["location"].to_str().unwrap()).unwrap();
+        assert_eq!(location.host_str(), Some("127.0.0.1"));
+        assert!(![Some(port), Some(other)].contains(&location.port()));
+        assert_eq!(
+            (location.path(), location.query()),
+            ("/x/index.m3u8", Some("t=1"))
+        );
+        assert_eq!(session.origins(), 2);
+
+        // A playlist naming a blocked address is refused whole.
+        let r = get("/master.m3u8").await.unwrap();
+        assert_eq!(r.status(), 403);
+        assert!(r.text().await.unwrap().contains("0.0.0.0"));
+
+        // Upstream errors pass through; only GET and HEAD are fetched.
+        assert_eq!(get("/missing").await.unwrap().status(), 404);
+        let r = client.post(local.clone()).send().await.unwrap();
+        assert_eq!(r.status(), 405);
+
+        // The session's end closes its ports.
+        drop(session);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(get("/big.m3u8").await.is_err(), "port still open");
+    }
+}
