@@ -344,3 +344,223 @@ async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
     let (_, text) = media::text(&master).await;
     assert_eq!(media::master_playlist(&text).variants.len(), 3, "{text}");
 }
+
+/// ffmpeg writing a live DASH presentation (1 s segments, `$Number$` templates) into `dir`.
+/// Without a SegmentTimeline: GStreamer 1.22's dashdemux2 never starts on ffmpeg's live
+/// timeline MPDs (whose first `S@t` is not 0), fetched directly or not.
+fn dash_writer(dir: &Path) -> Proc {
+    std::fs::create_dir_all(dir).unwrap();
+    let fixture = media::fixture("av-720p.flv");
+    let mpd = dir.join("live.mpd");
+    ffmpeg(&[
+        "-i",
+        fixture.to_str().unwrap(),
+        "-c",
+        "copy",
+        "-f",
+        "dash",
+        "-seg_duration",
+        "1",
+        "-window_size",
+        "6",
+        "-use_template",
+        "1",
+        "-use_timeline",
+        "0",
+        mpd.to_str().unwrap(),
+    ])
+}
+
+/// What the hostile HTTP server saw: requests per path and bytes it managed to write.
+#[derive(Default)]
+struct Seen {
+    requests: std::collections::HashMap<String, u64>,
+    written: std::collections::HashMap<String, u64>,
+}
+
+/// A hostile HTTP source on 127.0.0.1 (threads, raw sockets): a playlist of 100 MB, a live
+/// playlist whose segment never ends, a playlist and a redirect pointing at `0.0.0.0` (a
+/// metadata-class address the guard refuses, which on Linux reaches this machine's loopback —
+/// the canary), and a redirect to the real DASH source on another origin.
+fn hostile_server(canary: u16, good: String) -> (u16, std::sync::Arc<std::sync::Mutex<Seen>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let state = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { return };
+            let (seen, good) = (state.clone(), good.clone());
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let path = head.split(' ').nth(1).unwrap_or("/");
+                let path = path.split('?').next().unwrap_or(path).to_owned();
+                *seen
+                    .lock()
+                    .unwrap()
+                    .requests
+                    .entry(path.clone())
+                    .or_default() += 1;
+                let ok = |body: &str| {
+                    format!(
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/vnd.apple.mpegurl\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let redirect = |to: &str| {
+                    format!("HTTP/1.1 302 Found\r\nConnection: close\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n")
+                };
+                let live = |segment: &str| {
+                    ok(&format!(
+                        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:1\n#EXTINF:2.0,\n{segment}\n"
+                    ))
+                };
+                // A null TS packet: valid MPEG-TS that carries nothing, so only a cap ends it.
+                let mut null = vec![0x47, 0x1f, 0xff, 0x10];
+                null.resize(188, 0xff);
+                let (reply, body, limit): (String, Vec<u8>, u64) = match path.as_str() {
+                    "/big.m3u8" => (
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/vnd.apple.mpegurl\r\n\r\n#EXTM3U\n".into(),
+                        b"#EXT-X-PADDING:0123456789abcdef0123456789abcdef0123456789abcdef\n".repeat(1024),
+                        100 << 20,
+                    ),
+                    "/endless.m3u8" => (live("endless.ts"), vec![], 0),
+                    "/endless.ts" => (
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: video/mp2t\r\n\r\n".into(),
+                        null.repeat(512),
+                        u64::MAX,
+                    ),
+                    "/ssrf.m3u8" => (
+                        live(&format!("http://0.0.0.0:{canary}/latest/meta-data/seg.ts")),
+                        vec![],
+                        0,
+                    ),
+                    "/to-canary.m3u8" => (
+                        redirect(&format!("http://0.0.0.0:{canary}/index.m3u8")),
+                        vec![],
+                        0,
+                    ),
+                    "/good.mpd" => (redirect(&good), vec![], 0),
+                    _ => (
+                        "HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+                            .into(),
+                        vec![],
+                        0,
+                    ),
+                };
+                if s.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                let mut sent = 0u64;
+                while !body.is_empty() && sent < limit {
+                    if s.write_all(&body).is_err() {
+                        break;
+                    }
+                    sent += body.len() as u64;
+                    *seen
+                        .lock()
+                        .unwrap()
+                        .written
+                        .entry(path.clone())
+                        .or_default() += body.len() as u64;
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_http_sources_are_bounded_and_a_redirected_dash_source_goes_live() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    const SEGMENT_CAP: u64 = 2 << 20;
+    let d = pull_daemon(
+        dir.path(),
+        &[("LIVEPACK_PULL_MAX_SEGMENT_BYTES", "2097152")],
+    );
+    // The canary: anything the daemon fetches from 0.0.0.0 lands here.
+    let canary = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let canary_port = canary.local_addr().unwrap().port();
+    canary.set_nonblocking(true).unwrap();
+    let canary_hits = || std::iter::from_fn(|| canary.accept().ok()).count();
+    // The control: 0.0.0.0 does reach it, so a refused fetch is the guard's doing.
+    drop(std::net::TcpStream::connect(("0.0.0.0", canary_port)).unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(canary_hits(), 1, "0.0.0.0 does not reach the loopback here");
+
+    let http_port = free_port(false);
+    let _dash = dash_writer(&dir.path().join("www/dash"));
+    let _http = http_server(&dir.path().join("www"), http_port);
+    let good = format!("http://127.0.0.1:{http_port}/dash/live.mpd");
+    let (port, seen) = hostile_server(canary_port, good);
+    let uri = [
+        "big.m3u8",
+        "endless.m3u8",
+        "ssrf.m3u8",
+        "to-canary.m3u8",
+        "good.mpd",
+    ]
+    .map(|p| format!("http://127.0.0.1:{port}/{p}"))
+    .join(" ");
+    let started = Instant::now();
+    let rec = create(
+        &d,
+        json!({"name": "hostile-pull", "pull": true, "uri": uri}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let live = wait_record(&d, id, Duration::from_secs(90), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    println!(
+        "PULL live from the redirected DASH source {:?} after four hostile ones",
+        started.elapsed()
+    );
+    assert_eq!(live["video_height"], 720, "{live}");
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 2).await;
+
+    let seen = seen.lock().unwrap();
+    println!(
+        "hostile server: requests {:?}, bytes written {:?}",
+        seen.requests, seen.written
+    );
+    for path in [
+        "/big.m3u8",
+        "/endless.m3u8",
+        "/endless.ts",
+        "/ssrf.m3u8",
+        "/to-canary.m3u8",
+        "/good.mpd",
+    ] {
+        assert!(
+            seen.requests.get(path).is_some_and(|n| *n >= 1),
+            "{path} never fetched: {:?}",
+            seen.requests
+        );
+    }
+    // Each read stops at its cap; what the server got out beyond it is the sockets' buffers.
+    let slack = 16u64 << 20;
+    let big = seen.written["/big.m3u8"] / seen.requests["/big.m3u8"];
+    assert!(
+        big < (4 << 20) + slack,
+        "{big} bytes of playlist per request"
+    );
+    let endless = seen.written["/endless.ts"] / seen.requests["/endless.ts"];
+    assert!(
+        endless < SEGMENT_CAP + slack,
+        "{endless} bytes of segment per request"
+    );
+    assert_eq!(canary_hits(), 0, "the daemon fetched from 0.0.0.0");
+}

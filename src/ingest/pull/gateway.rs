@@ -34,6 +34,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const BLOCKING_RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Distinct upstream origins one source may lead to (a master playlist, its CDNs, redirects).
 pub const MAX_ORIGINS: usize = 16;
+/// Redirects followed when probing a source (GStreamer follows ours through the gateway).
+const MAX_REDIRECTS: usize = 10;
 /// Connections GStreamer may hold open to one origin's port.
 const MAX_CONNECTIONS: usize = 16;
 /// Bytes read before a response is classified as playlist or media.
@@ -152,6 +154,41 @@ impl Drop for Session {
 }
 
 impl Session {
+    /// What the source URL serves: a playlist of either kind, or media (`None`). GStreamer's
+    /// own typefinding misses some manifests (ffmpeg's MPDs, read from a socket), so the
+    /// pipeline is told. Redirects are followed here (each hop checked); errors say why the
+    /// source is unusable before a pipeline is built.
+    pub async fn probe(&self) -> Result<Option<PlaylistKind>, String> {
+        let gateway = &self.inner.gateway;
+        let mut url = self.inner.source.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            check_target(&url, gateway.limits.allow_link_local)?;
+            let mut resp =
+                tokio::time::timeout(IDLE_TIMEOUT, gateway.client.get(url.clone()).send())
+                    .await
+                    .map_err(|_| format!("no response within {IDLE_TIMEOUT:?}"))?
+                    .map_err(|e| error_chain(&e))?;
+            let status = resp.status();
+            if status.is_redirection() {
+                url = resp
+                    .headers()
+                    .get(header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .and_then(|l| url.join(l).ok())
+                    .ok_or_else(|| format!("{status} without a usable Location"))?;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(format!("HTTP {status}"));
+            }
+            return sniff(&mut resp)
+                .await
+                .map(|(kind, _)| kind)
+                .map_err(|r| r.1);
+        }
+        Err(format!("more than {MAX_REDIRECTS} redirects"))
+    }
+
     /// How many upstream origins this session has opened a port for.
     pub fn origins(&self) -> usize {
         self.inner.origins().len()
@@ -329,21 +366,9 @@ impl Inner {
             // Error bodies are of no use to a demuxer: the status says it.
             return Ok(out.body(server::empty()).expect("valid response"));
         }
-        let content_type = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
         let declared = resp.content_length();
-        let mut first = BytesMut::new();
-        while first.len() < SNIFF_BYTES {
-            match next_chunk(&mut resp).await? {
-                Some(c) => first.extend_from_slice(&c),
-                None => break,
-            }
-        }
-        if let Some(kind) = playlist_kind(&content_type, &first) {
+        let (kind, mut first) = sniff(&mut resp).await?;
+        if let Some(kind) = kind {
             let cap = limits.max_playlist_bytes;
             if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
                 return Err(Refused::bad_gateway(format!(
@@ -416,6 +441,24 @@ impl Inner {
     }
 }
 
+/// The response's first bytes, and whether they are a playlist.
+async fn sniff(resp: &mut reqwest::Response) -> Result<(Option<PlaylistKind>, BytesMut), Refused> {
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let mut first = BytesMut::new();
+    while first.len() < SNIFF_BYTES {
+        match next_chunk(resp).await? {
+            Some(c) => first.extend_from_slice(&c),
+            None => break,
+        }
+    }
+    Ok((playlist_kind(&content_type, &first), first))
+}
+
 /// A request the gateway answers itself, with why.
 struct Refused(StatusCode, String);
 
@@ -456,9 +499,19 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PlaylistKind {
+pub enum PlaylistKind {
     Hls,
     Dash,
+}
+
+impl PlaylistKind {
+    /// The caps GStreamer's demuxers take it as.
+    pub fn caps(self) -> &'static str {
+        match self {
+            PlaylistKind::Hls => "application/x-hls",
+            PlaylistKind::Dash => "application/dash+xml",
+        }
+    }
 }
 
 /// A playlist by its content type, or by its first bytes (servers often send text/plain or

@@ -2,7 +2,7 @@
 //! MPEG-TS, so every PULL source ends in the same TS → media adapter as an SRT push:
 //!
 //! ```text
-//! urisourcebin (rtmp2src | srtsrc | souphttpsrc + hlsdemux/dashdemux) ! parsebin
+//! urisourcebin (rtmp2src | srtsrc | souphttpsrc + hlsdemux2/dashdemux2, via the gateway) ! parsebin
 //!   ! h264parse ! byte-stream ─┐
 //!   ! aacparse  ! ADTS ────────┴─ mpegtsmux ! appsink → [`SourceEvent::Data`]
 //! ```
@@ -14,6 +14,8 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use tokio::sync::mpsc;
+
+use super::gateway::PlaylistKind;
 
 /// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
 const DATA_QUEUE: usize = 256;
@@ -129,8 +131,13 @@ fn capsfilter(caps: gst::Caps) -> Result<gst::Element, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts fetching `uri` (an HTTP(S) source arrives here as its loopback gateway URL).
-pub fn start(stream: i64, uri: &str) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
+/// Starts fetching `uri` (an HTTP(S) source arrives here as its loopback gateway URL, with
+/// the kind of playlist the gateway found there).
+pub fn start(
+    stream: i64,
+    uri: &str,
+    playlist: Option<PlaylistKind>,
+) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
     gst::init().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(DATA_QUEUE);
     let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
@@ -157,6 +164,17 @@ pub fn start(stream: i64, uri: &str) -> Result<(Source, mpsc::Receiver<SourceEve
         }
         None
     });
+    if let Some(kind) = playlist {
+        // urisourcebin typefinds what souphttpsrc reads; a known playlist is forced instead.
+        let caps = gst::Caps::builder(kind.caps()).build();
+        let bin = src.clone();
+        pipeline.connect_deep_element_added(move |_, parent, element| {
+            let typefind = element.factory().is_some_and(|f| f.name() == "typefind");
+            if typefind && parent.upcast_ref::<gst::Element>() == &bin {
+                element.set_property("force-caps", &caps);
+            }
+        });
+    }
     let weak = pipeline.downgrade();
     let mux_for_pads = mux.clone();
     let errors = tx.clone();

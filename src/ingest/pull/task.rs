@@ -224,17 +224,21 @@ async fn attempt(
     }
     // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
     // HLS/DASH demuxers make; it lives as long as this attempt.
-    let (_gateway_session, fetch_uri) = if matches!(url.scheme(), "http" | "https") {
-        match gateway.session(id, &url) {
-            Ok((session, local)) => (Some(session), local.to_string()),
+    let (_gateway_session, fetch_uri, kind) = if matches!(url.scheme(), "http" | "https") {
+        let (session, local) = match gateway.session(id, &url) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
+        match session.probe().await {
+            Ok(kind) => (Some(session), local.to_string(), kind),
             Err(e) => return fail(e),
         }
     } else {
-        (None, uri.to_owned())
+        (None, uri.to_owned(), None)
     };
     // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
     // off the async workers.
-    let started = tokio::task::spawn_blocking(move || source::start(id, &fetch_uri)).await;
+    let started = tokio::task::spawn_blocking(move || source::start(id, &fetch_uri, kind)).await;
     let (source, mut events) = match started {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return fail(e),
