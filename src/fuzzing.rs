@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_media_path", http_media_path),
     ("api_stream_body", api_stream_body),
     ("api_query", api_query),
+    ("pull_playlist", pull_playlist),
 ];
 
 /// Reads a length-prefixed record (1 length byte) off the front of `data`.
@@ -99,6 +100,21 @@ pub fn srt_streamid(data: &[u8]) {
 pub fn whip_sdp(data: &[u8]) {
     let _ = crate::ingest::whip::sdp::check_offer(data);
     let _ = crate::ingest::whip::sdp::check_answer(data);
+}
+
+/// A PULL source's playlist (HLS or DASH, as the gateway sniffs it) through the gateway's
+/// reference rewriting; one host is refused, as the source guard would.
+pub fn pull_playlist(data: &[u8]) {
+    use crate::ingest::pull::gateway::{playlist_kind, rewrite_m3u8, rewrite_mpd};
+    let base = url::Url::parse("https://cdn.example/live/index.m3u8").expect("valid URL");
+    let text = String::from_utf8_lossy(data);
+    let mut map = |u: &url::Url| match u.host_str() {
+        Some("169.254.169.254") => Err("refused".to_owned()),
+        _ => Ok(format!("http://127.0.0.1:1{}", u.path())),
+    };
+    let _ = playlist_kind("", data);
+    let _ = rewrite_m3u8(&text, &base, &mut map);
+    let _ = rewrite_mpd(&text, &base, &mut map);
 }
 
 /// RTP packets of both tracks (sequence, timestamp, marker, arrival, payload) through the

@@ -516,7 +516,7 @@ impl PlaylistKind {
 
 /// A playlist by its content type, or by its first bytes (servers often send text/plain or
 /// application/octet-stream).
-fn playlist_kind(content_type: &str, first: &[u8]) -> Option<PlaylistKind> {
+pub(crate) fn playlist_kind(content_type: &str, first: &[u8]) -> Option<PlaylistKind> {
     if content_type.contains("mpegurl") {
         return Some(PlaylistKind::Hls);
     }
@@ -551,7 +551,7 @@ fn leaves_origin(reference: &str) -> bool {
 }
 
 /// Maps an upstream URL to its loopback URL, or says why it may not be fetched.
-type Mapper<'a> = dyn FnMut(&Url) -> Result<String, String> + 'a;
+pub(crate) type Mapper<'a> = dyn FnMut(&Url) -> Result<String, String> + 'a;
 
 /// Rewrites one reference if it leaves its origin (`Ok(None)` keeps it). Schemes GStreamer's
 /// downloader does not fetch (`data:`, `skd:`) stay as they are.
@@ -572,7 +572,7 @@ fn rewrite_reference(
 
 /// HLS: URI lines and every `URI="…"` attribute (keys, maps, media, parts, preload hints,
 /// rendition reports, i-frame playlists).
-fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+pub(crate) fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len() + 256);
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches(['\r', '\n']);
@@ -616,7 +616,7 @@ fn rewrite_uri_attributes(tag: &str, base: &Url, map: &mut Mapper<'_>) -> Result
 /// DASH: the text of `BaseURL`, `Location` and `PatchLocation`, and the URL-valued attributes
 /// (`media`, `initialization`, `index`, `sourceURL`, `href`, and `value` — UTCTiming's time
 /// server is fetched too). Namespaces, scheme ids and everything else are left alone.
-fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+pub(crate) fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
     const TEXT_ELEMENTS: [&str; 3] = ["BaseURL", "Location", "PatchLocation"];
     const URL_ATTRIBUTES: [&str; 6] = [
         "media",
