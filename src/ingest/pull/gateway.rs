@@ -34,6 +34,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const BLOCKING_RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Distinct upstream origins one source may lead to (a master playlist, its CDNs, redirects).
 pub const MAX_ORIGINS: usize = 16;
+/// Playlists one attempt reads into memory at once; GStreamer reads one per stream at a time.
+const PLAYLIST_READS: usize = 4;
 /// Redirects followed when probing a source (GStreamer follows ours through the gateway).
 const MAX_REDIRECTS: usize = 10;
 /// Connections GStreamer may hold open to one origin's port.
@@ -92,6 +94,8 @@ impl Gateway {
             gateway: self.clone(),
             stream,
             source: source.clone(),
+            source_chain: Mutex::new(vec![source.clone()]),
+            playlist_reads: tokio::sync::Semaphore::new(PLAYLIST_READS),
             origins: Mutex::new(HashMap::new()),
             shutdown_rx,
         });
@@ -210,6 +214,10 @@ struct Inner {
     stream: i64,
     /// The source URL itself: the one response that may be an endless media stream.
     source: Url,
+    /// The source URL and where it redirected to: the responses that may be endless.
+    source_chain: Mutex<Vec<Url>>,
+    /// Playlists being read into memory at once (each up to `max_playlist_bytes`).
+    playlist_reads: tokio::sync::Semaphore,
     origins: Mutex<HashMap<String, u16>>,
     shutdown_rx: watch::Receiver<bool>,
 }
@@ -340,6 +348,12 @@ impl Inner {
                 .ok_or_else(|| {
                     Refused::bad_gateway(format!("{status} without a usable Location"))
                 })?;
+            {
+                let mut chain = self.source_chain.lock().unwrap_or_else(|p| p.into_inner());
+                if chain.contains(upstream) && chain.len() <= MAX_REDIRECTS {
+                    chain.push(target.clone());
+                }
+            }
             let local = self.local_url(&target).map_err(|e| {
                 Refused::forbidden(format!(
                     "redirect to {}: {e}",
@@ -369,6 +383,11 @@ impl Inner {
         let declared = resp.content_length();
         let (kind, mut first) = sniff(&mut resp).await?;
         if let Some(kind) = kind {
+            let _permit = self
+                .playlist_reads
+                .acquire()
+                .await
+                .map_err(|_| Refused::bad_gateway("attempt over".into()))?;
             let cap = limits.max_playlist_bytes;
             if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
                 return Err(Refused::bad_gateway(format!(
@@ -396,8 +415,14 @@ impl Inner {
             .map_err(|e| Refused::forbidden(format!("playlist refers to {e}")))?;
             return Ok(out.body(server::full(rewritten)).expect("valid response"));
         }
-        // The source URL itself may be a progressive live stream (HTTP-TS): endless by design.
-        let cap = (upstream != &self.source).then_some(limits.max_segment_bytes);
+        // The source URL itself (or where it redirects) may be a progressive live stream
+        // (HTTP-TS): endless by design.
+        let progressive = self
+            .source_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(upstream);
+        let cap = (!progressive).then_some(limits.max_segment_bytes);
         if let (Some(cap), Some(n)) = (cap, declared) {
             if n > cap {
                 return Err(Refused::bad_gateway(format!(
@@ -908,6 +933,7 @@ mod tests {
                         "/endless.ts" | "/source.ts" => (reply("200 OK", "Content-Type: video/mp2t\r\n"), &[0x47; 188]),
                         "/declared.ts" => (reply("200 OK", "Content-Length: 10000000000\r\n"), b""),
                         "/to-metadata" => (reply("302 Found", "Location: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\n"), b""),
+                        "/to-endless" => (reply("302 Found", "Location: /endless.ts\r\nContent-Length: 0\r\n"), b""),
                         "/to-other" => (reply("302 Found", &format!("Location: http://127.0.0.1:{other_port}/x/index.m3u8?t=1\r\nContent-Length: 0\r\n")), b""),
                         "/master.m3u8" => {
                             let body = format!("#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nhttp://127.0.0.1:{other_port}/x/index.m3u8\n#EXT-X-STREAM-INF:BANDWIDTH=2\nhttp://0.0.0.0:{other_port}/y.m3u8\n");
@@ -1000,6 +1026,21 @@ mod tests {
             got += r.chunk().await.unwrap().expect("not cut").len() as u64;
         }
         drop(r);
+        // So may what the source URL redirects to — in a session of its own.
+        let redirecting = Url::parse(&format!("http://127.0.0.1:{port}/to-endless")).unwrap();
+        let (session2, local2) = gateway.session(2, &redirecting).unwrap();
+        let r = client.get(local2.clone()).send().await.unwrap();
+        assert_eq!(r.status(), 302);
+        let mut r = client
+            .get(r.headers()["location"].to_str().unwrap())
+            .send()
+            .await
+            .unwrap();
+        let mut got = 0u64;
+        while got <= CAP + (1 << 20) {
+            got += r.chunk().await.unwrap().expect("not cut").len() as u64;
+        }
+        drop((r, session2));
 
         // Redirects: to a metadata address refused, to another origin through a new port.
         let r = get("/to-metadata").await.unwrap();
