@@ -105,14 +105,14 @@ pub fn whip_sdp(data: &[u8]) {
 /// A PULL source's playlist (HLS or DASH, as the gateway sniffs it) through the gateway's
 /// reference rewriting; one host is refused, as the source guard would.
 pub fn pull_playlist(data: &[u8]) {
-    use crate::ingest::pull::gateway::{playlist_kind, rewrite_m3u8, rewrite_mpd};
+    use crate::ingest::pull::rewrite::{rewrite_m3u8, rewrite_mpd, sniff};
     let base = url::Url::parse("https://cdn.example/live/index.m3u8").expect("valid URL");
     let text = String::from_utf8_lossy(data);
     let mut map = |u: &url::Url| match u.host_str() {
         Some("169.254.169.254") => Err("refused".to_owned()),
         _ => Ok(format!("http://127.0.0.1:1{}", u.path())),
     };
-    let _ = playlist_kind("", data);
+    let _ = sniff("", data);
     let _ = rewrite_m3u8(&text, &base, &mut map);
     let _ = rewrite_mpd(&text, &base, &mut map);
 }

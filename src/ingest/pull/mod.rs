@@ -6,6 +6,7 @@
 
 pub mod gateway;
 pub mod guard;
+pub mod rewrite;
 pub mod source;
 pub mod task;
 

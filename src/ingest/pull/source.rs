@@ -15,7 +15,7 @@ use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use tokio::sync::mpsc;
 
-use super::gateway::PlaylistKind;
+use super::rewrite::PlaylistKind;
 
 /// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
 const DATA_QUEUE: usize = 256;
