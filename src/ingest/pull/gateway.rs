@@ -186,7 +186,11 @@ impl Session {
             if !status.is_success() {
                 return Err(format!("HTTP {status}"));
             }
-            return match sniff(&mut resp).await.map_err(|r| r.1)?.0 {
+            return match sniff(&mut resp, gateway.limits.max_playlist_bytes)
+                .await
+                .map_err(|r| r.1)?
+                .0
+            {
                 Sniffed::Playlist(kind) => Ok(Some(kind)),
                 Sniffed::Media => Ok(None),
                 Sniffed::Refused => Err("text in an encoding other than UTF-8".into()),
@@ -396,7 +400,7 @@ impl Inner {
             return Ok(out.body(server::empty()).expect("valid response"));
         }
         let declared = resp.content_length();
-        let (sniffed, mut first) = sniff(&mut resp).await?;
+        let (sniffed, mut first) = sniff(&mut resp, limits.max_playlist_bytes).await?;
         if sniffed == Sniffed::Refused {
             return Err(Refused::forbidden(
                 "text in an encoding other than UTF-8".into(),
@@ -511,7 +515,10 @@ fn is_redirect(status: StatusCode) -> bool {
 }
 
 /// The response's first bytes, and what they are.
-async fn sniff(resp: &mut reqwest::Response) -> Result<(Sniffed, BytesMut), Refused> {
+async fn sniff(
+    resp: &mut reqwest::Response,
+    blank_cap: usize,
+) -> Result<(Sniffed, BytesMut), Refused> {
     let content_type = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -519,11 +526,15 @@ async fn sniff(resp: &mut reqwest::Response) -> Result<(Sniffed, BytesMut), Refu
         .unwrap_or_default()
         .to_ascii_lowercase();
     let mut first = BytesMut::new();
-    while first.len() < SNIFF_BYTES {
+    // Past leading whitespace too: a manifest may hide behind any amount of it.
+    while first.len() < SNIFF_BYTES || (rewrite::blank(&first) && first.len() <= blank_cap) {
         match next_chunk(resp).await? {
             Some(c) => first.extend_from_slice(&c),
             None => break,
         }
+    }
+    if first.len() > blank_cap && rewrite::blank(&first) {
+        return Err(Refused::bad_gateway("nothing but whitespace".into()));
     }
     Ok((rewrite::sniff(&content_type, &first), first))
 }

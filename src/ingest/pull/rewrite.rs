@@ -33,32 +33,38 @@ pub enum Sniffed {
     Refused,
 }
 
-/// Anything that could be a playlist is one: by content type, or by a first character of `#`
-/// or `<` (after a UTF-8 BOM and whitespace). Media segments start otherwise (TS `G`, ISO BMFF
-/// box sizes, ADTS sync words); XML that is not an MPD (TTML) just passes the rewriter.
+/// Whether `first` holds nothing but a UTF-8 BOM and whitespace (so far).
+pub fn blank(first: &[u8]) -> bool {
+    let body = first.strip_prefix(b"\xef\xbb\xbf").unwrap_or(first);
+    body.iter().all(u8::is_ascii_whitespace)
+}
+
+/// Anything that could be a playlist is one, and the body says which (the demuxers ignore the
+/// content type): a first character of `#` is HLS, `<` is DASH (after a UTF-8 BOM and
+/// whitespace). Media segments start otherwise (TS `G`, ISO BMFF box sizes, ADTS sync words);
+/// XML that is not an MPD (TTML) just passes the rewriter. A playlist content type on a body
+/// that is neither, and the byte patterns libxml2 reads as other encodings (UTF-16/32, UCS-4,
+/// EBCDIC), are refused.
 pub fn sniff(content_type: &str, first: &[u8]) -> Sniffed {
-    if content_type.contains("mpegurl") {
-        return Sniffed::Playlist(PlaylistKind::Hls);
-    }
-    if content_type.contains("xml") {
-        return Sniffed::Playlist(PlaylistKind::Dash);
-    }
-    if [
-        &b"\xff\xfe"[..],
+    const OTHER_ENCODINGS: [&[u8]; 9] = [
+        b"\xff\xfe",
         b"\xfe\xff",
+        b"\0\0\xfe\xff",
         b"<\0",
         b"\0<",
-        b"\0\0\xfe\xff",
-    ]
-    .iter()
-    .any(|p| first.starts_with(p))
-    {
+        b"\0\0\0<\0\0\0",
+        b"\0\0<\0",
+        b"\0<\0\0",
+        b"\x4c\x6f\xa7\x94",
+    ];
+    if OTHER_ENCODINGS.iter().any(|p| first.starts_with(p)) {
         return Sniffed::Refused;
     }
     let body = first.strip_prefix(b"\xef\xbb\xbf").unwrap_or(first);
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'#') => Sniffed::Playlist(PlaylistKind::Hls),
         Some(b'<') => Sniffed::Playlist(PlaylistKind::Dash),
+        _ if ["mpegurl", "xml"].iter().any(|t| content_type.contains(t)) => Sniffed::Refused,
         _ => Sniffed::Media,
     }
 }
@@ -79,19 +85,23 @@ fn scheme_of(reference: &str) -> Option<&str> {
     valid.then_some(scheme)
 }
 
+/// Whether a reference would be read as absolute or scheme-relative (inert schemes aside).
+fn absolute(raw: &str) -> bool {
+    let r = raw.trim().trim_matches('"').trim();
+    match scheme_of(r) {
+        Some(s) => !INERT_SCHEMES.iter().any(|i| s.eq_ignore_ascii_case(i)),
+        None => r.replace('\\', "/").starts_with("//"),
+    }
+}
+
 /// One reference: `Ok(None)` keeps it (relative: it resolves through the origin's mirrored
 /// paths), `Ok(Some)` replaces it, `Err` refuses the playlist. Absolute and scheme-relative
 /// references are mapped when they are HTTP(S) and refused when they cannot be read.
 fn reference(raw: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Option<String>, String> {
+    if !absolute(raw) {
+        return Ok(None);
+    }
     let r = raw.trim().trim_matches('"').trim();
-    let scheme = scheme_of(r);
-    let slashes = r.replace('\\', "/");
-    if scheme.is_none() && !slashes.starts_with("//") {
-        return Ok(None);
-    }
-    if scheme.is_some_and(|s| INERT_SCHEMES.iter().any(|i| s.eq_ignore_ascii_case(i))) {
-        return Ok(None);
-    }
     let url = base
         .join(r)
         .map_err(|e| format!("unreadable reference {:?}: {e}", truncate(r)))?;
@@ -150,6 +160,11 @@ fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<St
     let mut rest = list;
     while let Some(eq) = rest.find('=') {
         let name = rest[..eq].trim();
+        // hlsdemux2 reads quotes anywhere in a value and names without `=`: only the plain
+        // NAME=VALUE / NAME="VALUE" grammar is read the same way by both.
+        if name.contains([',', '"']) {
+            return Err(format!("attribute name {:?}", truncate(name)));
+        }
         out.push_str(&rest[..=eq]);
         rest = &rest[eq + 1..];
         let (value, quoted, after) = match rest.strip_prefix('"') {
@@ -159,9 +174,15 @@ fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<St
             }
             None => {
                 let end = rest.find(',').unwrap_or(rest.len());
+                if rest[..end].contains('"') {
+                    return Err("a quote inside an unquoted attribute value".into());
+                }
                 (&rest[..end], false, &rest[end..])
             }
         };
+        if !(after.is_empty() || after.starts_with(',')) {
+            return Err("text after a quoted attribute value".into());
+        }
         let new = if name.eq_ignore_ascii_case("URI") {
             reference(value, base, map)?
         } else {
@@ -189,21 +210,28 @@ fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<St
 /// element, malformed tags.
 pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
     const TEXT_ELEMENTS: [&str; 3] = ["BaseURL", "Location", "PatchLocation"];
-    const URL_ATTRIBUTES: [&str; 5] = ["media", "initialization", "index", "sourceURL", "href"];
     let mut out = String::with_capacity(text.len() + 256);
     let mut rest = text;
     while let Some(lt) = rest.find('<') {
         out.push_str(&rest[..lt]);
         rest = &rest[lt..];
-        if rest.starts_with("<!--") {
-            let n = rest.find("-->").map_or(rest.len(), |i| i + 3);
-            out.push_str(&rest[..n]);
-            rest = &rest[n..];
-            continue;
-        }
-        if rest.starts_with("<![CDATA[") {
-            let n = rest.find("]]>").map_or(rest.len(), |i| i + 3);
-            out.push_str(&rest[..n]);
+        // Comments, CDATA and processing instructions end where libxml2 ends them.
+        let skipped = if let Some(body) = rest.strip_prefix("<!--") {
+            Some(body.find("-->").map(|i| 4 + i + 3))
+        } else if let Some(body) = rest.strip_prefix("<![CDATA[") {
+            Some(body.find("]]>").map(|i| 9 + i + 3))
+        } else if rest.starts_with("<?") {
+            Some(rest.find("?>").map(|i| i + 2))
+        } else {
+            None
+        };
+        if let Some(n) = skipped {
+            let n = n.ok_or("unterminated comment, CDATA or declaration")?;
+            let piece = &rest[..n];
+            if piece.starts_with("<?") {
+                check_encoding(piece)?;
+            }
+            out.push_str(piece);
             rest = &rest[n..];
             continue;
         }
@@ -213,21 +241,6 @@ pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Strin
         let tag_len = tag_end(rest).ok_or("unterminated tag")?;
         let tag = &rest[..tag_len];
         rest = &rest[tag_len..];
-        if let Some(decl) = tag.strip_prefix("<?") {
-            let lower = decl.to_ascii_lowercase();
-            if let Some(at) = lower.find("encoding") {
-                let value: String = lower[at + 8..]
-                    .trim_start_matches([' ', '=', '"', '\''])
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                    .collect();
-                if value != "utf-8" && value != "utf8" {
-                    return Err(format!("manifest encoding `{value}` (only UTF-8 is read)"));
-                }
-            }
-            out.push_str(tag);
-            continue;
-        }
         if tag.starts_with("</") {
             out.push_str(tag);
             continue;
@@ -237,49 +250,17 @@ pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Strin
             .unwrap_or(tag.len() - 1);
         let name = local(&tag[1..1 + name_len]);
         out.push_str(&tag[..1 + name_len]);
-        let mut attrs = &tag[1 + name_len..];
-        while let Some(eq) = attrs.find('=') {
-            let q = eq
-                + 1
-                + attrs[eq + 1..]
-                    .find(|c: char| !c.is_whitespace())
-                    .ok_or("malformed attribute")?;
-            let quote = attrs.as_bytes()[q];
-            if !matches!(quote, b'"' | b'\'') {
-                return Err("unquoted attribute".into());
+        let (attrs, tail) = attributes(&tag[1 + name_len..])?;
+        for a in &attrs {
+            out.push_str(a.lead);
+            out.push(a.quote);
+            match rewrite_attribute(name, a, &attrs, base, map)? {
+                Some(v) => out.push_str(&xml_escape(&v)),
+                None => out.push_str(a.raw),
             }
-            let len = attrs[q + 1..]
-                .find(quote as char)
-                .ok_or("unterminated attribute")?;
-            let attr = local(
-                attrs[..eq]
-                    .trim()
-                    .rsplit(char::is_whitespace)
-                    .next()
-                    .unwrap_or(""),
-            );
-            let value = &attrs[q + 1..q + 1 + len];
-            out.push_str(&attrs[..q + 1]);
-            let is_url = URL_ATTRIBUTES.contains(&attr) || (name == "UTCTiming" && attr == "value");
-            match is_url {
-                true => match reference(&xml_unescape(value)?, base, map)? {
-                    Some(r) => out.push_str(&xml_escape(&r)),
-                    None => out.push_str(value),
-                },
-                false => out.push_str(value),
-            }
-            out.push(quote as char);
-            attrs = &attrs[q + 2 + len..];
+            out.push(a.quote);
         }
-        if !attrs
-            .trim_end_matches('>')
-            .trim_end_matches('/')
-            .trim()
-            .is_empty()
-        {
-            return Err(format!("malformed tag {:?}", truncate(tag)));
-        }
-        out.push_str(attrs);
+        out.push_str(tail);
         if TEXT_ELEMENTS.contains(&name) && !tag.ends_with("/>") {
             let n = rest.find('<').ok_or("unterminated URL element")?;
             if !rest[n..].starts_with("</") {
@@ -295,6 +276,149 @@ pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Strin
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// One attribute of a start tag: the text before its opening quote, its local name, its quote
+/// and raw (escaped) value.
+struct Attribute<'a> {
+    lead: &'a str,
+    name: &'a str,
+    quote: char,
+    raw: &'a str,
+}
+
+/// The attributes of a start tag (after its name) and what follows them (`>` or `/>`).
+fn attributes(mut attrs: &str) -> Result<(Vec<Attribute<'_>>, &str), String> {
+    let mut list = Vec::new();
+    while let Some(eq) = attrs.find('=') {
+        let q = eq
+            + 1
+            + attrs[eq + 1..]
+                .find(|c: char| !c.is_whitespace())
+                .ok_or("malformed attribute")?;
+        let quote = attrs.as_bytes()[q];
+        if !matches!(quote, b'"' | b'\'') {
+            return Err("unquoted attribute".into());
+        }
+        let len = attrs[q + 1..]
+            .find(quote as char)
+            .ok_or("unterminated attribute")?;
+        let name = attrs[..eq]
+            .trim()
+            .rsplit(char::is_whitespace)
+            .next()
+            .unwrap_or("");
+        list.push(Attribute {
+            lead: &attrs[..q],
+            name: local(name),
+            quote: quote as char,
+            raw: &attrs[q + 1..q + 1 + len],
+        });
+        attrs = &attrs[q + 2 + len..];
+    }
+    if !attrs
+        .trim_end_matches('>')
+        .trim_end_matches('/')
+        .trim()
+        .is_empty()
+    {
+        return Err("malformed tag".into());
+    }
+    Ok((list, attrs))
+}
+
+/// The new value of one attribute (`None` keeps it).
+fn rewrite_attribute(
+    element: &str,
+    a: &Attribute<'_>,
+    all: &[Attribute<'_>],
+    base: &Url,
+    map: &mut Mapper<'_>,
+) -> Result<Option<String>, String> {
+    let value = xml_unescape(a.raw)?;
+    match (element, a.name) {
+        // Substituted into templates by `$RepresentationID$`: no character that could make
+        // a relative template absolute.
+        ("Representation", "id") => {
+            let safe = |c: char| c.is_ascii_alphanumeric() || "._~=+-".contains(c);
+            if !value.chars().all(safe) {
+                return Err(format!("Representation id {:?}", truncate(&value)));
+            }
+            Ok(None)
+        }
+        ("UTCTiming", "value") => {
+            let scheme = all
+                .iter()
+                .find(|o| o.name == "schemeIdUri")
+                .map(|o| xml_unescape(o.raw))
+                .transpose()?
+                .unwrap_or_default();
+            // NTP/SNTP go out over UDP, past the gateway.
+            if scheme.contains("ntp") {
+                return Err(format!("UTCTiming {scheme}"));
+            }
+            if !scheme.contains(":http-") {
+                return Ok(None);
+            }
+            // A space-separated list of time servers, used as they are (not resolved).
+            let mut servers = Vec::new();
+            for item in value.split_whitespace() {
+                servers.push(
+                    reference(item, base, map)?
+                        .ok_or_else(|| format!("relative time server {:?}", truncate(item)))?,
+                );
+            }
+            Ok(Some(servers.join(" ")))
+        }
+        (_, "media" | "initialization" | "index") => {
+            let mapped = reference(&value, base, map)?;
+            // A relative template must stay relative whatever its identifiers become.
+            if mapped.is_none()
+                && [substitute(&value, ""), substitute(&value, "a")]
+                    .iter()
+                    .any(|t| absolute(t))
+            {
+                return Err(format!("template {:?}", truncate(&value)));
+            }
+            Ok(mapped)
+        }
+        (_, "sourceURL" | "href") => reference(&value, base, map),
+        _ => Ok(None),
+    }
+}
+
+/// A segment template with every `$identifier$` replaced (`$$` is a literal `$`).
+fn substitute(template: &str, with: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut parts = template.split('$');
+    out.push_str(parts.next().unwrap_or(""));
+    let mut inside = true;
+    for part in parts {
+        if inside {
+            out.push_str(if part.is_empty() { "$" } else { with });
+        } else {
+            out.push_str(part);
+        }
+        inside = !inside;
+    }
+    out
+}
+
+fn check_encoding(declaration: &str) -> Result<(), String> {
+    let lower = declaration.to_ascii_lowercase();
+    let Some(at) = lower.find("encoding") else {
+        return Ok(());
+    };
+    let value: String = lower[at + 8..]
+        .trim_start_matches([' ', '=', '"', '\''])
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    if value == "utf-8" || value == "utf8" {
+        Ok(())
+    } else {
+        Err(format!("manifest encoding `{value}` (only UTF-8 is read)"))
+    }
 }
 
 /// A name without its namespace prefix.
@@ -482,6 +606,11 @@ mod tests {
             "#EXT-X-KEY:METHOD=AES-128,URI=\"https://k.example/k",
             "a.ts\rhttp://cr.example/x.ts",
             "a.ts\0",
+            // hlsdemux2 reads quotes anywhere: these hide a URI from a NAME="VALUE" reader.
+            "#EXT-X-KEY:METHOD=AES-128,X=a\"b,Y=\"c,URI=http://k.example/key1,\"",
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"x\",URI=x\"http://m.example/a.m3u8\"",
+            "#EXT-X-MAP:X=1,junk,URI=http://map.example/i.mp4",
+            "#EXT-X-MAP:URI=\"init.mp4\"x,Y=1",
         ] {
             let (out, _) = hls(&format!("#EXTM3U\n#EXTINF:2,\n{line}\n"));
             assert!(out.is_err(), "{line:?} accepted: {out:?}");
@@ -503,7 +632,8 @@ mod tests {
       <Representation id="v" bandwidth="1000"><BaseURL>v/</BaseURL></Representation>
     </AdaptationSet>
   </Period>
-  <UTCTiming schemeIdUri="urn:mpeg:dash:utc:http-xsdate:2014" value="https://time.example/now"/>
+  <UTCTiming schemeIdUri="urn:mpeg:dash:utc:http-xsdate:2014" value="https://time.example/now  https://time2.example/t"/>
+  <UTCTiming schemeIdUri="urn:mpeg:dash:utc:direct:2014" value="2026-11-23T18:00:00Z"/>
 </MPD>"#;
         let (out, calls) = mpd(text);
         let out = out.unwrap();
@@ -514,6 +644,7 @@ mod tests {
                 "https://periods.example/p1",
                 "https://init.example/i.mp4?a=1&b=2",
                 "https://time.example/now",
+                "https://time2.example/t",
             ]
         );
         for kept in [
@@ -530,7 +661,8 @@ mod tests {
             "<BaseURL>http://127.0.0.1:1/live/</BaseURL>",
             r#"xlink:href="http://127.0.0.1:1/p1""#,
             "initialization='http://127.0.0.1:1/i.mp4'",
-            r#"value="http://127.0.0.1:1/now""#,
+            r#"value="http://127.0.0.1:1/now http://127.0.0.1:1/t""#,
+            r#"value="2026-11-23T18:00:00Z""#,
         ] {
             assert!(out.contains(rewritten), "no {rewritten}:\n{out}");
         }
@@ -549,9 +681,26 @@ mod tests {
             "<MPD><S media=\"http://evil.example/x></MPD>",
             "<MPD><BaseURL>http://evil.example/",
             "<MPD><BaseURL>&bogus;</BaseURL></MPD>",
+            // $RepresentationID$ and the other identifiers cannot make a template absolute.
+            "<MPD><Representation id=\"http://evil.example/x\"/></MPD>",
+            "<MPD><SegmentTemplate media=\"/$RepresentationID$/evil.example/x\"/></MPD>",
+            "<MPD><SegmentTemplate media=\"$RepresentationID$://evil.example/x\"/></MPD>",
+            // Time servers: NTP leaves over UDP; http-* values are lists used as they are.
+            "<MPD><UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:ntp:2014\" value=\"time.example\"/></MPD>",
+            "<MPD><UTCTiming value=\"now\" schemeIdUri=\"urn:mpeg:dash:utc:http-xsdate:2014\"/></MPD>",
         ] {
             let (out, _) = mpd(text);
             assert!(out.is_err(), "{text} accepted: {out:?}");
+        }
+        // Comments and processing instructions end where libxml2 ends them, so what it reads
+        // as a BaseURL is rewritten.
+        for text in [
+            "<MPD><!--> <![CDATA[ --> <BaseURL>http://evil.example/</BaseURL> <!-- ]]> --></MPD>",
+            "<MPD><?foo \"?><BaseURL>http://evil.example/</BaseURL><?bar \"?></MPD>",
+        ] {
+            let (out, calls) = mpd(text);
+            assert!(!out.unwrap().contains("evil"), "{text}");
+            assert_eq!(calls, ["http://evil.example/"]);
         }
         // Truncated or odd markup never panics.
         for odd in [
@@ -571,14 +720,23 @@ mod tests {
     fn anything_that_could_be_a_playlist_is_one() {
         let hls = Sniffed::Playlist(PlaylistKind::Hls);
         let dash = Sniffed::Playlist(PlaylistKind::Dash);
-        assert_eq!(sniff("application/vnd.apple.mpegurl", b""), hls);
         assert_eq!(sniff("text/plain", b"\xef\xbb\xbf #EXTM3U\n"), hls);
         assert_eq!(sniff("", b"<?xml version=\"1.0\"?>\n<MPD "), dash);
         assert_eq!(sniff("", b"\n\n<!-- 5 KiB of comment first"), dash);
-        assert_eq!(sniff("text/xml", b"anything"), dash);
         assert_eq!(sniff("", b"\xff\xfe<\0M\0P\0D\0"), Sniffed::Refused);
         assert_eq!(sniff("", b"<\0M\0P\0D\0"), Sniffed::Refused);
         assert_eq!(sniff("video/mp2t", b"G\x40\x00\x10"), Sniffed::Media);
         assert_eq!(sniff("", b"\0\0\0\x18stypmsdh"), Sniffed::Media);
+        assert_eq!(
+            sniff("", b"\0\0\0<stypmsdh"),
+            Sniffed::Media,
+            "a 60-byte box"
+        );
+        assert_eq!(sniff("", b"\0\0\0<\0\0\0M"), Sniffed::Refused, "UCS-4");
+        assert_eq!(sniff("", b"\x4c\x6f\xa7\x94"), Sniffed::Refused, "EBCDIC");
+        // The body decides: the demuxers never look at the content type.
+        assert_eq!(sniff("text/xml", b"#EXTM3U\n"), hls);
+        assert_eq!(sniff("application/vnd.apple.mpegurl", b"<MPD>"), dash);
+        assert_eq!(sniff("application/dash+xml", b"G@"), Sniffed::Refused);
     }
 }
