@@ -308,9 +308,11 @@ fn attributes(mut attrs: &str) -> Result<(Vec<Attribute<'_>>, &str), String> {
             .rsplit(char::is_whitespace)
             .next()
             .unwrap_or("");
+        // Namespace declarations keep their full name: libxml2 never reads them as attributes.
+        let xmlns = name == "xmlns" || name.starts_with("xmlns:");
         list.push(Attribute {
             lead: &attrs[..q],
-            name: local(name),
+            name: if xmlns { name } else { local(name) },
             quote: quote as char,
             raw: &attrs[q + 1..q + 1 + len],
         });
@@ -347,17 +349,17 @@ fn rewrite_attribute(
             Ok(None)
         }
         ("UTCTiming", "value") => {
-            let scheme = all
+            // Every attribute that could be read as the scheme counts (prefixed ones too).
+            let schemes = all
                 .iter()
-                .find(|o| o.name == "schemeIdUri")
+                .filter(|o| o.name == "schemeIdUri")
                 .map(|o| xml_unescape(o.raw))
-                .transpose()?
-                .unwrap_or_default();
+                .collect::<Result<Vec<_>, _>>()?;
             // NTP/SNTP go out over UDP, past the gateway.
-            if scheme.contains("ntp") {
-                return Err(format!("UTCTiming {scheme}"));
+            if let Some(ntp) = schemes.iter().find(|s| s.contains("ntp")) {
+                return Err(format!("UTCTiming {ntp}"));
             }
-            if !scheme.contains(":http-") {
+            if !schemes.iter().any(|s| s.contains(":http-")) {
                 return Ok(None);
             }
             // A space-separated list of time servers, used as they are (not resolved).
@@ -688,6 +690,7 @@ mod tests {
             // Time servers: NTP leaves over UDP; http-* values are lists used as they are.
             "<MPD><UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:ntp:2014\" value=\"time.example\"/></MPD>",
             "<MPD><UTCTiming value=\"now\" schemeIdUri=\"urn:mpeg:dash:utc:http-xsdate:2014\"/></MPD>",
+            "<MPD><UTCTiming x:schemeIdUri=\"urn:x:direct\" schemeIdUri=\"urn:mpeg:dash:utc:ntp:2014\" value=\"t.example\"/></MPD>",
         ] {
             let (out, _) = mpd(text);
             assert!(out.is_err(), "{text} accepted: {out:?}");
@@ -702,6 +705,10 @@ mod tests {
             assert!(!out.unwrap().contains("evil"), "{text}");
             assert_eq!(calls, ["http://evil.example/"]);
         }
+        // A namespace declaration named like an attribute hides nothing.
+        let (out, calls) = mpd("<MPD><UTCTiming xmlns:schemeIdUri=\"urn:x:direct\" schemeIdUri=\"urn:mpeg:dash:utc:http-xsdate:2014\" value=\"http://evil.example/t\"/></MPD>");
+        assert!(!out.unwrap().contains("evil"));
+        assert_eq!(calls, ["http://evil.example/t"]);
         // Truncated or odd markup never panics.
         for odd in [
             "<MPD",
