@@ -81,26 +81,26 @@ fn srt_source(port: u16) -> Proc {
     ])
 }
 
-/// ffmpeg writing a live HLS playlist (1 s segments, the last 6 kept) into `dir`.
-fn hls_writer(dir: &Path) -> Proc {
+/// ffmpeg copying the FLV fixture, in real time and looped, into a live presentation
+/// `dir/name` written by the muxer and options `muxer`.
+fn live_writer(dir: &Path, name: &str, muxer: &[&str]) -> Proc {
     std::fs::create_dir_all(dir).unwrap();
     let fixture = media::fixture("av-720p.flv");
-    let playlist = dir.join("index.m3u8");
-    ffmpeg(&[
-        "-i",
-        fixture.to_str().unwrap(),
-        "-c",
-        "copy",
-        "-f",
-        "hls",
-        "-hls_time",
-        "1",
-        "-hls_list_size",
-        "6",
-        "-hls_flags",
-        "delete_segments",
-        playlist.to_str().unwrap(),
-    ])
+    let out = dir.join(name);
+    let mut args = vec!["-i", fixture.to_str().unwrap(), "-c", "copy"];
+    args.extend_from_slice(muxer);
+    args.push(out.to_str().unwrap());
+    ffmpeg(&args)
+}
+
+/// ffmpeg writing a live HLS playlist (1 s segments, the last 6 kept) into `dir`.
+fn hls_writer(dir: &Path) -> Proc {
+    let hls = ["-f", "hls", "-hls_time", "1", "-hls_list_size", "6"];
+    live_writer(
+        dir,
+        "index.m3u8",
+        &[&hls[..], &["-hls_flags", "delete_segments"]].concat(),
+    )
 }
 
 /// Waits (bounded) until a local server accepts TCP connections on `port`.
@@ -349,26 +349,12 @@ async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
 /// Without a SegmentTimeline: GStreamer 1.22's dashdemux2 never starts on ffmpeg's live
 /// timeline MPDs (whose first `S@t` is not 0), fetched directly or not.
 fn dash_writer(dir: &Path) -> Proc {
-    std::fs::create_dir_all(dir).unwrap();
-    let fixture = media::fixture("av-720p.flv");
-    let mpd = dir.join("live.mpd");
-    ffmpeg(&[
-        "-i",
-        fixture.to_str().unwrap(),
-        "-c",
-        "copy",
-        "-f",
-        "dash",
-        "-seg_duration",
-        "1",
-        "-window_size",
-        "6",
-        "-use_template",
-        "1",
-        "-use_timeline",
-        "0",
-        mpd.to_str().unwrap(),
-    ])
+    let dash = ["-f", "dash", "-seg_duration", "1", "-window_size", "6"];
+    live_writer(
+        dir,
+        "live.mpd",
+        &[&dash[..], &["-use_template", "1", "-use_timeline", "0"]].concat(),
+    )
 }
 
 /// What the hostile HTTP server saw: requests per path and bytes it managed to write.
