@@ -175,12 +175,7 @@ impl Session {
                     .map_err(|e| error_chain(&e))?;
             let status = resp.status();
             if is_redirect(status) {
-                url = resp
-                    .headers()
-                    .get(header::LOCATION)
-                    .and_then(|l| l.to_str().ok())
-                    .and_then(|l| url.join(l).ok())
-                    .ok_or_else(|| format!("{status} without a usable Location"))?;
+                url = location(&resp, &url)?;
                 continue;
             }
             if !status.is_success() {
@@ -343,14 +338,7 @@ impl Inner {
             .map_err(|e| Refused::bad_gateway(error_chain(&e)))?;
         let status = resp.status();
         if is_redirect(status) {
-            let target = resp
-                .headers()
-                .get(header::LOCATION)
-                .and_then(|l| l.to_str().ok())
-                .and_then(|l| upstream.join(l).ok())
-                .ok_or_else(|| {
-                    Refused::bad_gateway(format!("{status} without a usable Location"))
-                })?;
+            let target = location(&resp, upstream).map_err(Refused::bad_gateway)?;
             {
                 let mut chain = self.source_chain.lock().unwrap_or_else(|p| p.into_inner());
                 if chain.contains(upstream) {
@@ -507,6 +495,15 @@ impl Inner {
         });
         Ok(out.body(body).expect("valid response"))
     }
+}
+
+/// Where a redirect points, resolved against the URL that answered it.
+fn location(resp: &reqwest::Response, base: &Url) -> Result<Url, String> {
+    resp.headers()
+        .get(header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| base.join(l).ok())
+        .ok_or_else(|| format!("{} without a usable Location", resp.status()))
 }
 
 /// HTTP redirects with a Location to follow (not 300 Multiple Choices, not 304).

@@ -219,12 +219,16 @@ async fn attempt(
         Ok(u) => u,
         Err(e) => return fail(e.to_string()),
     };
-    if let Err(e) = check_host(&url, config).await {
-        return fail(e);
+    let http = matches!(url.scheme(), "http" | "https");
+    // HTTP(S) hosts are checked by the gateway on the addresses it connects to.
+    if !http {
+        if let Err(e) = check_host(&url, config).await {
+            return fail(e);
+        }
     }
     // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
     // HLS/DASH demuxers make; it lives as long as this attempt.
-    let (_gateway_session, fetch_uri, kind) = if matches!(url.scheme(), "http" | "https") {
+    let (_gateway_session, fetch_uri, kind) = if http {
         let (session, local) = match gateway.session(id, &url) {
             Ok(s) => s,
             Err(e) => return fail(e),
@@ -253,8 +257,7 @@ async fn attempt(
     // An HTTP (HLS/DASH) source must keep delivering for a while before its data is used: a
     // live playlist that stopped updating replays its last segments and ends, and those must
     // not reach the outputs again on every cycle.
-    let mut hold_until =
-        matches!(url.scheme(), "http" | "https").then(|| Instant::now() + HTTP_PROVE_LIVE);
+    let mut hold_until = http.then(|| Instant::now() + HTTP_PROVE_LIVE);
     let mut held: Vec<bytes::Bytes> = Vec::new();
     let mut held_bytes = 0usize;
     tracing::info!(stream = id, source = %redact(uri), "PULL source opening");
