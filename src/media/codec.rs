@@ -1,10 +1,10 @@
-//! Codec configuration records shared by every ingest adapter: the H.264 `avcC` and the AAC
-//! `AudioSpecificConfig`, parsed from what FLV carries or built from what MPEG-TS carries
-//! (in-band SPS/PPS, ADTS headers).
+//! Codec configuration records shared by every ingest adapter: the H.264 `avcC`, the HEVC
+//! `hvcC` and the AAC `AudioSpecificConfig`, parsed from what (Enhanced) FLV carries or built
+//! from what MPEG-TS carries (in-band parameter sets, ADTS headers).
 
 use bytes::Bytes;
 
-use super::{AacConfig, H264Config};
+use super::{AacConfig, VideoCodec, VideoConfig};
 
 /// Largest coded picture side we accept; beyond it the SPS is corrupt or hostile.
 const MAX_PICTURE_SIDE: u32 = 8192;
@@ -15,12 +15,14 @@ const MAX_PARAMETER_SET: usize = 4096;
 pub enum CodecError {
     #[error("invalid AVC decoder configuration: {0}")]
     AvcConfig(String),
+    #[error("invalid HEVC decoder configuration: {0}")]
+    HevcConfig(String),
     #[error("invalid AAC AudioSpecificConfig")]
     AacConfig,
 }
 
 /// Checks an AVCDecoderConfigurationRecord and reads the coded size from its first SPS.
-pub fn parse_avcc(avcc: Bytes) -> Result<H264Config, CodecError> {
+pub fn parse_avcc(avcc: Bytes) -> Result<VideoConfig, CodecError> {
     use h264_reader::avcc::AvcDecoderConfigurationRecord;
     let err = |e: String| CodecError::AvcConfig(e);
     check_parameter_set_lengths(&avcc).map_err(|e| err(e.into()))?;
@@ -29,14 +31,20 @@ pub fn parse_avcc(avcc: Bytes) -> Result<H264Config, CodecError> {
     let ctx = record.create_context().map_err(|e| err(format!("{e:?}")))?;
     let sps = ctx.sps().next().ok_or_else(|| err("no SPS".into()))?;
     let (width, height) = sps.pixel_dimensions().map_err(|e| err(format!("{e:?}")))?;
-    if width == 0 || height == 0 || width > MAX_PICTURE_SIDE || height > MAX_PICTURE_SIDE {
-        return Err(err(format!("implausible size {width}x{height}")));
-    }
-    Ok(H264Config {
-        avcc,
+    check_size(width, height).map_err(err)?;
+    Ok(VideoConfig {
+        codec: VideoCodec::H264,
+        record: avcc,
         width,
         height,
     })
+}
+
+fn check_size(width: u32, height: u32) -> Result<(), String> {
+    if width == 0 || height == 0 || width > MAX_PICTURE_SIDE || height > MAX_PICTURE_SIDE {
+        return Err(format!("implausible size {width}x{height}"));
+    }
+    Ok(())
 }
 
 /// Walks the SPS and PPS lists of an avcC record (ISO 14496-15 §5.3.3.1.2): every parameter set
@@ -65,7 +73,7 @@ fn check_parameter_set_lengths(avcc: &[u8]) -> Result<(), &'static str> {
 /// Builds an AVCDecoderConfigurationRecord (ISO 14496-15 §5.3.3.1.2) from one SPS and one PPS
 /// NAL unit (with their 1-byte headers, without start codes), as an MPEG-TS stream carries them
 /// in band, and checks it like one read from FLV.
-pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<H264Config, CodecError> {
+pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<VideoConfig, CodecError> {
     let err = |e: &str| CodecError::AvcConfig(e.to_string());
     if sps.len() < 4 || pps.len() < 2 {
         return Err(err("truncated SPS or PPS"));
@@ -97,17 +105,71 @@ pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<H264Config, Co
     parse_avcc(Bytes::from(v))
 }
 
-/// Re-frames H.264 access units carried as bare NAL units (MPEG-TS Annex B, RTP) into the avcC
-/// framing of [`super::Frame`], keeping the decoder config in step with in-band SPS/PPS.
-#[derive(Debug, Default)]
-pub struct AnnexBFramer {
-    sps: Vec<u8>,
-    pps: Vec<u8>,
-    /// The current decoder config; `None` until an SPS and a PPS have been seen.
-    pub config: Option<H264Config>,
+/// HEVC NAL unit types (ITU-T H.265 table 7-1) the framer acts on.
+mod hevc_nal {
+    pub const IRAP: std::ops::RangeInclusive<u8> = 16..=23;
+    pub const VPS: u8 = 32;
+    pub const SPS: u8 = 33;
+    pub const PPS: u8 = 34;
+    pub const AUD: u8 = 35;
+    pub const EOS: u8 = 36;
+    pub const EOB: u8 = 37;
+    pub const FD: u8 = 38;
 }
 
-/// One picture in avcC framing (4-byte lengths).
+/// What a NAL unit is to the framer.
+enum NalRole {
+    /// A parameter set, at this index of the framer's set list (SPS, PPS / VPS, SPS, PPS).
+    Parameters(usize),
+    /// Not needed in length-prefixed framing (delimiters, filler, end of sequence).
+    Skip,
+    Picture {
+        random_access: bool,
+    },
+}
+
+fn nal_role(codec: VideoCodec, nal: &[u8]) -> NalRole {
+    match codec {
+        VideoCodec::H264 => match nal[0] & 0x1f {
+            7 => NalRole::Parameters(0),
+            8 => NalRole::Parameters(1),
+            9 | 12 => NalRole::Skip,
+            t => NalRole::Picture {
+                random_access: t == 5,
+            },
+        },
+        VideoCodec::H265 => match (nal[0] >> 1) & 0x3f {
+            hevc_nal::VPS => NalRole::Parameters(0),
+            hevc_nal::SPS => NalRole::Parameters(1),
+            hevc_nal::PPS => NalRole::Parameters(2),
+            hevc_nal::AUD | hevc_nal::EOS | hevc_nal::EOB | hevc_nal::FD => NalRole::Skip,
+            t => NalRole::Picture {
+                // IDR, CRA and BLA pictures: a decoder can start there (§3.73).
+                random_access: hevc_nal::IRAP.contains(&t),
+            },
+        },
+    }
+}
+
+/// Re-frames H.264 or HEVC access units carried as bare NAL units (MPEG-TS Annex B, RTP) into
+/// the 4-byte length framing of [`super::Frame`], keeping the decoder config in step with the
+/// in-band parameter sets.
+#[derive(Debug)]
+pub struct AnnexBFramer {
+    codec: VideoCodec,
+    /// The parameter sets the current config was built from, in [`NalRole::Parameters`] order.
+    params: Vec<Vec<u8>>,
+    /// The current decoder config; `None` until every parameter set has been seen.
+    pub config: Option<VideoConfig>,
+}
+
+impl Default for AnnexBFramer {
+    fn default() -> Self {
+        AnnexBFramer::new(VideoCodec::H264)
+    }
+}
+
+/// One picture in 4-byte length framing.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AccessUnit {
     pub data: Vec<u8>,
@@ -115,9 +177,21 @@ pub struct AccessUnit {
 }
 
 impl AnnexBFramer {
-    /// Frames one access unit's NAL units (headers included, no start codes). A changed SPS/PPS
-    /// pair is pushed to `out` as a new config first. Returns `None` for a unit with no picture
-    /// data (only parameter sets, delimiters or filler).
+    pub fn new(codec: VideoCodec) -> Self {
+        AnnexBFramer {
+            codec,
+            params: Vec::new(),
+            config: None,
+        }
+    }
+
+    pub fn codec(&self) -> VideoCodec {
+        self.codec
+    }
+
+    /// Frames one access unit's NAL units (headers included, no start codes). A changed set of
+    /// parameter sets is pushed to `out` as a new config first. Returns `None` for a unit with
+    /// no picture data (only parameter sets, delimiters or filler).
     pub fn frame<'a>(
         &mut self,
         nals: impl IntoIterator<Item = &'a [u8]>,
@@ -127,32 +201,237 @@ impl AnnexBFramer {
             data: Vec::new(),
             keyframe: false,
         };
-        let (mut sps, mut pps) = (None, None);
+        let count = match self.codec {
+            VideoCodec::H264 => 2,
+            VideoCodec::H265 => 3,
+        };
+        let mut sets: Vec<Option<&[u8]>> = vec![None; count];
         for nal in nals {
-            let Some(&header) = nal.first() else { continue };
-            match header & 0x1f {
-                7 => sps = sps.or(Some(nal)),
-                8 => pps = pps.or(Some(nal)),
-                9 | 12 => {} // access unit delimiter, filler: not needed in avcC framing
-                t => {
-                    unit.keyframe |= t == 5;
+            // An HEVC NAL header is 2 bytes; a shorter unit carries nothing.
+            if nal.len() < 2 {
+                continue;
+            }
+            match nal_role(self.codec, nal) {
+                NalRole::Parameters(i) => sets[i] = sets[i].or(Some(nal)),
+                NalRole::Skip => {}
+                NalRole::Picture { random_access } => {
+                    unit.keyframe |= random_access;
                     unit.data
                         .extend_from_slice(&(nal.len() as u32).to_be_bytes());
                     unit.data.extend_from_slice(nal);
                 }
             }
         }
-        if let (Some(sps), Some(pps)) = (sps, pps) {
-            if sps != self.sps.as_slice() || pps != self.pps.as_slice() {
-                let config = avcc_from_parameter_sets(sps, pps)?;
-                self.sps = sps.to_vec();
-                self.pps = pps.to_vec();
+        if let Some(sets) = sets.into_iter().collect::<Option<Vec<&[u8]>>>() {
+            if sets
+                .iter()
+                .copied()
+                .ne(self.params.iter().map(Vec::as_slice))
+            {
+                let config = match self.codec {
+                    VideoCodec::H264 => avcc_from_parameter_sets(sets[0], sets[1])?,
+                    VideoCodec::H265 => hvcc_from_parameter_sets(sets[0], sets[1], sets[2])?,
+                };
+                self.params = sets.iter().map(|s| s.to_vec()).collect();
                 self.config = Some(config.clone());
                 out.push(super::MediaMessage::VideoConfig(config));
             }
         }
         Ok((!unit.data.is_empty()).then_some(unit))
     }
+}
+
+/// What the HEVC decoder configuration record needs from a sequence parameter set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HevcSps {
+    /// The 12 bytes of `profile_tier_level`'s general part (H.265 §7.3.3), copied into hvcC.
+    general_ptl: [u8; 12],
+    max_sub_layers_minus1: u8,
+    temporal_id_nesting: bool,
+    chroma_format_idc: u8,
+    bit_depth_luma_minus8: u8,
+    bit_depth_chroma_minus8: u8,
+    width: u32,
+    height: u32,
+}
+
+/// Reads an HEVC SPS NAL unit (2-byte header included) up to the bit depths (H.265 §7.3.2.2.1):
+/// enough for the hvcC fields and the cropped picture size.
+fn parse_hevc_sps(nal: &[u8]) -> Result<HevcSps, String> {
+    use h264_reader::rbsp::{BitRead, BitReader, ByteReader};
+    if nal.len() < 16 || (nal[0] >> 1) & 0x3f != hevc_nal::SPS {
+        return Err("not an SPS".into());
+    }
+    if nal.len() > MAX_PARAMETER_SET {
+        return Err("SPS too large".into());
+    }
+    let skip = std::num::NonZeroUsize::new(2).expect("non-zero");
+    let mut r = BitReader::new(ByteReader::skipping_bytes(nal, skip));
+    let e = |e: h264_reader::rbsp::BitReaderError| format!("SPS: {e:?}");
+    r.skip(4, "sps_video_parameter_set_id").map_err(e)?;
+    let max_sub_layers_minus1: u8 = r.read::<3, u8>("sps_max_sub_layers_minus1").map_err(e)?;
+    let temporal_id_nesting = r.read_bit("sps_temporal_id_nesting_flag").map_err(e)?;
+    let mut general_ptl = [0u8; 12];
+    for b in &mut general_ptl {
+        *b = r.read::<8, u8>("general_profile_tier_level").map_err(e)?;
+    }
+    // §7.3.3: sub-layer presence flags, padding to 8 entries, then each sub-layer's fields.
+    let mut present = Vec::new();
+    for _ in 0..max_sub_layers_minus1 {
+        let profile = r.read_bit("sub_layer_profile_present_flag").map_err(e)?;
+        let level = r.read_bit("sub_layer_level_present_flag").map_err(e)?;
+        present.push((profile, level));
+    }
+    if max_sub_layers_minus1 > 0 {
+        r.skip(
+            2 * (8 - u32::from(max_sub_layers_minus1)),
+            "reserved_zero_2bits",
+        )
+        .map_err(e)?;
+    }
+    for (profile, level) in present {
+        r.skip(
+            if profile { 88 } else { 0 } + if level { 8 } else { 0 },
+            "sub_layer_ptl",
+        )
+        .map_err(e)?;
+    }
+    let sps_id = r.read_ue("sps_seq_parameter_set_id").map_err(e)?;
+    let chroma_format_idc = r.read_ue("chroma_format_idc").map_err(e)?;
+    if sps_id > 15 || chroma_format_idc > 3 {
+        return Err("SPS id or chroma format out of range".into());
+    }
+    if chroma_format_idc == 3 {
+        r.skip(1, "separate_colour_plane_flag").map_err(e)?;
+    }
+    let coded_width = r.read_ue("pic_width_in_luma_samples").map_err(e)?;
+    let coded_height = r.read_ue("pic_height_in_luma_samples").map_err(e)?;
+    let (mut width, mut height) = (coded_width, coded_height);
+    if r.read_bit("conformance_window_flag").map_err(e)? {
+        // Table 6-1: offsets are in chroma sample units.
+        let (sub_w, sub_h) = match chroma_format_idc {
+            1 => (2u64, 2u64),
+            2 => (2, 1),
+            _ => (1, 1),
+        };
+        let mut offset = || r.read_ue("conf_win_offset").map_err(e);
+        let (left, right, top, bottom) = (offset()?, offset()?, offset()?, offset()?);
+        let crop_w = sub_w * (u64::from(left) + u64::from(right));
+        let crop_h = sub_h * (u64::from(top) + u64::from(bottom));
+        width = u64::from(coded_width)
+            .checked_sub(crop_w)
+            .and_then(|w| u32::try_from(w).ok())
+            .ok_or("conformance window wider than the picture")?;
+        height = u64::from(coded_height)
+            .checked_sub(crop_h)
+            .and_then(|h| u32::try_from(h).ok())
+            .ok_or("conformance window taller than the picture")?;
+    }
+    let bit_depth_luma_minus8 = r.read_ue("bit_depth_luma_minus8").map_err(e)?;
+    let bit_depth_chroma_minus8 = r.read_ue("bit_depth_chroma_minus8").map_err(e)?;
+    if bit_depth_luma_minus8 > 8 || bit_depth_chroma_minus8 > 8 {
+        return Err("bit depth out of range".into());
+    }
+    check_size(width, height)?;
+    Ok(HevcSps {
+        general_ptl,
+        max_sub_layers_minus1,
+        temporal_id_nesting,
+        chroma_format_idc: chroma_format_idc as u8,
+        bit_depth_luma_minus8: bit_depth_luma_minus8 as u8,
+        bit_depth_chroma_minus8: bit_depth_chroma_minus8 as u8,
+        width,
+        height,
+    })
+}
+
+/// Checks an HEVCDecoderConfigurationRecord (ISO 14496-15 §8.3.3.1.2) and reads the picture
+/// size from its first SPS. Frames must use 4-byte NAL lengths (`lengthSizeMinusOne` = 3), as
+/// every encoder that writes hvcC does.
+pub fn parse_hvcc(hvcc: Bytes) -> Result<VideoConfig, CodecError> {
+    let err = |e: String| CodecError::HevcConfig(e);
+    if hvcc.len() < 23 {
+        return Err(err("shorter than its 23-byte header".into()));
+    }
+    if hvcc[0] != 1 {
+        return Err(err(format!("configurationVersion {}", hvcc[0])));
+    }
+    if hvcc[21] & 3 != 3 {
+        return Err(err(format!(
+            "{}-byte NAL lengths (only 4)",
+            (hvcc[21] & 3) + 1
+        )));
+    }
+    let arrays = hvcc[22];
+    let mut at = 23;
+    let mut sps = None;
+    for _ in 0..arrays {
+        let header = hvcc
+            .get(at..at + 3)
+            .ok_or_else(|| err("truncated".into()))?;
+        let nal_type = header[0] & 0x3f;
+        let count = u16::from_be_bytes([header[1], header[2]]);
+        at += 3;
+        for _ in 0..count {
+            let len = hvcc
+                .get(at..at + 2)
+                .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+                .ok_or_else(|| err("truncated".into()))?;
+            let nal = hvcc
+                .get(at + 2..at + 2 + len)
+                .ok_or_else(|| err("parameter set past the end".into()))?;
+            if nal_type == hevc_nal::SPS && sps.is_none() {
+                sps = Some(nal);
+            }
+            at += 2 + len;
+        }
+    }
+    let sps = parse_hevc_sps(sps.ok_or_else(|| err("no SPS".into()))?).map_err(err)?;
+    Ok(VideoConfig {
+        codec: VideoCodec::H265,
+        width: sps.width,
+        height: sps.height,
+        record: hvcc,
+    })
+}
+
+/// Builds an HEVCDecoderConfigurationRecord (ISO 14496-15 §8.3.3.1.2) from the VPS, SPS and
+/// PPS an MPEG-TS stream carries in band (2-byte NAL headers, no start codes).
+pub fn hvcc_from_parameter_sets(
+    vps: &[u8],
+    sps: &[u8],
+    pps: &[u8],
+) -> Result<VideoConfig, CodecError> {
+    let err = |e: String| CodecError::HevcConfig(e);
+    if [vps, sps, pps].iter().any(|p| p.len() > MAX_PARAMETER_SET) {
+        return Err(err("parameter set too large".into()));
+    }
+    let s = parse_hevc_sps(sps).map_err(err)?;
+    let mut v = Vec::with_capacity(64 + vps.len() + sps.len() + pps.len());
+    v.push(1);
+    v.extend_from_slice(&s.general_ptl);
+    // min_spatial_segmentation_idc 0 and parallelismType 0 (unknown), reserved bits set.
+    v.extend_from_slice(&[0xf0, 0x00, 0xfc]);
+    v.push(0xfc | s.chroma_format_idc);
+    v.push(0xf8 | s.bit_depth_luma_minus8);
+    v.push(0xf8 | s.bit_depth_chroma_minus8);
+    // avgFrameRate 0 (unspecified); constantFrameRate 0, numTemporalLayers,
+    // temporalIdNested, lengthSizeMinusOne 3.
+    v.extend_from_slice(&[0, 0]);
+    v.push(((s.max_sub_layers_minus1 + 1) << 3) | (u8::from(s.temporal_id_nesting) << 2) | 3);
+    v.push(3);
+    for (nal_type, nal) in [
+        (hevc_nal::VPS, vps),
+        (hevc_nal::SPS, sps),
+        (hevc_nal::PPS, pps),
+    ] {
+        // array_completeness 1: every parameter set of this type is in the record.
+        v.push(0x80 | nal_type);
+        v.extend_from_slice(&1u16.to_be_bytes());
+        v.extend_from_slice(&(nal.len() as u16).to_be_bytes());
+        v.extend_from_slice(nal);
+    }
+    parse_hvcc(Bytes::from(v))
 }
 
 /// Sampling frequencies by index (ISO 14496-3 table 1.18).
@@ -230,7 +509,7 @@ pub(crate) mod tests {
         let c = avcc_from_parameter_sets(sps, pps).unwrap();
         assert_eq!((c.width, c.height), (1280, 720));
         // x264's own record, byte for byte (it writes the High-profile extension too).
-        assert_eq!(&c.avcc[..], AVCC_720P);
+        assert_eq!(&c.record[..], AVCC_720P);
         assert!(avcc_from_parameter_sets(&sps[..3], pps).is_err());
         assert!(avcc_from_parameter_sets(&[0x67, 0x64, 0, 0x1f, 0xff], pps).is_err());
     }

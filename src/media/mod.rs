@@ -14,14 +14,47 @@ pub enum TrackKind {
     Audio,
 }
 
-/// H.264 decoder configuration: the `AVCDecoderConfigurationRecord` (ISO 14496-15 §5.3.3.1) as
-/// carried in an FLV/MP4 `avcC`, plus what we read from its first SPS.
+/// The video codecs the pipeline decodes. Whatever arrives is transcoded to the same H.264
+/// ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VideoCodec {
+    H264,
+    H265,
+}
+
+impl VideoCodec {
+    pub fn name(self) -> &'static str {
+        match self {
+            VideoCodec::H264 => "H.264",
+            VideoCodec::H265 => "HEVC",
+        }
+    }
+}
+
+/// Video decoder configuration as MP4 and (Enhanced) FLV carry it, plus the coded size read
+/// from its sequence parameter set: H.264 `avcC` (ISO 14496-15 §5.3.3.1) or HEVC `hvcC`
+/// (§8.3.3.1). Frames carry 4-byte NAL unit lengths.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct H264Config {
-    pub avcc: Bytes,
+pub struct VideoConfig {
+    pub codec: VideoCodec,
+    pub record: Bytes,
     pub width: u32,
     pub height: u32,
 }
+
+/// The tracks a container says its stream has (MPEG-TS PMT, FLV `onMetaData`, SDP m-lines),
+/// known before their first frame: the outputs wait for each, bounded by [`TRACK_WAIT`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tracks {
+    pub video: bool,
+    pub audio: bool,
+}
+
+/// How long a declared track that has not delivered (no decoder config, or no keyframe yet) is
+/// waited for before the outputs start without it. Long-GOP encoders are common (OBS's default
+/// keyframe interval is up to 10 s with "auto"; hardware encoders use 4–8 s), so a source that
+/// joins mid-GOP must be able to wait a full GOP.
+pub const TRACK_WAIT: std::time::Duration = std::time::Duration::from_secs(12);
 
 /// AAC decoder configuration: the `AudioSpecificConfig` (ISO 14496-3 §1.6.2.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,13 +93,16 @@ pub struct Frame {
     pub dts: u64,
     pub pts: u64,
     pub keyframe: bool,
-    /// H.264: length-prefixed (4-byte) NAL units as in avcC; AAC, Opus: one raw frame.
+    /// H.264, HEVC: length-prefixed (4-byte) NAL units as in avcC/hvcC; AAC, Opus: one raw
+    /// frame.
     pub data: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MediaMessage {
-    VideoConfig(H264Config),
+    /// The container declared these tracks (sent when the declaration changes).
+    Tracks(Tracks),
+    VideoConfig(VideoConfig),
     AudioConfig(AudioConfig),
     Frame(Frame),
     /// The source changed (main/backup switch): frames from decode time `at` (ns) on come from

@@ -1,7 +1,7 @@
 //! Builds a stream's pipeline from its [`Plan`]:
 //!
 //! ```text
-//! appsrc(h264) ! h264parse ! avdec_h264 ! videoconvert ! videorate ! I420@fps ! tee
+//! appsrc(h264|h265) ! h26xparse ! avdec_h26x ! videoconvert ! videorate ! I420@fps ! tee
 //!   tee. ! queue ! videoscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
 //! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo ! audiorate
 //!   ! avenc_aac ! cmafmux ! appsink
@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 use super::ladder::{output_fps, part_duration, Ladder};
 use super::sink;
 use super::{PipelineError, APPSRC_MAX_BYTES};
-use crate::media::{AudioConfig, H264Config};
+use crate::media::{AudioConfig, VideoCodec, VideoConfig};
 use crate::package::{PackagingConfig, Rendition, RenditionKind};
 
 /// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
@@ -50,7 +50,7 @@ pub struct Plan {
     pub fps: u32,
     pub segment: Duration,
     pub part: Duration,
-    pub video: Option<H264Config>,
+    pub video: Option<VideoConfig>,
     pub audio: Option<AudioConfig>,
     pub video_rungs: Vec<VideoRung>,
     pub audio_kbps: u32,
@@ -62,7 +62,7 @@ impl Plan {
     pub fn new(
         stream_id: i64,
         ladder: &Ladder,
-        video: Option<&H264Config>,
+        video: Option<&VideoConfig>,
         audio: Option<&AudioConfig>,
         measured_fps: Option<f64>,
         packaging: PackagingConfig,
@@ -172,12 +172,25 @@ impl Plan {
     }
 }
 
-pub fn h264_caps(c: &H264Config) -> gst::Caps {
-    gst::Caps::builder("video/x-h264")
-        .field("stream-format", "avc")
+/// appsrc caps for the source video: MP4-style records and 4-byte length framing.
+pub fn video_caps(c: &VideoConfig) -> gst::Caps {
+    let (name, format) = match c.codec {
+        VideoCodec::H264 => ("video/x-h264", "avc"),
+        VideoCodec::H265 => ("video/x-h265", "hvc1"),
+    };
+    gst::Caps::builder(name)
+        .field("stream-format", format)
         .field("alignment", "au")
-        .field("codec_data", gst::Buffer::from_slice(c.avcc.clone()))
+        .field("codec_data", gst::Buffer::from_slice(c.record.clone()))
         .build()
+}
+
+/// Parser and decoder for the input's video codec.
+fn video_decoder(c: &VideoConfig) -> Result<[gst::Element; 2], PipelineError> {
+    Ok(match c.codec {
+        VideoCodec::H264 => [make("h264parse")?, make("avdec_h264")?],
+        VideoCodec::H265 => [make("h265parse")?, make("avdec_h265")?],
+    })
 }
 
 pub fn audio_caps(c: &AudioConfig) -> gst::Caps {
@@ -291,11 +304,12 @@ pub fn build(
 
     let mut video_src = None;
     if let Some(v) = &plan.video {
-        let src = appsrc(h264_caps(v))?;
+        let src = appsrc(video_caps(v))?;
+        let [parse, decode] = video_decoder(v)?;
         let head = [
             src.clone().upcast::<gst::Element>(),
-            make("h264parse")?,
-            make("avdec_h264")?,
+            parse,
+            decode,
             make("videoconvert")?,
             make("videorate")?,
             capsfilter(
@@ -502,7 +516,7 @@ fn ts_branch(
 fn screenshot_branch(
     pipeline: &gst::Pipeline,
     tee: &gst::Element,
-    source: &H264Config,
+    source: &VideoConfig,
     package: Arc<crate::package::Package>,
 ) -> Result<(), PipelineError> {
     let width = source.width.min(SCREENSHOT_MAX_WIDTH) / 2 * 2;

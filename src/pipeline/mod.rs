@@ -15,18 +15,24 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::media::{AudioConfig, Frame, H264Config, MediaMessage, TrackKind};
+use crate::media::{
+    AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoCodec, VideoConfig, TRACK_WAIT,
+};
 use crate::package::Package;
 use crate::registry::{Counters, LiveStatus, SharedStatus};
 pub use ladder::{Ladder, Rung};
 
-/// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate.
-/// An encoder that sends only one kind of track starts after this much media.
+/// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate,
+/// when the source declared none (an encoder that sends only one kind of track without saying
+/// so starts after this much media).
 const PROBE_MEDIA: Duration = Duration::from_millis(1000);
 /// Frames held while probing; more means the source is broken.
 const MAX_PROBE_FRAMES: usize = 2000;
-/// No usable media within this time after publish → the stream ends.
-const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// Video frames seen before the frame rate is taken as measured.
+const PROBE_VIDEO_FRAMES: usize = 12;
+/// No usable media within this time after publish → the stream ends. The input switch may
+/// wait [`TRACK_WAIT`] for a declared track before it sends anything.
+const START_TIMEOUT: Duration = TRACK_WAIT.saturating_add(Duration::from_secs(8));
 /// How long a drained pipeline may take to flush its last parts at the end.
 const EOS_TIMEOUT: Duration = Duration::from_secs(5);
 /// appsrc queue bound: past it the oldest buffers are dropped (the ingest never blocks).
@@ -62,7 +68,7 @@ pub fn init() -> Result<(), PipelineError> {
 
 /// What the first second of media told us.
 struct Probe {
-    video: Option<H264Config>,
+    video: Option<VideoConfig>,
     audio: Option<AudioConfig>,
     frames: Vec<Frame>,
     /// Measured source frame rate.
@@ -95,7 +101,15 @@ pub struct Stream {
     pub counters: Arc<Counters>,
 }
 
-async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, PipelineError> {
+/// Collects the start of the media: every expected track's config, video from a keyframe, and
+/// enough frames to measure the frame rate. Tracks are expected when the input declared them
+/// (the switch forwards what it starts with) or sent their config; undeclared, whatever came
+/// within [`PROBE_MEDIA`] is taken. `seed` is what a rebuild carries over from the pipeline
+/// before.
+async fn probe(
+    rx: &mut mpsc::Receiver<MediaMessage>,
+    seed: Vec<MediaMessage>,
+) -> Result<Option<Probe>, PipelineError> {
     let mut p = Probe {
         video: None,
         audio: None,
@@ -104,31 +118,55 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
         first: None,
     };
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut declared: Option<Tracks> = None;
+    // Bounded wait for declared tracks, from the first frame kept.
+    let mut wait_until: Option<tokio::time::Instant> = None;
     let mut seen_keyframe = false;
+    let mut seed = seed.into_iter();
     loop {
         let span = p
             .frames
             .first()
             .zip(p.frames.last())
             .map(|(a, b)| Duration::from_nanos(b.dts.saturating_sub(a.dts)));
-        let both = p.video.is_some() && p.audio.is_some() && seen_keyframe;
-        let video_frames = p
-            .frames
-            .iter()
-            .filter(|f| f.track == TrackKind::Video)
-            .count();
-        if (both && video_frames >= 12) || span.is_some_and(|s| s >= PROBE_MEDIA) {
+        let count = |track| p.frames.iter().filter(|f| f.track == track).count();
+        let expect_video = p.video.is_some() || declared.is_some_and(|t| t.video);
+        let expect_audio = p.audio.is_some() || declared.is_some_and(|t| t.audio);
+        let video_ready = p.video.is_some() && count(TrackKind::Video) >= PROBE_VIDEO_FRAMES;
+        let audio_ready = p.audio.is_some() && count(TrackKind::Audio) > 0;
+        let complete = (expect_video || expect_audio)
+            && (!expect_video || video_ready)
+            && (!expect_audio || audio_ready);
+        // Without a declaration a second track may still come: both, or the probe time.
+        if complete && (declared.is_some() || (video_ready && audio_ready)) {
+            break;
+        }
+        let waiting_declared = declared.is_some() && !complete;
+        if span.is_some_and(|s| s >= PROBE_MEDIA) && !waiting_declared {
             break;
         }
         if p.frames.len() >= MAX_PROBE_FRAMES {
             break;
         }
-        let msg = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(m)) => m,
-            Ok(None) => return Ok(None), // publisher left before anything usable
-            Err(_) => return Err(PipelineError::NoMedia(START_TIMEOUT)),
+        let limit = wait_until.map_or(deadline, |w| w.min(deadline));
+        let msg = match seed.next() {
+            Some(m) => m,
+            None => match tokio::time::timeout_at(limit, rx.recv()).await {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(None), // publisher left before anything usable
+                Err(_) if p.frames.is_empty() => return Err(PipelineError::NoMedia(START_TIMEOUT)),
+                Err(_) => {
+                    tracing::warn!(
+                        video = expect_video && !video_ready,
+                        audio = expect_audio && !audio_ready,
+                        "declared track not ready in time; starting without it"
+                    );
+                    break;
+                }
+            },
         };
         match msg {
+            MediaMessage::Tracks(t) => declared = Some(t),
             MediaMessage::VideoConfig(c) => p.video = Some(c),
             MediaMessage::AudioConfig(c) => p.audio = Some(c),
             MediaMessage::Frame(f) => {
@@ -141,6 +179,7 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
                 }
                 p.first
                     .get_or_insert_with(|| (time::OffsetDateTime::now_utc(), f.dts));
+                wait_until.get_or_insert_with(|| tokio::time::Instant::now() + TRACK_WAIT);
                 p.frames.push(f);
             }
             // Nothing is out yet: a switch this early needs no mark.
@@ -150,11 +189,28 @@ async fn probe(rx: &mut mpsc::Receiver<MediaMessage>) -> Result<Option<Probe>, P
     if p.video.is_none() && p.audio.is_none() {
         return Err(PipelineError::NoMedia(START_TIMEOUT));
     }
+    if !seen_keyframe {
+        p.video = None;
+    }
     if p.video.is_none() {
         p.frames.retain(|f| f.track == TrackKind::Audio);
     }
     if p.audio.is_none() {
         p.frames.retain(|f| f.track == TrackKind::Video);
+    }
+    // Outputs start together at the first keyframe: audio before it is dropped (at most a
+    // GOP's worth when joining mid-GOP; the switch already starts at the keyframe).
+    if let Some(key) = p
+        .frames
+        .iter()
+        .find(|f| f.track == TrackKind::Video)
+        .map(|f| f.dts)
+    {
+        p.frames
+            .retain(|f| f.track == TrackKind::Video || f.dts >= key);
+    }
+    if p.frames.is_empty() {
+        return Err(PipelineError::NoMedia(START_TIMEOUT));
     }
     p.fps = measure_fps(
         p.frames
@@ -181,27 +237,66 @@ pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
     Some(1e9 / median)
 }
 
-/// Runs the stream's pipeline until the publisher leaves (the channel closes) or it fails.
+/// Runs the stream's pipelines until the publisher leaves (the channel closes) or one fails.
+/// A track that appears after the start, or a codec the decoders were not built for, ends the
+/// running pipeline and builds the next one on the same package at the next keyframe: the
+/// outputs continue with a discontinuity (the same as a reconnect within the grace period).
 pub async fn run(
     stream: Stream,
     ladder: Ladder,
     mut rx: mpsc::Receiver<MediaMessage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
+    let mut seed = Vec::new();
+    loop {
+        let Some(probe) = probe(&mut rx, std::mem::take(&mut seed)).await? else {
+            return Ok(());
+        };
+        match run_one(&stream, &ladder, probe, &mut rx, &mut stop).await? {
+            Pumped::Ended => return Ok(()),
+            Pumped::Rebuild(carried) => {
+                tracing::info!(
+                    stream = stream.id,
+                    "the input's tracks or codecs changed; rebuilding the pipeline"
+                );
+                stream.package.update(|p| {
+                    for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
+                        r.mark_discontinuity();
+                    }
+                });
+                seed = carried;
+            }
+        }
+    }
+}
+
+/// How a pipeline's run ended.
+enum Pumped {
+    /// The publisher left or the stream was stopped.
+    Ended,
+    /// The input now carries what this pipeline cannot take: what to start the next one with.
+    Rebuild(Vec<MediaMessage>),
+}
+
+/// One pipeline: built from the probe, fed until it ends, drained.
+async fn run_one(
+    stream: &Stream,
+    ladder: &Ladder,
+    probe: Probe,
+    rx: &mut mpsc::Receiver<MediaMessage>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Pumped, PipelineError> {
     let Stream {
         id: stream_id,
         package,
         status,
         counters,
-    } = stream;
-    let Some(probe) = probe(&mut rx).await? else {
-        return Ok(());
-    };
+    } = stream.clone();
     init()?;
     let base = probe.frames.iter().map(|f| f.dts).min().unwrap_or(0);
     let plan = build::Plan::new(
         stream_id,
-        &ladder,
+        ladder,
         probe.video.as_ref(),
         probe.audio.as_ref(),
         probe.fps,
@@ -236,6 +331,7 @@ pub async fn run(
     tracing::info!(
         stream = stream_id,
         renditions = ?plan.rendition_names(),
+        video_codec = probe.video.as_ref().map(|v| v.codec.name()),
         fps = plan.fps,
         part_ms = plan.part.as_millis() as u64,
         "pipeline starting"
@@ -253,14 +349,15 @@ pub async fn run(
         status: status.clone(),
         package: package.clone(),
         wall_base: plan.wall_base,
-        stream_id,
+        video_codec: plan.video.as_ref().map(|v| v.codec),
         audio_codec: plan.audio.clone(),
-        audio_usable: true,
+        video_config: plan.video.clone(),
+        audio_config: plan.audio.clone(),
     };
     for f in probe.frames {
         pusher.push(f);
     }
-    let result = pump(&mut rx, &mut pusher, bus_rx, &mut stop).await;
+    let result = pump(rx, &mut pusher, bus_rx, stop).await;
     // Drain: the last parts are flushed by EOS before the pipeline stops.
     for src in [&built.video_src, &built.audio_src].into_iter().flatten() {
         let _ = src.end_of_stream();
@@ -283,18 +380,29 @@ async fn pump(
     pusher: &mut Pusher,
     mut bus_rx: mpsc::Receiver<PipelineError>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<(), PipelineError> {
+) -> Result<Pumped, PipelineError> {
     loop {
-        tokio::select! {
-            _ = async { drop(stop.wait_for(|s| *s).await) } => return Ok(()),
-            msg = rx.recv() => match msg {
-                Some(MediaMessage::Frame(f)) => pusher.push(f),
-                Some(MediaMessage::VideoConfig(c)) => pusher.video_config(&c),
-                Some(MediaMessage::AudioConfig(c)) => pusher.audio_config(&c),
-                Some(MediaMessage::Discontinuity { at }) => pusher.discontinuity(at),
-                None => return Ok(()),
+        let msg = tokio::select! {
+            _ = async { drop(stop.wait_for(|s| *s).await) } => return Ok(Pumped::Ended),
+            msg = rx.recv() => msg,
+            err = bus_rx.recv() => match err {
+                Some(e) => return Err(e),
+                None => continue,
             },
-            err = bus_rx.recv() => if let Some(e) = err { return Err(e) },
+        };
+        let Some(msg) = msg else {
+            return Ok(Pumped::Ended);
+        };
+        if let Some(seed) = pusher.rebuild_for(&msg) {
+            return Ok(Pumped::Rebuild(seed));
+        }
+        match msg {
+            MediaMessage::Frame(f) => pusher.push(f),
+            MediaMessage::VideoConfig(c) => pusher.video_config(c),
+            MediaMessage::AudioConfig(c) => pusher.audio_config(c),
+            MediaMessage::Discontinuity { at } => pusher.discontinuity(at),
+            // What the input declares matters only before a pipeline starts.
+            MediaMessage::Tracks(_) => {}
         }
     }
 }
@@ -309,21 +417,56 @@ struct Pusher {
     package: Arc<Package>,
     /// Wall-clock time of running time 0 (the parts' EXT-X-PROGRAM-DATE-TIME base).
     wall_base: time::OffsetDateTime,
-    stream_id: i64,
     counters: Arc<Counters>,
-    /// The audio codec the decoder was built for, and whether the current input uses it.
+    /// The codecs the decoders were built for (`None`: no such branch).
+    video_codec: Option<VideoCodec>,
     audio_codec: Option<AudioConfig>,
-    audio_usable: bool,
+    /// The input's latest configs, carried into a rebuild.
+    video_config: Option<VideoConfig>,
+    audio_config: Option<AudioConfig>,
 }
 
 impl Pusher {
+    /// Whether `msg` needs another pipeline, and what that one starts with: a video keyframe
+    /// or audio for a branch this pipeline lacks, or a config of another codec.
+    fn rebuild_for(&self, msg: &MediaMessage) -> Option<Vec<MediaMessage>> {
+        let mut seed: Vec<MediaMessage> = [
+            self.video_config.clone().map(MediaMessage::VideoConfig),
+            self.audio_config.clone().map(MediaMessage::AudioConfig),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let needed = match msg {
+            MediaMessage::Frame(f) => match f.track {
+                TrackKind::Video => {
+                    self.video.is_none() && f.keyframe && self.video_config.is_some()
+                }
+                TrackKind::Audio => self.audio.is_none() && self.audio_config.is_some(),
+            },
+            MediaMessage::VideoConfig(c) => self.video_codec.is_some_and(|codec| codec != c.codec),
+            MediaMessage::AudioConfig(c) => {
+                self.audio_codec.as_ref().is_some_and(|a| !a.same_codec(c))
+            }
+            _ => false,
+        };
+        if !needed {
+            return None;
+        }
+        if let MediaMessage::VideoConfig(_) | MediaMessage::AudioConfig(_) = msg {
+            seed.retain(|m| std::mem::discriminant(m) != std::mem::discriminant(msg));
+        }
+        seed.push(msg.clone());
+        Some(seed)
+    }
+
     fn push(&mut self, f: Frame) {
         if f.track == TrackKind::Video && self.video.is_some() {
             self.measure(f.dts);
         }
         let src = match f.track {
             TrackKind::Video => self.video.as_ref(),
-            TrackKind::Audio => self.audio.as_ref().filter(|_| self.audio_usable),
+            TrackKind::Audio => self.audio.as_ref(),
         };
         let Some(src) = src else { return };
         let dts = f.dts.saturating_sub(self.base);
@@ -372,28 +515,23 @@ impl Pusher {
         }
     }
 
-    fn video_config(&mut self, c: &H264Config) {
+    /// New parameters of the same codec (a resolution change): new caps on the running
+    /// decoder.
+    fn video_config(&mut self, c: VideoConfig) {
         if let Some(src) = &self.video {
-            src.set_caps(Some(&build::h264_caps(c)));
+            src.set_caps(Some(&build::video_caps(&c)));
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
             s.video_width = Some(c.width);
             s.video_height = Some(c.height);
         }
+        self.video_config = Some(c);
     }
 
-    /// A config of another codec than the one the decoder was built for (an Opus backup for
-    /// an AAC main) cannot be decoded: its frames are dropped, audiorate fills the gap.
-    fn audio_config(&mut self, c: &AudioConfig) {
-        let Some(src) = &self.audio else { return };
-        self.audio_usable = self.audio_codec.as_ref().is_some_and(|a| a.same_codec(c));
-        if self.audio_usable {
-            src.set_caps(Some(&build::audio_caps(c)));
-        } else {
-            tracing::warn!(
-                stream = self.stream_id,
-                "audio codec changed mid-stream; its frames are dropped until it changes back"
-            );
+    fn audio_config(&mut self, c: AudioConfig) {
+        if let Some(src) = &self.audio {
+            src.set_caps(Some(&build::audio_caps(&c)));
         }
+        self.audio_config = Some(c);
     }
 }
 

@@ -723,6 +723,16 @@ impl Registry {
             for event in out.drain(..) {
                 let msg = match event {
                     SwitchEvent::Media(m) => m,
+                    SwitchEvent::TrackMissing { slot, track } => {
+                        tracing::warn!(
+                            stream = id,
+                            ?slot,
+                            ?track,
+                            wait_secs = crate::media::TRACK_WAIT.as_secs(),
+                            "declared track delivered nothing in time; starting without it"
+                        );
+                        continue;
+                    }
                     SwitchEvent::Switched { from, to, at } => {
                         tracing::info!(
                             stream = id,
@@ -823,7 +833,7 @@ impl Registry {
             e.session = None;
             *lock(&e.status) = LiveStatus::default();
             e.package.update(|p| {
-                for r in &mut p.renditions {
+                for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
                     r.mark_discontinuity();
                 }
             });

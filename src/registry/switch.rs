@@ -1,7 +1,8 @@
-//! Main/backup input switching for one stream: which slot's media feeds the pipeline, when to
-//! fail over and back, and the timestamp rebase that keeps the pipeline's timeline continuous
-//! and in step with the wall clock. Sans-IO: media and `now` in, media for the pipeline and
-//! switch events out.
+//! Main/backup input switching for one stream: which slot's media feeds the pipeline, when an
+//! input can start (every track it declares ready, video at a keyframe, bounded by
+//! [`TRACK_WAIT`]), when to fail over and back, and the timestamp rebase that keeps the
+//! pipeline's timeline continuous and in step with the wall clock. Sans-IO: media and `now` in,
+//! media for the pipeline and switch events out.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Slot;
-use crate::media::{AudioConfig, Frame, H264Config, MediaMessage, TrackKind};
+use crate::media::{AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoConfig, TRACK_WAIT};
 
 /// A main that delivers nothing for this long is switched away from (when a backup is being
 /// pushed) or reported not live.
@@ -35,29 +36,66 @@ pub enum SwitchEvent {
         to: Slot,
         at: u64,
     },
+    /// `slot` declared `track` but delivered none of it within [`TRACK_WAIT`]: it starts
+    /// without it.
+    TrackMissing {
+        slot: Slot,
+        track: TrackKind,
+    },
 }
 
 #[derive(Debug, Default)]
 struct Input {
     attached: bool,
+    attached_at: Option<Instant>,
     last_data: Option<Instant>,
-    video: Option<H264Config>,
+    /// What the container says the input carries (TS PMT, FLV metadata, SDP).
+    declared: Tracks,
+    video: Option<VideoConfig>,
     audio: Option<AudioConfig>,
     /// Frames since the last video keyframe, oldest first (empty for audio-only inputs).
     gop: VecDeque<Frame>,
     gop_bytes: usize,
+    /// Audio received while the input's video has no keyframe yet: what an audio-only start
+    /// begins with if the declared video never comes. Bounded by [`TRACK_WAIT`].
+    early_audio: VecDeque<Frame>,
+    /// Whether each track has ever been ready on this input; a track that has can no longer be
+    /// given up on (a GOP cut short by the bounds waits for the next keyframe).
+    video_seen: bool,
+    audio_seen: bool,
 }
 
 impl Input {
+    fn wants_video(&self) -> bool {
+        self.video.is_some() || self.declared.video
+    }
+
+    fn wants_audio(&self) -> bool {
+        self.audio.is_some() || self.declared.audio
+    }
+
     fn keep(&mut self, f: &Frame) {
-        if self.video.is_none() {
+        if !self.wants_video() {
             return; // audio-only: any frame is a starting point, nothing to keep
         }
-        if f.track == TrackKind::Video && f.keyframe {
+        if f.track == TrackKind::Video && f.keyframe && self.video.is_some() {
             self.gop.clear();
             self.gop_bytes = 0;
+            self.early_audio.clear();
+            self.video_seen = true;
         } else if self.gop.is_empty() {
-            return; // no keyframe yet to start from
+            // No keyframe yet to start from.
+            if f.track == TrackKind::Audio {
+                self.early_audio.push_back(f.clone());
+                while self.early_audio.len() > MAX_GOP_FRAMES
+                    || self.early_audio.front().is_some_and(|a| {
+                        Duration::from_nanos(f.dts.saturating_sub(a.dts)) > TRACK_WAIT
+                    })
+                {
+                    self.early_audio.pop_front();
+                }
+            }
+            return;
         }
         self.gop_bytes += f.data.len();
         self.gop.push_back(f.clone());
@@ -73,13 +111,18 @@ impl Input {
         }
     }
 
-    /// Whether outputs could start from this input now.
-    fn startable(&self) -> bool {
-        match (&self.video, &self.audio) {
-            (Some(_), _) => self.gop.front().is_some_and(|f| f.keyframe),
-            (None, Some(_)) => true,
-            (None, None) => false,
-        }
+    /// The tracks outputs could start with from this input now, if they can: video from a
+    /// keyframe, and every declared track ready — unless it has delivered nothing for
+    /// [`TRACK_WAIT`] since the input attached.
+    fn startable(&self, now: Instant) -> Option<Tracks> {
+        let video = self.video.is_some() && self.gop.front().is_some_and(|f| f.keyframe);
+        let audio = self.audio.is_some();
+        let waited_out = self
+            .attached_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= TRACK_WAIT);
+        let video_ok = video || !self.wants_video() || (waited_out && !self.video_seen);
+        let audio_ok = audio || !self.wants_audio() || (waited_out && !self.audio_seen);
+        ((video || audio) && video_ok && audio_ok).then_some(Tracks { video, audio })
     }
 }
 
@@ -124,6 +167,7 @@ impl Switch {
     pub fn attach(&mut self, slot: Slot, now: Instant) {
         self.inputs[index(slot)] = Input {
             attached: true,
+            attached_at: Some(now),
             last_data: Some(now),
             ..Input::default()
         };
@@ -164,6 +208,12 @@ impl Switch {
         }
         input.last_data = Some(now);
         match msg {
+            MediaMessage::Tracks(t) => {
+                input.declared = t;
+                if active {
+                    out.push(SwitchEvent::Media(MediaMessage::Tracks(t)));
+                }
+            }
             MediaMessage::VideoConfig(c) => {
                 input.video = Some(c.clone());
                 if active {
@@ -172,6 +222,7 @@ impl Switch {
             }
             MediaMessage::AudioConfig(c) => {
                 input.audio = Some(c.clone());
+                input.audio_seen = true;
                 if active {
                     out.push(SwitchEvent::Media(MediaMessage::AudioConfig(c)));
                 }
@@ -198,24 +249,48 @@ impl Switch {
         self.decide(now, out);
     }
 
-    /// The main when it delivers (and, to switch to it, can start on a keyframe), else the
-    /// backup; `None` keeps the current one.
+    /// The main when it delivers (and, to switch to it, can start: see [`Input::startable`]),
+    /// else the backup; `None` keeps the current one.
     fn decide(&mut self, now: Instant, out: &mut Vec<SwitchEvent>) {
-        let want = [Slot::Main, Slot::Backup].into_iter().find(|&s| {
-            self.receiving(s, now) && (self.active == Some(s) || self.inputs[index(s)].startable())
+        let want = [Slot::Main, Slot::Backup].into_iter().find_map(|s| {
+            if !self.receiving(s, now) {
+                return None;
+            }
+            if self.active == Some(s) {
+                return Some((s, None));
+            }
+            self.inputs[index(s)].startable(now).map(|t| (s, Some(t)))
         });
-        match want {
-            Some(s) if self.active != Some(s) => self.switch_to(s, now, out),
-            _ => {}
+        if let Some((s, Some(tracks))) = want {
+            self.switch_to(s, tracks, now, out);
         }
     }
 
-    fn switch_to(&mut self, to: Slot, now: Instant, out: &mut Vec<SwitchEvent>) {
+    /// Makes `to` the active input, starting with `tracks`: from its buffered keyframe when it
+    /// has video, else from the audio it sent meanwhile.
+    fn switch_to(&mut self, to: Slot, tracks: Tracks, now: Instant, out: &mut Vec<SwitchEvent>) {
         let from = self.active.replace(to);
         let input = &mut self.inputs[index(to)];
-        let gop: Vec<Frame> = input.gop.iter().cloned().collect();
+        for (track, wanted, has) in [
+            (TrackKind::Video, input.wants_video(), tracks.video),
+            (TrackKind::Audio, input.wants_audio(), tracks.audio),
+        ] {
+            if wanted && !has {
+                out.push(SwitchEvent::TrackMissing { slot: to, track });
+            }
+        }
+        let gop: Vec<Frame> = if tracks.video {
+            input.gop.iter().cloned().collect()
+        } else {
+            input.early_audio.drain(..).collect()
+        };
         let configs: Vec<MediaMessage> = [
-            input.video.clone().map(MediaMessage::VideoConfig),
+            Some(MediaMessage::Tracks(tracks)),
+            input
+                .video
+                .clone()
+                .filter(|_| tracks.video)
+                .map(MediaMessage::VideoConfig),
             input.audio.clone().map(MediaMessage::AudioConfig),
         ]
         .into_iter()
@@ -242,6 +317,7 @@ impl Switch {
             let left = &mut self.inputs[index(from)];
             left.gop.clear();
             left.gop_bytes = 0;
+            left.early_audio.clear();
         }
     }
 
@@ -295,8 +371,9 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn video_config() -> MediaMessage {
-        MediaMessage::VideoConfig(H264Config {
-            avcc: Bytes::from_static(b"avcc"),
+        MediaMessage::VideoConfig(VideoConfig {
+            codec: crate::media::VideoCodec::H264,
+            record: Bytes::from_static(b"avcc"),
             width: 1280,
             height: 720,
         })
@@ -395,8 +472,16 @@ mod tests {
         // The output keeps pace with the wall clock: the newest backup frame (54 920) lands
         // 3 s after the last main frame (1960 + 3000), so the keyframe lands 920 ms before.
         assert_eq!(at / MS, 1960 + 3000 - 920);
-        assert!(matches!(
+        // What it starts with, then the configs, then the GOP.
+        assert_eq!(
             out[1],
+            SwitchEvent::Media(MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: false
+            }))
+        );
+        assert!(matches!(
+            out[2],
             SwitchEvent::Media(MediaMessage::VideoConfig(_))
         ));
         let sent = frames(&out);
@@ -534,13 +619,14 @@ mod tests {
         let MediaMessage::Frame(key) = frame(TrackKind::Video, 0, true) else {
             unreachable!()
         };
+        let now = Instant::now();
         i.keep(&key);
-        assert!(i.startable());
+        assert!(i.startable(now).is_some());
         let MediaMessage::Frame(late) = frame(TrackKind::Video, 10_001, false) else {
             unreachable!()
         };
         i.keep(&late);
-        assert!(!i.startable());
+        assert!(i.startable(now).is_none());
         assert!(i.gop.is_empty());
     }
 }

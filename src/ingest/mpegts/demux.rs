@@ -1,6 +1,6 @@
 //! Sans-IO MPEG-TS demuxer (ISO 13818-1): bytes in (any split, e.g. 1316-byte SRT payloads),
-//! whole PES payloads of the first H.264 and the first AAC (ADTS) stream of the first program
-//! out, with their 33-bit PTS/DTS. Counts continuity errors and drops the PES they damage.
+//! whole PES payloads of the first H.264 or HEVC and the first AAC (ADTS) stream of the first
+//! program out, with their 33-bit PTS/DTS, and the tracks the PMT declares. Counts continuity errors and drops the PES they damage.
 
 use bytes::Bytes;
 
@@ -22,11 +22,13 @@ const PID_PAT: u16 = 0;
 
 /// stream_type values (ISO 13818-1 table 2-34 and its amendments).
 const STREAM_H264: u8 = 0x1b;
+const STREAM_HEVC: u8 = 0x24;
 const STREAM_AAC_ADTS: u8 = 0x0f;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EsCodec {
     H264,
+    H265,
     Aac,
 }
 
@@ -46,7 +48,7 @@ pub enum DemuxError {
     NotTs,
     #[error("lost MPEG-TS sync for more than {MAX_GARBAGE} bytes")]
     LostSync,
-    #[error("unsupported {0}; the supported codecs are H.264 video and AAC (ADTS) audio")]
+    #[error("unsupported {0}; the supported codecs are H.264 or HEVC video and AAC (ADTS) audio")]
     Unsupported(String),
 }
 
@@ -132,7 +134,6 @@ fn describe(stream_type: u8) -> Option<&'static str> {
     Some(match stream_type {
         0x01 | 0x02 => "MPEG-1/2 video (stream type 0x01/0x02)",
         0x10 => "MPEG-4 part 2 video (stream type 0x10)",
-        0x24 => "HEVC video (stream type 0x24)",
         0x33 => "VVC video (stream type 0x33)",
         0x03 | 0x04 => "MPEG-1/2 audio (stream type 0x03/0x04)",
         0x11 => "AAC in LATM (stream type 0x11)",
@@ -145,6 +146,22 @@ fn describe(stream_type: u8) -> Option<&'static str> {
 impl Demuxer {
     pub fn new() -> Demuxer {
         Demuxer::default()
+    }
+
+    /// The tracks the current PMT declares (none before the first PMT).
+    pub fn declared(&self) -> crate::media::Tracks {
+        crate::media::Tracks {
+            video: self.streams.iter().any(|s| s.codec != EsCodec::Aac),
+            audio: self.streams.iter().any(|s| s.codec == EsCodec::Aac),
+        }
+    }
+
+    /// The video codec the current PMT declares.
+    pub fn video_codec(&self) -> Option<EsCodec> {
+        self.streams
+            .iter()
+            .map(|s| s.codec)
+            .find(|&c| c != EsCodec::Aac)
     }
 
     /// Feeds bytes; complete PES go to `out`. An error means the input is not usable TS.
@@ -395,7 +412,8 @@ impl Demuxer {
             let pid = (u16::from(s[at + 1] & 0x1f) << 8) | u16::from(s[at + 2]);
             let es_len = usize::from(u16::from_be_bytes([s[at + 3], s[at + 4]]) & 0x0fff);
             match stream_type {
-                STREAM_H264 => video = video.or(Some(pid)),
+                STREAM_H264 => video = video.or(Some((pid, EsCodec::H264))),
+                STREAM_HEVC => video = video.or(Some((pid, EsCodec::H265))),
                 STREAM_AAC_ADTS => audio = audio.or(Some(pid)),
                 t => unsupported = unsupported.or(describe(t)),
             }
@@ -412,17 +430,18 @@ impl Demuxer {
         if let Some(what) = unsupported {
             return Err(DemuxError::Unsupported(what.into()));
         }
-        let wanted = [(video, EsCodec::H264), (audio, EsCodec::Aac)];
+        let wanted: Vec<(u16, EsCodec)> = video
+            .into_iter()
+            .chain(audio.map(|pid| (pid, EsCodec::Aac)))
+            .collect();
         self.streams.retain(|es| {
             wanted
                 .iter()
-                .any(|&(pid, codec)| pid == Some(es.pid) && codec == es.codec)
+                .any(|&(pid, codec)| pid == es.pid && codec == es.codec)
         });
         for (pid, codec) in wanted {
-            if let Some(pid) = pid {
-                if !self.streams.iter().any(|es| es.pid == pid) {
-                    self.streams.push(Es::new(pid, codec));
-                }
+            if !self.streams.iter().any(|es| es.pid == pid) {
+                self.streams.push(Es::new(pid, codec));
             }
         }
         Ok(())
@@ -641,13 +660,31 @@ pub(crate) mod tests {
         let mut m = Muxer::default();
         let ts = [
             m.pat(),
-            m.pmt(&[(0x24, VIDEO_PID), (STREAM_AAC_ADTS, AUDIO_PID)]),
+            m.pmt(&[(0x33, VIDEO_PID), (STREAM_AAC_ADTS, AUDIO_PID)]),
         ]
         .concat();
         let err = Demuxer::new().push(&ts, &mut Vec::new()).unwrap_err();
         assert_eq!(
             err,
-            DemuxError::Unsupported("HEVC video (stream type 0x24)".into())
+            DemuxError::Unsupported("VVC video (stream type 0x33)".into())
+        );
+        // HEVC is taken, and declared with the audio.
+        let mut m = Muxer::default();
+        let ts = [
+            m.pat(),
+            m.pmt(&[(STREAM_HEVC, VIDEO_PID), (STREAM_AAC_ADTS, AUDIO_PID)]),
+        ]
+        .concat();
+        let mut d = Demuxer::new();
+        assert_eq!(d.declared(), crate::media::Tracks::default());
+        d.push(&ts, &mut Vec::new()).unwrap();
+        assert_eq!(d.video_codec(), Some(EsCodec::H265));
+        assert_eq!(
+            d.declared(),
+            crate::media::Tracks {
+                video: true,
+                audio: true
+            }
         );
         let mut m = Muxer::default();
         let ts = [

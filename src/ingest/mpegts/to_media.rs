@@ -1,13 +1,16 @@
-//! MPEG-TS bytes → [`MediaMessage`]s: H.264 Annex B access units become avcC-style frames (with
-//! the decoder configuration rebuilt from in-band SPS/PPS), ADTS runs become raw AAC frames.
-//! Sans-IO: bytes in, messages out; 33-bit timestamps are unwrapped by the shared [`Timeline`].
+//! MPEG-TS bytes → [`MediaMessage`]s: the PMT's tracks as a declaration, H.264/HEVC Annex B
+//! access units as length-prefixed frames (with the decoder configuration rebuilt from the
+//! in-band parameter sets), ADTS runs as raw AAC frames. Sans-IO: bytes in, messages out; 33-bit
+//! timestamps are unwrapped by the shared [`Timeline`].
 
 use bytes::Bytes;
 
 use super::demux::{DemuxError, DemuxStats, Demuxer, EsCodec, Pes};
 use crate::media::codec::{asc_from_adts, AnnexBFramer, CodecError};
 use crate::media::timeline::Clock;
-use crate::media::{AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind};
+use crate::media::{
+    AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind, Tracks, VideoCodec,
+};
 
 /// AAC frames carry 1024 samples (ISO 14496-3, AAC-LC / HE-AAC core).
 const AAC_FRAME_SAMPLES: u64 = 1024;
@@ -27,6 +30,8 @@ pub struct TsToMedia {
     timeline: Timeline,
     pes: Vec<Pes>,
     framer: AnnexBFramer,
+    /// The PMT's tracks as last sent.
+    declared: Tracks,
     audio: Option<AacConfig>,
     /// Next ADTS frame's timestamp (90 kHz) when a PES carries none.
     next_audio: Option<u64>,
@@ -41,6 +46,7 @@ impl Default for TsToMedia {
             timeline: Timeline::new(Clock::MPEG_TS),
             pes: Vec::new(),
             framer: AnnexBFramer::default(),
+            declared: Tracks::default(),
             audio: None,
             next_audio: None,
             skipped_frames: 0,
@@ -48,7 +54,8 @@ impl Default for TsToMedia {
     }
 }
 
-/// The NAL units of an Annex B byte stream (ITU-T H.264 Annex B), start codes removed.
+/// The NAL units of an Annex B byte stream (ITU-T H.264 and H.265 Annex B), start codes
+/// removed.
 pub fn annex_b_nals(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut starts = Vec::new();
     let mut i = 0;
@@ -98,16 +105,32 @@ impl TsToMedia {
     }
 
     fn drain(&mut self, out: &mut Vec<MediaMessage>) -> Result<(), TsError> {
+        // A PMT seen in this input declares (or re-declares) the tracks before their media.
+        let declared = self.demux.declared();
+        if declared != self.declared {
+            self.declared = declared;
+            out.push(MediaMessage::Tracks(declared));
+        }
         for pes in std::mem::take(&mut self.pes) {
             match pes.codec {
-                EsCodec::H264 => self.video_pes(pes, out)?,
+                EsCodec::H264 => self.video_pes(VideoCodec::H264, pes, out)?,
+                EsCodec::H265 => self.video_pes(VideoCodec::H265, pes, out)?,
                 EsCodec::Aac => self.audio_pes(pes, out)?,
             }
         }
         Ok(())
     }
 
-    fn video_pes(&mut self, pes: Pes, out: &mut Vec<MediaMessage>) -> Result<(), TsError> {
+    fn video_pes(
+        &mut self,
+        codec: VideoCodec,
+        pes: Pes,
+        out: &mut Vec<MediaMessage>,
+    ) -> Result<(), TsError> {
+        if self.framer.codec() != codec {
+            // A new PMT changed the video codec: its parameter sets start over.
+            self.framer = AnnexBFramer::new(codec);
+        }
         let unit = self.framer.frame(annex_b_nals(&pes.data), out)?;
         let Some(raw_dts) = pes.dts.or(pes.pts) else {
             self.skipped_frames += 1;
@@ -258,16 +281,24 @@ mod tests {
         let mut out = Vec::new();
         a.push(&ts, &mut out).unwrap();
         a.finish(&mut out).unwrap();
-        // The bounded audio PES comes out first; video ends at the next unit start.
-        let MediaMessage::AudioConfig(AudioConfig::Aac(c)) = &out[0] else {
+        // The PMT's tracks first; then the bounded audio PES; video ends at the next unit
+        // start.
+        assert_eq!(
+            out[0],
+            MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: true
+            })
+        );
+        let MediaMessage::AudioConfig(AudioConfig::Aac(c)) = &out[1] else {
             panic!("{out:?}")
         };
         assert_eq!((c.sample_rate, c.channels), (48000, 2));
-        let MediaMessage::VideoConfig(v) = &out[3] else {
+        let MediaMessage::VideoConfig(v) = &out[4] else {
             panic!("{out:?}")
         };
-        assert_eq!(&v.avcc[..], AVCC_720P);
-        let MediaMessage::Frame(f) = &out[4] else {
+        assert_eq!(&v.record[..], AVCC_720P);
+        let MediaMessage::Frame(f) = &out[5] else {
             panic!()
         };
         assert!(f.keyframe);

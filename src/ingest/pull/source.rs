@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! urisourcebin (rtmp2src | srtsrc | souphttpsrc + hlsdemux2/dashdemux2, via the gateway) ! parsebin
-//!   ! h264parse ! byte-stream ─┐
+//!   ! h264parse|h265parse ! byte-stream ─┐
 //!   ! aacparse  ! ADTS ────────┴─ mpegtsmux ! appsink → [`SourceEvent::Data`]
 //! ```
 //!
@@ -73,15 +73,20 @@ fn link_stream(
             .structure(0)
             .and_then(|s| s.get::<i32>("mpegversion").ok())
             .is_none_or(|v| v != 1);
-    let taken = name == "video/x-h264" || aac;
-    let chain: Vec<gst::Element> = if name == "video/x-h264" {
-        let parse = make("h264parse")?;
-        // SPS/PPS before every IDR: the TS adapter rebuilds its config from them.
+    let video_parser = match name.as_str() {
+        "video/x-h264" => Some("h264parse"),
+        "video/x-h265" => Some("h265parse"),
+        _ => None,
+    };
+    let taken = video_parser.is_some() || aac;
+    let chain: Vec<gst::Element> = if let Some(parser) = video_parser {
+        let parse = make(parser)?;
+        // Parameter sets before every keyframe: the TS adapter rebuilds its config from them.
         parse.set_property("config-interval", -1i32);
         vec![
             parse,
             capsfilter(
-                gst::Caps::builder("video/x-h264")
+                gst::Caps::builder(name.as_str())
                     .field("stream-format", "byte-stream")
                     .field("alignment", "au")
                     .build(),
@@ -100,7 +105,7 @@ fn link_stream(
             make("queue")?,
         ]
     } else {
-        tracing::info!(stream, codec = %caps, "PULL source stream ignored (only H.264 and AAC are taken)");
+        tracing::info!(stream, codec = %caps, "PULL source stream ignored (only H.264, HEVC and AAC are taken)");
         vec![make("fakesink")?]
     };
     bin.add_many(&chain).map_err(|e| e.to_string())?;

@@ -1,35 +1,61 @@
-//! FLV tag bodies (as RTMP carries them) → [`MediaMessage`]s: AVC sequence headers and NAL
-//! units, AAC sequence headers and raw frames. Sans-IO: bytes and timestamps in, messages out.
+//! FLV tag bodies (as RTMP carries them) → [`MediaMessage`]s: the tracks `onMetaData` declares,
+//! AVC sequence headers and NAL units, Enhanced RTMP HEVC (`hvc1`) sequence starts and coded
+//! frames, AAC sequence headers and raw frames. Sans-IO: bytes and timestamps in, messages out.
 
 use bytes::Bytes;
 
-use crate::media::codec::{parse_asc, parse_avcc, CodecError};
-use crate::media::{AacConfig, AudioConfig, Frame, H264Config, MediaMessage, Timeline, TrackKind};
+use crate::media::codec::{parse_asc, parse_avcc, parse_hvcc, CodecError};
+use crate::media::{
+    AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind, Tracks, VideoCodec,
+    VideoConfig,
+};
 
 /// FLV video codec id for AVC (E.4.3.1 of the FLV spec v10.1).
 const FLV_CODEC_AVC: u8 = 7;
 /// FLV sound format for AAC (E.4.2.1).
 const FLV_SOUND_AAC: u8 = 10;
+/// Enhanced RTMP (v1, 2023, veovera/enhanced-rtmp): the top bit of the first video byte says
+/// an extended header follows — `IsExHeader | FrameType(3) | PacketType(4)`, then a FourCC.
+const EX_HEADER: u8 = 0x80;
+/// FLV frame type 5: a video info/command frame, no picture.
+const FRAME_COMMAND: u8 = 5;
+
+/// Enhanced RTMP `VideoPacketType`s.
+mod ex_packet {
+    pub const SEQUENCE_START: u8 = 0;
+    pub const CODED_FRAMES: u8 = 1;
+    pub const SEQUENCE_END: u8 = 2;
+    /// Coded frames with a composition time offset of 0 (no SI24 field).
+    pub const CODED_FRAMES_X: u8 = 3;
+    pub const METADATA: u8 = 4;
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FlvError {
     #[error("truncated {0} tag")]
     Truncated(&'static str),
-    #[error("unsupported video codec id {0} (only H.264/AVC)")]
+    #[error("unsupported video codec id {0} (only H.264/AVC, or HEVC over Enhanced RTMP)")]
     VideoCodec(u8),
+    #[error("unsupported Enhanced RTMP video codec {0:?} (only hvc1 and avc1)")]
+    VideoFourCc(String),
+    #[error("unsupported Enhanced RTMP video packet type {0}")]
+    VideoPacketType(u8),
     #[error("unsupported sound format {0} (only AAC)")]
     AudioCodec(u8),
     #[error(transparent)]
     Codec(#[from] CodecError),
     #[error("{0} frame before its sequence header")]
     NoConfig(&'static str),
+    #[error("{0} frame of another codec than its sequence header")]
+    CodecMismatch(&'static str),
 }
 
 /// Per-connection state of the adapter.
 #[derive(Debug, Default)]
 pub struct FlvToMedia {
     timeline: Timeline,
-    video: Option<H264Config>,
+    declared: Tracks,
+    video: Option<VideoConfig>,
     audio: Option<AacConfig>,
 }
 
@@ -38,7 +64,7 @@ impl FlvToMedia {
         Self::default()
     }
 
-    pub fn video_config(&self) -> Option<&H264Config> {
+    pub fn video_config(&self) -> Option<&VideoConfig> {
         self.video.as_ref()
     }
 
@@ -50,6 +76,18 @@ impl FlvToMedia {
         self.timeline.discontinuities
     }
 
+    /// `onMetaData` (FLV spec E.5) said which codecs follow: `videocodecid` / `audiocodecid`
+    /// (or the picture size / sample rate when an encoder leaves the ids out). Metadata that
+    /// names no track declares nothing.
+    pub fn metadata(&mut self, video: bool, audio: bool) -> Option<MediaMessage> {
+        let tracks = Tracks { video, audio };
+        if tracks == Tracks::default() || tracks == self.declared {
+            return None;
+        }
+        self.declared = tracks;
+        Some(MediaMessage::Tracks(tracks))
+    }
+
     /// A VIDEODATA body. `Ok(None)`: nothing to forward (end of sequence, repeated header,
     /// command frames).
     pub fn video(
@@ -57,53 +95,118 @@ impl FlvToMedia {
         timestamp: u32,
         body: &Bytes,
     ) -> Result<Option<MediaMessage>, FlvError> {
+        let Some(&first) = body.first() else {
+            return Err(FlvError::Truncated("video"));
+        };
+        if first & EX_HEADER != 0 {
+            return self.enhanced_video(timestamp, body);
+        }
         let &[first, packet_type, c0, c1, c2, ..] = body.as_ref() else {
-            return match body.first() {
-                // A 1-byte "video info/command" frame (frame type 5) carries nothing.
-                Some(b) if b >> 4 == 5 => Ok(None),
+            return match (first >> 4) & 7 {
+                // A 1-byte "video info/command" frame carries nothing.
+                FRAME_COMMAND => Ok(None),
                 _ => Err(FlvError::Truncated("video")),
             };
         };
         let frame_type = first >> 4;
         let codec = first & 0x0f;
-        if first & 0x80 != 0 || codec != FLV_CODEC_AVC {
-            // Bit 7 set is the Enhanced-RTMP extended header (HEVC, AV1, VP9 by FourCC).
+        if codec != FLV_CODEC_AVC {
             return Err(FlvError::VideoCodec(codec));
         }
-        if frame_type == 5 {
+        if frame_type == FRAME_COMMAND {
             return Ok(None);
         }
         let payload = body.slice(5..);
         match packet_type {
-            0 => {
-                let config = parse_avcc(payload)?;
-                if self.video.as_ref() == Some(&config) {
-                    return Ok(None);
-                }
-                self.video = Some(config.clone());
-                Ok(Some(MediaMessage::VideoConfig(config)))
-            }
+            0 => self.video_header(parse_avcc(payload)?),
             1 => {
-                if self.video.is_none() {
-                    return Err(FlvError::NoConfig("video"));
-                }
                 // Composition time offset: signed 24-bit milliseconds.
-                let cts = (i32::from_be_bytes([c0, c1, c2, 0]) >> 8) as i64;
-                let dts = self.timeline.map_ns(TrackKind::Video, u64::from(timestamp));
-                let pts = (dts as i64 + cts * 1_000_000).max(0) as u64;
-                if payload.is_empty() {
-                    return Ok(None);
-                }
-                Ok(Some(MediaMessage::Frame(Frame {
-                    track: TrackKind::Video,
-                    dts,
-                    pts,
-                    keyframe: frame_type == 1,
-                    data: payload,
-                })))
+                let cts = i32::from_be_bytes([c0, c1, c2, 0]) >> 8;
+                self.video_frame(VideoCodec::H264, timestamp, cts, frame_type == 1, payload)
             }
             _ => Ok(None), // 2 = end of sequence
         }
+    }
+
+    /// An Enhanced RTMP VIDEODATA body: `IsExHeader | FrameType | PacketType`, FourCC, body.
+    fn enhanced_video(
+        &mut self,
+        timestamp: u32,
+        body: &Bytes,
+    ) -> Result<Option<MediaMessage>, FlvError> {
+        let first = body[0];
+        let frame_type = (first >> 4) & 7;
+        let packet_type = first & 0x0f;
+        if frame_type == FRAME_COMMAND {
+            return Ok(None);
+        }
+        let fourcc = body.get(1..5).ok_or(FlvError::Truncated("video"))?;
+        let codec = match fourcc {
+            b"hvc1" => VideoCodec::H265,
+            b"avc1" => VideoCodec::H264,
+            other => {
+                return Err(FlvError::VideoFourCc(
+                    String::from_utf8_lossy(other).into_owned(),
+                ))
+            }
+        };
+        let keyframe = frame_type == 1;
+        match packet_type {
+            ex_packet::SEQUENCE_START => {
+                let record = body.slice(5..);
+                self.video_header(match codec {
+                    VideoCodec::H264 => parse_avcc(record)?,
+                    VideoCodec::H265 => parse_hvcc(record)?,
+                })
+            }
+            ex_packet::CODED_FRAMES => {
+                let c = body.get(5..8).ok_or(FlvError::Truncated("video"))?;
+                let cts = i32::from_be_bytes([c[0], c[1], c[2], 0]) >> 8;
+                self.video_frame(codec, timestamp, cts, keyframe, body.slice(8..))
+            }
+            ex_packet::CODED_FRAMES_X => {
+                self.video_frame(codec, timestamp, 0, keyframe, body.slice(5..))
+            }
+            ex_packet::SEQUENCE_END | ex_packet::METADATA => Ok(None),
+            // Multitrack (v2) and the MPEG-2 TS sequence start (AV1 only).
+            other => Err(FlvError::VideoPacketType(other)),
+        }
+    }
+
+    fn video_header(&mut self, config: VideoConfig) -> Result<Option<MediaMessage>, FlvError> {
+        if self.video.as_ref() == Some(&config) {
+            return Ok(None);
+        }
+        self.video = Some(config.clone());
+        Ok(Some(MediaMessage::VideoConfig(config)))
+    }
+
+    /// A coded picture: 4-byte length-prefixed NAL units, `cts` ms after its decode time.
+    fn video_frame(
+        &mut self,
+        codec: VideoCodec,
+        timestamp: u32,
+        cts: i32,
+        keyframe: bool,
+        payload: Bytes,
+    ) -> Result<Option<MediaMessage>, FlvError> {
+        match &self.video {
+            None => return Err(FlvError::NoConfig("video")),
+            Some(c) if c.codec != codec => return Err(FlvError::CodecMismatch("video")),
+            Some(_) => {}
+        }
+        let dts = self.timeline.map_ns(TrackKind::Video, u64::from(timestamp));
+        let pts = (dts as i64 + i64::from(cts) * 1_000_000).max(0) as u64;
+        if payload.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(MediaMessage::Frame(Frame {
+            track: TrackKind::Video,
+            dts,
+            pts,
+            keyframe,
+            data: payload,
+        })))
     }
 
     /// An AUDIODATA body.

@@ -1,6 +1,8 @@
 //! SRT stream ids (SRTO_STREAMID): `{id}#{token}` / `{id}b#{token}` as our push URLs carry them,
 //! or the SRT access-control syntax `#!::r={id},m=publish,t={token}` (Haivision's
-//! "SRT Access Control" guidelines; `r` = resource, `m` = mode). Sans-IO.
+//! "SRT Access Control" guidelines; `r` = resource, `m` = mode). Either may be percent-encoded
+//! (`1%23TOKEN`, as URL-minded tools write it since `#` starts a URL fragment): it is decoded
+//! once, then read by the same rules. Sans-IO.
 
 /// SRT limits the stream id to 512 bytes (SRT RFC draft §3.2.1.3, `SRTO_STREAMID`).
 pub const MAX_STREAM_ID_BYTES: usize = 512;
@@ -15,6 +17,8 @@ pub enum StreamIdError {
     TooLong,
     #[error("stream id is neither `{{id}}#{{token}}` nor `#!::r={{id}},m=publish,t={{token}}`")]
     Malformed,
+    #[error("stream id has an invalid percent-encoding")]
+    BadEncoding,
     #[error("mode `{0}` is not supported: only m=publish")]
     Mode(String),
 }
@@ -25,6 +29,8 @@ pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
     let raw = raw
         .filter(|s| !s.is_empty())
         .ok_or(StreamIdError::Missing)?;
+    let decoded = percent_decode(raw)?;
+    let raw = decoded.as_ref();
     if raw.len() > MAX_STREAM_ID_BYTES {
         return Err(StreamIdError::TooLong);
     }
@@ -33,6 +39,27 @@ pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
         None => raw.split_once('#').ok_or(StreamIdError::Malformed)?,
     };
     super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)
+}
+
+/// Decodes `%XX` escapes once (RFC 3986 §2.1). A `%` not followed by two hex digits, or
+/// escapes that decode to invalid UTF-8, make the id unreadable rather than taken literally.
+fn percent_decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, StreamIdError> {
+    if !raw.contains('%') {
+        return Ok(raw.into());
+    }
+    let bytes = raw.as_bytes();
+    let escapes_ok = bytes.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_ok {
+        return Err(StreamIdError::BadEncoding);
+    }
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| StreamIdError::BadEncoding)
 }
 
 /// `key=value` pairs separated by commas; `r` and `t` are required, `m` must be `publish` when
@@ -76,6 +103,31 @@ mod tests {
         // Order free, mode optional, other standard keys ignored.
         let t = parse(Some("#!::u=obs,t=abc123,r=7")).unwrap();
         assert_eq!((t.stream_id, t.slot), (7, Slot::Main));
+    }
+
+    #[test]
+    fn percent_encoded_ids_are_decoded_once() {
+        let t = parse(Some("42%23abc123")).unwrap();
+        assert_eq!(
+            (t.stream_id, t.slot, t.token.as_str()),
+            (42, Slot::Main, "abc123")
+        );
+        let t = parse(Some("42b%23abc123")).unwrap();
+        assert_eq!(t.slot, Slot::Backup);
+        // Lower-case hex, and the access-control form with every separator encoded.
+        let t = parse(Some("%23%21%3a%3Ar%3D42%2Cm%3Dpublish%2Ct%3Dabc123")).unwrap();
+        assert_eq!((t.stream_id, t.token.as_str()), (42, "abc123"));
+        // Once only: `%2523` decodes to `%23`, which is not a separator.
+        assert_eq!(parse(Some("42%2523abc123")), Err(StreamIdError::Malformed));
+        for bad in ["42%2", "42%zz%23abc", "42%23abc%", "42%ff%23abc"] {
+            assert_eq!(parse(Some(bad)), Err(StreamIdError::BadEncoding), "{bad}");
+        }
+        // The bound applies to the decoded form: 682 encoded bytes decode to 242.
+        let long = format!("#!::r=42,t={},u={}", "%61".repeat(120), "%75".repeat(100));
+        assert!(long.len() > MAX_STREAM_ID_BYTES);
+        assert_eq!(parse(Some(&long)).unwrap().token, "a".repeat(120));
+        let too_long = format!("42%23{}", "a".repeat(600));
+        assert_eq!(parse(Some(&too_long)), Err(StreamIdError::TooLong));
     }
 
     #[test]

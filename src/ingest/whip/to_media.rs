@@ -127,7 +127,15 @@ impl RtpToMedia {
         now: Duration,
         out: &mut Vec<MediaMessage>,
     ) -> Result<(), CodecError> {
-        self.epoch.get_or_insert(now);
+        if self.epoch.is_none() {
+            // The offer was accepted with both an H.264 and an Opus m-line: both are declared,
+            // so the outputs wait for the first keyframe (the PLI asks for it) with audio.
+            out.push(MediaMessage::Tracks(crate::media::Tracks {
+                video: true,
+                audio: true,
+            }));
+            self.epoch = Some(now);
+        }
         match track {
             TrackKind::Video => self.video_order.push(packet.seq, now, packet),
             TrackKind::Audio => self.audio_order.push(packet.seq, now, packet),
@@ -306,8 +314,16 @@ mod tests {
         )
         .unwrap();
         assert!(!a.wants_keyframe());
-        assert!(matches!(
+        // Both tracks are declared before anything else, so the outputs wait for the keyframe.
+        assert_eq!(
             out[0],
+            MediaMessage::Tracks(crate::media::Tracks {
+                video: true,
+                audio: true
+            })
+        );
+        assert!(matches!(
+            out[1],
             MediaMessage::AudioConfig(AudioConfig::Opus(OpusConfig { channels: 2 }))
         ));
         assert!(out
