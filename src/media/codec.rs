@@ -490,6 +490,102 @@ pub(crate) mod tests {
         0xf8, 0x00,
     ];
 
+    /// x265 (via ffmpeg) at 1920x1080: VPS, SPS (coded 1920x1088, cropped by the conformance
+    /// window) and PPS, and ffmpeg's own hvcC of them (its SEI array left out).
+    pub const HEVC_VPS: &[u8] = &[
+        0x40, 0x01, 0x0c, 0x01, 0xff, 0xff, 0x04, 0x08, 0x00, 0x00, 0x03, 0x00, 0x9e, 0x08, 0x00,
+        0x00, 0x03, 0x00, 0x00, 0x78, 0x95, 0x98, 0x09,
+    ];
+    pub const HEVC_SPS: &[u8] = &[
+        0x42, 0x01, 0x01, 0x04, 0x08, 0x00, 0x00, 0x03, 0x00, 0x9e, 0x08, 0x00, 0x00, 0x03, 0x00,
+        0x00, 0x78, 0x90, 0x00, 0x78, 0x10, 0x02, 0x1c, 0xb2, 0xca, 0xcd, 0x24, 0x99, 0x5e, 0x02,
+        0xdc, 0x08, 0x08, 0x00, 0x10, 0x00, 0x00, 0x03, 0x00, 0x10, 0x00, 0x00, 0x03, 0x01, 0x90,
+        0x80,
+    ];
+    pub const HEVC_PPS: &[u8] = &[0x44, 0x01, 0xc1, 0x72, 0x86, 0x0c, 0x46, 0x24];
+    pub const HVCC_1080P: &[u8] = &[
+        0x01, 0x04, 0x08, 0x00, 0x00, 0x00, 0x9e, 0x08, 0x00, 0x00, 0x00, 0x00, 0x78, 0xf0, 0x00,
+        0xfc, 0xff, 0xf8, 0xf8, 0x00, 0x00, 0x0f, 0x03, 0xa0, 0x00, 0x01, 0x00, 0x17, 0x40, 0x01,
+        0x0c, 0x01, 0xff, 0xff, 0x04, 0x08, 0x00, 0x00, 0x03, 0x00, 0x9e, 0x08, 0x00, 0x00, 0x03,
+        0x00, 0x00, 0x78, 0x95, 0x98, 0x09, 0xa1, 0x00, 0x01, 0x00, 0x2e, 0x42, 0x01, 0x01, 0x04,
+        0x08, 0x00, 0x00, 0x03, 0x00, 0x9e, 0x08, 0x00, 0x00, 0x03, 0x00, 0x00, 0x78, 0x90, 0x00,
+        0x78, 0x10, 0x02, 0x1c, 0xb2, 0xca, 0xcd, 0x24, 0x99, 0x5e, 0x02, 0xdc, 0x08, 0x08, 0x00,
+        0x10, 0x00, 0x00, 0x03, 0x00, 0x10, 0x00, 0x00, 0x03, 0x01, 0x90, 0x80, 0xa2, 0x00, 0x01,
+        0x00, 0x08, 0x44, 0x01, 0xc1, 0x72, 0x86, 0x0c, 0x46, 0x24,
+    ];
+
+    #[test]
+    fn hvcc_read_and_rebuilt_from_in_band_parameter_sets() {
+        let ffmpeg = parse_hvcc(Bytes::from_static(HVCC_1080P)).unwrap();
+        assert_eq!(
+            (ffmpeg.codec, ffmpeg.width, ffmpeg.height),
+            (VideoCodec::H265, 1920, 1080)
+        );
+        let ours = hvcc_from_parameter_sets(HEVC_VPS, HEVC_SPS, HEVC_PPS).unwrap();
+        assert_eq!((ours.width, ours.height), (1920, 1080));
+        // Profile, tier, level, chroma format and bit depths as ffmpeg wrote them; 4-byte
+        // lengths; the three arrays with one NAL unit each.
+        assert_eq!(ours.record[..13], HVCC_1080P[..13]);
+        assert_eq!(ours.record[16..19], HVCC_1080P[16..19]);
+        assert_eq!(ours.record[21] & 3, 3);
+        assert_eq!(ours.record[22..], HVCC_1080P[22..]);
+        // Re-parsing our record gives the same result.
+        assert_eq!(parse_hvcc(ours.record.clone()).unwrap(), ours);
+    }
+
+    #[test]
+    fn broken_hvcc_and_sps_are_refused_not_panicked_on() {
+        for cut in [0, 5, 22, 23, 30, 60, HVCC_1080P.len() - 1] {
+            assert!(
+                parse_hvcc(Bytes::copy_from_slice(&HVCC_1080P[..cut])).is_err(),
+                "{cut}"
+            );
+        }
+        let mut two_byte_lengths = HVCC_1080P.to_vec();
+        two_byte_lengths[21] = (two_byte_lengths[21] & !3) | 1;
+        assert!(parse_hvcc(Bytes::from(two_byte_lengths)).is_err());
+        for cut in 2..HEVC_SPS.len() {
+            let _ = hvcc_from_parameter_sets(HEVC_VPS, &HEVC_SPS[..cut], HEVC_PPS);
+        }
+        assert!(hvcc_from_parameter_sets(HEVC_VPS, HEVC_PPS, HEVC_PPS).is_err());
+        // A conformance window larger than the picture.
+        let mut sps = HEVC_SPS.to_vec();
+        sps[20..].fill(0xff);
+        assert!(hvcc_from_parameter_sets(HEVC_VPS, &sps, HEVC_PPS).is_err());
+    }
+
+    #[test]
+    fn hevc_access_units_are_framed_with_their_config() {
+        let mut framer = AnnexBFramer::new(VideoCodec::H265);
+        let mut out = Vec::new();
+        let aud: &[u8] = &[0x46, 0x01, 0x10];
+        let sei: &[u8] = &[0x4e, 0x01, 0x05, 0x01, 0x80];
+        let idr: &[u8] = &[0x28, 0x01, 0xaf, 0x1d];
+        let trail: &[u8] = &[0x02, 0x01, 0xd0];
+        let unit = framer
+            .frame([aud, HEVC_VPS, HEVC_SPS, HEVC_PPS, sei, idr], &mut out)
+            .unwrap()
+            .unwrap();
+        assert!(unit.keyframe);
+        assert_eq!(
+            unit.data,
+            [&[0, 0, 0, 5][..], sei, &[0, 0, 0, 4], idr].concat()
+        );
+        let [super::super::MediaMessage::VideoConfig(c)] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((c.codec, c.height), (VideoCodec::H265, 1080));
+        // The same parameter sets again: no new config; a trailing picture is not a keyframe.
+        out.clear();
+        framer
+            .frame([HEVC_VPS, HEVC_SPS, HEVC_PPS, idr], &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        let unit = framer.frame([trail], &mut out).unwrap().unwrap();
+        assert!(!unit.keyframe);
+        assert!(framer.frame([aud], &mut out).unwrap().is_none());
+    }
+
     #[test]
     fn empty_or_overlong_parameter_sets_are_refused_not_panicked_on() {
         // One SPS of length 0 (the fuzz find), then a PPS.

@@ -606,6 +606,146 @@ mod tests {
         );
     }
 
+    fn declared(video: bool, audio: bool) -> MediaMessage {
+        MediaMessage::Tracks(Tracks { video, audio })
+    }
+
+    fn audio_config() -> MediaMessage {
+        MediaMessage::AudioConfig(AudioConfig::Opus(crate::media::OpusConfig { channels: 2 }))
+    }
+
+    #[test]
+    fn a_source_joining_mid_gop_starts_at_its_first_keyframe_with_its_audio() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        // A TS PMT declares both; audio flows 2 s before the first keyframe, and the video
+        // config only comes with that keyframe (in-band parameter sets).
+        s.media(Slot::Main, declared(true, true), t0, &mut out);
+        s.media(Slot::Main, audio_config(), t0, &mut out);
+        for t in (0..2000).step_by(20) {
+            let now = t0 + Duration::from_millis(t);
+            s.media(Slot::Main, frame(TrackKind::Audio, t, true), now, &mut out);
+            s.media(Slot::Main, frame(TrackKind::Video, t, false), now, &mut out);
+        }
+        assert_eq!(s.active(), None, "no start before the keyframe");
+        assert!(out.is_empty());
+        let at = t0 + Duration::from_millis(2000);
+        s.media(Slot::Main, video_config(), at, &mut out);
+        s.media(
+            Slot::Main,
+            frame(TrackKind::Video, 2000, true),
+            at,
+            &mut out,
+        );
+        assert_eq!(s.active(), Some(Slot::Main));
+        assert_eq!(
+            out[0],
+            SwitchEvent::Media(MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: true
+            }))
+        );
+        s.media(
+            Slot::Main,
+            frame(TrackKind::Audio, 2000, true),
+            at,
+            &mut out,
+        );
+        // Everything out starts at the keyframe; the earlier audio and video are not sent.
+        assert_eq!(
+            frames(&out),
+            [(TrackKind::Video, 2000), (TrackKind::Audio, 2000)]
+        );
+        assert!(!out
+            .iter()
+            .any(|e| matches!(e, SwitchEvent::TrackMissing { .. })));
+    }
+
+    #[test]
+    fn a_declared_track_that_never_comes_is_given_up_after_the_wait() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        s.media(Slot::Main, declared(true, true), t0, &mut out);
+        s.media(Slot::Main, audio_config(), t0, &mut out);
+        let step = Duration::from_millis(20);
+        let mut t = Duration::ZERO;
+        while t < TRACK_WAIT {
+            let ms = t.as_millis() as u64;
+            s.media(
+                Slot::Main,
+                frame(TrackKind::Audio, ms, true),
+                t0 + t,
+                &mut out,
+            );
+            t += step;
+        }
+        assert_eq!(s.active(), None);
+        s.tick(t0 + TRACK_WAIT, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main));
+        assert_eq!(
+            out[0],
+            SwitchEvent::TrackMissing {
+                slot: Slot::Main,
+                track: TrackKind::Video
+            }
+        );
+        assert_eq!(
+            out[1],
+            SwitchEvent::Media(MediaMessage::Tracks(Tracks {
+                video: false,
+                audio: true
+            }))
+        );
+        // The audio of the wait is not lost: it starts the outputs, in order.
+        let sent = frames(&out);
+        assert_eq!(sent.len(), (TRACK_WAIT.as_millis() / 20) as usize);
+        assert_eq!(sent.first(), Some(&(TrackKind::Audio, 0)));
+        assert!(sent.windows(2).all(|w| w[0].1 < w[1].1));
+    }
+
+    #[test]
+    fn undeclared_audio_only_starts_at_once_and_a_seen_video_is_not_given_up() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(DEFAULT_SWITCH_TIMEOUT);
+        let mut out = Vec::new();
+        s.attach(Slot::Main, t0);
+        s.media(Slot::Main, audio_config(), t0, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main), "nothing declared: no wait");
+
+        // A backup whose video has been seen waits for its next keyframe even past the wait.
+        s.attach(Slot::Backup, t0);
+        s.media(Slot::Backup, video_config(), t0, &mut out);
+        s.media(Slot::Backup, audio_config(), t0, &mut out);
+        s.media(Slot::Backup, frame(TrackKind::Video, 0, true), t0, &mut out);
+        let late = t0 + TRACK_WAIT + Duration::from_secs(5);
+        // The main goes quiet; the backup's GOP is cut short (past the span bound).
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Video, 10_001, false),
+            late,
+            &mut out,
+        );
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Audio, 10_010, true),
+            late,
+            &mut out,
+        );
+        s.tick(late, &mut out);
+        assert_eq!(s.active(), Some(Slot::Main), "no audio-only switch");
+        s.media(
+            Slot::Backup,
+            frame(TrackKind::Video, 10_040, true),
+            late,
+            &mut out,
+        );
+        assert_eq!(s.active(), Some(Slot::Backup));
+    }
+
     #[test]
     fn a_gop_past_the_bounds_is_not_kept() {
         let mut i = Input {

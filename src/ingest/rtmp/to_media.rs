@@ -319,6 +319,87 @@ mod tests {
         );
     }
 
+    /// An Enhanced RTMP video tag: `IsExHeader | FrameType | PacketType`, FourCC, body.
+    fn ex_tag(frame_type: u8, packet_type: u8, fourcc: &[u8; 4], body: &[u8]) -> Bytes {
+        Bytes::from([&[0x80 | (frame_type << 4) | packet_type][..], fourcc, body].concat())
+    }
+
+    #[test]
+    fn enhanced_rtmp_hevc_sequence_start_and_frames() {
+        use crate::media::codec::tests::HVCC_1080P;
+        let mut a = FlvToMedia::new();
+        assert_eq!(
+            a.metadata(true, true),
+            Some(MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: true
+            }))
+        );
+        assert_eq!(a.metadata(true, true), None, "declared once");
+        assert_eq!(a.metadata(false, false), None, "metadata naming no track");
+        let frame = [0, 0, 0, 4, 0x28, 0x01, 0xaf, 0x1d];
+        assert_eq!(
+            a.video(
+                0,
+                &ex_tag(1, 1, b"hvc1", &[&[0, 0, 0][..], &frame].concat())
+            ),
+            Err(FlvError::NoConfig("video"))
+        );
+        let Some(MediaMessage::VideoConfig(c)) =
+            a.video(0, &ex_tag(1, 0, b"hvc1", HVCC_1080P)).unwrap()
+        else {
+            panic!("config expected")
+        };
+        assert_eq!((c.codec, c.width, c.height), (VideoCodec::H265, 1920, 1080));
+        // CodedFrames: a signed 24-bit composition offset before the NAL units.
+        let Some(MediaMessage::Frame(f)) = a
+            .video(
+                40,
+                &ex_tag(1, 1, b"hvc1", &[&[0, 0, 80][..], &frame].concat()),
+            )
+            .unwrap()
+        else {
+            panic!("frame expected")
+        };
+        assert_eq!((f.keyframe, f.dts, f.pts), (true, 0, 80_000_000));
+        assert_eq!(&f.data[..], &frame);
+        // CodedFramesX: no offset field.
+        let Some(MediaMessage::Frame(f)) = a.video(80, &ex_tag(2, 3, b"hvc1", &frame)).unwrap()
+        else {
+            panic!("frame expected")
+        };
+        assert_eq!((f.keyframe, f.dts, f.pts), (false, 40_000_000, 40_000_000));
+        // Sequence end, metadata and command frames carry nothing.
+        assert_eq!(a.video(90, &ex_tag(1, 2, b"hvc1", &[])).unwrap(), None);
+        assert_eq!(a.video(90, &ex_tag(1, 4, b"hvc1", &[2, 0])).unwrap(), None);
+        assert_eq!(a.video(90, &ex_tag(5, 1, b"hvc1", &[])).unwrap(), None);
+        // Refusals: other FourCCs, multitrack, truncation, a frame of another codec.
+        assert_eq!(
+            a.video(90, &ex_tag(1, 1, b"vp09", &frame)),
+            Err(FlvError::VideoFourCc("vp09".into()))
+        );
+        assert_eq!(
+            a.video(90, &ex_tag(1, 6, b"hvc1", &frame)),
+            Err(FlvError::VideoPacketType(6))
+        );
+        assert_eq!(
+            a.video(90, &Bytes::from_static(&[0x91, b'h', b'v'])),
+            Err(FlvError::Truncated("video"))
+        );
+        assert_eq!(
+            a.video(90, &ex_tag(1, 1, b"hvc1", &[0, 0])),
+            Err(FlvError::Truncated("video"))
+        );
+        assert_eq!(
+            a.video(90, &video_tag(1, 1, 0, &frame)),
+            Err(FlvError::CodecMismatch("video"))
+        );
+        assert!(matches!(
+            a.video(90, &ex_tag(1, 0, b"hvc1", &HVCC_1080P[..30])),
+            Err(FlvError::Codec(CodecError::HevcConfig(_)))
+        ));
+    }
+
     #[test]
     fn aac_config_and_frames() {
         let mut a = FlvToMedia::new();
