@@ -278,36 +278,53 @@ async fn rtmps_push_and_reconnect_continue_the_playlist() {
     let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
     assert!(ok, "rtmps push failed: {err}");
     wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
-    let playlist = format!("{}/cmaf/{id}/720p/index.m3u8", d.base);
-    let (_, before) = text(&playlist).await;
-    let before = media_playlist(&before);
-    let last_before = before.media_sequence + before.segments.len() as u64 - 1;
+    // Both HLS outputs: CMAF (LL-HLS) and MPEG-TS.
+    let ts_base = rec["hls_mpegts_url"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("master_mpegts.m3u8")
+        .to_owned();
+    let playlists = [
+        format!("{}/cmaf/{id}/720p/index.m3u8", d.base),
+        format!("{ts_base}720p/index.m3u8"),
+    ];
+    let mut last_before = Vec::new();
+    for playlist in &playlists {
+        let (_, before) = text(playlist).await;
+        let before = media_playlist(&before);
+        assert!(!before.segments.is_empty(), "{playlist}");
+        last_before.push(before.media_sequence + before.segments.len() as u64 - 1);
+    }
 
-    // Back within the grace period (plain RTMP this time): same playlist, a discontinuity, and
-    // sequence numbers that only go forward.
+    // Back within the grace period (plain RTMP this time): same playlists, a discontinuity,
+    // and sequence numbers that only go forward.
     let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0);
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let after = loop {
-        let (_, t) = text(&playlist).await;
-        let p = media_playlist(&t);
-        if p.segments.iter().any(|s| s.discontinuity) && !p.segments.last().unwrap().discontinuity {
-            break (t, p);
-        }
+    for (playlist, last_before) in playlists.iter().zip(last_before) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (t, p) = loop {
+            let (_, t) = text(playlist).await;
+            let p = media_playlist(&t);
+            if p.segments.iter().any(|s| s.discontinuity)
+                && !p.segments.last().unwrap().discontinuity
+            {
+                break (t, p);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no discontinuity after reconnect in {playlist}:\n{t}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let first_new =
+            p.segments.iter().position(|s| s.discontinuity).unwrap() as u64 + p.media_sequence;
         assert!(
-            Instant::now() < deadline,
-            "no discontinuity after reconnect:\n{t}"
+            first_new > last_before,
+            "msn went back in {playlist}: {first_new} <= {last_before}\n{t}"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    let (t, p) = after;
-    let first_new =
-        p.segments.iter().position(|s| s.discontinuity).unwrap() as u64 + p.media_sequence;
-    assert!(
-        first_new > last_before,
-        "msn went back: {first_new} <= {last_before}\n{t}"
-    );
-    assert!(t.matches("#EXT-X-MAP").count() >= 1);
+    }
+    let (_, cmaf) = text(&playlists[0]).await;
+    assert!(cmaf.matches("#EXT-X-MAP").count() >= 1);
     let _ = finish(ffmpeg, Duration::from_secs(30)).await;
 }
 
