@@ -184,3 +184,225 @@ async fn hevc_over_srt_is_transcoded_to_the_h264_ladder() {
     let fps = live["frame_rate"].as_f64().unwrap();
     assert!((29.0..31.5).contains(&fps), "frame_rate {fps}");
 }
+
+/// One FLV tag to send: video or audio, RTMP timestamp (ms), body.
+struct FlvTag {
+    video: bool,
+    ms: u32,
+    body: Vec<u8>,
+}
+
+/// Demuxes an HEVC + AAC TS with GStreamer into Enhanced RTMP video tags (`hvc1`: the hvcC
+/// h265parse writes as the sequence start, coded frames with their composition offsets) and
+/// AAC audio tags, `loops` times over, timestamps continuing. Independent of the daemon's own
+/// codec code.
+fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
+    use gstreamer as gst;
+    use gstreamer::prelude::*;
+    gst::init().unwrap();
+    let desc = format!(
+        "filesrc location={} ! tsdemux name=d \
+         d. ! queue ! h265parse ! video/x-h265,stream-format=hvc1,alignment=au ! appsink name=v sync=false \
+         d. ! queue ! aacparse ! audio/mpeg,stream-format=raw ! appsink name=a sync=false",
+        fixture.display()
+    );
+    let pipeline = gst::parse::launch(&desc)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+    let sink = |name| {
+        pipeline
+            .by_name(name)
+            .unwrap()
+            .downcast::<gstreamer_app::AppSink>()
+            .unwrap()
+    };
+    let (vsink, asink) = (sink("v"), sink("a"));
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let ms = |t: Option<gst::ClockTime>| t.map_or(0, |t| t.mseconds() as i64);
+    let record = |s: &gstreamer_app::AppSink| {
+        let mut config = None;
+        let mut frames = Vec::new();
+        while let Ok(sample) = s.pull_sample() {
+            if config.is_none() {
+                let caps = sample.caps().unwrap();
+                let data = caps.structure(0).unwrap().get::<gst::Buffer>("codec_data");
+                config = Some(data.unwrap().map_readable().unwrap().to_vec());
+            }
+            let b = sample.buffer().unwrap();
+            frames.push((
+                ms(b.dts().or(b.pts())),
+                ms(b.pts()),
+                !b.flags().contains(gst::BufferFlags::DELTA_UNIT),
+                b.map_readable().unwrap().to_vec(),
+            ));
+        }
+        (config.unwrap(), frames)
+    };
+    let (hvcc, video) = record(&vsink);
+    let (asc, audio) = record(&asink);
+    pipeline.set_state(gst::State::Null).unwrap();
+    let t0 = video[0].0.min(audio[0].0);
+    let period = video.last().unwrap().0 - video[0].0 + (video[1].0 - video[0].0);
+    let mut tags = vec![
+        FlvTag {
+            video: true,
+            ms: 0,
+            // IsExHeader | keyframe | SequenceStart, FourCC, HEVCDecoderConfigurationRecord.
+            body: [&[0x80 | 0x10][..], b"hvc1", &hvcc].concat(),
+        },
+        FlvTag {
+            video: false,
+            ms: 0,
+            body: [&[0xaf, 0][..], &asc].concat(),
+        },
+    ];
+    for n in 0..i64::from(loops) {
+        let shift = n * period - t0;
+        let mut all: Vec<FlvTag> = video
+            .iter()
+            .map(|(dts, pts, key, data)| {
+                let cts = (pts - dts) as i32;
+                let frame_type = if *key { 0x10 } else { 0x20 };
+                FlvTag {
+                    video: true,
+                    ms: (dts + shift).max(0) as u32,
+                    // IsExHeader | frame type | CodedFrames, FourCC, SI24 offset, NAL units.
+                    body: [
+                        &[0x80 | frame_type | 1][..],
+                        b"hvc1",
+                        &cts.to_be_bytes()[1..],
+                        data,
+                    ]
+                    .concat(),
+                }
+            })
+            .chain(audio.iter().map(|(dts, _, _, data)| FlvTag {
+                video: false,
+                ms: (dts + shift).max(0) as u32,
+                body: [&[0xaf, 1][..], data].concat(),
+            }))
+            .collect();
+        all.sort_by_key(|t| t.ms);
+        tags.extend(all);
+    }
+    tags
+}
+
+/// Publishes `tags` over RTMP with rml_rtmp's client session, paced by their timestamps, with
+/// `onMetaData` declaring HEVC (`videocodecid` = the FourCC, as Enhanced RTMP says) and AAC.
+fn push_enhanced_rtmp(addr: &str, key: &str, tags: Vec<FlvTag>) -> std::thread::JoinHandle<()> {
+    use rml_rtmp::handshake::{Handshake, HandshakeProcessResult, PeerType};
+    use rml_rtmp::sessions::{
+        ClientSession, ClientSessionConfig, ClientSessionEvent, ClientSessionResult,
+        PublishRequestType, StreamMetadata,
+    };
+    use rml_rtmp::time::RtmpTimestamp;
+    use std::io::Read;
+    let (addr, key) = (addr.to_owned(), key.to_owned());
+    std::thread::spawn(move || {
+        let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut hs = Handshake::new(PeerType::Client);
+        tcp.write_all(&hs.generate_outbound_p0_and_p1().unwrap())
+            .unwrap();
+        let rest = loop {
+            let n = tcp.read(&mut buf).unwrap();
+            assert!(n > 0, "closed during the handshake");
+            match hs.process_bytes(&buf[..n]).unwrap() {
+                HandshakeProcessResult::InProgress { response_bytes } => {
+                    tcp.write_all(&response_bytes).unwrap()
+                }
+                HandshakeProcessResult::Completed {
+                    response_bytes,
+                    remaining_bytes,
+                } => {
+                    tcp.write_all(&response_bytes).unwrap();
+                    break remaining_bytes;
+                }
+            }
+        };
+        let (mut session, _) = ClientSession::new(ClientSessionConfig::new()).unwrap();
+        let send = |tcp: &mut std::net::TcpStream, r: ClientSessionResult| {
+            if let ClientSessionResult::OutboundResponse(p) = r {
+                tcp.write_all(&p.bytes).unwrap();
+            }
+        };
+        // Feeds the server's bytes to the session until `done` sees the awaited event.
+        let mut wait = |tcp: &mut std::net::TcpStream,
+                        session: &mut ClientSession,
+                        mut input: Vec<u8>,
+                        done: &dyn Fn(&ClientSessionEvent) -> bool| loop {
+            let mut hit = false;
+            for r in session.handle_input(&input).unwrap() {
+                match r {
+                    ClientSessionResult::RaisedEvent(e) => hit |= done(&e),
+                    other => send(tcp, other),
+                }
+            }
+            if hit {
+                return;
+            }
+            let n = tcp.read(&mut buf).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            input = buf[..n].to_vec();
+        };
+        let r = session.request_connection("in".into()).unwrap();
+        send(&mut tcp, r);
+        wait(&mut tcp, &mut session, rest, &|e| {
+            matches!(e, ClientSessionEvent::ConnectionRequestAccepted)
+        });
+        let r = session
+            .request_publishing(key, PublishRequestType::Live)
+            .unwrap();
+        send(&mut tcp, r);
+        wait(&mut tcp, &mut session, Vec::new(), &|e| {
+            matches!(e, ClientSessionEvent::PublishRequestAccepted)
+        });
+        let mut meta = StreamMetadata::new();
+        meta.video_codec_id = Some(u32::from_be_bytes(*b"hvc1"));
+        meta.audio_codec_id = Some(10);
+        meta.video_width = Some(1280);
+        meta.video_height = Some(720);
+        let r = session.publish_metadata(&meta).unwrap();
+        send(&mut tcp, r);
+        let t0 = Instant::now();
+        for tag in tags {
+            let due = Duration::from_millis(u64::from(tag.ms));
+            if let Some(w) = due.checked_sub(t0.elapsed()) {
+                std::thread::sleep(w);
+            }
+            let (body, ts) = (bytes::Bytes::from(tag.body), RtmpTimestamp::new(tag.ms));
+            let r = if tag.video {
+                session.publish_video_data(body, ts, false)
+            } else {
+                session.publish_audio_data(body, ts, false)
+            };
+            if let ClientSessionResult::OutboundResponse(p) = r.unwrap() {
+                if tcp.write_all(&p.bytes).is_err() {
+                    return; // the daemon is gone: the test has ended
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn hevc_over_enhanced_rtmp_is_transcoded_to_the_h264_ladder() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "e-rtmp"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let token = rec["token"].as_str().unwrap();
+    let tags = enhanced_rtmp_tags(&fixture("hevc-720p.ts"), 3);
+    let pusher = push_enhanced_rtmp(&d.rtmp, &format!("{id}?{token}"), tags);
+    let live = assert_video_out(&d, id, (1280, 720)).await;
+    assert_eq!(
+        live["transcoded_qualities"],
+        json!(["720p", "480p", "360p"])
+    );
+    drop(d);
+    let _ = tokio::task::spawn_blocking(move || pusher.join()).await;
+}
