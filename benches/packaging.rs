@@ -94,10 +94,10 @@ fn rendering(c: &mut Criterion) {
     });
     let now = OffsetDateTime::now_utc();
     c.bench_function("dash/render_mpd live", |b| {
-        b.iter(|| dash::render_mpd(black_box(&live), now, "/time"))
+        b.iter(|| dash::render_mpd(black_box(&live), now, "/time", dash::DashClient::LowLatency))
     });
     c.bench_function("dash/render_mpd DVR 1 h", |b| {
-        b.iter(|| dash::render_mpd(black_box(&dvr), now, "/time"))
+        b.iter(|| dash::render_mpd(black_box(&dvr), now, "/time", dash::DashClient::LowLatency))
     });
 }
 

@@ -13,6 +13,50 @@ use super::utc_ms;
 /// ServiceDescription latency target: three parts, as LL-HLS's PART-HOLD-BACK.
 pub const LATENCY_PARTS: u32 = 3;
 
+/// GStreamer 1.22.0's `dashdemux2` (Debian 12's) goes to PLAYING only once 30 s of media are
+/// buffered: its stream buffering threshold starts at 0 and falls back to `max-buffering-time`
+/// (fixed in 1.22.1, GStreamer issue #2064). It ignores `ServiceDescription` and
+/// `availabilityTimeOffset` and starts `suggestedPresentationDelay` behind the live edge (10 s
+/// when absent), so on our MPD it sat in "buffering…" for ~21 s. Told to start 30 s + a
+/// segment back, it has its 30 s at once and renders in under a second.
+const DASHDEMUX2_1_22_0_BUFFERING: Duration = Duration::from_secs(30);
+
+/// Which DASH client asks, for the one attribute that differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DashClient {
+    /// Every client that honours `ServiceDescription` (dash.js, shaka, VLC, GStreamer ≥ 1.22.1).
+    LowLatency,
+    /// GStreamer's `souphttpsrc` before 1.22.1: needs `suggestedPresentationDelay` (which shaka
+    /// would also apply, ~32 s behind live, so it is not sent to everyone).
+    Gstreamer1220,
+}
+
+impl DashClient {
+    /// From a request's `User-Agent` (`GStreamer souphttpsrc 1.22.0 libsoup/3.2.3`).
+    pub fn from_user_agent(ua: Option<&str>) -> DashClient {
+        let version = ua
+            .and_then(|ua| ua.strip_prefix("GStreamer souphttpsrc "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|v| {
+                v.split('.')
+                    .map(|n| n.parse::<u32>().unwrap_or(0))
+                    .collect::<Vec<u32>>()
+            });
+        match version {
+            Some(v) if v.as_slice() < [1, 22, 1].as_slice() => DashClient::Gstreamer1220,
+            _ => DashClient::LowLatency,
+        }
+    }
+
+    /// The start delay to suggest to this client, if any.
+    fn presentation_delay(self, segment: Duration) -> Option<Duration> {
+        match self {
+            DashClient::LowLatency => None,
+            DashClient::Gstreamer1220 => Some(DASHDEMUX2_1_22_0_BUFFERING + segment),
+        }
+    }
+}
+
 fn xs_duration(d: Duration) -> String {
     format!("PT{:.3}S", d.as_secs_f64())
 }
@@ -47,7 +91,12 @@ fn epoch_start(r: &Rendition, epoch_msn: u64, d: Duration) -> Option<OffsetDateT
 /// restarts at 0 with each pipeline epoch (a publisher reconnect), so each epoch is a Period
 /// whose `$Number$` addressing starts at the epoch's first sequence number; a main/backup or
 /// PULL source switch keeps media time going and stays within its Period.
-pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> Option<String> {
+pub fn render_mpd(
+    pkg: &StreamPackage,
+    now: OffsetDateTime,
+    time_url: &str,
+    client: DashClient,
+) -> Option<String> {
     let video: Vec<&Rendition> = pkg
         .renditions
         .iter()
@@ -74,6 +123,13 @@ pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> O
         .dvr_window
         .unwrap_or(pkg.config.segment * u32::try_from(pkg.config.window_segments).unwrap_or(6));
     let latency_ms = part.as_millis() as u32 * LATENCY_PARTS;
+    // ISO 23009-1 §5.3.1.2: suggestedPresentationDelay, for a client that needs it; the
+    // time-shift buffer then reaches that far back (the store keeps those segments).
+    let delay = client.presentation_delay(pkg.config.segment);
+    let window = delay.map_or(window, |d| window.max(d + pkg.config.segment));
+    let suggested = delay
+        .map(|d| format!("suggestedPresentationDelay=\"{}\" ", xs_duration(d)))
+        .unwrap_or_default();
     let mut out = String::new();
     let _ = write!(
         out,
@@ -81,7 +137,7 @@ pub fn render_mpd(pkg: &StreamPackage, now: OffsetDateTime, time_url: &str) -> O
 <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"dynamic\" \
 profiles=\"urn:mpeg:dash:profile:isoff-live:2011,urn:mpeg:dash:profile:cmaf:2019\" \
 availabilityStartTime=\"{}\" publishTime=\"{}\" minimumUpdatePeriod=\"PT10S\" \
-minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" maxSegmentDuration=\"{}\">\n",
+minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\"{}\">\n",
         utc_ms(ast),
         utc_ms(now),
         xs_duration(part),
@@ -239,7 +295,7 @@ mod tests {
             vec![video_720p(3_000_000), stereo_audio(128_000)],
         );
         assert!(
-            render_mpd(&pkg, t0, "http://h/time").is_none(),
+            render_mpd(&pkg, t0, "http://h/time", DashClient::LowLatency).is_none(),
             "nothing complete yet"
         );
         for i in 0..10u64 {
@@ -247,7 +303,13 @@ mod tests {
             pkg.push_part(0, part(i % 4 == 0, 500, t));
             pkg.push_part(1, part(i % 4 == 0, 496, t));
         }
-        let mpd = render_mpd(&pkg, t0 + Duration::from_secs(5), "http://h/time").unwrap();
+        let mpd = render_mpd(
+            &pkg,
+            t0 + Duration::from_secs(5),
+            "http://h/time",
+            DashClient::LowLatency,
+        )
+        .unwrap();
         for needle in [
             "type=\"dynamic\"",
             "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
@@ -263,6 +325,50 @@ mod tests {
             "<UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"http://h/time\"/>",
         ] {
             assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
+        }
+        assert!(!mpd.contains("suggestedPresentationDelay"));
+        // GStreamer 1.22.0 alone is told where to start, with a time-shift buffer to match.
+        let gst = render_mpd(
+            &pkg,
+            t0 + Duration::from_secs(5),
+            "http://h/time",
+            DashClient::Gstreamer1220,
+        )
+        .unwrap();
+        assert!(gst.contains(
+            "timeShiftBufferDepth=\"PT34.000S\" suggestedPresentationDelay=\"PT32.000S\""
+        ));
+        assert_eq!(
+            gst.replace(" suggestedPresentationDelay=\"PT32.000S\"", "")
+                .replace("PT34.000S", "PT12.000S"),
+            mpd
+        );
+    }
+
+    #[test]
+    fn only_gstreamer_before_1_22_1_gets_the_start_delay() {
+        for (ua, client) in [
+            (
+                Some("GStreamer souphttpsrc 1.22.0 libsoup/3.2.3"),
+                DashClient::Gstreamer1220,
+            ),
+            (
+                Some("GStreamer souphttpsrc 1.20.3 libsoup/2.74.2"),
+                DashClient::Gstreamer1220,
+            ),
+            (
+                Some("GStreamer souphttpsrc 1.22.1 libsoup/3.2.3"),
+                DashClient::LowLatency,
+            ),
+            (Some("GStreamer souphttpsrc 1.24.2"), DashClient::LowLatency),
+            (
+                Some("Mozilla/5.0 (X11; Linux x86_64) Chrome/120"),
+                DashClient::LowLatency,
+            ),
+            (Some("VLC/3.0.18 LibVLC/3.0.18"), DashClient::LowLatency),
+            (None, DashClient::LowLatency),
+        ] {
+            assert_eq!(DashClient::from_user_agent(ua), client, "{ua:?}");
         }
     }
 
@@ -290,7 +396,13 @@ mod tests {
             pkg.push_part(0, part(i % 4 == 0, 500, t));
             pkg.push_part(1, part(i % 4 == 0, 496, t));
         }
-        let mpd = render_mpd(&pkg, t1 + Duration::from_secs(4), "http://h/time").unwrap();
+        let mpd = render_mpd(
+            &pkg,
+            t1 + Duration::from_secs(4),
+            "http://h/time",
+            DashClient::LowLatency,
+        )
+        .unwrap();
         assert_eq!(mpd.matches("<Period ").count(), 2, "{mpd}");
         for needle in [
             "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",

@@ -27,7 +27,10 @@ pub const PART_RANGE_MS: std::ops::RangeInclusive<u64> = 500..=1000;
 /// Live window: 6 segments = 12 s at the default size, enough for a player's start-up and
 /// the 3-target-duration hold-back of regular HLS clients.
 pub const DEFAULT_WINDOW_SEGMENTS: usize = 6;
-pub const DEFAULT_RETAIN_SEGMENTS: usize = 4;
+/// Segments kept fetchable behind the live window: GStreamer 1.22.0's dashdemux2 starts 30 s +
+/// a segment behind live (see `dash::DashClient`), so at 2 s segments 16 + the growing one + one
+/// in flight must exist. Complete segments live on disk, not in memory.
+pub const DEFAULT_RETAIN_SEGMENTS: usize = 11;
 
 impl Default for PackagingConfig {
     fn default() -> Self {

@@ -213,14 +213,23 @@ pub async fn handle(
                 .unwrap_or("127.0.0.1")
                 .to_owned();
             let time_url = format!("http://{host}/time");
+            let client = crate::package::dash::DashClient::from_user_agent(
+                req.headers()
+                    .get(header::USER_AGENT)
+                    .and_then(|h| h.to_str().ok()),
+            );
             let render = |p: &StreamPackage| {
-                crate::package::dash::render_mpd(p, time::OffsetDateTime::now_utc(), &time_url)
+                let now = time::OffsetDateTime::now_utc();
+                crate::package::dash::render_mpd(p, now, &time_url, client)
             };
             match package.wait_for(timeout(&package), render).await {
                 Some(mpd) => with_common(
                     Response::builder()
                         .header(header::CONTENT_TYPE, "application/dash+xml")
                         .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
+                        // One attribute depends on the client (see `DashClient`): caches must
+                        // keep the variants apart.
+                        .header(header::VARY, "User-Agent")
                         .body(full(mpd))
                         .expect("valid response"),
                 ),

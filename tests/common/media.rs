@@ -11,6 +11,89 @@ use serde_json::Value;
 
 use crate::common::{Daemon, KEY};
 
+/// A spawned process (pusher, server) killed when the test ends, passed or failed.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Decodes a few seconds of the first video stream behind `url` with ffprobe: (codec, width,
+/// height, frames decoded).
+pub fn decoded_video(url: &str) -> (String, u64, u64, u64) {
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-rw_timeout",
+            "15000000",
+            "-select_streams",
+            "v:0",
+        ])
+        .args(["-count_frames", "-read_intervals", "%+3"])
+        .args([
+            "-show_entries",
+            "stream=codec_name,width,height,nb_read_frames",
+        ])
+        .args(["-of", "json"])
+        .arg(url)
+        .output()
+        .expect("ffprobe");
+    assert!(
+        out.status.success(),
+        "ffprobe {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["streams"][0];
+    let n = |k: &str| s[k].as_u64().or_else(|| s[k].as_str()?.parse().ok());
+    (
+        s["codec_name"].as_str().unwrap_or_default().to_owned(),
+        n("width").unwrap_or(0),
+        n("height").unwrap_or(0),
+        n("nb_read_frames").unwrap_or(0),
+    )
+}
+
+/// The live record has video at the source size, the master lists H.264 rungs with audio, and
+/// ffprobe decodes the top rung's video. Returns the record.
+pub async fn assert_video_out(d: &Daemon, id: i64, source: (u64, u64)) -> Value {
+    let live = wait_record(d, id, Duration::from_secs(30), |r| {
+        r["live"] == true && r["video_height"].is_number()
+    })
+    .await;
+    assert_eq!(
+        (live["video_width"].as_u64(), live["video_height"].as_u64()),
+        (Some(source.0), Some(source.1)),
+        "{live}"
+    );
+    let master_url = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    wait_segments(&master_url, 2).await;
+    let master = master_playlist(&text(&master_url).await.1);
+    let codecs: Vec<String> = master
+        .variants
+        .iter()
+        .filter_map(|v| v.codecs.clone())
+        .collect();
+    assert!(
+        !codecs.is_empty()
+            && codecs
+                .iter()
+                .all(|c| c.contains("avc1") && c.contains("mp4a")),
+        "master without video or audio: {codecs:?}"
+    );
+    let top = live["transcoded_qualities"][0].as_str().unwrap().to_owned();
+    let base = master_url.trim_end_matches("master.m3u8");
+    let (codec, w, h, frames) = decoded_video(&format!("{base}{top}/index.m3u8"));
+    assert_eq!(codec, "h264");
+    assert_eq!(h, source.1.min(top.trim_end_matches('p').parse().unwrap()));
+    assert!(w > 0 && frames >= 25, "{frames} frames decoded from {top}");
+    live
+}
+
 /// Transcoding tests share two cores: one at a time keeps each in real time. An async lock, so
 /// a waiting test does not block its runtime (and its HTTP client's connection pool).
 pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

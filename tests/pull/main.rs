@@ -11,14 +11,14 @@ mod common;
 mod media;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::json;
 
 use common::{tempdir, Daemon, KEY};
-use media::{create, record, wait_record};
+use media::{create, record, wait_record, Proc};
 
 fn free_port(udp: bool) -> u16 {
     if udp {
@@ -37,15 +37,6 @@ fn free_port(udp: bool) -> u16 {
 }
 
 /// Kills the child when dropped, so a failing test leaves no ffmpeg behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn ffmpeg(args: &[&str]) -> Proc {
     Proc(
         Command::new("ffmpeg")
@@ -343,6 +334,36 @@ async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
     media::wait_segments(&master, 2).await;
     let (_, text) = media::text(&master).await;
     assert_eq!(media::master_playlist(&text).variants.len(), 3, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_joining_an_rtmp_server_mid_gop_keeps_its_video() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = pull_daemon(dir.path(), &[]);
+    let port = free_port(false);
+    let _server = rtmp_server(&dir.path().join("nginx"), port);
+    let url = format!("rtmp://127.0.0.1:{port}/live/longgop");
+    // An encoder with a 4 s GOP, running for a while before the PULL joins: nginx-rtmp relays
+    // from wherever its encoder is, so the PULL's first frames fall inside a GOP.
+    let _encoder = Proc(media::push(&url, "longgop-720p25.ts", 3));
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let started = Instant::now();
+    let rec = create(&d, json!({"name": "mid-gop", "pull": true, "uri": url})).await;
+    let id = rec["id"].as_i64().unwrap();
+    wait_record(&d, id, Duration::from_secs(30), |r| {
+        r["video_height"].is_number()
+    })
+    .await;
+    println!(
+        "RTMP PULL joined mid-GOP: transcoding video after {:?}",
+        started.elapsed()
+    );
+    let live = media::assert_video_out(&d, id, (1280, 720)).await;
+    assert_eq!(
+        live["transcoded_qualities"],
+        json!(["720p", "480p", "360p"])
+    );
 }
 
 /// ffmpeg writing a live DASH presentation (1 s segments, `$Number$` templates) into `dir`.

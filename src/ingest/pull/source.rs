@@ -16,6 +16,7 @@ use gstreamer_app::AppSink;
 use tokio::sync::mpsc;
 
 use super::rewrite::PlaylistKind;
+use crate::media::TrackKind;
 
 /// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
 const DATA_QUEUE: usize = 256;
@@ -24,6 +25,11 @@ const HTTP_TIMEOUT_SECS: u32 = 10;
 
 #[derive(Debug)]
 pub enum SourceEvent {
+    /// The demuxer's streams that are taken (H.264/HEVC video, AAC audio), sent when a new one
+    /// appears, before its data: the source's declaration of its tracks. The re-muxed TS's own
+    /// PMT is no declaration: mpegtsmux lists a stream only once its first buffer arrived, which
+    /// for video joined mid-GOP is the next keyframe.
+    Tracks(crate::media::Tracks),
     Data(Bytes),
     /// The source failed (connect refused, 404, bad data…); the fetcher moves on.
     Error(String),
@@ -52,12 +58,27 @@ fn make(factory: &str) -> Result<gst::Element, String> {
         .map_err(|e| format!("{factory}: {e} (is its GStreamer plugin installed?)"))
 }
 
+/// Whether a stream of these caps is taken: H.264/HEVC video, AAC audio (MPEG-1/2 audio layers
+/// are audio/mpeg too, with mpegversion 1).
+fn taken_kind(caps: &gst::CapsRef) -> Option<TrackKind> {
+    let s = caps.structure(0)?;
+    match s.name().as_str() {
+        "video/x-h264" | "video/x-h265" => Some(TrackKind::Video),
+        // Caps not fixed yet (`mpegversion={2,4}`) are AAC too.
+        "audio/mpeg" if s.get::<i32>("mpegversion").ok().is_none_or(|v| v != 1) => {
+            Some(TrackKind::Audio)
+        }
+        _ => None,
+    }
+}
+
 /// An elementary stream from parsebin → the TS muxer, if it is a codec the pipeline takes.
 fn link_stream(
     bin: &gst::Pipeline,
     pad: &gst::Pad,
     mux: &gst::Element,
     stream: i64,
+    declared: &DeclaredTracks,
 ) -> Result<(), String> {
     let caps = pad
         .current_caps()
@@ -67,18 +88,14 @@ fn link_stream(
         .structure(0)
         .map(|s| s.name().to_string())
         .unwrap_or_default();
-    // MPEG-1/2 audio layers are audio/mpeg too (mpegversion 1): only AAC is taken.
-    let aac = name == "audio/mpeg"
-        && caps
-            .structure(0)
-            .and_then(|s| s.get::<i32>("mpegversion").ok())
-            .is_none_or(|v| v != 1);
-    let video_parser = match name.as_str() {
-        "video/x-h264" => Some("h264parse"),
-        "video/x-h265" => Some("h265parse"),
+    let taken = taken_kind(&caps);
+    let video_parser = match taken {
+        Some(TrackKind::Video) if name == "video/x-h265" => Some("h265parse"),
+        Some(TrackKind::Video) => Some("h264parse"),
         _ => None,
     };
-    let taken = video_parser.is_some() || aac;
+    let aac = taken == Some(TrackKind::Audio);
+    let taken = taken.is_some();
     let chain: Vec<gst::Element> = if let Some(parser) = video_parser {
         let parse = make(parser)?;
         // Parameter sets before every keyframe: the TS adapter rebuilds its config from them.
@@ -91,7 +108,7 @@ fn link_stream(
                     .field("alignment", "au")
                     .build(),
             )?,
-            make("queue")?,
+            mux_queue()?,
         ]
     } else if aac {
         vec![
@@ -102,7 +119,7 @@ fn link_stream(
                     .field("stream-format", "adts")
                     .build(),
             )?,
-            make("queue")?,
+            mux_queue()?,
         ]
     } else {
         tracing::info!(stream, codec = %caps, "PULL source stream ignored (only H.264, HEVC and AAC are taken)");
@@ -124,9 +141,52 @@ fn link_stream(
     for e in chain.iter().rev() {
         e.sync_state_with_parent().map_err(|e| e.to_string())?;
     }
+    if taken {
+        declared.add(if aac {
+            TrackKind::Audio
+        } else {
+            TrackKind::Video
+        });
+    }
     pad.link(&chain[0].static_pad("sink").ok_or("no sink pad")?)
         .map_err(|e| format!("link: {e:?}"))?;
     Ok(())
+}
+
+/// The tracks the source's demuxer has exposed so far, told to the fetcher as they grow.
+struct DeclaredTracks {
+    tracks: std::sync::Mutex<crate::media::Tracks>,
+    events: mpsc::Sender<SourceEvent>,
+}
+
+impl DeclaredTracks {
+    fn add(&self, kind: TrackKind) {
+        let mut t = self.tracks.lock().unwrap_or_else(|p| p.into_inner());
+        let before = *t;
+        match kind {
+            TrackKind::Video => t.video = true,
+            TrackKind::Audio => t.audio = true,
+        }
+        if *t != before {
+            let _ = self.events.try_send(SourceEvent::Tracks(*t));
+        }
+    }
+}
+
+/// How much of one stream may wait in front of the muxer for the others. mpegtsmux interleaves
+/// by time, so a source joined mid-GOP holds its audio until the video's first keyframe: up to
+/// a whole GOP (hardware encoders: 4–10 s). With the queue's 1 s default the audio queue filled,
+/// blocked the demuxer, and the video that would have unblocked the muxer never came.
+const MUX_QUEUE: std::time::Duration = std::time::Duration::from_secs(15);
+/// The same queue's bound in bytes, so a high-bitrate video stream cannot grow it without end.
+const MUX_QUEUE_BYTES: u32 = 64 * 1024 * 1024;
+
+fn mux_queue() -> Result<gst::Element, String> {
+    let queue = make("queue")?;
+    queue.set_property("max-size-time", MUX_QUEUE.as_nanos() as u64);
+    queue.set_property("max-size-buffers", 0u32);
+    queue.set_property("max-size-bytes", MUX_QUEUE_BYTES);
+    Ok(queue)
 }
 
 fn capsfilter(caps: gst::Caps) -> Result<gst::Element, String> {
@@ -180,6 +240,36 @@ pub fn start(
             }
         });
     }
+    let declared = std::sync::Arc::new(DeclaredTracks {
+        tracks: Default::default(),
+        events: tx.clone(),
+    });
+    // The container's demuxer (flvdemux, tsdemux, qtdemux… inside parsebin or an adaptive
+    // demuxer) adds a pad per stream as soon as its headers say so: the declaration. parsebin
+    // itself exposes a video stream only once its parser has a keyframe.
+    let demuxer_pads = declared.clone();
+    pipeline.connect_deep_element_added(move |_, _, element| {
+        let demuxer = element
+            .factory()
+            .is_some_and(|f| f.klass().contains("Demuxer") && !f.klass().contains("Adaptive"));
+        if !demuxer {
+            return;
+        }
+        let declared = demuxer_pads.clone();
+        element.connect_pad_added(move |_, pad| {
+            let kind = pad
+                .current_caps()
+                .or_else(|| {
+                    pad.pad_template_caps()
+                        .is_fixed()
+                        .then(|| pad.pad_template_caps())
+                })
+                .and_then(|caps| taken_kind(&caps));
+            if let Some(kind) = kind {
+                declared.add(kind);
+            }
+        });
+    });
     let weak = pipeline.downgrade();
     let mux_for_pads = mux.clone();
     let errors = tx.clone();
@@ -194,11 +284,12 @@ pub fn start(
             let weak = pipeline.downgrade();
             let mux = mux_for_pads.clone();
             let errors = errors.clone();
+            let declared = declared.clone();
             parse.connect_pad_added(move |_, pad| {
                 let Some(pipeline) = weak.upgrade() else {
                     return;
                 };
-                if let Err(e) = link_stream(&pipeline, pad, &mux, stream) {
+                if let Err(e) = link_stream(&pipeline, pad, &mux, stream, &declared) {
                     let _ = errors.try_send(SourceEvent::Error(format!("linking a stream: {e}")));
                 }
             });

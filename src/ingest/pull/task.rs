@@ -260,6 +260,8 @@ async fn attempt(
     let mut hold_until = http.then(|| Instant::now() + HTTP_PROVE_LIVE);
     let mut held: Vec<bytes::Bytes> = Vec::new();
     let mut held_bytes = 0usize;
+    // A declaration from the source not yet sent on.
+    let mut declared = None;
     tracing::info!(stream = id, source = %redact(uri), "PULL source opening");
     let reason = loop {
         let wait = if delivered {
@@ -288,6 +290,10 @@ async fn attempt(
                 break "ended before proving live (a stale playlist?)".to_owned()
             }
             Ok(Some(source::SourceEvent::Eos)) => break "source ended".to_owned(),
+            Ok(Some(source::SourceEvent::Tracks(t))) => {
+                declared = Some(t);
+                continue;
+            }
             Ok(Some(source::SourceEvent::Data(d))) => d,
         };
         let now = Instant::now();
@@ -317,6 +323,12 @@ async fn attempt(
             out.retain(|m| !matches!(m, MediaMessage::Frame(_)));
         } else if let Err(e) = adapter.push(&data, &mut out) {
             break format!("unusable data: {e}");
+        }
+        // The demuxer's pads declare the tracks (see `SourceEvent::Tracks`), not the PMT of our
+        // own re-mux; the declaration goes out with the first media after it.
+        out.retain(|m| !matches!(m, MediaMessage::Tracks(_)));
+        if let Some(t) = declared.take() {
+            out.insert(0, MediaMessage::Tracks(t));
         }
         for m in out.drain(..) {
             rebase.map(m, now, &mut mapped);
