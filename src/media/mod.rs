@@ -20,6 +20,7 @@ pub enum TrackKind {
 pub enum VideoCodec {
     H264,
     H265,
+    Av1,
 }
 
 impl VideoCodec {
@@ -27,13 +28,14 @@ impl VideoCodec {
         match self {
             VideoCodec::H264 => "H.264",
             VideoCodec::H265 => "HEVC",
+            VideoCodec::Av1 => "AV1",
         }
     }
 }
 
 /// Video decoder configuration as MP4 and (Enhanced) FLV carry it, plus the coded size read
-/// from its sequence parameter set: H.264 `avcC` (ISO 14496-15 §5.3.3.1) or HEVC `hvcC`
-/// (§8.3.3.1). Frames carry 4-byte NAL unit lengths.
+/// from its sequence parameters: H.264 `avcC` (ISO 14496-15 §5.3.3.1), HEVC `hvcC` (§8.3.3.1)
+/// or AV1 `av1C` (AV1 Codec ISO Media File Format Binding §2.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VideoConfig {
     pub codec: VideoCodec,
@@ -93,8 +95,8 @@ pub struct Frame {
     pub dts: u64,
     pub pts: u64,
     pub keyframe: bool,
-    /// H.264, HEVC: length-prefixed (4-byte) NAL units as in avcC/hvcC; AAC, Opus: one raw
-    /// frame.
+    /// H.264, HEVC: length-prefixed (4-byte) NAL units as in avcC/hvcC; AV1: one temporal unit
+    /// of low-overhead OBUs (with size fields), as in MP4; AAC, Opus: one raw frame.
     pub data: Bytes,
 }
 

@@ -1,7 +1,7 @@
 //! Builds a stream's pipeline from its [`Plan`]:
 //!
 //! ```text
-//! appsrc(h264|h265) ! h26xparse ! avdec_h26x ! videoconvert ! videorate ! I420@fps ! tee
+//! appsrc(h264|h265|av1) ! h26xparse|av1parse ! avdec_h26x|av1dec ! videoconvert ! videorate ! I420@fps ! tee
 //!   tee. ! queue ! videoscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
 //! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo ! audiorate
 //!   ! avenc_aac ! cmafmux ! appsink
@@ -174,13 +174,15 @@ impl Plan {
 
 /// appsrc caps for the source video: MP4-style records and 4-byte length framing.
 pub fn video_caps(c: &VideoConfig) -> gst::Caps {
-    let (name, format) = match c.codec {
-        VideoCodec::H264 => ("video/x-h264", "avc"),
-        VideoCodec::H265 => ("video/x-h265", "hvc1"),
+    let (name, format, alignment) = match c.codec {
+        VideoCodec::H264 => ("video/x-h264", "avc", "au"),
+        VideoCodec::H265 => ("video/x-h265", "hvc1", "au"),
+        // One temporal unit per buffer, OBUs with size fields: the MP4 sample format.
+        VideoCodec::Av1 => ("video/x-av1", "obu-stream", "tu"),
     };
     gst::Caps::builder(name)
         .field("stream-format", format)
-        .field("alignment", "au")
+        .field("alignment", alignment)
         .field("codec_data", gst::Buffer::from_slice(c.record.clone()))
         .build()
 }
@@ -190,6 +192,8 @@ fn video_decoder(c: &VideoConfig) -> Result<[gst::Element; 2], PipelineError> {
     Ok(match c.codec {
         VideoCodec::H264 => [make("h264parse")?, make("avdec_h264")?],
         VideoCodec::H265 => [make("h265parse")?, make("avdec_h265")?],
+        // libaom's decoder (plugins-bad): GStreamer 1.22 has no dav1d element in Debian 12.
+        VideoCodec::Av1 => [make("av1parse")?, make("av1dec")?],
     })
 }
 

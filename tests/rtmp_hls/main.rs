@@ -839,7 +839,14 @@ async fn gstreamer_dash_client_renders_our_ll_dash() {
             Command::new("timeout")
                 .args(["20", "gst-launch-1.0", "-v", "uridecodebin3"])
                 .arg(format!("uri={mpd_url}"))
-                .args(["!", "videoconvert", "!", "fakesink", "sync=true", "silent=false"])
+                .args([
+                    "!",
+                    "videoconvert",
+                    "!",
+                    "fakesink",
+                    "sync=true",
+                    "silent=false",
+                ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())

@@ -109,17 +109,38 @@ struct FlvTag {
     body: Vec<u8>,
 }
 
-/// Demuxes an HEVC + AAC TS with GStreamer into Enhanced RTMP video tags (`hvc1`: the hvcC
-/// h265parse writes as the sequence start, coded frames with their composition offsets) and
-/// AAC audio tags, `loops` times over, timestamps continuing. Independent of the daemon's own
-/// codec code.
-fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
+/// The Enhanced RTMP video codecs the test pusher sends.
+#[derive(Clone, Copy)]
+enum ExCodec {
+    /// `hvc1`: from an MPEG-TS, the hvcC written by h265parse, frames with composition offsets.
+    Hevc,
+    /// `av01`: from an MP4, its av1C, temporal units (no composition offset field).
+    Av1,
+}
+
+/// Demuxes a fixture with GStreamer into Enhanced RTMP video tags (sequence start with the
+/// codec record, coded frames) and AAC audio tags, `loops` times over, timestamps continuing.
+/// Independent of the daemon's own codec code.
+fn enhanced_rtmp_tags(fixture: &std::path::Path, codec: ExCodec, loops: u32) -> Vec<FlvTag> {
     use gstreamer as gst;
     use gstreamer::prelude::*;
     gst::init().unwrap();
+    let (demux, video, fourcc) = match codec {
+        ExCodec::Hevc => (
+            "tsdemux",
+            "h265parse ! video/x-h265,stream-format=hvc1,alignment=au",
+            b"hvc1",
+        ),
+        ExCodec::Av1 => (
+            "qtdemux",
+            // qtdemux gives MP4 samples (temporal units) with the av1C as codec_data.
+            "video/x-av1",
+            b"av01",
+        ),
+    };
     let desc = format!(
-        "filesrc location={} ! tsdemux name=d \
-         d. ! queue ! h265parse ! video/x-h265,stream-format=hvc1,alignment=au ! appsink name=v sync=false \
+        "filesrc location={} ! {demux} name=d \
+         d. ! queue ! {video} ! appsink name=v sync=false \
          d. ! queue ! aacparse ! audio/mpeg,stream-format=raw ! appsink name=a sync=false",
         fixture.display()
     );
@@ -144,7 +165,7 @@ fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
             if config.is_none() {
                 let caps = sample.caps().unwrap();
                 let data = caps.structure(0).unwrap().get::<gst::Buffer>("codec_data");
-                config = Some(data.unwrap().map_readable().unwrap().to_vec());
+                config = Some(data.ok().map(|d| d.map_readable().unwrap().to_vec()));
             }
             let b = sample.buffer().unwrap();
             frames.push((
@@ -154,10 +175,24 @@ fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
                 b.map_readable().unwrap().to_vec(),
             ));
         }
-        (config.unwrap(), frames)
+        (config.flatten(), frames)
     };
-    let (hvcc, video) = record(&vsink);
+    let (record_bytes, video) = record(&vsink);
+    // qtdemux 1.22 leaves the av1C out of its caps: take the box from the file.
+    let record_bytes = match (codec, record_bytes) {
+        (ExCodec::Av1, None) => {
+            let mp4 = std::fs::read(fixture).unwrap();
+            let at = mp4
+                .windows(4)
+                .position(|w| w == b"av1C")
+                .expect("an av1C box");
+            let size = u32::from_be_bytes(mp4[at - 4..at].try_into().unwrap()) as usize;
+            mp4[at + 4..at - 4 + size].to_vec()
+        }
+        (_, record) => record.expect("codec_data in the caps"),
+    };
     let (asc, audio) = record(&asink);
+    let asc = asc.expect("AAC codec_data");
     pipeline.set_state(gst::State::Null).unwrap();
     let t0 = video[0].0.min(audio[0].0);
     let period = video.last().unwrap().0 - video[0].0 + (video[1].0 - video[0].0);
@@ -166,7 +201,7 @@ fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
             video: true,
             ms: 0,
             // IsExHeader | keyframe | SequenceStart, FourCC, HEVCDecoderConfigurationRecord.
-            body: [&[0x80 | 0x10][..], b"hvc1", &hvcc].concat(),
+            body: [&[0x80 | 0x10][..], fourcc, &record_bytes].concat(),
         },
         FlvTag {
             video: false,
@@ -179,19 +214,16 @@ fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
         let mut all: Vec<FlvTag> = video
             .iter()
             .map(|(dts, pts, key, data)| {
-                let cts = (pts - dts) as i32;
                 let frame_type = if *key { 0x10 } else { 0x20 };
+                // IsExHeader | frame type | CodedFrames, FourCC, [SI24 offset], frame.
+                let cts = match codec {
+                    ExCodec::Hevc => ((pts - dts) as i32).to_be_bytes()[1..].to_vec(),
+                    ExCodec::Av1 => Vec::new(),
+                };
                 FlvTag {
                     video: true,
                     ms: (dts + shift).max(0) as u32,
-                    // IsExHeader | frame type | CodedFrames, FourCC, SI24 offset, NAL units.
-                    body: [
-                        &[0x80 | frame_type | 1][..],
-                        b"hvc1",
-                        &cts.to_be_bytes()[1..],
-                        data,
-                    ]
-                    .concat(),
+                    body: [&[0x80 | frame_type | 1][..], fourcc, &cts, data].concat(),
                 }
             })
             .chain(audio.iter().map(|(dts, _, _, data)| FlvTag {
@@ -207,8 +239,14 @@ fn enhanced_rtmp_tags(fixture: &std::path::Path, loops: u32) -> Vec<FlvTag> {
 }
 
 /// Publishes `tags` over RTMP with rml_rtmp's client session, paced by their timestamps, with
-/// `onMetaData` declaring HEVC (`videocodecid` = the FourCC, as Enhanced RTMP says) and AAC.
-fn push_enhanced_rtmp(addr: &str, key: &str, tags: Vec<FlvTag>) -> std::thread::JoinHandle<()> {
+/// `onMetaData` declaring the video (`videocodecid` = the FourCC, as Enhanced RTMP says) and
+/// AAC.
+fn push_enhanced_rtmp(
+    addr: &str,
+    key: &str,
+    fourcc: &'static [u8; 4],
+    tags: Vec<FlvTag>,
+) -> std::thread::JoinHandle<()> {
     use rml_rtmp::handshake::{Handshake, HandshakeProcessResult, PeerType};
     use rml_rtmp::sessions::{
         ClientSession, ClientSessionConfig, ClientSessionEvent, ClientSessionResult,
@@ -278,7 +316,7 @@ fn push_enhanced_rtmp(addr: &str, key: &str, tags: Vec<FlvTag>) -> std::thread::
             matches!(e, ClientSessionEvent::PublishRequestAccepted)
         });
         let mut meta = StreamMetadata::new();
-        meta.video_codec_id = Some(u32::from_be_bytes(*b"hvc1"));
+        meta.video_codec_id = Some(u32::from_be_bytes(*fourcc));
         meta.audio_codec_id = Some(10);
         meta.video_width = Some(1280);
         meta.video_height = Some(720);
@@ -305,16 +343,16 @@ fn push_enhanced_rtmp(addr: &str, key: &str, tags: Vec<FlvTag>) -> std::thread::
     })
 }
 
-#[tokio::test]
-async fn hevc_over_enhanced_rtmp_is_transcoded_to_the_h264_ladder() {
+/// A stream pushed over Enhanced RTMP with `codec` transcodes to the 720p ladder.
+async fn enhanced_rtmp_is_transcoded(codec: ExCodec, fixture_name: &str, fourcc: &'static [u8; 4]) {
     let _g = heavy().await;
     let dir = tempdir();
     let d = short_grace_daemon(dir.path());
     let rec = create(&d, json!({"name": "e-rtmp"})).await;
     let id = rec["id"].as_i64().unwrap();
     let token = rec["token"].as_str().unwrap();
-    let tags = enhanced_rtmp_tags(&fixture("hevc-720p.ts"), 3);
-    let pusher = push_enhanced_rtmp(&d.rtmp, &format!("{id}?{token}"), tags);
+    let tags = enhanced_rtmp_tags(&fixture(fixture_name), codec, 3);
+    let pusher = push_enhanced_rtmp(&d.rtmp, &format!("{id}?{token}"), fourcc, tags);
     let live = assert_video_out(&d, id, (1280, 720)).await;
     assert_eq!(
         live["transcoded_qualities"],
@@ -322,4 +360,14 @@ async fn hevc_over_enhanced_rtmp_is_transcoded_to_the_h264_ladder() {
     );
     drop(d);
     let _ = tokio::task::spawn_blocking(move || pusher.join()).await;
+}
+
+#[tokio::test]
+async fn hevc_over_enhanced_rtmp_is_transcoded_to_the_h264_ladder() {
+    enhanced_rtmp_is_transcoded(ExCodec::Hevc, "hevc-720p.ts", b"hvc1").await;
+}
+
+#[tokio::test]
+async fn av1_over_enhanced_rtmp_is_transcoded_to_the_h264_ladder() {
+    enhanced_rtmp_is_transcoded(ExCodec::Av1, "av1-720p.mp4", b"av01").await;
 }

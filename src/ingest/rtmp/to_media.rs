@@ -1,10 +1,10 @@
 //! FLV tag bodies (as RTMP carries them) → [`MediaMessage`]s: the tracks `onMetaData` declares,
-//! AVC sequence headers and NAL units, Enhanced RTMP HEVC (`hvc1`) sequence starts and coded
-//! frames, AAC sequence headers and raw frames. Sans-IO: bytes and timestamps in, messages out.
+//! AVC sequence headers and NAL units, Enhanced RTMP HEVC (`hvc1`) and AV1 (`av01`) sequence
+//! starts and coded frames, AAC sequence headers and raw frames. Sans-IO: bytes and timestamps in, messages out.
 
 use bytes::Bytes;
 
-use crate::media::codec::{parse_asc, parse_avcc, parse_hvcc, CodecError};
+use crate::media::codec::{parse_asc, parse_av1c, parse_avcc, parse_hvcc, CodecError};
 use crate::media::{
     AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind, Tracks, VideoCodec,
     VideoConfig,
@@ -28,15 +28,17 @@ mod ex_packet {
     /// Coded frames with a composition time offset of 0 (no SI24 field).
     pub const CODED_FRAMES_X: u8 = 3;
     pub const METADATA: u8 = 4;
+    /// AV1 only: an MPEG-2 TS AV1 descriptor instead of av1C; the av1C start is waited for.
+    pub const MPEG2_TS_SEQUENCE_START: u8 = 5;
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FlvError {
     #[error("truncated {0} tag")]
     Truncated(&'static str),
-    #[error("unsupported video codec id {0} (only H.264/AVC, or HEVC over Enhanced RTMP)")]
+    #[error("unsupported video codec id {0} (only H.264/AVC, or HEVC/AV1 over Enhanced RTMP)")]
     VideoCodec(u8),
-    #[error("unsupported Enhanced RTMP video codec {0:?} (only hvc1 and avc1)")]
+    #[error("unsupported Enhanced RTMP video codec {0:?} (only hvc1, av01 and avc1)")]
     VideoFourCc(String),
     #[error("unsupported Enhanced RTMP video packet type {0}")]
     VideoPacketType(u8),
@@ -143,6 +145,7 @@ impl FlvToMedia {
         let fourcc = body.get(1..5).ok_or(FlvError::Truncated("video"))?;
         let codec = match fourcc {
             b"hvc1" => VideoCodec::H265,
+            b"av01" => VideoCodec::Av1,
             b"avc1" => VideoCodec::H264,
             other => {
                 return Err(FlvError::VideoFourCc(
@@ -157,7 +160,12 @@ impl FlvToMedia {
                 self.video_header(match codec {
                     VideoCodec::H264 => parse_avcc(record)?,
                     VideoCodec::H265 => parse_hvcc(record)?,
+                    VideoCodec::Av1 => parse_av1c(record)?,
                 })
+            }
+            // AV1 carries no composition offset: its temporal units are in presentation order.
+            ex_packet::CODED_FRAMES if codec == VideoCodec::Av1 => {
+                self.video_frame(codec, timestamp, 0, keyframe, body.slice(5..))
             }
             ex_packet::CODED_FRAMES => {
                 let c = body.get(5..8).ok_or(FlvError::Truncated("video"))?;
@@ -168,7 +176,8 @@ impl FlvToMedia {
                 self.video_frame(codec, timestamp, 0, keyframe, body.slice(5..))
             }
             ex_packet::SEQUENCE_END | ex_packet::METADATA => Ok(None),
-            // Multitrack (v2) and the MPEG-2 TS sequence start (AV1 only).
+            ex_packet::MPEG2_TS_SEQUENCE_START if codec == VideoCodec::Av1 => Ok(None),
+            // Multitrack (v2) and anything newer.
             other => Err(FlvError::VideoPacketType(other)),
         }
     }
@@ -181,7 +190,8 @@ impl FlvToMedia {
         Ok(Some(MediaMessage::VideoConfig(config)))
     }
 
-    /// A coded picture: 4-byte length-prefixed NAL units, `cts` ms after its decode time.
+    /// A coded picture (4-byte length-prefixed NAL units, or an AV1 temporal unit), `cts` ms
+    /// after its decode time.
     fn video_frame(
         &mut self,
         codec: VideoCodec,
@@ -398,6 +408,33 @@ mod tests {
             a.video(90, &ex_tag(1, 0, b"hvc1", &HVCC_1080P[..30])),
             Err(FlvError::Codec(CodecError::HevcConfig(_)))
         ));
+    }
+
+    #[test]
+    fn enhanced_rtmp_av1_sequence_start_and_temporal_units() {
+        use crate::media::codec::tests::AV1C_720P;
+        let mut a = FlvToMedia::new();
+        // The MPEG-2 TS descriptor start is skipped; the av1C start gives the config.
+        assert_eq!(a.video(0, &ex_tag(1, 5, b"av01", &[0x80])).unwrap(), None);
+        let Some(MediaMessage::VideoConfig(c)) =
+            a.video(0, &ex_tag(1, 0, b"av01", AV1C_720P)).unwrap()
+        else {
+            panic!("config expected")
+        };
+        assert_eq!((c.codec, c.width, c.height), (VideoCodec::Av1, 1280, 720));
+        // CodedFrames for AV1 carry no composition offset: the body is the temporal unit.
+        let tu = [0x12, 0x00, 0x32, 0x03, 0x10, 0x00, 0x00];
+        let Some(MediaMessage::Frame(f)) = a.video(33, &ex_tag(1, 1, b"av01", &tu)).unwrap() else {
+            panic!("frame expected")
+        };
+        assert_eq!(
+            (f.keyframe, f.dts, f.pts, &f.data[..]),
+            (true, 0, 0, &tu[..])
+        );
+        assert_eq!(
+            a.video(66, &ex_tag(2, 1, b"hvc1", &tu)),
+            Err(FlvError::CodecMismatch("video"))
+        );
     }
 
     #[test]
