@@ -714,6 +714,99 @@ mod tests {
         assert_eq!(Counters::get(&counters.frames_dropped), 0);
     }
 
+    fn frame(track: TrackKind, ms: u64, keyframe: bool) -> MediaMessage {
+        MediaMessage::Frame(Frame {
+            track,
+            dts: ms * 1_000_000,
+            pts: ms * 1_000_000,
+            keyframe,
+            data: bytes::Bytes::from_static(b"x"),
+        })
+    }
+
+    fn configs() -> (MediaMessage, MediaMessage) {
+        (
+            MediaMessage::VideoConfig(
+                crate::media::codec::parse_avcc(bytes::Bytes::from_static(
+                    crate::media::codec::tests::AVCC_720P,
+                ))
+                .unwrap(),
+            ),
+            MediaMessage::AudioConfig(AudioConfig::Opus(crate::media::OpusConfig { channels: 2 })),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_probe_waits_for_declared_video_and_starts_at_its_keyframe() {
+        let (tx, mut rx) = mpsc::channel(4096);
+        let (video, audio) = configs();
+        tx.send(MediaMessage::Tracks(Tracks {
+            video: true,
+            audio: true,
+        }))
+        .await
+        .unwrap();
+        tx.send(audio).await.unwrap();
+        // 3 s of audio first (far past the 1 s probe time), then the video.
+        for ms in (0..3000).step_by(20) {
+            tx.send(frame(TrackKind::Audio, ms, true)).await.unwrap();
+        }
+        tx.send(video).await.unwrap();
+        for (i, ms) in (3000..3600).step_by(40).enumerate() {
+            tx.send(frame(TrackKind::Video, ms, i == 0)).await.unwrap();
+            tx.send(frame(TrackKind::Audio, ms, true)).await.unwrap();
+        }
+        let p = probe(&mut rx, Vec::new()).await.unwrap().unwrap();
+        assert!(p.video.is_some() && p.audio.is_some());
+        let first = p.frames.iter().map(|f| f.dts).min().unwrap();
+        assert_eq!(first, 3_000_000_000, "audio before the keyframe is dropped");
+        assert!((p.fps.unwrap() - 25.0).abs() < 0.1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_probe_gives_up_a_declared_track_after_the_wait_and_keeps_the_audio() {
+        let (tx, mut rx) = mpsc::channel(4096);
+        let (_, audio) = configs();
+        tx.send(MediaMessage::Tracks(Tracks {
+            video: true,
+            audio: true,
+        }))
+        .await
+        .unwrap();
+        tx.send(audio).await.unwrap();
+        tx.send(frame(TrackKind::Audio, 0, true)).await.unwrap();
+        tx.send(frame(TrackKind::Audio, 20, true)).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let p = probe(&mut rx, Vec::new()).await.unwrap().unwrap();
+        assert_eq!(started.elapsed(), TRACK_WAIT);
+        assert!(p.video.is_none() && p.audio.is_some());
+        assert_eq!(p.frames.len(), 2);
+        drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn undeclared_the_probe_takes_what_came_in_its_time_and_a_rebuild_seed_first() {
+        let (tx, mut rx) = mpsc::channel(4096);
+        let (video, audio) = configs();
+        tx.send(audio.clone()).await.unwrap();
+        for ms in (0..=1000).step_by(20) {
+            tx.send(frame(TrackKind::Audio, ms, true)).await.unwrap();
+        }
+        let p = probe(&mut rx, Vec::new()).await.unwrap().unwrap();
+        assert!(p.video.is_none() && p.audio.is_some());
+
+        // A rebuild for a late video: the seed's configs and keyframe come before the channel.
+        let seed = vec![video, audio, frame(TrackKind::Video, 2000, true)];
+        for ms in (2040..2600).step_by(40) {
+            tx.send(frame(TrackKind::Video, ms, false)).await.unwrap();
+            tx.send(frame(TrackKind::Audio, ms, true)).await.unwrap();
+        }
+        let p = probe(&mut rx, seed).await.unwrap().unwrap();
+        assert!(p.video.is_some() && p.audio.is_some());
+        assert_eq!(p.frames[0].dts, 2_000_000_000);
+        assert!(p.frames[0].keyframe);
+    }
+
     #[test]
     fn fps_from_rtmp_millisecond_timestamps() {
         // 30 fps as RTMP carries it: 33/34 ms steps.
