@@ -490,11 +490,11 @@ impl Runtime for MuxRuntime {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A Binding Request with USERNAME `user` and one attribute before it.
-    fn binding_request(user: &[u8]) -> Vec<u8> {
+    pub(crate) fn binding_request(user: &[u8]) -> Vec<u8> {
         let mut attrs = vec![0x80, 0x22, 0x00, 0x03, b'a', b'b', b'c', 0]; // SOFTWARE, padded
         attrs.extend_from_slice(&[0x00, 0x06]);
         attrs.extend_from_slice(&(user.len() as u16).to_be_bytes());
@@ -550,5 +550,78 @@ mod tests {
         assert_eq!(r.peers.len(), MAX_PEERS_PER_SESSION);
         r.remove("u");
         assert!(r.peers.is_empty() && r.sessions.is_empty());
+    }
+
+    async fn recv(s: &Arc<dyn AsyncUdpSocket>) -> (Vec<u8>, SocketAddr) {
+        let mut buf = [0u8; 2048];
+        let mut meta = [RecvMeta::default()];
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            futures::future::poll_fn(|cx| {
+                s.poll_recv(cx, &mut [IoSliceMut::new(&mut buf)], &mut meta)
+            }),
+        )
+        .await
+        .expect("a datagram")
+        .unwrap();
+        (buf[..meta[0].len].to_vec(), meta[0].addr)
+    }
+
+    #[tokio::test]
+    async fn datagrams_reach_their_session_and_the_routes_leave_with_it() {
+        let mux = UdpMux::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let shared = mux.local_addrs()[0];
+        let socket = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rt_a = MuxRuntime::new(Some(mux.clone()), None, "ufragA".into());
+        let rt_b = MuxRuntime::new(Some(mux.clone()), None, "ufragB".into());
+        let a = rt_a.wrap_udp_socket(socket()).unwrap();
+        let b = rt_b.wrap_udp_socket(socket()).unwrap();
+        // The driver keeps its key; the answer is rewritten to the shared address.
+        assert_eq!(rt_b.bound(), vec![(b.local_addr().unwrap(), shared)]);
+        assert_ne!(b.local_addr().unwrap(), shared);
+        assert_eq!(mux.counts(), (2, 0));
+
+        let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let me = client.local_addr().unwrap();
+        // Nothing names a session yet: dropped, nothing learnt.
+        client.send_to(b"\x16dtls", shared).await.unwrap();
+        while mux.unknown.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(mux.counts(), (2, 0));
+        // The Binding Request names B; what follows from that address goes to B too.
+        let request = binding_request(b"ufragB:remote");
+        client.send_to(&request, shared).await.unwrap();
+        assert_eq!(recv(&b).await, (request, me));
+        client.send_to(b"\x16dtls", shared).await.unwrap();
+        assert_eq!(recv(&b).await, (b"\x16dtls".to_vec(), me));
+        // B's replies leave from the shared port.
+        let transmit = Transmit {
+            destination: me,
+            ecn: None,
+            contents: b"reply",
+            segment_size: None,
+            src_ip: None,
+        };
+        futures::future::poll_fn(|cx| b.poll_send(cx, &transmit))
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let (n, from) = client.recv_from(&mut buf).await.unwrap();
+        assert_eq!((&buf[..n], from), (&b"reply"[..], shared));
+        // A heard none of it.
+        let mut meta = [RecvMeta::default()];
+        let mut abuf = [0u8; 16];
+        let pending = futures::future::poll_fn(|cx| {
+            Poll::Ready(a.poll_recv(cx, &mut [IoSliceMut::new(&mut abuf)], &mut meta))
+        })
+        .await;
+        assert!(pending.is_pending());
+        assert_eq!(mux.counts(), (2, 1));
+        // The session's sockets go (its peer connection closed): so do its routes.
+        drop(b);
+        assert_eq!(mux.counts(), (1, 0));
+        drop(a);
+        assert_eq!(mux.counts(), (0, 0));
     }
 }

@@ -276,3 +276,66 @@ impl AsyncTcpStream for MuxStream {
         Ok(self.peer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::whip::mux::tests::binding_request;
+
+    #[tokio::test]
+    async fn a_connection_goes_to_the_session_its_first_frame_names() {
+        let mux = TcpMux::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let key: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let (listener, shared) = mux.attach("ufragT", key);
+        assert_eq!(shared, mux.local_addr());
+        assert_eq!(mux.sessions(), 1);
+
+        // Junk (a frame too short for STUN) and an unknown ufrag are closed, not handed over.
+        let mut junk = TcpStream::connect(shared).await.unwrap();
+        junk.write_all(&[0, 5, 1, 2, 3, 4, 5]).await.unwrap();
+        let mut stranger = TcpStream::connect(shared).await.unwrap();
+        let request = binding_request(b"nobody:x");
+        stranger
+            .write_all(&(request.len() as u16).to_be_bytes())
+            .await
+            .unwrap();
+        stranger.write_all(&request).await.unwrap();
+        for s in [&mut junk, &mut stranger] {
+            let mut b = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut b))
+                .await
+                .expect("closed by the mux")
+                .unwrap_or(0);
+            assert_eq!(n, 0);
+        }
+
+        let mut client = TcpStream::connect(shared).await.unwrap();
+        let request = binding_request(b"ufragT:remote");
+        let mut sent = (request.len() as u16).to_be_bytes().to_vec();
+        sent.extend_from_slice(&request);
+        sent.extend_from_slice(b"more");
+        client.write_all(&sent).await.unwrap();
+        let (stream, peer) = tokio::time::timeout(Duration::from_secs(2), listener.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        // The ICE agent matches the passive candidate by the listener's key.
+        assert_eq!(stream.local_addr().unwrap(), key);
+        let mut got = Vec::new();
+        while got.len() < sent.len() {
+            let mut buf = [0u8; 64];
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, sent, "the first frame replayed, then the socket");
+        stream.write_all(b"back").await.unwrap();
+        let mut back = [0u8; 4];
+        client.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"back");
+
+        drop(listener);
+        assert_eq!(mux.sessions(), 0);
+    }
+}
