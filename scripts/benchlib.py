@@ -47,7 +47,8 @@ class Daemon:
         self.data = tempfile.mkdtemp(prefix="livepack-bench-")
         full = dict(os.environ, LIVEPACK_HTTP_ADDR="127.0.0.1:0", LIVEPACK_RTMP_ADDR="127.0.0.1:0",
                     LIVEPACK_RTMPS_ADDR="127.0.0.1:0", LIVEPACK_SRT_ADDR="127.0.0.1:0",
-                    LIVEPACK_WHIP_UDP_ADDRS="127.0.0.1:0", LIVEPACK_DATA_DIR=self.data,
+                    LIVEPACK_WHIP_UDP_ADDRS="127.0.0.1:0", LIVEPACK_WHIP_UDP_MUX_ADDR="127.0.0.1:0",
+                    LIVEPACK_WHIP_TCP_MUX_ADDR="127.0.0.1:0", LIVEPACK_DATA_DIR=self.data,
                     LIVEPACK_API_KEYS=KEY, RUST_LOG="warn")
         full.update(env)
         self.proc = subprocess.Popen([os.path.join(ROOT, "target/release/livepack")], env=full,

@@ -78,6 +78,11 @@ pub struct Layer {
     pub backup_switch_secs: Option<u64>,
     pub whip_udp_addrs: Option<Vec<SocketAddr>>,
     pub whip_nat_ips: Option<Vec<String>>,
+    /// `IP:PORT`, or `off`/empty for a UDP socket per session (on `whip_udp_addrs`).
+    pub whip_udp_mux_addr: Option<String>,
+    /// `IP:PORT`, or `off`/empty for no ICE-TCP.
+    pub whip_tcp_mux_addr: Option<String>,
+    pub whip_ice_servers: Option<Vec<String>>,
     pub pull_inactivity_secs: Option<u64>,
     pub pull_allow_link_local: Option<bool>,
     pub player_assets_dir: Option<PathBuf>,
@@ -120,6 +125,9 @@ impl Layer {
             backup_switch_secs: self.backup_switch_secs.or(lower.backup_switch_secs),
             whip_udp_addrs: self.whip_udp_addrs.or(lower.whip_udp_addrs),
             whip_nat_ips: self.whip_nat_ips.or(lower.whip_nat_ips),
+            whip_udp_mux_addr: self.whip_udp_mux_addr.or(lower.whip_udp_mux_addr),
+            whip_tcp_mux_addr: self.whip_tcp_mux_addr.or(lower.whip_tcp_mux_addr),
+            whip_ice_servers: self.whip_ice_servers.or(lower.whip_ice_servers),
             pull_inactivity_secs: self.pull_inactivity_secs.or(lower.pull_inactivity_secs),
             pull_allow_link_local: self.pull_allow_link_local.or(lower.pull_allow_link_local),
             player_assets_dir: self.player_assets_dir.or(lower.player_assets_dir),
@@ -209,6 +217,10 @@ impl Layer {
                 })
                 .transpose()?,
             whip_nat_ips: get("LIVEPACK_WHIP_NAT_IPS").map(|v| split_keys(&v)),
+            whip_udp_mux_addr: get("LIVEPACK_WHIP_UDP_MUX_ADDR"),
+            whip_tcp_mux_addr: get("LIVEPACK_WHIP_TCP_MUX_ADDR"),
+            // Comma-separated, so a credential given here cannot contain a comma.
+            whip_ice_servers: get("LIVEPACK_WHIP_ICE_SERVERS").map(|v| split_keys(&v)),
             pull_inactivity_secs: number("LIVEPACK_PULL_INACTIVITY_SECS")?,
             pull_allow_link_local: get("LIVEPACK_PULL_ALLOW_LINK_LOCAL")
                 .map(|v| match v.trim() {
@@ -398,18 +410,51 @@ impl Config {
             whip.udp_addrs = addrs;
         }
         if let Some(ips) = layer.whip_nat_ips {
-            if let Some(bad) = ips
+            whip.nat_ips = ips
                 .iter()
-                .find(|ip| ip.parse::<std::net::IpAddr>().is_err())
-            {
+                .map(|ip| {
+                    ip.parse::<std::net::IpAddr>()
+                        .map_err(|_| ConfigError::Invalid {
+                            origin: ORIGIN,
+                            key: "whip_nat_ips",
+                            value: ip.clone(),
+                            reason: "must be IP addresses".into(),
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = layer.whip_udp_mux_addr {
+            whip.udp_mux_addr = mux_addr("whip_udp_mux_addr", &v)?;
+        }
+        if let Some(v) = layer.whip_tcp_mux_addr {
+            whip.tcp_mux_addr = mux_addr("whip_tcp_mux_addr", &v)?;
+        }
+        if let Some(servers) = layer.whip_ice_servers {
+            if servers.len() > crate::ingest::whip::ice_server::MAX_ICE_SERVERS {
                 return Err(ConfigError::Invalid {
                     origin: ORIGIN,
-                    key: "whip_nat_ips",
-                    value: bad.clone(),
-                    reason: "must be IP addresses".into(),
+                    key: "whip_ice_servers",
+                    value: servers.len().to_string(),
+                    reason: format!(
+                        "at most {} servers",
+                        crate::ingest::whip::ice_server::MAX_ICE_SERVERS
+                    ),
                 });
             }
-            whip.nat_ips = ips;
+            whip.ice_servers = servers
+                .iter()
+                .map(|entry| {
+                    crate::ingest::whip::ice_server::IceServer::parse(entry).map_err(|e| {
+                        ConfigError::Invalid {
+                            origin: ORIGIN,
+                            key: "whip_ice_servers",
+                            // Never echo a credential into the log.
+                            value: entry.rsplit('@').next().unwrap_or_default().to_owned(),
+                            reason: e.to_string(),
+                        }
+                    })
+                })
+                .collect::<Result<_, _>>()?;
         }
         let mut pull = crate::ingest::pull::PullConfig::default();
         if let Some(secs) = layer.pull_inactivity_secs {
@@ -563,6 +608,30 @@ where
     })
 }
 
+/// A mux address: `IP:PORT`, or `off` (or empty) to go without the mux.
+fn mux_addr(key: &'static str, v: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    let v = v.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    parse_addr("configuration", key, v)
+        .map(Some)
+        .map_err(|e| match e {
+            ConfigError::Invalid {
+                origin,
+                key,
+                value,
+                reason,
+            } => ConfigError::Invalid {
+                origin,
+                key,
+                value,
+                reason: format!("{reason}, or off"),
+            },
+            other => other,
+        })
+}
+
 fn parse_public_url(u: &str) -> Result<Url, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         origin: "configuration",
@@ -692,5 +761,59 @@ mod tests {
             ..Layer::default()
         };
         assert!(Config::from_layer(layer).is_ok());
+    }
+
+    #[test]
+    fn whip_muxes_default_on_and_can_be_turned_off() {
+        let d = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(d.whip.udp_mux_addr, Some("0.0.0.0:8189".parse().unwrap()));
+        assert_eq!(d.whip.tcp_mux_addr, Some("0.0.0.0:8189".parse().unwrap()));
+        assert!(d.whip.ice_servers.is_empty() && d.whip.nat_ips.is_empty());
+        let layer = Layer::from_env(env(&[
+            ("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0"),
+            ("LIVEPACK_WHIP_TCP_MUX_ADDR", "off"),
+            ("LIVEPACK_WHIP_NAT_IPS", "203.0.113.7"),
+            (
+                "LIVEPACK_WHIP_ICE_SERVERS",
+                "stun:stun.example.net:3478, turn:u:p@turn.example.net?transport=udp",
+            ),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.whip.udp_mux_addr, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.whip.tcp_mux_addr, None);
+        assert_eq!(
+            c.whip.nat_ips,
+            vec!["203.0.113.7".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(c.whip.ice_servers.len(), 2);
+        assert_eq!(
+            c.whip.ice_servers[1].url,
+            "turn:turn.example.net?transport=udp"
+        );
+        let file: Layer = toml::from_str("whip_udp_mux_addr = \"\"").unwrap();
+        assert_eq!(Config::from_layer(file).unwrap().whip.udp_mux_addr, None);
+    }
+
+    #[test]
+    fn bad_whip_ice_settings_name_their_key_and_hide_credentials() {
+        for (toml_text, key) in [
+            ("whip_udp_mux_addr = \"8189\"", "whip_udp_mux_addr"),
+            ("whip_tcp_mux_addr = \"host:8189\"", "whip_tcp_mux_addr"),
+            ("whip_nat_ips = [\"not-an-ip\"]", "whip_nat_ips"),
+            ("whip_ice_servers = [\"http://x\"]", "whip_ice_servers"),
+        ] {
+            let layer: Layer = toml::from_str(toml_text).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
+        let layer: Layer =
+            toml::from_str("whip_ice_servers = [\"turn:alice:se\\\"cret@turn.example.net\"]")
+                .unwrap();
+        let err = Config::from_layer(layer).unwrap_err().to_string();
+        assert!(
+            err.contains("whip_ice_servers") && !err.contains("cret"),
+            "{err}"
+        );
     }
 }

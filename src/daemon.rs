@@ -77,6 +77,8 @@ pub enum DaemonError {
     Tls(#[from] rtmp::TlsError),
     #[error("PULL: {0}")]
     Pull(String),
+    #[error(transparent)]
+    WhipMux(#[from] crate::ingest::whip::mux::MuxError),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the
@@ -92,6 +94,9 @@ pub struct Running {
     pub rtmp_addr: SocketAddr,
     pub rtmps_addr: SocketAddr,
     pub srt_addr: SocketAddr,
+    /// The WHIP ICE ports every session shares (one UDP address per interface), if enabled.
+    pub whip_udp_addrs: Vec<SocketAddr>,
+    pub whip_tcp_addr: Option<SocketAddr>,
     pub public_url: Url,
     pub key_source: KeySource,
     shutdown: watch::Sender<bool>,
@@ -261,7 +266,14 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         max_connections: config.http_max_connections,
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
     };
-    let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone());
+    let muxes = crate::ingest::whip::Muxes::bind(&config.whip).await?;
+    let whip_udp_addrs = muxes
+        .udp
+        .as_ref()
+        .map(|m| m.local_addrs())
+        .unwrap_or_default();
+    let whip_tcp_addr = muxes.tcp.as_ref().map(|m| m.local_addr());
+    let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone(), muxes);
     let player =
         crate::serve::player::Player::new(registry.clone(), config.player_assets_dir.clone());
     let handler = {
@@ -297,11 +309,14 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");
+    tracing::info!(udp = ?whip_udp_addrs, tcp = ?whip_tcp_addr, "WHIP ICE ports");
     Ok(Running {
         http_addr,
         rtmp_addr,
         rtmps_addr,
         srt_addr,
+        whip_udp_addrs,
+        whip_tcp_addr,
         registry,
         public_url,
         key_source,

@@ -120,6 +120,26 @@ async fn run(config: Config) -> anyhow::Result<()> {
     println!("rtmp: {}", running.rtmp_addr);
     println!("rtmps: {}", running.rtmps_addr);
     println!("srt: {}", running.srt_addr);
+    // One line per shared WHIP ICE address; `off` when that mux is disabled.
+    let udp: Vec<String> = running
+        .whip_udp_addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    println!(
+        "whip_udp: {}",
+        if udp.is_empty() {
+            "off".to_owned()
+        } else {
+            udp.join(",")
+        }
+    );
+    println!(
+        "whip_tcp: {}",
+        running
+            .whip_tcp_addr
+            .map_or("off".to_owned(), |a| a.to_string())
+    );
     println!("public_url: {}", running.public_url);
     match &running.key_source {
         KeySource::Configured => println!("api_key: (configured)"),

@@ -74,6 +74,9 @@ impl Daemon {
             .env("LIVEPACK_RTMP_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_RTMPS_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_SRT_ADDR", "127.0.0.1:0")
+            // Not the shared default port 8189: daemons run side by side in the tests.
+            .env("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_WHIP_TCP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_DATA_DIR", dir.join("data"))
             .envs(env.iter().copied().filter(|(_, v)| *v != UNSET))
             .args(args)

@@ -1,7 +1,8 @@
 //! WHIP ingest end to end: headless Chromium (fake camera and microphone) pushes H.264 + Opus
 //! through the WHIP signalling to the daemon; ffprobe reads the LL-HLS outputs; the ladder
 //! keeps its initial size when the browser lowers what it sends; DELETE ends the session. And
-//! every refusal of the signalling, with nothing left behind.
+//! every refusal of the signalling, with nothing left behind. Two publishers at once through the
+//! one shared UDP port; a publisher without UDP over ICE-TCP; the per-session sockets mode.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -44,9 +45,14 @@ struct Browser {
 
 impl Browser {
     fn start(url: &str, auth: &str) -> Browser {
+        Browser::start_over(url, auth, "udp")
+    }
+
+    /// `transport` `tcp`: the page drops the answer's UDP candidates (UDP blocked).
+    fn start_over(url: &str, auth: &str, transport: &str) -> Browser {
         let mut child = Command::new("node")
             .current_dir(root())
-            .args(["tests/whip/whip.mjs", url, auth])
+            .args(["tests/whip/whip.mjs", url, auth, transport])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -95,6 +101,26 @@ fn probe_video(url: &str) -> (i64, i64) {
         .clone();
     assert_eq!(v["codec_name"], "h264", "{v}");
     (v["width"].as_i64().unwrap(), v["height"].as_i64().unwrap())
+}
+
+/// The daemon's shared WHIP ICE address for `udp` or `tcp`, from its banner.
+fn mux_addr(d: &Daemon, proto: &str) -> std::net::SocketAddr {
+    d.banner
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("whip_{proto}: ")))
+        .unwrap_or_else(|| panic!("no whip_{proto} line in {:?}", d.banner))
+        .parse()
+        .unwrap()
+}
+
+/// Every candidate of an answer names one of the shared ports (never a per-session one).
+fn assert_candidates_on(candidates: &[String], ports: &[u16]) {
+    assert!(!candidates.is_empty());
+    for c in candidates {
+        let port: u16 = c.split(' ').nth(5).unwrap().parse().unwrap();
+        assert!(ports.contains(&port), "{c} is not on {ports:?}");
+        assert!(!c.contains("tcptype active"), "{c}");
+    }
 }
 
 fn media_sequence(playlist: &str) -> u64 {
@@ -493,6 +519,19 @@ async fn every_refusal_and_an_abandoned_session_leave_nothing_behind() {
         answer.contains("H264/90000") && answer.contains("opus/48000"),
         "{answer}"
     );
+    let candidates: Vec<String> = answer
+        .lines()
+        .filter(|l| l.starts_with("a=candidate:"))
+        .map(str::to_owned)
+        .collect();
+    assert_candidates_on(
+        &candidates,
+        &[mux_addr(&d, "udp").port(), mux_addr(&d, "tcp").port()],
+    );
+    assert!(
+        headers.get("link").is_none(),
+        "no ICE servers configured, no Link"
+    );
     let location = headers["location"].to_str().unwrap().to_owned();
     // …trickle ICE is not supported, other methods are not allowed…
     let client = reqwest::Client::new();
@@ -591,7 +630,23 @@ async fn every_refusal_and_an_abandoned_session_leave_nothing_behind() {
 async fn a_vanished_browser_ends_its_session_and_the_stream_takes_a_new_one() {
     let _heavy = media::heavy().await;
     let dir = tempdir();
-    let d = whip_daemon(dir.path());
+    // The per-session mode (a UDP socket per session, no ICE-TCP) stays an option: this test
+    // runs on it.
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            ("LIVEPACK_WHIP_UDP_ADDRS", "127.0.0.1:0"),
+            ("LIVEPACK_WHIP_UDP_MUX_ADDR", "off"),
+            ("LIVEPACK_WHIP_TCP_MUX_ADDR", "off"),
+        ],
+    );
+    assert!(
+        d.banner.iter().any(|l| l == "whip_udp: off"),
+        "{:?}",
+        d.banner
+    );
     let rec = create(&d, json!({"name": "whip-vanish"})).await;
     let id = rec["id"].as_i64().unwrap();
     let url = rec["push_url_whip"].as_str().unwrap().to_owned();
@@ -599,7 +654,11 @@ async fn a_vanished_browser_ends_its_session_and_the_stream_takes_a_new_one() {
     let mut browser = Browser::start(&url, "query");
     let created = browser.event("created", Duration::from_secs(30)).await;
     assert_eq!(created["status"], 201, "{created}");
-    browser.event("connected", Duration::from_secs(20)).await;
+    let connected = browser.event("connected", Duration::from_secs(20)).await;
+    println!(
+        "WHIP on a per-session UDP socket: ICE connected {} ms, DTLS connected {} ms after the answer; remote {}",
+        connected["iceMs"], connected["ms"], connected["remote"]
+    );
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
     // The browser dies without a DELETE or a DTLS close: no RTP, then no ICE consent.
     browser.child.kill().await.unwrap();
@@ -620,4 +679,136 @@ async fn a_vanished_browser_ends_its_session_and_the_stream_takes_a_new_one() {
         "closed WHIP peer connection noticed after {:?}",
         closed.elapsed()
     );
+}
+
+/// Two publishers at once through the one UDP port, both live and both playable; the 201 carries
+/// the configured STUN/TURN servers as `Link` headers the page can read (CORS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_browsers_publish_at_once_through_the_one_udp_port() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            (
+                "LIVEPACK_WHIP_ICE_SERVERS",
+                "stun:stun.example.net:3478,turn:alice:s3cret@turn.example.net:3478?transport=udp",
+            ),
+        ],
+    );
+    let udp = mux_addr(&d, "udp");
+    let tcp = mux_addr(&d, "tcp");
+    let mut streams = Vec::new();
+    for name in ["whip-mux-a", "whip-mux-b"] {
+        let rec = create(&d, json!({ "name": name })).await;
+        let url = rec["push_url_whip"].as_str().unwrap().to_owned();
+        streams.push((rec["id"].as_i64().unwrap(), url));
+    }
+    // Both POST at once: the sessions negotiate and connect side by side.
+    let mut browsers: Vec<Browser> = streams
+        .iter()
+        .map(|(_, url)| Browser::start(url, "bearer"))
+        .collect();
+    for b in &mut browsers {
+        let created = b.event("created", Duration::from_secs(30)).await;
+        assert_eq!(created["status"], 201, "{created}");
+        let candidates: Vec<String> =
+            serde_json::from_value(created["candidates"].clone()).unwrap();
+        assert_candidates_on(&candidates, &[udp.port(), tcp.port()]);
+        assert_eq!(
+            created["link"],
+            "<stun:stun.example.net:3478>; rel=\"ice-server\", \
+             <turn:turn.example.net:3478?transport=udp>; rel=\"ice-server\"; username=\"alice\"; \
+             credential=\"s3cret\"; credential-type=\"password\"",
+            "{created}"
+        );
+    }
+    for b in &mut browsers {
+        let connected = b.event("connected", Duration::from_secs(20)).await;
+        println!(
+            "WHIP through the UDP mux: ICE connected {} ms, DTLS connected {} ms after the answer; remote {}",
+            connected["iceMs"], connected["ms"], connected["remote"]
+        );
+        assert_eq!(connected["remote"]["protocol"], "udp", "{connected}");
+        assert_eq!(connected["remote"]["port"], udp.port(), "{connected}");
+    }
+    for (id, _) in &streams {
+        let live = wait_record(&d, *id, Duration::from_secs(20), |r| {
+            r["live"] == true && !r["transcoding_speed"].is_null()
+        })
+        .await;
+        let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+        media::wait_segments(&master, 2).await;
+        let (_, text) = media::text(&master).await;
+        let top = media::master_playlist(&text)
+            .variants
+            .iter()
+            .max_by_key(|v| v.bandwidth)
+            .unwrap()
+            .clone();
+        let size = top.resolution.unwrap();
+        assert_eq!(
+            probe_video(&master.replace("master.m3u8", &top.uri)),
+            (size.width as i64, size.height as i64)
+        );
+    }
+    // The preflight carries no Link: the servers are for the session the POST creates.
+    let r = reqwest::Client::new()
+        .request(Method::OPTIONS, format!("{}/whip/{}", d.base, streams[0].0))
+        .header("origin", "https://publisher.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert!(r.headers().get("link").is_none());
+    for b in &mut browsers {
+        b.command("delete").await;
+        let deleted = b.event("deleted", Duration::from_secs(10)).await;
+        assert_eq!(deleted["status"], 200, "{deleted}");
+    }
+    for (id, _) in &streams {
+        wait_record(&d, *id, Duration::from_secs(8), |r| r["live"] == false).await;
+    }
+}
+
+/// A publisher whose UDP is blocked (the page only sees the TCP candidate) connects over ICE-TCP
+/// to the shared TCP port, goes live and plays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_without_udp_connects_over_ice_tcp() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let tcp = mux_addr(&d, "tcp");
+    let rec = create(&d, json!({"name": "whip-tcp"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url_whip"].as_str().unwrap().to_owned();
+    let mut browser = Browser::start_over(&url, "bearer", "tcp");
+    let created = browser.event("created", Duration::from_secs(30)).await;
+    assert_eq!(created["status"], 201, "{created}");
+    let candidates: Vec<String> = serde_json::from_value(created["candidates"].clone()).unwrap();
+    assert!(
+        candidates.iter().all(|c| c.contains(" tcp ")),
+        "{candidates:?}"
+    );
+    let connected = browser.event("connected", Duration::from_secs(20)).await;
+    println!(
+        "WHIP over ICE-TCP: ICE connected {} ms, DTLS connected {} ms after the answer; remote {}",
+        connected["iceMs"], connected["ms"], connected["remote"]
+    );
+    assert_eq!(connected["remote"]["protocol"], "tcp", "{connected}");
+    assert_eq!(connected["remote"]["port"], tcp.port(), "{connected}");
+    let live = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 2).await;
+    assert!(probe_video(&master).0 > 0);
+    browser.command("delete").await;
+    let deleted = browser.event("deleted", Duration::from_secs(10)).await;
+    assert_eq!(deleted["status"], 200, "{deleted}");
+    wait_record(&d, id, Duration::from_secs(8), |r| r["live"] == false).await;
 }

@@ -5,12 +5,16 @@
 //   downscale   halve the sent resolution (RTCRtpSender.setParameters)
 //   delete      DELETE the session resource, print {"event":"deleted",status}, exit
 //   close       close the peer connection without DELETE (a vanished client), exit
-// Usage: node tests/whip/whip.mjs URL bearer|query
+// With `tcp`, UDP candidates are removed from the offer the daemon gets and from the answer the
+// browser gets, so UDP is blocked as far as this session goes: only ICE-TCP can connect.
+// {"event":"created"} carries the `Link` headers as the page could read them (CORS);
+// {"event":"connected"} the selected candidate pair's remote end (address, port, protocol).
+// Usage: node tests/whip/whip.mjs URL bearer|query [udp|tcp]
 import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
 
-const [endpoint, auth = 'bearer'] = process.argv.slice(2);
+const [endpoint, auth = 'bearer', transport = 'udp'] = process.argv.slice(2);
 const emit = (o) => console.log(JSON.stringify(o));
 const browser = await launch(['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
   '--allow-loopback-in-peer-connection']);
@@ -25,7 +29,7 @@ const server = http.createServer((_req, res) => {
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
 await page.goto(`http://127.0.0.1:${server.address().port}/`);
 
-const created = await page.evaluate(async ({ endpoint, auth }) => {
+const created = await page.evaluate(async ({ endpoint, auth, transport }) => {
   const url = new URL(endpoint);
   const token = url.searchParams.get('token');
   const headers = { 'Content-Type': 'application/sdp' };
@@ -46,16 +50,32 @@ const created = await page.evaluate(async ({ endpoint, auth }) => {
       if (pc.iceGatheringState === 'complete') resolve();
     });
   });
-  const r = await fetch(url, { method: 'POST', headers, body: pc.localDescription.sdp });
-  const answer = await r.text();
+  // UDP blocked both ways: the daemon must not learn our UDP candidates either, or its checks
+  // would find us (a peer-reflexive pair) without a single UDP candidate in the answer.
+  const noUdp = (sdp) => sdp.split('\r\n').filter((l) => !/^a=candidate:\S+ \d+ udp /i.test(l)).join('\r\n');
+  const offer = transport === 'tcp' ? noUdp(pc.localDescription.sdp) : pc.localDescription.sdp;
+  const r = await fetch(url, { method: 'POST', headers, body: offer });
+  let answer = await r.text();
   const out = { event: 'created', status: r.status, location: r.headers.get('Location'),
-    etag: r.headers.get('ETag'), contentType: r.headers.get('Content-Type') };
+    etag: r.headers.get('ETag'), contentType: r.headers.get('Content-Type'),
+    link: r.headers.get('Link') };
   if (r.status !== 201) return { ...out, body: answer };
   window.location_ = new URL(out.location, url).href;
   window.headers_ = auth === 'bearer' ? { Authorization: headers.Authorization } : {};
+  if (transport === 'tcp') {
+    answer = noUdp(answer);
+  }
+  out.candidates = answer.split('\r\n').filter((l) => l.startsWith('a=candidate:'));
+  window.iceConnected = null;
+  pc.addEventListener('iceconnectionstatechange', () => {
+    if (pc.iceConnectionState === 'connected' && window.iceConnected === null) {
+      window.iceConnected = performance.now();
+    }
+  });
+  window.answered = performance.now();
   await pc.setRemoteDescription({ type: 'answer', sdp: answer });
   return out;
-}, { endpoint, auth });
+}, { endpoint, auth, transport });
 emit(created);
 if (created.status !== 201) {
   await browser.close();
@@ -71,7 +91,17 @@ const connected = await page.evaluate(async () => {
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { event: 'connected', ms: Math.round(performance.now() - t0) };
+  const ms = Math.round(performance.now() - window.answered);
+  const iceMs = window.iceConnected === null ? null : Math.round(window.iceConnected - window.answered);
+  let remote = null;
+  (await window.pc.getStats()).forEach((r, _k, all) => {
+    if (r.type === 'transport' && r.selectedCandidatePairId) {
+      const pair = all.get(r.selectedCandidatePairId);
+      const c = pair && all.get(pair.remoteCandidateId);
+      if (c) remote = { address: c.address, port: c.port, protocol: c.protocol };
+    }
+  });
+  return { event: 'connected', ms, iceMs, remote };
 });
 emit(connected);
 

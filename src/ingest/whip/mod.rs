@@ -3,13 +3,16 @@
 //! ends it; `OPTIONS` for CORS; `PATCH` is `405` (no trickle ICE: the answer carries every
 //! candidate). Every refusal happens before anything is allocated.
 
+pub mod ice_server;
+pub mod mux;
 pub mod rtp;
 pub mod sdp;
 pub mod session;
+pub mod tcp_mux;
 pub mod to_media;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,17 +26,31 @@ use tokio::sync::watch;
 use crate::registry::{PublishError, Registry, DRAIN_WAIT};
 use crate::server::{empty, full, json_response, Body};
 
+/// One UDP port for every session's ICE (open one firewall port, not a range).
+pub const DEFAULT_UDP_MUX_ADDR: &str = "0.0.0.0:8189";
+/// ICE-TCP on the same port number: one firewall rule (8189, UDP and TCP) covers both, and a
+/// fallback only helps where UDP is blocked if it is on by default.
+pub const DEFAULT_TCP_MUX_ADDR: &str = "0.0.0.0:8189";
+
 /// Concurrent WHIP sessions (each holds a peer connection and its UDP sockets); the excess is
 /// refused with 503.
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct WhipConfig {
-    /// Where each session binds its UDP socket (port 0: ephemeral). A wildcard address gathers
-    /// a host candidate per interface (loopback excluded); name `127.0.0.1:0` to offer loopback.
+    /// The UDP port every session shares (a wildcard: that port on each interface, loopback
+    /// excluded); `None`: each session binds its own sockets on `udp_addrs`.
+    pub udp_mux_addr: Option<SocketAddr>,
+    /// The TCP port for ICE-TCP (passive), shared the same way; `None`: no ICE-TCP.
+    pub tcp_mux_addr: Option<SocketAddr>,
+    /// Without the UDP mux: where each session binds its UDP socket (port 0: ephemeral). A
+    /// wildcard address gathers a host candidate per interface (loopback excluded); name
+    /// `127.0.0.1:0` to offer loopback.
     pub udp_addrs: Vec<SocketAddr>,
     /// Public addresses to announce instead of the interfaces' own (a host behind 1:1 NAT).
-    pub nat_ips: Vec<String>,
+    pub nat_ips: Vec<IpAddr>,
+    /// STUN/TURN servers offered to clients in `Link` headers (RFC 9725 §4.6).
+    pub ice_servers: Vec<ice_server::IceServer>,
     pub max_sessions: usize,
     /// Largest offer accepted (413 beyond).
     pub max_sdp_bytes: usize,
@@ -46,6 +63,9 @@ pub struct WhipConfig {
 impl Default for WhipConfig {
     fn default() -> Self {
         WhipConfig {
+            udp_mux_addr: Some(DEFAULT_UDP_MUX_ADDR.parse().expect("valid default")),
+            tcp_mux_addr: Some(DEFAULT_TCP_MUX_ADDR.parse().expect("valid default")),
+            ice_servers: Vec::new(),
             udp_addrs: vec![SocketAddr::from(([0, 0, 0, 0], 0))],
             nat_ips: Vec::new(),
             max_sessions: DEFAULT_MAX_SESSIONS,
@@ -61,9 +81,31 @@ struct SessionRef {
     stop: watch::Sender<bool>,
 }
 
+/// The shared ICE sockets, bound once at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct Muxes {
+    pub udp: Option<Arc<mux::UdpMux>>,
+    pub tcp: Option<Arc<tcp_mux::TcpMux>>,
+}
+
+impl Muxes {
+    pub async fn bind(config: &WhipConfig) -> Result<Muxes, mux::MuxError> {
+        let udp = match config.udp_mux_addr {
+            Some(addr) => Some(mux::UdpMux::bind(addr).await?),
+            None => None,
+        };
+        let tcp = match config.tcp_mux_addr {
+            Some(addr) => Some(tcp_mux::TcpMux::bind(addr).await?),
+            None => None,
+        };
+        Ok(Muxes { udp, tcp })
+    }
+}
+
 pub struct Whip {
     registry: Arc<Registry>,
     config: WhipConfig,
+    muxes: Muxes,
     sessions: Mutex<HashMap<String, SessionRef>>,
 }
 
@@ -140,10 +182,11 @@ fn session_id() -> String {
 }
 
 impl Whip {
-    pub fn new(registry: Arc<Registry>, config: WhipConfig) -> Arc<Whip> {
+    pub fn new(registry: Arc<Registry>, config: WhipConfig, muxes: Muxes) -> Arc<Whip> {
         Arc::new(Whip {
             registry,
             config,
+            muxes,
             sessions: Mutex::new(HashMap::new()),
         })
     }
@@ -326,7 +369,7 @@ impl Whip {
         };
         // The offer is UTF-8 (checked above).
         let offer = String::from_utf8_lossy(&offer).into_owned();
-        let negotiated = match session::negotiate(offer, &self.config).await {
+        let negotiated = match session::negotiate(offer, &self.config, &self.muxes).await {
             Ok(n) => n,
             Err(e @ session::SessionError::Offer(_)) => {
                 return refuse(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string())
@@ -383,9 +426,13 @@ impl Whip {
             .header(header::CONTENT_TYPE, "application/sdp")
             .header(header::LOCATION, location)
             .header(header::ETAG, format!("\"{sid}\""))
-            .header(header::CACHE_CONTROL, "no-store")
-            .body(full(answer))
-            .expect("valid response headers");
+            .header(header::CACHE_CONTROL, "no-store");
+        // RFC 9725 §4.6: the server MAY return its STUN/TURN servers as `Link` headers in the
+        // 201, so the client can use them for this session. Validated at start-up.
+        for server in &self.config.ice_servers {
+            r = r.header(header::LINK, server.link());
+        }
+        let mut r = r.body(full(answer)).expect("valid response headers");
         cors(&mut r);
         r
     }

@@ -183,6 +183,74 @@ fn require_codecs(
     Ok(())
 }
 
+/// The answer's candidates as clients must see them. Our host candidates name the address the
+/// driver bound; with the muxes that is an ephemeral socket the runtime dropped, so `bound` maps
+/// it to the shared address. Behind 1:1 NAT each `nat_ips` entry of the candidate's family is
+/// announced instead (same port), one line per IP with a distinct foundation (RFC 8445 §5.1.1.3:
+/// candidates of different addresses have different foundations). `tcptype active` candidates
+/// are dropped: we only listen (RFC 6544 §4.5, a server behind a firewall cannot dial browsers),
+/// and their port 9 only confuses clients. Other lines pass unchanged.
+pub fn advertise(
+    answer: &str,
+    bound: &[(std::net::SocketAddr, std::net::SocketAddr)],
+    nat_ips: &[std::net::IpAddr],
+) -> String {
+    use std::net::{IpAddr, SocketAddr};
+    let mut out = String::with_capacity(answer.len());
+    for line in answer.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\r', '\n']);
+        let eol = &line[body.len()..];
+        let Some(candidate) = body.strip_prefix("a=candidate:") else {
+            out.push_str(line);
+            continue;
+        };
+        // foundation component transport priority address port typ type [extensions]
+        let f: Vec<&str> = candidate.split(' ').collect();
+        if f.len() < 8 || f[6] != "typ" || f[7] != "host" {
+            out.push_str(line);
+            continue;
+        }
+        if f.windows(2).any(|w| w == ["tcptype", "active"]) {
+            continue;
+        }
+        let (Ok(ip), Ok(port)) = (f[4].parse::<IpAddr>(), f[5].parse::<u16>()) else {
+            out.push_str(line);
+            continue;
+        };
+        let ours = SocketAddr::new(ip, port);
+        let shared = bound
+            .iter()
+            .find(|(key, _)| *key == ours)
+            .map_or(ours, |(_, shared)| *shared);
+        let nat: Vec<IpAddr> = nat_ips
+            .iter()
+            .copied()
+            .filter(|n| n.is_ipv4() == shared.is_ipv4())
+            .collect();
+        let ips = if nat.is_empty() {
+            vec![shared.ip()]
+        } else {
+            nat
+        };
+        for (i, ip) in ips.iter().enumerate() {
+            let foundation = if i == 0 {
+                f[0].to_owned()
+            } else {
+                format!("{}{i}", f[0])
+            };
+            let (ip, port) = (ip.to_string(), shared.port().to_string());
+            let mut g = f.clone();
+            g[0] = &foundation;
+            g[4] = &ip;
+            g[5] = &port;
+            out.push_str("a=candidate:");
+            out.push_str(&g.join(" "));
+            out.push_str(eol);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -282,5 +350,56 @@ a=fmtp:103 level-asymmetry-allowed=1;packetization-mode=0;profile-level-id=42001
             SdpError::Unsupported("H.264 video")
         );
         assert!(check_answer(BROWSER_OFFER.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn candidates_are_advertised_at_the_shared_port_or_the_nat_ips() {
+        let answer = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n\
+            a=candidate:1 1 udp 2130706431 10.0.0.5 40001 typ host\r\n\
+            a=candidate:2 1 tcp 2124414975 10.0.0.5 40002 typ host tcptype passive\r\n\
+            a=candidate:2 1 tcp 2128609279 10.0.0.5 9 typ host tcptype active\r\n\
+            a=candidate:3 1 udp 1 203.0.113.9 5000 typ srflx raddr 10.0.0.5 rport 40001\r\n\
+            a=candidate:4 1 udp 2130706431 fd00::5 40003 typ host\r\n\
+            a=end-of-candidates\r\n";
+        let bound = [
+            (
+                "10.0.0.5:40001".parse().unwrap(),
+                "10.0.0.5:8189".parse().unwrap(),
+            ),
+            (
+                "10.0.0.5:40002".parse().unwrap(),
+                "10.0.0.5:8189".parse().unwrap(),
+            ),
+        ];
+        let muxed = advertise(answer, &bound, &[]);
+        assert!(muxed.contains("a=candidate:1 1 udp 2130706431 10.0.0.5 8189 typ host\r\n"));
+        assert!(muxed
+            .contains("a=candidate:2 1 tcp 2124414975 10.0.0.5 8189 typ host tcptype passive\r\n"));
+        assert!(!muxed.contains("tcptype active"), "{muxed}");
+        assert!(
+            muxed.contains("203.0.113.9 5000 typ srflx"),
+            "other types untouched"
+        );
+        assert!(
+            muxed.contains("fd00::5 40003"),
+            "unmapped host kept: {muxed}"
+        );
+        assert!(muxed.ends_with("a=end-of-candidates\r\n"));
+        let nat = [
+            "198.51.100.1".parse().unwrap(),
+            "198.51.100.2".parse().unwrap(),
+        ];
+        let natted = advertise(answer, &bound, &nat);
+        assert!(natted.contains("a=candidate:1 1 udp 2130706431 198.51.100.1 8189 typ host\r\n"));
+        assert!(natted.contains("a=candidate:11 1 udp 2130706431 198.51.100.2 8189 typ host\r\n"));
+        assert!(!natted.contains("10.0.0.5 8189"), "{natted}");
+        // No IPv6 NAT address given: the IPv6 candidate keeps its own.
+        assert!(natted.contains("fd00::5 40003"), "{natted}");
+        // Per-session mode (nothing bound): the NAT IPs replace the host IPs, ports kept.
+        let per_session = advertise(answer, &[], &nat[..1]);
+        assert!(
+            per_session.contains("198.51.100.1 40001 typ host"),
+            "{per_session}"
+        );
     }
 }

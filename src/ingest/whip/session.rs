@@ -2,6 +2,7 @@
 //! non-trickle answer), then the task that feeds its RTP to the registry until the client
 //! deletes the session, the connection fails or goes idle, or the server ends the publish.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,8 +26,9 @@ use webrtc::peer_connection::{
     RTCPeerConnectionState,
 };
 
+use super::mux::MuxRuntime;
 use super::to_media::{RtpPacket, RtpToMedia};
-use super::WhipConfig;
+use super::{Muxes, WhipConfig};
 use crate::media::TrackKind;
 use crate::registry::Publisher;
 
@@ -156,38 +158,59 @@ fn media_engine() -> Result<MediaEngine, SessionError> {
 
 /// Builds the peer connection for `offer` and waits for ICE gathering, so the answer carries
 /// every candidate (WHIP without trickle, RFC 9725 §4.3.1).
-pub async fn negotiate(offer: String, config: &WhipConfig) -> Result<Negotiated, SessionError> {
+pub async fn negotiate(
+    offer: String,
+    config: &WhipConfig,
+    muxes: &Muxes,
+) -> Result<Negotiated, SessionError> {
     let setup = |e: rtc::shared::error::Error| SessionError::Setup(e.to_string());
     let mut engine = media_engine()?;
     let interceptors =
         register_default_interceptors(Interceptors::new(), &mut engine).map_err(setup)?;
-    let mut settings = SettingEngineBuilder::new().with_ice_timeouts(
-        Some(ICE_DISCONNECTED),
-        Some(ICE_FAILED),
-        None,
-    );
-    if !config.nat_ips.is_empty() {
-        settings = settings.with_nat_1to1_ips(
-            config.nat_ips.clone(),
-            rtc::peer_connection::transport::RTCIceCandidateType::Host,
-        );
-    }
+    // Our credentials are chosen here, not by the stack, so the muxes can route this session's
+    // packets by its ufrag before the answer exists.
+    let ufrag = rtc::ice::rand::generate_ufrag();
+    let settings = SettingEngineBuilder::new()
+        .with_ice_timeouts(Some(ICE_DISCONNECTED), Some(ICE_FAILED), None)
+        .with_ice_credentials(ufrag.clone(), rtc::ice::rand::generate_pwd())
+        // mDNS candidates hide addresses from peers, which a server does not need; and each
+        // session would open a 5353 socket of its own.
+        .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled);
     let (events_tx, events) = mpsc::channel(64);
     let (gathered_tx, mut gathered) = watch::channel(false);
     let handler = Arc::new(Handler {
         events: events_tx,
         gathered: gathered_tx,
     });
-    let pc = PeerConnectionBuilder::new()
+    // The driver binds on these (port 0) and the runtime swaps each socket for the mux's: on
+    // the mux's own IPs, so every key has its shared socket.
+    let udp_addrs: Vec<String> = match &muxes.udp {
+        Some(mux) => mux
+            .local_addrs()
+            .iter()
+            .map(|a| SocketAddr::new(a.ip(), 0).to_string())
+            .collect(),
+        None => config.udp_addrs.iter().map(ToString::to_string).collect(),
+    };
+    let tcp_addrs: Vec<String> = muxes
+        .tcp
+        .iter()
+        .map(|t| SocketAddr::new(t.local_addr().ip(), 0).to_string())
+        .collect();
+    let runtime = (muxes.udp.is_some() || muxes.tcp.is_some())
+        .then(|| Arc::new(MuxRuntime::new(muxes.udp.clone(), muxes.tcp.clone(), ufrag)));
+    let mut builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().build())
         .with_media_engine(engine)
         .with_setting_engine(settings.build())
         .with_interceptor_registry(interceptors)
         .with_handler(handler)
-        .with_udp_addrs(config.udp_addrs.iter().map(ToString::to_string).collect())
-        .build()
-        .await
-        .map_err(setup)?;
+        .with_udp_addrs(udp_addrs)
+        .with_tcp_addrs(tcp_addrs);
+    if let Some(rt) = &runtime {
+        builder = builder.with_runtime(rt.clone());
+    }
+    let pc = builder.build().await.map_err(setup)?;
     let pc: Arc<dyn PeerConnection> = Arc::new(pc);
     let negotiated = async {
         let offer =
@@ -204,10 +227,13 @@ pub async fn negotiate(offer: String, config: &WhipConfig) -> Result<Negotiated,
         super::sdp::check_answer(answer.sdp.as_bytes())?;
         pc.set_local_description(answer).await.map_err(setup)?;
         let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered.wait_for(|done| *done)).await;
-        pc.local_description()
+        let answer = pc
+            .local_description()
             .await
             .map(|d| d.sdp)
-            .ok_or_else(|| SessionError::Setup("no local description".into()))
+            .ok_or_else(|| SessionError::Setup("no local description".into()))?;
+        let bound = runtime.as_ref().map(|rt| rt.bound()).unwrap_or_default();
+        Ok(super::sdp::advertise(&answer, &bound, &config.nat_ips))
     }
     .await;
     match negotiated {
