@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("api_stream_body", api_stream_body),
     ("api_query", api_query),
     ("pull_playlist", pull_playlist),
+    ("flv_stream", flv_stream),
 ];
 
 /// Reads a length-prefixed record (1 length byte) off the front of `data`.
@@ -69,6 +70,27 @@ pub fn flv_tags(mut data: &[u8]) {
         } else {
             flv.audio(ts, &body)
         };
+    }
+}
+
+/// An FLV byte stream as an RTMP server plays it to a PULL, in arbitrary splits: the stream
+/// reader, then every tag (script data included) through the FLV → media adapter.
+pub fn flv_stream(mut data: &[u8]) {
+    let mut reader = crate::ingest::rtmp::flv::FlvReader::new();
+    let mut flv = crate::ingest::rtmp::to_media::FlvToMedia::new();
+    let mut tags = Vec::new();
+    while let Some(read) = record(&mut data) {
+        if reader.push(read, &mut tags).is_err() {
+            return;
+        }
+        for tag in tags.drain(..) {
+            use crate::ingest::rtmp::flv::FlvTag;
+            let _ = match tag {
+                FlvTag::Audio { timestamp, body } => flv.audio(timestamp, &body),
+                FlvTag::Video { timestamp, body } => flv.video(timestamp, &body),
+                FlvTag::Script { body } => flv.script(&body),
+            };
+        }
     }
 }
 

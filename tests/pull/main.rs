@@ -351,12 +351,17 @@ async fn a_pull_joining_an_rtmp_server_mid_gop_keeps_its_video() {
     let started = Instant::now();
     let rec = create(&d, json!({"name": "mid-gop", "pull": true, "uri": url})).await;
     let id = rec["id"].as_i64().unwrap();
-    wait_record(&d, id, Duration::from_secs(30), |r| {
-        r["video_height"].is_number()
+    // The outputs start with the video `onMetaData` declares, not audio-only first.
+    let first = wait_record(&d, id, Duration::from_secs(30), |r| {
+        r["transcoding_speed"].is_number()
     })
     .await;
+    assert_eq!(
+        first["video_height"], 720,
+        "started without its video: {first}"
+    );
     println!(
-        "RTMP PULL joined mid-GOP: transcoding video after {:?}",
+        "RTMP PULL joined mid-GOP: transcoding video and audio after {:?}",
         started.elapsed()
     );
     let live = media::assert_video_out(&d, id, (1280, 720)).await;

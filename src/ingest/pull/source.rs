@@ -40,6 +40,17 @@ pub enum SourceEvent {
 /// A running source pipeline; dropping it stops it.
 pub struct Source {
     pipeline: gst::Pipeline,
+    /// What its data events carry.
+    pub container: Container,
+}
+
+/// The byte stream a source's [`SourceEvent::Data`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    /// An RTMP server's FLV stream, as received.
+    Flv,
+    /// Everything else, re-muxed as MPEG-TS.
+    Ts,
 }
 
 impl Drop for Source {
@@ -206,6 +217,96 @@ pub fn start(
     gst::init().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(DATA_QUEUE);
     let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
+    let container = if uri.starts_with("rtmp://") || uri.starts_with("rtmps://") {
+        Container::Flv
+    } else {
+        Container::Ts
+    };
+    let sink = match container {
+        Container::Flv => flv_branch(&pipeline, uri)?,
+        Container::Ts => demuxing_branch(&pipeline, uri, playlist, stream, &tx)?,
+    };
+    let data = tx.clone();
+    sink.set_callbacks(
+        gstreamer_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                if let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) {
+                    // A full queue means the fetcher is behind: drop rather than stall the
+                    // source (the TS adapter resynchronises).
+                    if data.is_closed() {
+                        return Err(gst::FlowError::Flushing);
+                    }
+                    let _ = data.try_send(SourceEvent::Data(Bytes::copy_from_slice(&map)));
+                }
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .build(),
+    );
+    let bus = pipeline.bus().ok_or("no bus")?;
+    let weak = pipeline.downgrade();
+    std::thread::spawn(move || {
+        // Ends when the pipeline is gone (dropped Source) or the fetcher stopped listening.
+        while let Some(pipeline) = weak.upgrade() {
+            drop(pipeline);
+            let Some(msg) = bus.timed_pop(gst::ClockTime::from_mseconds(200)) else {
+                if tx.is_closed() {
+                    break;
+                }
+                continue;
+            };
+            let event = match msg.view() {
+                gst::MessageView::Error(e) => {
+                    SourceEvent::Error(format!("{} ({:?})", e.error(), e.debug()))
+                }
+                gst::MessageView::Eos(_) => SourceEvent::Eos,
+                _ => continue,
+            };
+            if tx.blocking_send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let pipeline_for_start = pipeline.clone();
+    std::thread::spawn(move || {
+        if let Err(e) = pipeline_for_start.set_state(gst::State::Playing) {
+            tracing::debug!(error = %e, "PULL source did not start (the bus says why)");
+        }
+    });
+    Ok((
+        Source {
+            pipeline,
+            container,
+        },
+        rx,
+    ))
+}
+
+/// `rtmp2src ! appsink`: what the RTMP server plays, as the FLV stream it is. Read by our own
+/// FLV reader and the RTMP push's adapter, so `onMetaData` declares the tracks at once (an RTMP
+/// server such as nginx-rtmp sends no video tag before the encoder's next keyframe, and
+/// GStreamer's flvdemux exposes no pad before one) and Enhanced RTMP codecs come through.
+fn flv_branch(pipeline: &gst::Pipeline, uri: &str) -> Result<AppSink, String> {
+    let src = make("rtmp2src")?;
+    src.set_property("location", uri);
+    // The server sends in real time: no clock sync needed (its buffers carry no timestamps).
+    let sink = AppSink::builder().sync(false).build();
+    pipeline
+        .add_many([&src, sink.upcast_ref()])
+        .map_err(|e| e.to_string())?;
+    src.link(&sink).map_err(|e| e.to_string())?;
+    Ok(sink)
+}
+
+/// `urisourcebin ! parsebin` per source pad, each taken stream re-muxed by one `mpegtsmux`
+/// into the appsink.
+fn demuxing_branch(
+    pipeline: &gst::Pipeline,
+    uri: &str,
+    playlist: Option<PlaylistKind>,
+    stream: i64,
+    tx: &mpsc::Sender<SourceEvent>,
+) -> Result<AppSink, String> {
     let src = make("urisourcebin")?;
     src.set_property("uri", uri);
     let mux = make("mpegtsmux")?;
@@ -302,52 +403,5 @@ pub fn start(
             let _ = errors.try_send(SourceEvent::Error(format!("source pad: {e}")));
         }
     });
-    let data = tx.clone();
-    sink.set_callbacks(
-        gstreamer_app::AppSinkCallbacks::builder()
-            .new_sample(move |sink| {
-                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
-                if let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) {
-                    // A full queue means the fetcher is behind: drop rather than stall the
-                    // source (the TS adapter resynchronises).
-                    if data.is_closed() {
-                        return Err(gst::FlowError::Flushing);
-                    }
-                    let _ = data.try_send(SourceEvent::Data(Bytes::copy_from_slice(&map)));
-                }
-                Ok(gst::FlowSuccess::Ok)
-            })
-            .build(),
-    );
-    let bus = pipeline.bus().ok_or("no bus")?;
-    let weak = pipeline.downgrade();
-    std::thread::spawn(move || {
-        // Ends when the pipeline is gone (dropped Source) or the fetcher stopped listening.
-        while let Some(pipeline) = weak.upgrade() {
-            drop(pipeline);
-            let Some(msg) = bus.timed_pop(gst::ClockTime::from_mseconds(200)) else {
-                if tx.is_closed() {
-                    break;
-                }
-                continue;
-            };
-            let event = match msg.view() {
-                gst::MessageView::Error(e) => {
-                    SourceEvent::Error(format!("{} ({:?})", e.error(), e.debug()))
-                }
-                gst::MessageView::Eos(_) => SourceEvent::Eos,
-                _ => continue,
-            };
-            if tx.blocking_send(event).is_err() {
-                break;
-            }
-        }
-    });
-    let pipeline_for_start = pipeline.clone();
-    std::thread::spawn(move || {
-        if let Err(e) = pipeline_for_start.set_state(gst::State::Playing) {
-            tracing::debug!(error = %e, "PULL source did not start (the bus says why)");
-        }
-    });
-    Ok((Source { pipeline }, rx))
+    Ok(sink)
 }

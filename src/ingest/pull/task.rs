@@ -1,7 +1,7 @@
 //! One PULL stream's fetch loop: the source URLs in turn, round-robin, forever — a source that
 //! gives nothing within the first-data timeout, stops sending, fails or ends is left for the
 //! next, with a pause after a cycle in which none delivered. What a source delivers goes
-//! through the TS → media adapter, re-timed so the outputs continue across sources with a
+//! through the TS → media adapter (or, from an RTMP server, the FLV one), re-timed so the outputs continue across sources with a
 //! discontinuity. No data for the inactivity limit (24 h by default) deactivates the stream.
 
 use std::sync::Arc;
@@ -12,6 +12,8 @@ use tokio::time::Instant;
 
 use super::{gateway::Gateway, guard, source, PullConfig};
 use crate::ingest::mpegts::to_media::TsToMedia;
+use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
+use crate::ingest::rtmp::to_media::FlvToMedia;
 use crate::media::{MediaMessage, TrackKind};
 use crate::registry::{PublishError, Publisher, Registry};
 
@@ -248,7 +250,7 @@ async fn attempt(
         Ok(Err(e)) => return fail(e),
         Err(e) => return fail(format!("source start task: {e}")),
     };
-    let mut adapter = TsToMedia::new();
+    let mut adapter = Adapter::new(source.container, id);
     let mut delivered = false;
     let mut last = Instant::now();
     let mut out = Vec::new();
@@ -324,9 +326,8 @@ async fn attempt(
         } else if let Err(e) = adapter.push(&data, &mut out) {
             break format!("unusable data: {e}");
         }
-        // The demuxer's pads declare the tracks (see `SourceEvent::Tracks`), not the PMT of our
-        // own re-mux; the declaration goes out with the first media after it.
-        out.retain(|m| !matches!(m, MediaMessage::Tracks(_)));
+        // A TS source's demuxer pads declare its tracks (see `SourceEvent::Tracks`); the
+        // declaration goes out with the first media after it.
         if let Some(t) = declared.take() {
             out.insert(0, MediaMessage::Tracks(t));
         }
@@ -369,6 +370,78 @@ async fn attempt(
     };
     drop(source);
     Flow::Continue(Attempt { delivered, reason })
+}
+
+/// Media-level errors (unsupported codec, tag before its header) an FLV source may cause before
+/// it is left as unusable; as for an RTMP push.
+const MAX_FLV_ERRORS: u64 = 1000;
+
+/// What turns a source's bytes into media messages.
+enum Adapter {
+    /// Re-muxed by the source pipeline: its PMT is no declaration (mpegtsmux lists a stream
+    /// only once its first buffer came), so its `Tracks` are dropped for the demuxer pads'.
+    Ts(TsToMedia),
+    /// An RTMP server's FLV, read like an RTMP push; `onMetaData` declares the tracks.
+    Flv {
+        stream: i64,
+        reader: FlvReader,
+        media: FlvToMedia,
+        tags: Vec<FlvTag>,
+        errors: u64,
+    },
+}
+
+impl Adapter {
+    fn new(container: source::Container, stream: i64) -> Adapter {
+        match container {
+            source::Container::Ts => Adapter::Ts(TsToMedia::new()),
+            source::Container::Flv => Adapter::Flv {
+                stream,
+                reader: FlvReader::new(),
+                media: FlvToMedia::new(),
+                tags: Vec::new(),
+                errors: 0,
+            },
+        }
+    }
+
+    fn push(&mut self, data: &[u8], out: &mut Vec<MediaMessage>) -> Result<(), String> {
+        match self {
+            Adapter::Ts(ts) => {
+                ts.push(data, out).map_err(|e| e.to_string())?;
+                out.retain(|m| !matches!(m, MediaMessage::Tracks(_)));
+            }
+            Adapter::Flv {
+                stream,
+                reader,
+                media,
+                tags,
+                errors,
+            } => {
+                reader.push(data, tags).map_err(|e| e.to_string())?;
+                for tag in tags.drain(..) {
+                    let msg = match tag {
+                        FlvTag::Audio { timestamp, body } => media.audio(timestamp, &body),
+                        FlvTag::Video { timestamp, body } => media.video(timestamp, &body),
+                        FlvTag::Script { body } => media.script(&body),
+                    };
+                    match msg {
+                        Ok(m) => out.extend(m),
+                        Err(e) => {
+                            *errors += 1;
+                            if *errors == 1 || *errors % 100 == 0 {
+                                tracing::warn!(stream = *stream, error = %e, count = *errors, "PULL media message dropped");
+                            }
+                            if *errors > MAX_FLV_ERRORS {
+                                return Err(format!("{errors} unusable media messages, last: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The inactivity rule: the record is set `active=false` (persisted), which stops the pull.

@@ -241,9 +241,7 @@ async fn handle_event(
             Ok(Vec::new())
         }
         Event::StreamMetadataChanged { metadata, .. } => {
-            let video = metadata.video_codec_id.is_some() || metadata.video_width.is_some();
-            let audio = metadata.audio_codec_id.is_some() || metadata.audio_sample_rate.is_some();
-            let msg = state.adapter.metadata(video, audio);
+            let msg = state.adapter.metadata(&metadata);
             forward(state, Ok(msg), peer)?;
             Ok(Vec::new())
         }

@@ -2,6 +2,7 @@
 //! the FLV → media adapter.
 
 pub mod conn;
+pub mod flv;
 pub mod guard;
 pub mod key;
 pub mod listener;

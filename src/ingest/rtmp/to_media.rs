@@ -50,6 +50,8 @@ pub enum FlvError {
     NoConfig(&'static str),
     #[error("{0} frame of another codec than its sequence header")]
     CodecMismatch(&'static str),
+    #[error("unreadable script data: {0}")]
+    Script(String),
 }
 
 /// Per-connection state of the adapter.
@@ -81,13 +83,43 @@ impl FlvToMedia {
     /// `onMetaData` (FLV spec E.5) said which codecs follow: `videocodecid` / `audiocodecid`
     /// (or the picture size / sample rate when an encoder leaves the ids out). Metadata that
     /// names no track declares nothing.
-    pub fn metadata(&mut self, video: bool, audio: bool) -> Option<MediaMessage> {
-        let tracks = Tracks { video, audio };
+    pub fn metadata(&mut self, m: &rml_rtmp::sessions::StreamMetadata) -> Option<MediaMessage> {
+        let tracks = Tracks {
+            video: m.video_codec_id.is_some() || m.video_width.is_some(),
+            audio: m.audio_codec_id.is_some() || m.audio_sample_rate.is_some(),
+        };
         if tracks == Tracks::default() || tracks == self.declared {
             return None;
         }
         self.declared = tracks;
         Some(MediaMessage::Tracks(tracks))
+    }
+
+    /// An FLV SCRIPTDATA body (a PULL from an RTMP server, see [`super::flv`]): `onMetaData`
+    /// (or `@setDataFrame`, `onMetaData`) declares the tracks; other script data is ignored.
+    /// AMF0 from a server is walked with the same depth bound as an RTMP push's before it is
+    /// decoded (rml_amf0 recurses without one).
+    pub fn script(&mut self, body: &Bytes) -> Result<Option<MediaMessage>, FlvError> {
+        use rml_amf0::Amf0Value;
+        super::guard::check_amf0(body, 0, super::guard::DEFAULT_MAX_AMF_DEPTH)
+            .map_err(|e| FlvError::Script(e.to_string()))?;
+        let values = rml_amf0::deserialize(&mut std::io::Cursor::new(&body[..]))
+            .map_err(|e| FlvError::Script(format!("{e:?}")))?;
+        let mut values = values.into_iter();
+        let is_metadata = |v: &Option<Amf0Value>| matches!(v, Some(Amf0Value::Utf8String(s)) if s == "onMetaData");
+        let mut name = values.next();
+        if matches!(&name, Some(Amf0Value::Utf8String(s)) if s == "@setDataFrame") {
+            name = values.next();
+        }
+        if !is_metadata(&name) {
+            return Ok(None);
+        }
+        let Some(Amf0Value::Object(properties)) = values.next() else {
+            return Ok(None);
+        };
+        let mut metadata = rml_rtmp::sessions::StreamMetadata::new();
+        metadata.apply_metadata_values(properties);
+        Ok(self.metadata(&metadata))
     }
 
     /// A VIDEODATA body. `Ok(None)`: nothing to forward (end of sequence, repeated header,
@@ -338,15 +370,22 @@ mod tests {
     fn enhanced_rtmp_hevc_sequence_start_and_frames() {
         use crate::media::codec::tests::HVCC_1080P;
         let mut a = FlvToMedia::new();
+        let mut meta = rml_rtmp::sessions::StreamMetadata::new();
+        meta.video_codec_id = Some(u32::from_be_bytes(*b"hvc1"));
+        meta.audio_sample_rate = Some(48000);
         assert_eq!(
-            a.metadata(true, true),
+            a.metadata(&meta),
             Some(MediaMessage::Tracks(Tracks {
                 video: true,
                 audio: true
             }))
         );
-        assert_eq!(a.metadata(true, true), None, "declared once");
-        assert_eq!(a.metadata(false, false), None, "metadata naming no track");
+        assert_eq!(a.metadata(&meta), None, "declared once");
+        assert_eq!(
+            a.metadata(&rml_rtmp::sessions::StreamMetadata::new()),
+            None,
+            "metadata naming no track"
+        );
         let frame = [0, 0, 0, 4, 0x28, 0x01, 0xaf, 0x1d];
         assert_eq!(
             a.video(
@@ -435,6 +474,62 @@ mod tests {
             a.video(66, &ex_tag(2, 1, b"hvc1", &tu)),
             Err(FlvError::CodecMismatch("video"))
         );
+    }
+
+    /// AMF0 (spec §2): a string, then an ECMA array of `key: number` pairs.
+    fn on_metadata(set_data_frame: bool, pairs: &[(&str, f64)]) -> Bytes {
+        let string = |s: &str| {
+            let mut v = vec![2];
+            v.extend_from_slice(&(s.len() as u16).to_be_bytes());
+            v.extend_from_slice(s.as_bytes());
+            v
+        };
+        let mut v = Vec::new();
+        if set_data_frame {
+            v.extend(string("@setDataFrame"));
+        }
+        v.extend(string("onMetaData"));
+        v.push(8);
+        v.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+        for (k, n) in pairs {
+            v.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            v.extend_from_slice(k.as_bytes());
+            v.push(0);
+            v.extend_from_slice(&n.to_be_bytes());
+        }
+        v.extend_from_slice(&[0, 0, 9]);
+        Bytes::from(v)
+    }
+
+    #[test]
+    fn script_tags_declare_tracks_from_on_metadata() {
+        let mut a = FlvToMedia::new();
+        let video_only = on_metadata(false, &[("videocodecid", 7.0), ("width", 1280.0)]);
+        assert_eq!(
+            a.script(&video_only).unwrap(),
+            Some(MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: false
+            }))
+        );
+        let both = on_metadata(true, &[("videocodecid", 7.0), ("audiocodecid", 10.0)]);
+        assert_eq!(
+            a.script(&both).unwrap(),
+            Some(MediaMessage::Tracks(Tracks {
+                video: true,
+                audio: true
+            }))
+        );
+        // Other script data says nothing; hostile AMF0 is refused before it is decoded.
+        let mut other = on_metadata(false, &[("x", 1.0)]);
+        other = Bytes::from([&[2, 0, 6][..], b"onCue!", &other[13..]].concat());
+        assert_eq!(a.script(&other).unwrap(), None);
+        let deep = Bytes::from([vec![3u8, 0, 1, b'a'].repeat(5000), vec![5]].concat());
+        assert!(matches!(a.script(&deep), Err(FlvError::Script(_))));
+        assert!(matches!(
+            a.script(&Bytes::from_static(&[2, 0, 9, b'o'])),
+            Err(FlvError::Script(_))
+        ));
     }
 
     #[test]
