@@ -524,7 +524,7 @@ mod tests {
         let mut other = on_metadata(false, &[("x", 1.0)]);
         other = Bytes::from([&[2, 0, 6][..], b"onCue!", &other[13..]].concat());
         assert_eq!(a.script(&other).unwrap(), None);
-        let deep = Bytes::from([vec![3u8, 0, 1, b'a'].repeat(5000), vec![5]].concat());
+        let deep = Bytes::from([[3u8, 0, 1, b'a'].repeat(5000), vec![5]].concat());
         assert!(matches!(a.script(&deep), Err(FlvError::Script(_))));
         assert!(matches!(
             a.script(&Bytes::from_static(&[2, 0, 9, b'o'])),
