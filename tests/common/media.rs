@@ -24,30 +24,18 @@ impl Drop for Proc {
 /// Decodes a few seconds of the first video stream behind `url` with ffprobe: (codec, width,
 /// height, frames decoded).
 pub fn decoded_video(url: &str) -> (String, u64, u64, u64) {
-    let out = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-rw_timeout",
-            "15000000",
+    let v = ffprobe_with(
+        &[
             "-select_streams",
             "v:0",
-        ])
-        .args(["-count_frames", "-read_intervals", "%+3"])
-        .args([
+            "-count_frames",
+            "-read_intervals",
+            "%+3",
             "-show_entries",
             "stream=codec_name,width,height,nb_read_frames",
-        ])
-        .args(["-of", "json"])
-        .arg(url)
-        .output()
-        .expect("ffprobe");
-    assert!(
-        out.status.success(),
-        "ffprobe {url}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        url,
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = &v["streams"][0];
     let n = |k: &str| s[k].as_u64().or_else(|| s[k].as_str()?.parse().ok());
     (
@@ -197,17 +185,15 @@ pub async fn text(url: &str) -> (StatusCode, String) {
 }
 
 pub fn ffprobe(url: &str) -> Value {
+    ffprobe_with(&["-show_streams", "-show_format"], url)
+}
+
+/// ffprobe's JSON for `url` with `args` (a 15 s read timeout; failure fails the test).
+pub fn ffprobe_with(args: &[&str], url: &str) -> Value {
     let out = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-rw_timeout",
-            "15000000",
-            "-show_streams",
-            "-show_format",
-            "-of",
-            "json",
-        ])
+        .args(["-v", "error", "-rw_timeout", "15000000"])
+        .args(args)
+        .args(["-of", "json"])
         .arg(url)
         .output()
         .expect("ffprobe");
