@@ -130,9 +130,16 @@ enum NalRole {
     },
 }
 
-fn nal_role(codec: VideoCodec, nal: &[u8]) -> NalRole {
+/// The codecs carried as NAL units, which the Annex B framer handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NalCodec {
+    H264,
+    H265,
+}
+
+fn nal_role(codec: NalCodec, nal: &[u8]) -> NalRole {
     match codec {
-        VideoCodec::H264 => match nal[0] & 0x1f {
+        NalCodec::H264 => match nal[0] & 0x1f {
             7 => NalRole::Parameters(0),
             8 => NalRole::Parameters(1),
             9 | 12 => NalRole::Skip,
@@ -140,9 +147,7 @@ fn nal_role(codec: VideoCodec, nal: &[u8]) -> NalRole {
                 random_access: t == 5,
             },
         },
-        // AV1 is never carried as NAL units (no Annex B framer is built for it).
-        VideoCodec::Av1 => NalRole::Skip,
-        VideoCodec::H265 => match (nal[0] >> 1) & 0x3f {
+        NalCodec::H265 => match (nal[0] >> 1) & 0x3f {
             hevc_nal::VPS => NalRole::Parameters(0),
             hevc_nal::SPS => NalRole::Parameters(1),
             hevc_nal::PPS => NalRole::Parameters(2),
@@ -160,7 +165,7 @@ fn nal_role(codec: VideoCodec, nal: &[u8]) -> NalRole {
 /// in-band parameter sets.
 #[derive(Debug)]
 pub struct AnnexBFramer {
-    codec: VideoCodec,
+    codec: NalCodec,
     /// The parameter sets the current config was built from, in [`NalRole::Parameters`] order.
     params: Vec<Vec<u8>>,
     /// The current decoder config; `None` until every parameter set has been seen.
@@ -169,7 +174,7 @@ pub struct AnnexBFramer {
 
 impl Default for AnnexBFramer {
     fn default() -> Self {
-        AnnexBFramer::new(VideoCodec::H264)
+        AnnexBFramer::new(NalCodec::H264)
     }
 }
 
@@ -181,7 +186,7 @@ pub struct AccessUnit {
 }
 
 impl AnnexBFramer {
-    pub fn new(codec: VideoCodec) -> Self {
+    pub fn new(codec: NalCodec) -> Self {
         AnnexBFramer {
             codec,
             params: Vec::new(),
@@ -189,7 +194,7 @@ impl AnnexBFramer {
         }
     }
 
-    pub fn codec(&self) -> VideoCodec {
+    pub fn codec(&self) -> NalCodec {
         self.codec
     }
 
@@ -206,9 +211,8 @@ impl AnnexBFramer {
             keyframe: false,
         };
         let count = match self.codec {
-            VideoCodec::H264 => 2,
-            VideoCodec::H265 => 3,
-            VideoCodec::Av1 => return Ok(None),
+            NalCodec::H264 => 2,
+            NalCodec::H265 => 3,
         };
         let mut sets: Vec<Option<&[u8]>> = vec![None; count];
         for nal in nals {
@@ -234,9 +238,8 @@ impl AnnexBFramer {
                 .ne(self.params.iter().map(Vec::as_slice))
             {
                 let config = match self.codec {
-                    VideoCodec::H264 => avcc_from_parameter_sets(sets[0], sets[1])?,
-                    VideoCodec::H265 => hvcc_from_parameter_sets(sets[0], sets[1], sets[2])?,
-                    VideoCodec::Av1 => return Ok(None),
+                    NalCodec::H264 => avcc_from_parameter_sets(sets[0], sets[1])?,
+                    NalCodec::H265 => hvcc_from_parameter_sets(sets[0], sets[1], sets[2])?,
                 };
                 self.params = sets.iter().map(|s| s.to_vec()).collect();
                 self.config = Some(config.clone());
@@ -685,7 +688,7 @@ pub(crate) mod tests {
 
     #[test]
     fn hevc_access_units_are_framed_with_their_config() {
-        let mut framer = AnnexBFramer::new(VideoCodec::H265);
+        let mut framer = AnnexBFramer::new(NalCodec::H265);
         let mut out = Vec::new();
         let aud: &[u8] = &[0x46, 0x01, 0x10];
         let sei: &[u8] = &[0x4e, 0x01, 0x05, 0x01, 0x80];

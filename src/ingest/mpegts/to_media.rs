@@ -6,11 +6,9 @@
 use bytes::Bytes;
 
 use super::demux::{DemuxError, DemuxStats, Demuxer, EsCodec, Pes};
-use crate::media::codec::{asc_from_adts, AnnexBFramer, CodecError};
+use crate::media::codec::{asc_from_adts, AnnexBFramer, CodecError, NalCodec};
 use crate::media::timeline::Clock;
-use crate::media::{
-    AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind, Tracks, VideoCodec,
-};
+use crate::media::{AacConfig, AudioConfig, Frame, MediaMessage, Timeline, TrackKind, Tracks};
 
 /// AAC frames carry 1024 samples (ISO 14496-3, AAC-LC / HE-AAC core).
 const AAC_FRAME_SAMPLES: u64 = 1024;
@@ -113,8 +111,8 @@ impl TsToMedia {
         }
         for pes in std::mem::take(&mut self.pes) {
             match pes.codec {
-                EsCodec::H264 => self.video_pes(VideoCodec::H264, pes, out)?,
-                EsCodec::H265 => self.video_pes(VideoCodec::H265, pes, out)?,
+                EsCodec::H264 => self.video_pes(NalCodec::H264, pes, out)?,
+                EsCodec::H265 => self.video_pes(NalCodec::H265, pes, out)?,
                 EsCodec::Aac => self.audio_pes(pes, out)?,
             }
         }
@@ -123,7 +121,7 @@ impl TsToMedia {
 
     fn video_pes(
         &mut self,
-        codec: VideoCodec,
+        codec: NalCodec,
         pes: Pes,
         out: &mut Vec<MediaMessage>,
     ) -> Result<(), TsError> {
