@@ -430,13 +430,7 @@ impl Pusher {
     /// Whether `msg` needs another pipeline, and what that one starts with: a video keyframe
     /// or audio for a branch this pipeline lacks, or a config of another codec.
     fn rebuild_for(&self, msg: &MediaMessage) -> Option<Vec<MediaMessage>> {
-        let mut seed: Vec<MediaMessage> = [
-            self.video_config.clone().map(MediaMessage::VideoConfig),
-            self.audio_config.clone().map(MediaMessage::AudioConfig),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        // Runs for every message: decide without allocating; build the seed only to rebuild.
         let needed = match msg {
             MediaMessage::Frame(f) => match f.track {
                 TrackKind::Video => {
@@ -453,10 +447,21 @@ impl Pusher {
         if !needed {
             return None;
         }
-        if let MediaMessage::VideoConfig(_) | MediaMessage::AudioConfig(_) = msg {
-            seed.retain(|m| std::mem::discriminant(m) != std::mem::discriminant(msg));
-        }
-        seed.push(msg.clone());
+        // The latest configs, less the one `msg` replaces, then `msg` itself.
+        let video = self
+            .video_config
+            .clone()
+            .filter(|_| !matches!(msg, MediaMessage::VideoConfig(_)));
+        let audio = self
+            .audio_config
+            .clone()
+            .filter(|_| !matches!(msg, MediaMessage::AudioConfig(_)));
+        let seed = video
+            .map(MediaMessage::VideoConfig)
+            .into_iter()
+            .chain(audio.map(MediaMessage::AudioConfig))
+            .chain(std::iter::once(msg.clone()))
+            .collect();
         Some(seed)
     }
 
@@ -633,6 +638,132 @@ mod tests {
         }
         pipeline.set_state(gst::State::Null).unwrap();
         (avcc.unwrap(), out)
+    }
+
+    /// Encodes `buffers` of a sine as AAC-LC 48 kHz stereo: (AudioSpecificConfig, [(pts ns,
+    /// raw frame)]).
+    fn encode_aac(buffers: i32) -> (bytes::Bytes, Vec<(u64, bytes::Bytes)>) {
+        init().unwrap();
+        let desc = format!(
+            "audiotestsrc num-buffers={buffers} samplesperbuffer=1024 \
+             ! audio/x-raw,rate=48000,channels=2 ! avenc_aac ! aacparse \
+             ! audio/mpeg,stream-format=raw ! appsink name=out sync=false"
+        );
+        let pipeline = gst::parse::launch(&desc)
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap();
+        let sink = pipeline
+            .by_name("out")
+            .unwrap()
+            .downcast::<AppSink>()
+            .unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let mut asc = None;
+        let mut out = Vec::new();
+        while let Ok(sample) = sink.pull_sample() {
+            if asc.is_none() {
+                let caps = sample.caps().unwrap();
+                let data = caps
+                    .structure(0)
+                    .unwrap()
+                    .get::<gst::Buffer>("codec_data")
+                    .unwrap();
+                asc = Some(bytes::Bytes::copy_from_slice(&data.map_readable().unwrap()));
+            }
+            let b = sample.buffer().unwrap();
+            out.push((
+                b.pts().unwrap().nseconds(),
+                bytes::Bytes::copy_from_slice(&b.map_readable().unwrap()),
+            ));
+        }
+        pipeline.set_state(gst::State::Null).unwrap();
+        (asc.unwrap(), out)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_track_that_appears_later_rebuilds_the_pipeline_with_it() {
+        let (avcc, video) = encode(640, 360, 150);
+        let (asc, audio) = encode_aac(100);
+        // x264enc stamps from 1000 h (GstVideoEncoder's offset): from 0, like the audio.
+        let base = video[0].0;
+        let video: Vec<_> = video
+            .into_iter()
+            .map(|(t, k, d)| (t - base, k, d))
+            .collect();
+        let package = Arc::new(Package::new(StreamPackage::new(
+            PackagingConfig::default(),
+            vec![],
+        )));
+        let (tx, rx) = mpsc::channel(8192);
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let stream = Stream {
+            id: 1,
+            package: package.clone(),
+            status: SharedStatus::default(),
+            counters: Arc::<Counters>::default(),
+        };
+        let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
+        let task = tokio::spawn(run(stream, ladder, rx, stop));
+        let config = crate::media::codec::parse_avcc(avcc).unwrap();
+        tx.send(MediaMessage::VideoConfig(config)).await.unwrap();
+        // Nothing declared, video only for 3 s: the pipeline starts without audio.
+        let mut audio = audio.into_iter().peekable();
+        let asc = crate::media::codec::parse_asc(asc).unwrap();
+        for (pts, keyframe, data) in video {
+            if pts >= 3_000_000_000 {
+                if let Some(asc) = Some(asc.clone()).filter(|_| audio.peek().is_some()) {
+                    if pts < 3_040_000_000 {
+                        tx.send(MediaMessage::AudioConfig(AudioConfig::Aac(asc)))
+                            .await
+                            .unwrap();
+                    }
+                }
+                while let Some((t, a)) = audio.next_if(|(t, _)| *t + 3_000_000_000 <= pts) {
+                    let t = t + 3_000_000_000;
+                    tx.send(MediaMessage::Frame(Frame {
+                        track: TrackKind::Audio,
+                        dts: t,
+                        pts: t,
+                        keyframe: true,
+                        data: a,
+                    }))
+                    .await
+                    .unwrap();
+                }
+            }
+            tx.send(MediaMessage::Frame(Frame {
+                track: TrackKind::Video,
+                dts: pts,
+                pts,
+                keyframe,
+                data,
+            }))
+            .await
+            .unwrap();
+            if pts < 1_500_000_000 {
+                // Real time for the start, so the probe decides on video alone.
+                tokio::time::sleep(Duration::from_millis(33)).await;
+            }
+        }
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let (names, marked) = package.read(|p| {
+            (
+                p.renditions
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect::<Vec<_>>(),
+                p.renditions[0].segments().iter().any(|s| s.discontinuity),
+            )
+        });
+        // The audio joined the outputs, in a new pipeline whose first segment is marked.
+        assert_eq!(names, ["360p", "audio"]);
+        assert!(marked, "no discontinuity at the rebuild");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
