@@ -10,11 +10,11 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use time::OffsetDateTime;
 
+use livepack::http::delivery::media_playlist_now;
 use livepack::package::hls::{self, MediaQuery};
 use livepack::package::{
-    dash, Package, PackagingConfig, PartIn, Rendition, RenditionKind, Retention, StreamPackage,
+    dash, Package, PackageState, PackagingConfig, PartIn, Rendition, RenditionKind, Retention,
 };
-use livepack::serve::media_playlist_now;
 
 const PART: Duration = Duration::from_millis(500);
 const PARTS_PER_SEGMENT: u64 = 4;
@@ -62,8 +62,8 @@ fn part(index: u64, t0: OffsetDateTime, data: &Bytes) -> PartIn {
 
 /// A stream that has published `parts` parts on every rendition (plus one open part), with
 /// the live window or a DVR window.
-fn stream(parts: u64, dvr: Option<Duration>) -> StreamPackage {
-    let mut p = StreamPackage::new(PackagingConfig::default(), ladder());
+fn stream(parts: u64, dvr: Option<Duration>) -> PackageState {
+    let mut p = PackageState::new(PackagingConfig::default(), ladder());
     p.dvr_window = dvr;
     let t0 = OffsetDateTime::now_utc() - PART * parts as u32;
     let data = Bytes::from(vec![0u8; PART_BYTES]);

@@ -388,8 +388,8 @@ impl Config {
         }
         let switch = layer
             .backup_switch_secs
-            .unwrap_or(crate::registry::switch::DEFAULT_SWITCH_TIMEOUT.as_secs());
-        if !crate::registry::switch::SWITCH_TIMEOUT_RANGE_SECS.contains(&switch) {
+            .unwrap_or(crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs());
+        if !crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS.contains(&switch) {
             return Err(ConfigError::Invalid {
                 origin: ORIGIN,
                 key: "backup_switch_secs",
@@ -508,16 +508,16 @@ impl Config {
             )?,
             handshake_timeout: handshake,
             idle_timeout: idle,
-            guard: crate::ingest::rtmp::guard::GuardLimits {
+            guard: crate::ingest::rtmp::vet::GuardLimits {
                 max_media_message: ranged(
                     layer.rtmp_max_message_bytes,
-                    u64::from(crate::ingest::rtmp::guard::DEFAULT_MAX_MEDIA_MESSAGE),
+                    u64::from(crate::ingest::rtmp::vet::DEFAULT_MAX_MEDIA_MESSAGE),
                     "rtmp_max_message_bytes",
                     64 * 1024..=64 * 1024 * 1024,
                 )? as u32,
                 max_amf_depth: ranged(
                     layer.rtmp_max_amf_depth,
-                    crate::ingest::rtmp::guard::DEFAULT_MAX_AMF_DEPTH,
+                    crate::ingest::rtmp::vet::DEFAULT_MAX_AMF_DEPTH,
                     "rtmp_max_amf_depth",
                     4..=256,
                 )?,

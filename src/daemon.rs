@@ -14,16 +14,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use url::Url;
 
-use crate::api::{self, Api, ApiError, ApiKeys, Endpoints};
 use crate::config::Config;
+use crate::db::{SqliteStore, Store, StoreError};
+use crate::http::api::{self, Api, ApiError, ApiKeys, Endpoints};
+use crate::http::delivery;
+use crate::http::listener::{self, json_response, Body, HttpLimits};
 use crate::ingest::rtmp::listener as rtmp;
 use crate::ingest::srt;
+use crate::live::Registry;
 use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
-use crate::registry::Registry;
-use crate::serve;
-use crate::server::{self, json_response, Body, HttpLimits};
-use crate::store::{SqliteStore, Store, StoreError};
 
 /// GStreamer elements the pipelines need, checked at start so a missing plugin package is an
 /// immediate, named error rather than a failure at the first publish.
@@ -274,8 +274,10 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .unwrap_or_default();
     let whip_tcp_addr = muxes.tcp.as_ref().map(|m| m.local_addr());
     let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone(), muxes);
-    let player =
-        crate::serve::player::Player::new(registry.clone(), config.player_assets_dir.clone());
+    let player = crate::http::delivery::player::Player::new(
+        registry.clone(),
+        config.player_assets_dir.clone(),
+    );
     let handler = {
         let whip = whip.clone();
         move |req: Request<Incoming>, _peer: SocketAddr| {
@@ -306,7 +308,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     ));
     crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone())
         .map_err(DaemonError::Pull)?;
-    let http = tokio::spawn(server::serve(listener, handler, limits, shutdown_rx));
+    let http = tokio::spawn(listener::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");
     tracing::info!(udp = ?whip_udp_addrs, tcp = ?whip_tcp_addr, "WHIP ICE ports");
@@ -332,7 +334,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
 async fn route(
     api: Arc<Api>,
     whip: Arc<crate::ingest::whip::Whip>,
-    player: Arc<crate::serve::player::Player>,
+    player: Arc<crate::http::delivery::player::Player>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path();
@@ -349,11 +351,11 @@ async fn route(
     };
     match path {
         "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        "/time" => public(serve::time_response()),
+        "/time" => public(delivery::time_response()),
         "/openapi.json" => public(
             Response::builder()
                 .header(hyper::header::CONTENT_TYPE, "application/json")
-                .body(server::full(api::OPENAPI_JSON))
+                .body(listener::full(api::OPENAPI_JSON))
                 .expect("static response is valid"),
         ),
         "/metrics" if !api.keys.allows(req.headers()) => {
@@ -361,15 +363,15 @@ async fn route(
         }
         "/metrics" => public(
             Response::builder()
-                .header(hyper::header::CONTENT_TYPE, serve::metrics::CONTENT_TYPE)
+                .header(hyper::header::CONTENT_TYPE, delivery::metrics::CONTENT_TYPE)
                 .header(hyper::header::CACHE_CONTROL, "no-store")
-                .body(server::full(serve::metrics::scrape(&api.registry)))
+                .body(listener::full(delivery::metrics::scrape(&api.registry)))
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.handle(req).await,
-        p if serve::owns(p) => serve::handle(api.registry.clone(), req).await,
+        p if delivery::owns(p) => delivery::handle(api.registry.clone(), req).await,
         p if crate::ingest::whip::owns(p) => whip.handle(req).await,
-        p if serve::player::owns(p) => player.handle(req).await,
+        p if delivery::player::owns(p) => player.handle(req).await,
         _ => api::error_response(&ApiError::not_found("resource")),
     }
 }

@@ -41,7 +41,7 @@ fn record<'a>(data: &mut &'a [u8]) -> Option<&'a [u8]> {
 
 /// The RTMP chunk-stream guard, fed in arbitrary splits (each record is one socket read).
 pub fn rtmp_chunks(mut data: &[u8]) {
-    let mut guard = crate::ingest::rtmp::guard::ChunkGuard::new();
+    let mut guard = crate::ingest::rtmp::vet::ChunkGuard::new();
     while let Some(read) = record(&mut data) {
         if guard.check(read).is_err() {
             return;
@@ -50,10 +50,10 @@ pub fn rtmp_chunks(mut data: &[u8]) {
 }
 
 pub fn amf0(data: &[u8]) {
-    let _ = crate::ingest::rtmp::guard::check_amf0(
+    let _ = crate::ingest::rtmp::vet::check_amf0(
         data,
         0,
-        crate::ingest::rtmp::guard::DEFAULT_MAX_AMF_DEPTH,
+        crate::ingest::rtmp::vet::DEFAULT_MAX_AMF_DEPTH,
     );
 }
 
@@ -172,22 +172,22 @@ pub fn whip_rtp(mut data: &[u8]) {
 pub fn http_media_path(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (path, query) = text.split_once('?').unwrap_or((&text, ""));
-    let _ = crate::serve::parse_path(path);
+    let _ = crate::http::delivery::parse_path(path);
     let _ = crate::package::hls::parse_query(Some(query));
 }
 
 /// A stream create/update body: JSON, then the field rules.
 pub fn api_stream_body(data: &[u8]) {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
-        let _ = crate::api::streams::settings_from_body(value);
+        let _ = crate::http::api::streams::settings_from_body(value);
     }
 }
 
 /// Query strings of the listings (pairs, integers, the FastEdge filters and ordering).
 pub fn api_query(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let _ = crate::api::query_pairs(Some(&text));
-    let _ = crate::api::fastedge::parse_filter(Some(&text));
+    let _ = crate::http::api::query_pairs(Some(&text));
+    let _ = crate::http::api::fastedge::parse_filter(Some(&text));
 }
 
 #[cfg(test)]

@@ -18,17 +18,15 @@
 //! HTTP delivery; ingest never imports the pipeline or the packager.
 #![forbid(unsafe_code)]
 
-pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod db;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod http;
 pub mod ingest;
+pub mod live;
 pub mod media;
 pub mod package;
 pub mod pipeline;
 pub mod quality;
-pub mod registry;
-pub mod serve;
-pub mod server;
-pub mod store;

@@ -7,7 +7,7 @@ pub mod rtmp;
 pub mod srt;
 pub mod whip;
 
-use crate::registry::Slot;
+use crate::live::Slot;
 
 /// Which input of which stream a publisher asks for, with the token it offers.
 #[derive(Debug, Clone, PartialEq, Eq)]

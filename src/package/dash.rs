@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::store::{Rendition, RenditionKind, StreamPackage};
+use super::state::{PackageState, Rendition, RenditionKind};
 use super::utc_ms;
 
 /// ServiceDescription latency target: three parts, as LL-HLS's PART-HOLD-BACK.
@@ -92,7 +92,7 @@ fn epoch_start(r: &Rendition, epoch_msn: u64, d: Duration) -> Option<OffsetDateT
 /// whose `$Number$` addressing starts at the epoch's first sequence number; a main/backup or
 /// PULL source switch keeps media time going and stays within its Period.
 pub fn render_mpd(
-    pkg: &StreamPackage,
+    pkg: &PackageState,
     now: OffsetDateTime,
     time_url: &str,
     client: DashClient,
@@ -284,13 +284,13 @@ pub fn utc_now_text(now: OffsetDateTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::package::store::tests::{part, stereo_audio, video_720p};
+    use crate::package::state::tests::{part, stereo_audio, video_720p};
     use crate::package::PackagingConfig;
 
     #[test]
     fn mpd_announces_both_sets_with_low_latency_fields() {
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-        let mut pkg = StreamPackage::new(
+        let mut pkg = PackageState::new(
             PackagingConfig::default(),
             vec![video_720p(3_000_000), stereo_audio(128_000)],
         );
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn a_reconnect_starts_a_period_numbered_from_its_first_segment() {
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-        let mut pkg = StreamPackage::new(
+        let mut pkg = PackageState::new(
             PackagingConfig::default(),
             vec![video_720p(3_000_000), stereo_audio(128_000)],
         );

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::store::{Rendition, RenditionKind, StreamPackage};
+use super::state::{PackageState, Rendition, RenditionKind};
 
 /// rfc8216bis §6.2.5.2: "the server SHOULD immediately return Bad Request … if the _HLS_part
 /// exceeds the last Partial Segment in the current Playlist by the Advance Part Limit", which
@@ -106,7 +106,7 @@ pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: 
     }
 }
 
-pub fn block_timeout(pkg: &StreamPackage) -> Duration {
+pub fn block_timeout(pkg: &PackageState) -> Duration {
     Duration::from_secs(pkg.config.target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
 }
 
@@ -116,7 +116,7 @@ fn secs(d: Duration) -> String {
 
 /// The multivariant playlist: one variant per video rendition, audio as an EXT-X-MEDIA group
 /// (or an audio-only variant when there is no video).
-pub fn render_master(pkg: &StreamPackage) -> String {
+pub fn render_master(pkg: &PackageState) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -187,7 +187,7 @@ pub fn render_master(pkg: &StreamPackage) -> String {
 
 /// A media playlist (§4.4): the live window of `r`, its parts near the live edge, the preload
 /// hint and the other renditions' reports. `skip` makes it a delta update (§6.2.5.1).
-pub fn render_media(pkg: &StreamPackage, r: &Rendition, skip: bool, endlist: bool) -> String {
+pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool) -> String {
     let cfg = &pkg.config;
     let td = cfg.target_duration_secs();
     let part_target = cfg.part;
@@ -313,21 +313,21 @@ pub fn next_part_hint(r: &Rendition, segment_target: Duration) -> Option<(u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::package::store::tests::{part, stereo_audio, video_720p};
-    use crate::package::store::PackagingConfig;
+    use crate::package::state::tests::{part, stereo_audio, video_720p};
+    use crate::package::state::PackagingConfig;
     use time::OffsetDateTime;
 
-    fn package(parts: usize) -> StreamPackage {
+    fn package(parts: usize) -> PackageState {
         package_with(parts, 3)
     }
 
-    fn package_with(parts: usize, window_segments: usize) -> StreamPackage {
+    fn package_with(parts: usize, window_segments: usize) -> PackageState {
         let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let mut video = video_720p(3_000_000);
         let mut audio = stereo_audio(128_000);
         video.set_init(bytes::Bytes::from_static(b"init"));
         audio.set_init(bytes::Bytes::from_static(b"init"));
-        let mut pkg = StreamPackage::new(
+        let mut pkg = PackageState::new(
             PackagingConfig {
                 window_segments,
                 retain_segments: 1,

@@ -3,7 +3,7 @@
 
 pub mod dash;
 pub mod hls;
-pub mod store;
+pub mod state;
 pub mod ts;
 
 use std::sync::{Mutex, MutexGuard};
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use store::{
-    PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention, StreamPackage,
+pub use state::{
+    PackageState, PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention,
 };
 
 use std::path::{Path, PathBuf};
@@ -85,33 +85,33 @@ impl MediaDir {
         std::fs::rename(&tmp, path)
     }
 }
-/// A [`StreamPackage`] shared between the pipeline's streaming threads (writers) and HTTP
+/// A [`PackageState`] shared between the pipeline's streaming threads (writers) and HTTP
 /// handlers (readers), with a change counter that blocking requests wait on.
 pub struct Package {
-    state: Mutex<StreamPackage>,
-    /// Fires on every change; the change count itself is [`StreamPackage::version`].
+    state: Mutex<PackageState>,
+    /// Fires on every change; the change count itself is [`PackageState::version`].
     changed: watch::Sender<()>,
 }
 
 impl Package {
-    pub fn new(package: StreamPackage) -> Package {
+    pub fn new(package: PackageState) -> Package {
         Package {
             state: Mutex::new(package),
             changed: watch::Sender::new(()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, StreamPackage> {
+    fn lock(&self) -> MutexGuard<'_, PackageState> {
         // Writers only append to in-memory structures; a panic mid-update leaves a usable store.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn read<R>(&self, f: impl FnOnce(&StreamPackage) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&PackageState) -> R) -> R {
         f(&self.lock())
     }
 
     /// Applies a change and wakes every waiting request.
-    pub fn update<R>(&self, f: impl FnOnce(&mut StreamPackage) -> R) -> R {
+    pub fn update<R>(&self, f: impl FnOnce(&mut PackageState) -> R) -> R {
         let out = {
             let mut p = self.lock();
             p.version = p.version.wrapping_add(1);
@@ -124,7 +124,7 @@ impl Package {
     /// Appends a part to rendition `index` of `output` (`whole`: the part is a complete segment,
     /// as TS segments are), then mirrors the change on disk outside the lock: the completed
     /// segment is written, evicted ones are deleted. A failed write (disk full) keeps the
-    /// segment in memory, sets [`StreamPackage::storage_error`] (shown in the record) and cuts
+    /// segment in memory, sets [`PackageState::storage_error`] (shown in the record) and cuts
     /// the window to [`MAX_UNWRITTEN_SEGMENTS`] held in memory only; live output goes on, and
     /// the next segment written clears the error.
     pub fn push(&self, output: Output, index: usize, part: PartIn, whole: bool) {
@@ -199,7 +199,7 @@ impl Package {
     pub async fn wait_for<R>(
         &self,
         timeout: Duration,
-        mut f: impl FnMut(&StreamPackage) -> Option<R>,
+        mut f: impl FnMut(&PackageState) -> Option<R>,
     ) -> Option<R> {
         let mut rx = self.changed.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
@@ -242,11 +242,11 @@ mod tests {
     /// error shows, memory holds at most MAX_UNWRITTEN_SEGMENTS, and it clears once writable.
     #[test]
     fn a_failing_disk_is_reported_bounded_and_recovered_from() {
-        use store::tests::{part, video_720p};
+        use state::tests::{part, video_720p};
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("media");
         std::fs::write(&root, b"in the way").unwrap();
-        let mut sp = StreamPackage::new(PackagingConfig::default(), vec![video_720p(1_000_000)]);
+        let mut sp = PackageState::new(PackagingConfig::default(), vec![video_720p(1_000_000)]);
         sp.media_dir = Some(MediaDir::new(root.clone()));
         sp.dvr_window = Some(Duration::from_secs(3600));
         let pkg = Package::new(sp);
@@ -284,7 +284,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waiters_wake_on_update_and_time_out() {
-        let pkg = Arc::new(Package::new(StreamPackage::new(
+        let pkg = Arc::new(Package::new(PackageState::new(
             PackagingConfig::default(),
             vec![],
         )));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::store::{Rendition, StreamPackage};
+use super::state::{PackageState, Rendition};
 
 pub const TS_PACKET: usize = 188;
 const SYNC: u8 = 0x47;
@@ -239,7 +239,7 @@ fn duration_param(d: Duration) -> String {
 }
 
 /// A TS variant's codecs: its rung's H.264 (from the CMAF init) plus the muxed AAC.
-fn ts_codecs(pkg: &StreamPackage, r: &Rendition) -> String {
+fn ts_codecs(pkg: &PackageState, r: &Rendition) -> String {
     let audio = pkg
         .renditions
         .iter()
@@ -253,7 +253,7 @@ fn ts_codecs(pkg: &StreamPackage, r: &Rendition) -> String {
 }
 
 /// The MPEG-TS master playlist (one variant per rung, audio muxed into each).
-pub fn render_master(pkg: &StreamPackage, with_duration: bool) -> String {
+pub fn render_master(pkg: &PackageState, with_duration: bool) -> String {
     let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-INDEPENDENT-SEGMENTS\n");
     let query = if with_duration {
         "?get_duration_sec=true"
@@ -289,7 +289,7 @@ pub fn render_master(pkg: &StreamPackage, with_duration: bool) -> String {
 
 /// A v6 media playlist of whole TS segments: no parts, no LL tags.
 pub fn render_media(
-    pkg: &StreamPackage,
+    pkg: &PackageState,
     r: &Rendition,
     with_duration: bool,
     endlist: bool,
@@ -333,7 +333,7 @@ pub fn render_media(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::package::store::tests::{stereo_audio, video_720p};
+    use crate::package::state::tests::{stereo_audio, video_720p};
     use crate::package::{PackagingConfig, PartIn};
     use time::OffsetDateTime;
 
@@ -444,7 +444,7 @@ mod tests {
     #[test]
     fn golden_ts_playlists() {
         let t0 = OffsetDateTime::UNIX_EPOCH;
-        let mut pkg = StreamPackage::new(PackagingConfig::default(), vec![]);
+        let mut pkg = PackageState::new(PackagingConfig::default(), vec![]);
         let mut v = video_720p(3_000_000);
         pkg.renditions.push(video_720p(1));
         pkg.renditions.push(stereo_audio(1));
@@ -460,7 +460,7 @@ mod tests {
                     pdt: t0,
                     data: Bytes::from(vec![0u8; 1000]),
                 },
-                crate::package::store::Retention::Segments(10),
+                crate::package::state::Retention::Segments(10),
             );
         }
         v.close_open_segment();

@@ -15,11 +15,11 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
+use crate::live::{Counters, LiveStatus, SharedStatus};
 use crate::media::{
     AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoCodec, VideoConfig, TRACK_WAIT,
 };
 use crate::package::Package;
-use crate::registry::{Counters, LiveStatus, SharedStatus};
 pub use ladder::{Ladder, Rung};
 
 /// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate,
@@ -94,7 +94,7 @@ impl Probe {
 
 /// The stream a pipeline works for: where its parts go and what it reports.
 #[derive(Clone)]
-pub struct Stream {
+pub struct Handles {
     pub id: i64,
     pub package: Arc<Package>,
     pub status: SharedStatus,
@@ -242,7 +242,7 @@ pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
 /// running pipeline and builds the next one on the same package at the next keyframe: the
 /// outputs continue with a discontinuity (the same as a reconnect within the grace period).
 pub async fn run(
-    stream: Stream,
+    stream: Handles,
     ladder: Ladder,
     mut rx: mpsc::Receiver<MediaMessage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -280,13 +280,13 @@ enum Pumped {
 
 /// One pipeline: built from the probe, fed until it ends, drained.
 async fn run_one(
-    stream: &Stream,
+    stream: &Handles,
     ladder: &Ladder,
     probe: Probe,
     rx: &mut mpsc::Receiver<MediaMessage>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Pumped, PipelineError> {
-    let Stream {
+    let Handles {
         id: stream_id,
         package,
         status,
@@ -591,7 +591,7 @@ async fn set_state(pipeline: &gst::Pipeline, state: gst::State) -> Result<(), Pi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::package::{PackagingConfig, StreamPackage};
+    use crate::package::{PackageState, PackagingConfig};
     use crate::quality::QualitySets;
     use gstreamer_app::AppSink;
 
@@ -691,13 +691,13 @@ mod tests {
             .into_iter()
             .map(|(t, k, d)| (t - base, k, d))
             .collect();
-        let package = Arc::new(Package::new(StreamPackage::new(
+        let package = Arc::new(Package::new(PackageState::new(
             PackagingConfig::default(),
             vec![],
         )));
         let (tx, rx) = mpsc::channel(8192);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-        let stream = Stream {
+        let stream = Handles {
             id: 1,
             package: package.clone(),
             status: SharedStatus::default(),
@@ -770,7 +770,7 @@ mod tests {
     async fn a_sequence_header_change_mid_stream_keeps_the_outputs_going() {
         let (avcc_a, frames_a) = encode(1280, 720, 90);
         let (avcc_b, frames_b) = encode(640, 360, 90);
-        let package = Arc::new(Package::new(StreamPackage::new(
+        let package = Arc::new(Package::new(PackageState::new(
             PackagingConfig::default(),
             vec![],
         )));
@@ -779,7 +779,7 @@ mod tests {
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
         let counters = Arc::<Counters>::default();
-        let stream = Stream {
+        let stream = Handles {
             id: 1,
             package: package.clone(),
             status: status.clone(),

@@ -13,8 +13,8 @@ use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use time::OffsetDateTime;
 
+use crate::live::{Counters, SharedStatus};
 use crate::package::{Output, Package, PartIn};
-use crate::registry::{Counters, SharedStatus};
 
 /// Window over which `transcoding_speed` is measured.
 pub const SPEED_WINDOW: Duration = Duration::from_secs(10);

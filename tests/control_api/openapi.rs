@@ -14,7 +14,8 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
     let d = Daemon::start(dir.path());
     let doc = d.raw(Method::GET, "/openapi.json", &[], None).await.body;
     // Also the copy in the repository is what is served.
-    let repo: Value = serde_json::from_str(include_str!("../../src/api/openapi.json")).unwrap();
+    let repo: Value =
+        serde_json::from_str(include_str!("../../src/http/api/openapi.json")).unwrap();
     assert_eq!(doc, repo);
 
     let stream = d

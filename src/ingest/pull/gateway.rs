@@ -27,7 +27,7 @@ use url::Url;
 
 use super::guard;
 use super::rewrite::{self, PlaylistKind, Sniffed};
-use crate::server::{self, Body};
+use crate::http::listener::{self as server, Body};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);

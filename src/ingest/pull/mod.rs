@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::registry::Registry;
+use crate::live::Registry;
 
 /// A source that has delivered nothing this long after being opened is skipped.
 pub const DEFAULT_FIRST_DATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,7 +133,7 @@ impl Puller {
                 ids.extend(rows.into_iter().filter(|r| r.settings.pull).map(|r| r.id));
                 offset += n;
                 if n == 0 || offset >= total {
-                    return Ok::<_, crate::store::StoreError>(ids);
+                    return Ok::<_, crate::db::StoreError>(ids);
                 }
             }
         })

@@ -14,8 +14,8 @@ use super::{gateway::Gateway, guard, source, PullConfig};
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
 use crate::ingest::rtmp::to_media::FlvToMedia;
+use crate::live::{PublishError, Publisher, Registry};
 use crate::media::{MediaMessage, TrackKind};
-use crate::registry::{PublishError, Publisher, Registry};
 
 /// How long an HTTP source must keep delivering before its data is used.
 const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
@@ -454,12 +454,12 @@ async fn deactivate(registry: &Arc<Registry>, id: i64) {
             };
             row.settings.active = false;
             match store.update_stream(id, row.revision, &row.settings)? {
-                crate::store::Update::Done(_) => return Ok(true),
-                crate::store::Update::Stale => continue,
+                crate::db::Update::Done(_) => return Ok(true),
+                crate::db::Update::Stale => continue,
                 _ => return Ok(false),
             }
         }
-        Ok::<bool, crate::store::StoreError>(false)
+        Ok::<bool, crate::db::StoreError>(false)
     })
     .await;
     match result {

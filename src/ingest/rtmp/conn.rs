@@ -12,11 +12,11 @@ use rml_rtmp::sessions::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::guard::ChunkGuard;
 use super::key;
 use super::to_media::FlvToMedia;
+use super::vet::ChunkGuard;
 use super::RtmpConfig;
-use crate::registry::{Publisher, Registry};
+use crate::live::{Publisher, Registry};
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
 /// connections that only hold a slot).
@@ -36,7 +36,7 @@ pub enum ConnError {
     #[error("session: {0:?}")]
     Session(rml_rtmp::sessions::ServerSessionError),
     #[error("protocol: {0}")]
-    Guard(#[from] super::guard::GuardError),
+    Guard(#[from] super::vet::GuardError),
     #[error("timed out: {0}")]
     Timeout(String),
     #[error("publish refused: {0}")]

@@ -15,7 +15,7 @@ const MAX_HEADER: usize = 1024;
 const TAG_HEADER: usize = 11;
 /// The largest tag body taken, the same bound as an RTMP media message
 /// (`rtmp_max_message_bytes`' default): DataSize is a 24-bit field (16 MiB).
-pub const MAX_TAG: usize = super::guard::DEFAULT_MAX_MEDIA_MESSAGE as usize;
+pub const MAX_TAG: usize = super::vet::DEFAULT_MAX_MEDIA_MESSAGE as usize;
 
 const TAG_AUDIO: u8 = 8;
 const TAG_VIDEO: u8 = 9;

@@ -34,7 +34,7 @@ pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Slot;
+    use crate::live::Slot;
 
     #[test]
     fn accepted_forms() {

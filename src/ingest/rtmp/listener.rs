@@ -12,7 +12,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use super::{conn, RtmpConfig};
-use crate::registry::Registry;
+use crate::live::Registry;
 
 /// Concurrent connections per listener; the excess is closed at accept.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;

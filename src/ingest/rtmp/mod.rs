@@ -3,10 +3,10 @@
 
 pub mod conn;
 pub mod flv;
-pub mod guard;
 pub mod key;
 pub mod listener;
 pub mod to_media;
+pub mod vet;
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub struct RtmpConfig {
     pub handshake_timeout: Duration,
     /// A publisher that sends nothing for this long is gone.
     pub idle_timeout: Duration,
-    pub guard: guard::GuardLimits,
+    pub guard: vet::GuardLimits,
 }
 
 impl Default for RtmpConfig {
@@ -28,7 +28,7 @@ impl Default for RtmpConfig {
             max_connections: listener::DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: conn::DEFAULT_HANDSHAKE_TIMEOUT,
             idle_timeout: conn::DEFAULT_IDLE_TIMEOUT,
-            guard: guard::GuardLimits::default(),
+            guard: vet::GuardLimits::default(),
         }
     }
 }

@@ -101,7 +101,7 @@ impl FlvToMedia {
     /// decoded (rml_amf0 recurses without one).
     pub fn script(&mut self, body: &Bytes) -> Result<Option<MediaMessage>, FlvError> {
         use rml_amf0::Amf0Value;
-        super::guard::check_amf0(body, 0, super::guard::DEFAULT_MAX_AMF_DEPTH)
+        super::vet::check_amf0(body, 0, super::vet::DEFAULT_MAX_AMF_DEPTH)
             .map_err(|e| FlvError::Script(e.to_string()))?;
         let values = rml_amf0::deserialize(&mut std::io::Cursor::new(&body[..]))
             .map_err(|e| FlvError::Script(format!("{e:?}")))?;

@@ -13,7 +13,7 @@ use srt_tokio::ConnectionRequest;
 
 use super::streamid;
 use crate::ingest::mpegts::to_media::TsToMedia;
-use crate::registry::{PublishError, Registry};
+use crate::live::{PublishError, Registry};
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,12 +48,7 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
     };
     let (id, slot) = (target.stream_id, target.slot);
     let row = match registry
-        .check_publish(
-            id,
-            slot,
-            &target.token,
-            crate::registry::DRAIN_WAIT_HANDSHAKE,
-        )
+        .check_publish(id, slot, &target.token, crate::live::DRAIN_WAIT_HANDSHAKE)
         .await
     {
         Ok(row) => row,

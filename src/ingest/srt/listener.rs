@@ -14,7 +14,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{watch, Semaphore};
 
 use super::conn;
-use crate::registry::Registry;
+use crate::live::Registry;
 
 /// Concurrent SRT callers (handshaking or publishing); the excess is rejected as overload.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;

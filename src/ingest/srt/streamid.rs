@@ -84,7 +84,7 @@ fn access_control(pairs: &str) -> Result<(&str, &str), StreamIdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Slot;
+    use crate::live::Slot;
 
     #[test]
     fn both_syntaxes() {

@@ -23,8 +23,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::registry::{PublishError, Registry, DRAIN_WAIT};
-use crate::server::{empty, full, json_response, Body};
+use crate::http::listener::{empty, full, json_response, Body};
+use crate::live::{PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
 pub const DEFAULT_UDP_MUX_ADDR: &str = "0.0.0.0:8189";

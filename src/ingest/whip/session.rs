@@ -29,8 +29,8 @@ use webrtc::peer_connection::{
 use super::mux::MuxRuntime;
 use super::to_media::{RtpPacket, RtpToMedia};
 use super::{Muxes, WhipConfig};
+use crate::live::Publisher;
 use crate::media::TrackKind;
-use crate::registry::Publisher;
 
 /// How long ICE gathering may take before the answer is sent with what was gathered.
 const GATHER_TIMEOUT: Duration = Duration::from_secs(3);

@@ -12,9 +12,9 @@ use time::OffsetDateTime;
 
 use super::fields::{char_len, Fields, Nullable};
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
-use crate::registry::LiveStatus;
-use crate::server::{json_response, Body};
-use crate::store::{Projection, RecordType, StreamRow, StreamSettings, Update};
+use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
+use crate::http::listener::{json_response, Body};
+use crate::live::LiveStatus;
 
 /// Fixed page size of `GET /streaming/streams?page=N`.
 pub const STREAMS_PAGE_SIZE: u32 = 25;

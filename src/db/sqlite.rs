@@ -504,7 +504,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ApiType, Projection};
+    use crate::db::{ApiType, Projection};
 
     fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
         AppSettings {

@@ -18,9 +18,9 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHEN
 use hyper::{Method, Request, Response, StatusCode};
 use url::Url;
 
+use crate::db::{Store, StoreError};
+use crate::http::listener::{full, json_response, Body};
 use crate::quality::QualitySets;
-use crate::server::{full, json_response, Body};
-use crate::store::{Store, StoreError};
 pub use auth::ApiKeys;
 pub use error::ApiError;
 
@@ -62,7 +62,7 @@ pub struct Api {
     pub quality_sets: Arc<QualitySets>,
     pub endpoints: Endpoints,
     pub fastedge_app_domain: String,
-    pub registry: Arc<crate::registry::Registry>,
+    pub registry: Arc<crate::live::Registry>,
 }
 
 /// What a path names; dispatch matches on it and the method.
@@ -402,7 +402,7 @@ pub fn redirect(location: &str) -> Result<Response<Body>, ApiError> {
 pub fn no_content() -> Response<Body> {
     Response::builder()
         .status(StatusCode::NO_CONTENT)
-        .body(crate::server::empty())
+        .body(crate::http::listener::empty())
         .expect("static response is valid")
 }
 

@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 use super::fields::{char_len, Fields};
 use super::streams::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
-use crate::server::{json_response, Body};
-use crate::store::{ApiType, AppFilter, AppOrderKey, AppRow, AppSettings, Update};
+use crate::db::{ApiType, AppFilter, AppOrderKey, AppRow, AppSettings, Update};
+use crate::http::listener::{json_response, Body};
 
 pub const DEFAULT_APPS_LIMIT: u32 = 25;
 pub const MAX_APPS_LIMIT: u32 = 1000;

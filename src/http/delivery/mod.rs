@@ -11,10 +11,10 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::http::listener::{empty, full, Body};
+use crate::live::Registry;
 use crate::package::hls::{self, Readiness};
-use crate::package::{Output, Package, StreamPackage};
-use crate::registry::Registry;
-use crate::server::{empty, full, Body};
+use crate::package::{Output, Package, PackageState};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
 /// Parts and segments never change once published (sequence numbers are never reused).
@@ -218,7 +218,7 @@ pub async fn handle(
                     .get(header::USER_AGENT)
                     .and_then(|h| h.to_str().ok()),
             );
-            let render = |p: &StreamPackage| {
+            let render = |p: &PackageState| {
                 let now = time::OffsetDateTime::now_utc();
                 crate::package::dash::render_mpd(p, now, &time_url, client)
             };
@@ -260,7 +260,7 @@ pub async fn handle(
         }
         Target::TsMaster => {
             let with_duration = duration_requested(req.uri().query());
-            let ready = |p: &StreamPackage| {
+            let ready = |p: &PackageState| {
                 (!p.ts_renditions.is_empty()
                     && p.ts_renditions
                         .iter()
@@ -337,7 +337,7 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
     if started.is_none() {
         return not_found();
     }
-    let (tx, body) = crate::server::channel_body(8);
+    let (tx, body) = crate::http::listener::channel_body(8);
     tokio::spawn(async move {
         let mut next = 0usize;
         loop {
@@ -388,10 +388,10 @@ enum Source {
 }
 
 fn locate(
-    p: &StreamPackage,
+    p: &PackageState,
     output: Output,
     name: &str,
-    s: &crate::package::store::Segment,
+    s: &crate::package::state::Segment,
 ) -> Source {
     match (s.in_memory(), &p.media_dir) {
         (false, Some(dir)) => Source::Disk(dir.segment_path(output, name, s.msn)),
@@ -451,7 +451,7 @@ async fn master(package: &Package) -> Response<Body> {
 /// A blocking media playlist request's answer if it can be given now: the playlist, or a
 /// refusal of a request too far ahead; `None` while it must wait for the store to change.
 pub fn media_playlist_now(
-    p: &StreamPackage,
+    p: &PackageState,
     name: &str,
     q: &hls::MediaQuery,
 ) -> Option<Result<Bytes, StatusCode>> {

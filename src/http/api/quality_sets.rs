@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::fields::Fields;
 use super::{Api, ApiError};
-use crate::server::{json_response, Body};
+use crate::http::listener::{json_response, Body};
 
 use crate::quality::DEFAULT_QUALITY_SET_KEY;
 

@@ -11,8 +11,8 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::registry::Registry;
-use crate::server::{full, json_response, Body};
+use crate::http::listener::{full, json_response, Body};
+use crate::live::Registry;
 
 const PAGE: &str = include_str!("player.html");
 /// The only files served from the assets directory: request names never become paths.

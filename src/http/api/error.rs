@@ -4,7 +4,7 @@
 use hyper::StatusCode;
 use serde_json::json;
 
-use crate::store::StoreError;
+use crate::db::StoreError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {

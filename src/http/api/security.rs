@@ -10,8 +10,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::{Api, ApiError};
-use crate::server::{json_response, Body};
-use crate::store::{ProfileTemplate, Store, StoreError};
+use crate::db::{ProfileTemplate, Store, StoreError};
+use crate::http::listener::{json_response, Body};
 
 pub const BUILTIN_PROFILE_TEMPLATES: &str = include_str!("profile_templates.json");
 const SEEDED_KEY: &str = "profile_templates_seeded";

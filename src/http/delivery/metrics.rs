@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::registry::{Counters, Registry, StreamMetrics};
+use crate::live::{Counters, Registry, StreamMetrics};
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -205,7 +205,7 @@ pub fn scrape(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::LiveStatus;
+    use crate::live::LiveStatus;
     use std::sync::Arc;
 
     #[test]

@@ -12,11 +12,11 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
+use crate::db::{Store, StoreError, StreamRow};
 use crate::media::MediaMessage;
-use crate::package::{Package, PackagingConfig, StreamPackage};
+use crate::package::{Package, PackageState, PackagingConfig};
 use crate::pipeline::{self, Ladder};
 use crate::quality::QualitySets;
-use crate::store::{Store, StoreError, StreamRow};
 use switch::{Switch, SwitchEvent};
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
@@ -334,7 +334,7 @@ impl Registry {
 
     /// Applies changed settings to a live (or lingering) stream: the DVR window and the ENDLIST
     /// choice take effect with the next part, without a restart.
-    pub fn apply_settings(&self, id: i64, settings: &crate::store::StreamSettings) {
+    pub fn apply_settings(&self, id: i64, settings: &crate::db::StreamSettings) {
         let Some(package) = self.package(id) else {
             return;
         };
@@ -417,7 +417,7 @@ impl Registry {
             .load(id)
             .await?
             .ok_or(PublishError::UnknownStream(id))?;
-        if !crate::api::auth::constant_time_eq(row.token.as_bytes(), token.as_bytes()) {
+        if !crate::http::api::auth::constant_time_eq(row.token.as_bytes(), token.as_bytes()) {
             return Err(PublishError::WrongToken(id));
         }
         if !row.settings.active {
@@ -580,8 +580,7 @@ impl Registry {
                     )
                 }
                 None => {
-                    let package =
-                        Arc::new(Package::new(StreamPackage::new(self.packaging, vec![])));
+                    let package = Arc::new(Package::new(PackageState::new(self.packaging, vec![])));
                     let status = SharedStatus::default();
                     let counters = Arc::<Counters>::default();
                     streams.insert(
@@ -614,7 +613,7 @@ impl Registry {
 
         let registry = self.clone();
         let publisher = publisher(counters.clone());
-        let stream = pipeline::Stream {
+        let stream = pipeline::Handles {
             id,
             package,
             status,
@@ -662,13 +661,13 @@ impl Registry {
     /// pipeline ends. Never blocks a publisher: a full pipeline queue drops and counts.
     async fn run_inputs(
         self: Arc<Self>,
-        stream: pipeline::Stream,
+        stream: pipeline::Handles,
         epoch: u64,
         first: Attach,
         mut control_rx: mpsc::Receiver<Control>,
         pipe: mpsc::Sender<MediaMessage>,
     ) {
-        let pipeline::Stream {
+        let pipeline::Handles {
             id,
             status,
             counters,
@@ -875,7 +874,7 @@ async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
 }
 
 /// The rewind window a stream's settings ask for.
-fn dvr_window(settings: &crate::store::StreamSettings) -> Option<Duration> {
+fn dvr_window(settings: &crate::db::StreamSettings) -> Option<Duration> {
     settings
         .dvr_enabled
         .then(|| Duration::from_secs(u64::from(settings.dvr_duration)))

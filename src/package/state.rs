@@ -483,7 +483,7 @@ impl Rendition {
 
 /// Everything packaged for one stream: its renditions and whether the broadcast ended.
 #[derive(Debug)]
-pub struct StreamPackage {
+pub struct PackageState {
     pub config: PackagingConfig,
     pub renditions: Vec<Rendition>,
     /// MPEG-TS variants (legacy HLS): one whole-segment "part" per TS segment.
@@ -517,9 +517,9 @@ struct CachedPlaylist {
     text: Bytes,
 }
 
-impl StreamPackage {
+impl PackageState {
     pub fn new(config: PackagingConfig, renditions: Vec<Rendition>) -> Self {
-        StreamPackage {
+        PackageState {
             config,
             renditions,
             ts_renditions: Vec::new(),
@@ -645,7 +645,7 @@ pub(crate) mod tests {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let mut video = video_720p(1);
         video.set_init(Bytes::from_static(b"init"));
-        let package = crate::package::Package::new(StreamPackage::new(
+        let package = crate::package::Package::new(PackageState::new(
             PackagingConfig::default(),
             vec![video],
         ));
