@@ -21,7 +21,7 @@ use crate::http::delivery;
 use crate::http::listener::{self, json_response, Body, HttpLimits};
 use crate::ingest::rtmp::listener as rtmp;
 use crate::ingest::srt;
-use crate::live::Registry;
+use crate::live::{LiveConfig, Registry};
 use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
 
@@ -205,10 +205,14 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let registry = Registry::new(
         store.clone(),
         quality_sets.clone(),
-        config.packaging,
-        config.grace_period,
-        config.backup_switch,
-        media_root,
+        Arc::new(pipeline::GstPipelines),
+        LiveConfig {
+            packaging: config.packaging,
+            grace: config.grace_period,
+            linger: crate::live::ENDED_LINGER,
+            switch_timeout: config.backup_switch,
+            media_root,
+        },
     );
     let tls = {
         let (cert, key, dir) = (
@@ -276,6 +280,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
     let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone(), muxes);
     let player = crate::http::delivery::player::Player::new(
         registry.clone(),
+        store.clone(),
         config.player_assets_dir.clone(),
     );
     let handler = {
@@ -306,8 +311,13 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         config.srt,
         shutdown_rx.clone(),
     ));
-    crate::ingest::pull::Puller::spawn(registry.clone(), config.pull, shutdown_rx.clone())
-        .map_err(DaemonError::Pull)?;
+    crate::ingest::pull::Puller::spawn(
+        registry.clone(),
+        store.clone(),
+        config.pull,
+        shutdown_rx.clone(),
+    )
+    .map_err(DaemonError::Pull)?;
     let http = tokio::spawn(listener::serve(listener, handler, limits, shutdown_rx));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");

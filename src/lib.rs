@@ -30,3 +30,4 @@ pub mod media;
 pub mod package;
 pub mod pipeline;
 pub mod quality;
+pub(crate) mod secret;

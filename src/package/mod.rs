@@ -85,6 +85,15 @@ impl MediaDir {
         std::fs::rename(&tmp, path)
     }
 }
+/// The per-session choices of the stream record that the renderers apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Rewind window kept (DVR); `None`: the live window only.
+    pub dvr_window: Option<Duration>,
+    /// Whether an ended stream's playlists carry EXT-X-ENDLIST.
+    pub endlist_tag: bool,
+}
+
 /// A [`PackageState`] shared between the pipeline's streaming threads (writers) and HTTP
 /// handlers (readers), with a change counter that blocking requests wait on.
 pub struct Package {
@@ -193,6 +202,73 @@ impl Package {
                 let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
             }
         }
+    }
+
+    /// A (re)started session's options and where its complete segments go on disk.
+    pub fn start_session(&self, options: SessionOptions, media_dir: MediaDir) {
+        self.update(|p| {
+            p.ended = false;
+            p.endlist_tag = options.endlist_tag;
+            p.dvr_window = options.dvr_window;
+            p.media_dir = Some(media_dir);
+        });
+    }
+
+    /// Changed settings of a live (or lingering) stream: effective with the next part.
+    pub fn set_options(&self, options: SessionOptions) {
+        self.update(|p| {
+            p.endlist_tag = options.endlist_tag;
+            p.dvr_window = options.dvr_window;
+        });
+    }
+
+    /// The inputs are gone (grace period) or the pipeline is rebuilt: whatever comes next
+    /// continues every playlist after a discontinuity.
+    pub fn mark_discontinuity(&self) {
+        self.update(|p| {
+            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
+                r.mark_discontinuity();
+            }
+        });
+    }
+
+    /// The grace period passed without a new publish: playlists end (EXT-X-ENDLIST).
+    pub fn set_ended(&self) {
+        self.update(|p| p.ended = true);
+    }
+
+    /// Empties the rewind window (memory and disk); the open segment stays.
+    pub fn clear_dvr(&self) {
+        let (removed, dir) = self.update(|p| {
+            let mut removed = Vec::new();
+            for (output, list) in [
+                (Output::Cmaf, &mut p.renditions),
+                (Output::Ts, &mut p.ts_renditions),
+            ] {
+                for r in list.iter_mut() {
+                    removed.extend(
+                        r.clear_complete()
+                            .into_iter()
+                            .map(|msn| (output, r.name.clone(), msn)),
+                    );
+                }
+            }
+            (removed, p.media_dir.clone())
+        });
+        if let Some(dir) = dir {
+            for (output, name, msn) in removed {
+                let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
+            }
+        }
+    }
+
+    /// Why segments are not being written, for the stream record; `None` while they are.
+    pub fn storage_error(&self) -> Option<String> {
+        self.read(|p| {
+            p.storage_error.as_ref().map(|(since, why)| {
+                format!("cannot write segments since {}: {why}", utc_ms(*since))
+            })
+        })
     }
 
     /// Evaluates `f` now and after every change until it yields a value or `timeout` passes.

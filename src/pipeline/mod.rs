@@ -8,6 +8,8 @@ mod ladder;
 mod sink;
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -15,7 +17,10 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::live::{Counters, LiveStatus, SharedStatus};
+use crate::live::{
+    Counters, LiveStatus, PipelineFactory, PipelineFailure, PipelineJob, SharedStatus,
+    StreamHandles,
+};
 use crate::media::{
     AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoCodec, VideoConfig, TRACK_WAIT,
 };
@@ -92,13 +97,21 @@ impl Probe {
     }
 }
 
-/// The stream a pipeline works for: where its parts go and what it reports.
-#[derive(Clone)]
-pub struct Handles {
-    pub id: i64,
-    pub package: Arc<Package>,
-    pub status: SharedStatus,
-    pub counters: Arc<Counters>,
+/// The daemon's [`PipelineFactory`]: a GStreamer pipeline per session.
+pub struct GstPipelines;
+
+impl PipelineFactory for GstPipelines {
+    fn run(
+        &self,
+        job: PipelineJob,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>> {
+        let ladder = Ladder::from_set(&job.quality_set);
+        Box::pin(async move {
+            run(job.stream, ladder, job.media, job.stop)
+                .await
+                .map_err(PipelineFailure::from)
+        })
+    }
 }
 
 /// Collects the start of the media: every expected track's config, video from a keyframe, and
@@ -242,7 +255,7 @@ pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
 /// running pipeline and builds the next one on the same package at the next keyframe: the
 /// outputs continue with a discontinuity (the same as a reconnect within the grace period).
 pub async fn run(
-    stream: Handles,
+    stream: StreamHandles,
     ladder: Ladder,
     mut rx: mpsc::Receiver<MediaMessage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -280,13 +293,13 @@ enum Pumped {
 
 /// One pipeline: built from the probe, fed until it ends, drained.
 async fn run_one(
-    stream: &Handles,
+    stream: &StreamHandles,
     ladder: &Ladder,
     probe: Probe,
     rx: &mut mpsc::Receiver<MediaMessage>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Pumped, PipelineError> {
-    let Handles {
+    let StreamHandles {
         id: stream_id,
         package,
         status,
@@ -697,7 +710,7 @@ mod tests {
         )));
         let (tx, rx) = mpsc::channel(8192);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-        let stream = Handles {
+        let stream = StreamHandles {
             id: 1,
             package: package.clone(),
             status: SharedStatus::default(),
@@ -779,7 +792,7 @@ mod tests {
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
         let counters = Arc::<Counters>::default();
-        let stream = Handles {
+        let stream = StreamHandles {
             id: 1,
             package: package.clone(),
             status: status.clone(),

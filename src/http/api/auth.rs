@@ -3,8 +3,9 @@
 
 use hyper::header::AUTHORIZATION;
 use hyper::HeaderMap;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use crate::secret::digest;
 
 pub struct ApiKeys {
     /// Digests, so every comparison is over 32 bytes whatever the key lengths: the time taken
@@ -38,15 +39,6 @@ impl ApiKeys {
             .fold(subtle::Choice::from(0), |acc, d| acc | d.ct_eq(&presented))
             .into()
     }
-}
-
-/// Equality that takes the same time whatever the inputs (compares digests).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    digest(a).ct_eq(&digest(b)).into()
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 /// `apikey <token>` → token. The scheme word is case-insensitive (RFC 9110 §11.1); the token is

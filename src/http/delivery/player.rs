@@ -11,6 +11,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
+use crate::db::Store;
 use crate::http::listener::{full, json_response, Body};
 use crate::live::Registry;
 
@@ -29,6 +30,7 @@ pub fn owns(path: &str) -> bool {
 
 pub struct Player {
     registry: Arc<Registry>,
+    store: Arc<dyn Store>,
     /// Where `hls.js/` and `dashjs/` are (`node_modules`, filled by `npm ci`).
     assets: PathBuf,
 }
@@ -64,7 +66,7 @@ impl Player {
     /// A relative `assets` directory that does not hold the libraries is also looked for in the
     /// checkout the binary was built in (`target/{profile}/livepack` → `../../`), so the daemon
     /// finds them whatever its working directory.
-    pub fn new(registry: Arc<Registry>, assets: PathBuf) -> Arc<Player> {
+    pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>, assets: PathBuf) -> Arc<Player> {
         let has_libs = |dir: &std::path::Path| dir.join(ASSETS[0].1).is_file();
         let assets = if assets.is_relative() && !has_libs(&assets) {
             std::env::current_exe()
@@ -78,7 +80,11 @@ impl Player {
         if !has_libs(&assets) {
             tracing::warn!(dir = %assets.display(), "player libraries not found (run `npm ci` in the checkout, or set player_assets_dir)");
         }
-        Arc::new(Player { registry, assets })
+        Arc::new(Player {
+            registry,
+            store,
+            assets,
+        })
     }
 
     pub async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Body> {
@@ -95,7 +101,7 @@ impl Player {
         let Some((id, status)) = parse(path) else {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
-        let store = self.registry.store();
+        let store = self.store.clone();
         let row = match tokio::task::spawn_blocking(move || store.get_stream(id)).await {
             Ok(Ok(Some(row))) => row,
             Ok(Ok(None)) => return text(StatusCode::NOT_FOUND, "no such stream\n"),

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::db::Store;
 use crate::live::Registry;
 
 /// A source that has delivered nothing this long after being opened is skipped.
@@ -72,6 +73,7 @@ struct Running {
 pub struct Puller {
     registry: Arc<Registry>,
     config: PullConfig,
+    store: Arc<dyn Store>,
     gateway: Arc<gateway::Gateway>,
     running: Mutex<HashMap<i64, Running>>,
 }
@@ -80,6 +82,7 @@ impl Puller {
     /// Starts the manager: every PULL record now, then each change the registry reports.
     pub fn spawn(
         registry: Arc<Registry>,
+        store: Arc<dyn Store>,
         config: PullConfig,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<tokio::task::JoinHandle<()>, String> {
@@ -90,6 +93,7 @@ impl Puller {
         })?;
         let puller = Arc::new(Puller {
             registry: registry.clone(),
+            store,
             config,
             gateway,
             running: Mutex::new(HashMap::new()),
@@ -123,7 +127,7 @@ impl Puller {
     }
 
     async fn rescan(&self) {
-        let store = self.registry.store();
+        let store = self.store.clone();
         let ids = tokio::task::spawn_blocking(move || {
             let mut ids = Vec::new();
             let mut offset = 0;
@@ -156,7 +160,7 @@ impl Puller {
 
     /// Makes the running pull of stream `id` match its record.
     async fn reconcile(&self, id: i64) {
-        let store = self.registry.store();
+        let store = self.store.clone();
         let row = match tokio::task::spawn_blocking(move || store.get_stream(id)).await {
             Ok(Ok(row)) => row,
             other => {
@@ -184,6 +188,7 @@ impl Puller {
                 id,
                 list,
                 self.registry.clone(),
+                self.store.clone(),
                 self.gateway.clone(),
                 self.config,
                 stop_rx,

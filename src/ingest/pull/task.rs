@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{gateway::Gateway, guard, source, PullConfig};
+use crate::db::Store;
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
 use crate::ingest::rtmp::to_media::FlvToMedia;
@@ -95,6 +96,7 @@ pub async fn run(
     id: i64,
     uris: Vec<String>,
     registry: Arc<Registry>,
+    store: Arc<dyn Store>,
     gateway: Arc<Gateway>,
     config: PullConfig,
     mut stop: watch::Receiver<bool>,
@@ -115,7 +117,7 @@ pub async fn run(
         }
         if last_data.elapsed() >= config.inactivity {
             tracing::warn!(stream = id, after = ?config.inactivity, "PULL received nothing; the stream is deactivated");
-            deactivate(&registry, id).await;
+            deactivate(&registry, store, id).await;
             break;
         }
         let uri = &uris[index];
@@ -445,8 +447,7 @@ impl Adapter {
 }
 
 /// The inactivity rule: the record is set `active=false` (persisted), which stops the pull.
-async fn deactivate(registry: &Arc<Registry>, id: i64) {
-    let store = registry.store();
+async fn deactivate(registry: &Arc<Registry>, store: Arc<dyn Store>, id: i64) {
     let result = tokio::task::spawn_blocking(move || {
         for _ in 0..5 {
             let Some(mut row) = store.get_stream(id)? else {

@@ -16,7 +16,7 @@ use super::key;
 use super::to_media::FlvToMedia;
 use super::vet::ChunkGuard;
 use super::RtmpConfig;
-use crate::live::{Publisher, Registry};
+use crate::live::{Protocol, Publisher, Registry};
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
 /// connections that only hold a slot).
@@ -213,7 +213,7 @@ async fn handle_event(
             }
             let verdict = match key::parse(&app_name, &stream_key) {
                 Ok(k) => registry
-                    .publish(k.stream_id, k.slot, &k.token, "rtmp")
+                    .publish(k.stream_id, k.slot, &k.token, Protocol::Rtmp)
                     .await
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),

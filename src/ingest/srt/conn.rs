@@ -13,7 +13,7 @@ use srt_tokio::ConnectionRequest;
 
 use super::streamid;
 use crate::ingest::mpegts::to_media::TsToMedia;
-use crate::live::{PublishError, Registry};
+use crate::live::{Protocol, PublishError, Registry};
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,17 +47,24 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
         }
     };
     let (id, slot) = (target.stream_id, target.slot);
-    let row = match registry
-        .check_publish(id, slot, &target.token, crate::live::DRAIN_WAIT_HANDSHAKE)
+    let permit = match registry
+        .check_publish(
+            id,
+            slot,
+            &target.token,
+            Protocol::Srt,
+            crate::live::DRAIN_WAIT_HANDSHAKE,
+        )
         .await
     {
-        Ok(row) => row,
+        Ok(permit) => permit,
         Err(e) => {
             tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused");
             return reject(request, reject_reason(&e)).await;
         }
     };
-    let key = match row
+    let key = match permit
+        .row()
         .settings
         .srt_passphrase
         .clone()
@@ -83,7 +90,7 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
             return;
         }
     };
-    let mut publisher = match registry.start(row, slot, "srt").await {
+    let mut publisher = match registry.start(permit).await {
         Ok(p) => p,
         Err(e) => {
             tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused after the handshake");

@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::http::listener::{empty, full, json_response, Body};
-use crate::live::{PublishError, Registry, DRAIN_WAIT};
+use crate::live::{Protocol, PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
 pub const DEFAULT_UDP_MUX_ADDR: &str = "0.0.0.0:8189";
@@ -356,12 +356,12 @@ impl Whip {
             return r;
         }
         let id = target.stream_id;
-        let row = match self
+        let permit = match self
             .registry
-            .check_publish(id, target.slot, &target.token, DRAIN_WAIT)
+            .check_publish(id, target.slot, &target.token, Protocol::Whip, DRAIN_WAIT)
             .await
         {
-            Ok(row) => row,
+            Ok(permit) => permit,
             Err(e) => {
                 tracing::info!(stream = id, slot = ?target.slot, error = %e, "WHIP publish refused");
                 return publish_refusal(&e);
@@ -394,7 +394,7 @@ impl Whip {
                 e.to_string(),
             );
         }
-        let publisher = match self.registry.start(row, target.slot, "whip").await {
+        let publisher = match self.registry.start(permit).await {
             Ok(p) => p,
             Err(e) => {
                 negotiated.close().await;

@@ -1,0 +1,141 @@
+//! A session's input task: it feeds the main and backup publishers' media through the input
+//! switch ([`super::switch`]) into the one pipeline, and keeps `live`/`backup_live` current.
+//! Never blocks a publisher: a full pipeline queue drops and counts.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::publisher::Slot;
+use super::sessions::{Attach, Control};
+use super::status::Counters;
+use super::switch::{Switch, SwitchEvent};
+use super::{Registry, StreamHandles, SWITCH_TICK};
+use crate::media::MediaMessage;
+
+impl Registry {
+    /// Runs until both publishers have left or the pipeline ends.
+    pub(super) async fn run_inputs(
+        self: Arc<Self>,
+        stream: StreamHandles,
+        epoch: u64,
+        first: Attach,
+        mut control_rx: mpsc::Receiver<Control>,
+        pipe: mpsc::Sender<MediaMessage>,
+    ) {
+        let StreamHandles {
+            id,
+            status,
+            counters,
+            ..
+        } = stream;
+        async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
+            match rx {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        }
+        let mut switch = Switch::new(self.config.switch_timeout);
+        let mut inputs: [Option<mpsc::Receiver<MediaMessage>>; 2] = [None, None];
+        let mut tick = tokio::time::interval(SWITCH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut out = Vec::new();
+        let mut dropped = 0u64;
+        let mut shown = (false, false);
+        inputs[first.0.index()] = Some(first.1);
+        switch.attach(first.0, tokio::time::Instant::now());
+        loop {
+            let now = tokio::time::Instant::now();
+            enum Got {
+                Control(Control),
+                Media(Slot, Option<MediaMessage>),
+                Tick,
+                PipelineGone,
+            }
+            let [main_rx, backup_rx] = &mut inputs;
+            let got = tokio::select! {
+                Some(c) = control_rx.recv() => Got::Control(c),
+                m = recv(main_rx) => Got::Media(Slot::Main, m),
+                m = recv(backup_rx) => Got::Media(Slot::Backup, m),
+                _ = tick.tick() => Got::Tick,
+                _ = pipe.closed() => Got::PipelineGone,
+            };
+            match got {
+                Got::Control(Control::Attach((slot, rx))) => {
+                    inputs[slot.index()] = Some(rx);
+                    switch.attach(slot, now);
+                }
+                Got::Media(slot, Some(m)) => switch.media(slot, m, now, &mut out),
+                // Dropping the receiver ends the evicted publisher's sends and its `closed()`.
+                Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
+                    inputs[slot.index()] = None;
+                    switch.detach(slot, now, &mut out);
+                    self.slot_left(id, epoch, slot);
+                }
+                Got::Tick => switch.tick(now, &mut out),
+                Got::PipelineGone => break,
+            }
+            for event in out.drain(..) {
+                let msg = match event {
+                    SwitchEvent::Media(m) => m,
+                    SwitchEvent::TrackMissing { slot, track } => {
+                        tracing::warn!(
+                            stream = id,
+                            ?slot,
+                            ?track,
+                            wait_secs = crate::media::TRACK_WAIT.as_secs(),
+                            "declared track delivered nothing in time; starting without it"
+                        );
+                        continue;
+                    }
+                    SwitchEvent::Switched { from, to, at } => {
+                        tracing::info!(
+                            stream = id,
+                            ?from,
+                            ?to,
+                            at_ms = at / 1_000_000,
+                            "outputs switched"
+                        );
+                        MediaMessage::Discontinuity { at }
+                    }
+                };
+                let frame = matches!(msg, MediaMessage::Frame(_));
+                if pipe.try_send(msg).is_err() {
+                    dropped += 1;
+                    if frame {
+                        Counters::add(&counters.frames_dropped, 1);
+                    }
+                }
+            }
+            let receiving = (
+                switch.receiving(Slot::Main, now),
+                switch.receiving(Slot::Backup, now),
+            );
+            if receiving != shown {
+                shown = receiving;
+                let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+                (s.live, s.backup_live) = receiving;
+            }
+            if switch.is_empty() {
+                match self
+                    .sessions
+                    .close_unless_attaching(id, epoch, &mut control_rx)
+                {
+                    Some((slot, rx)) => {
+                        inputs[slot.index()] = Some(rx);
+                        switch.attach(slot, now);
+                    }
+                    None => break,
+                }
+            }
+        }
+        if dropped > 0 || switch.overlapped > 0 {
+            tracing::warn!(
+                stream = id,
+                dropped,
+                overlapped = switch.overlapped,
+                "input switch dropped media"
+            );
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! A publisher's side of a live stream: the slot it publishes to, its protocol, the permit a
+//! successful check hands out, and the handle media is sent through.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::status::Counters;
+use crate::db::StreamRow;
+use crate::media::MediaMessage;
+
+/// Which input of a stream a publisher feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Main,
+    Backup,
+}
+
+impl Slot {
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How the media arrives; named in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Rtmp,
+    Srt,
+    Whip,
+    /// The daemon itself fetches the source (the stream's `uri`).
+    Pull,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PublishError {
+    #[error("stream {0} does not exist")]
+    UnknownStream(i64),
+    #[error("wrong token for stream {0}")]
+    WrongToken(i64),
+    #[error("stream {0} is not active")]
+    Inactive(i64),
+    #[error("stream {0} is a PULL stream")]
+    PullStream(i64),
+    #[error("stream {0} is already live")]
+    AlreadyLive(i64),
+    #[error("store unavailable")]
+    Store,
+}
+
+/// What a successful publish check grants: the record as it was checked, the slot and the
+/// protocol. [`super::Registry::start`] consumes it, so nothing starts unchecked.
+#[derive(Debug)]
+pub struct PublishPermit {
+    pub(super) row: StreamRow,
+    pub(super) slot: Slot,
+    pub(super) protocol: Protocol,
+}
+
+impl PublishPermit {
+    /// The record as authorised (SRT reads its passphrase before the handshake answer).
+    pub fn row(&self) -> &StreamRow {
+        &self.row
+    }
+
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+}
+
+/// A publisher's handle: media goes in through [`Publisher::send`]; dropping it ends the
+/// publish (the pipeline drains and the grace period starts).
+pub struct Publisher {
+    pub stream_id: i64,
+    tx: mpsc::Sender<MediaMessage>,
+    pub dropped: u64,
+    counters: Arc<Counters>,
+}
+
+impl Publisher {
+    pub(super) fn new(
+        stream_id: i64,
+        tx: mpsc::Sender<MediaMessage>,
+        counters: Arc<Counters>,
+    ) -> Publisher {
+        Publisher {
+            stream_id,
+            tx,
+            dropped: 0,
+            counters,
+        }
+    }
+
+    /// Resolves when the server has ended this publish (eviction, deactivation, pipeline end),
+    /// so a connection waiting for media can stop at once.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    /// Never blocks the connection: a full queue drops the message and counts it.
+    pub fn send(&mut self, msg: MediaMessage) -> bool {
+        let frame = matches!(msg, MediaMessage::Frame(_));
+        if frame {
+            Counters::add(&self.counters.frames_received, 1);
+        }
+        match self.tx.try_send(msg) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped += 1;
+                if frame {
+                    Counters::add(&self.counters.frames_dropped, 1);
+                }
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        if self.dropped > 0 {
+            tracing::warn!(
+                stream = self.stream_id,
+                dropped = self.dropped,
+                "media messages dropped: the pipeline fell behind"
+            );
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Lifecycle scenarios of the registry at unit level: a real SQLite store, a fake pipeline
+//! factory that records its jobs, and paused time, so grace periods and switch timeouts of
+//! seconds run in milliseconds and every wait is exact.
+
+use std::sync::Mutex as StdMutex;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::*;
+use crate::db::SqliteStore;
+use crate::media::{Frame, TrackKind, VideoCodec, VideoConfig};
+
+const GRACE: Duration = Duration::from_secs(60);
+const LINGER: Duration = Duration::from_secs(30);
+const SWITCH: Duration = Duration::from_secs(3);
+
+/// What the fake pipeline saw of one job.
+#[derive(Default)]
+struct Seen {
+    /// Media messages received, in order.
+    media: Vec<MediaMessage>,
+    /// Ended by `stop` rather than by its media closing.
+    stopped: bool,
+}
+
+/// Drains its media like a pipeline, then takes `drain` to flush, as a real one does.
+struct FakePipelines {
+    drain: Duration,
+    jobs: StdMutex<Vec<(i64, Arc<StdMutex<Seen>>)>>,
+}
+
+impl PipelineFactory for FakePipelines {
+    fn run(
+        &self,
+        mut job: PipelineJob,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>> {
+        let seen = Arc::new(StdMutex::new(Seen::default()));
+        self.jobs
+            .lock()
+            .unwrap()
+            .push((job.stream.id, seen.clone()));
+        let drain = self.drain;
+        Box::pin(async move {
+            loop {
+                tokio::select! {
+                    m = job.media.recv() => match m {
+                        Some(m) => seen.lock().unwrap().media.push(m),
+                        None => break,
+                    },
+                    _ = job.stop.wait_for(|s| *s) => {
+                        seen.lock().unwrap().stopped = true;
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(drain).await;
+            Ok(())
+        })
+    }
+}
+
+struct Harness {
+    registry: Arc<Registry>,
+    pipelines: Arc<FakePipelines>,
+    store: Arc<SqliteStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(drain: Duration) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
+        let pipelines = Arc::new(FakePipelines {
+            drain,
+            jobs: StdMutex::default(),
+        });
+        let registry = Registry::new(
+            store.clone(),
+            Arc::new(QualitySets::builtin()),
+            pipelines.clone(),
+            LiveConfig {
+                packaging: PackagingConfig::default(),
+                grace: GRACE,
+                linger: LINGER,
+                switch_timeout: SWITCH,
+                media_root: dir.path().join("media"),
+            },
+        );
+        Harness {
+            registry,
+            pipelines,
+            store,
+            _dir: dir,
+        }
+    }
+
+    fn stream(&self, edit: impl FnOnce(&mut StreamSettings)) -> i64 {
+        let mut settings = StreamSettings {
+            name: "s".into(),
+            ..StreamSettings::default()
+        };
+        edit(&mut settings);
+        self.store
+            .create_stream(&settings, "tok", OffsetDateTime::now_utc())
+            .unwrap()
+            .id
+    }
+
+    async fn publish(&self, id: i64, slot: Slot) -> Result<Publisher, PublishError> {
+        self.registry.publish(id, slot, "tok", Protocol::Rtmp).await
+    }
+
+    fn jobs(&self) -> usize {
+        self.pipelines.jobs.lock().unwrap().len()
+    }
+
+    fn seen(&self, job: usize) -> Arc<StdMutex<Seen>> {
+        self.pipelines.jobs.lock().unwrap()[job].1.clone()
+    }
+}
+
+/// Lets every ready task run (paused time does not move while something can run).
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn keyframe_with_config(dts_ms: u64) -> [MediaMessage; 2] {
+    [
+        MediaMessage::VideoConfig(VideoConfig {
+            codec: VideoCodec::H264,
+            record: Bytes::from_static(b"avcc"),
+            width: 1280,
+            height: 720,
+        }),
+        frame(dts_ms, true),
+    ]
+}
+
+fn frame(dts_ms: u64, keyframe: bool) -> MediaMessage {
+    MediaMessage::Frame(Frame {
+        track: TrackKind::Video,
+        dts: dts_ms * 1_000_000,
+        pts: dts_ms * 1_000_000,
+        keyframe,
+        data: Bytes::from_static(b"x"),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_come_before_anything_is_allocated() {
+    let h = Harness::new(Duration::ZERO);
+    let push = h.stream(|_| {});
+    let inactive = h.stream(|s| s.active = false);
+    let pull = h.stream(|s| {
+        s.pull = true;
+        s.uri = Some("srt://127.0.0.1:9/".into());
+    });
+    let r = &h.registry;
+    assert_eq!(
+        r.publish(push, Slot::Main, "nope", Protocol::Srt)
+            .await
+            .err(),
+        Some(PublishError::WrongToken(push))
+    );
+    assert_eq!(
+        h.publish(inactive, Slot::Main).await.err(),
+        Some(PublishError::Inactive(inactive))
+    );
+    assert_eq!(
+        h.publish(pull, Slot::Main).await.err(),
+        Some(PublishError::PullStream(pull))
+    );
+    assert_eq!(
+        h.publish(9999, Slot::Main).await.err(),
+        Some(PublishError::UnknownStream(9999))
+    );
+    assert_eq!(h.jobs(), 0);
+    assert!(r.package(push).is_none());
+    assert!(r.metrics().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_taken_slot_is_refused_while_its_publisher_sends() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let mut main = h.publish(id, Slot::Main).await.unwrap();
+    for m in keyframe_with_config(0) {
+        assert!(main.send(m));
+    }
+    settle().await;
+    assert!(h.registry.status(id).live);
+    let start = Instant::now();
+    assert_eq!(
+        h.publish(id, Slot::Main).await.err(),
+        Some(PublishError::AlreadyLive(id))
+    );
+    // The refusal waited for the slot to be released, bounded.
+    assert_eq!(start.elapsed(), sessions::SLOT_RELEASE_WAIT);
+    assert_eq!(h.jobs(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconnect_within_grace_continues_the_package_then_it_ends_and_lingers() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let first = h.publish(id, Slot::Main).await.unwrap();
+    let package = h.registry.package(id).unwrap();
+    drop(first);
+    settle().await;
+    assert!(!h.registry.status(id).live, "inputs gone: not live");
+    assert!(
+        h.registry.package(id).is_some(),
+        "outputs kept for the grace"
+    );
+
+    tokio::time::sleep(GRACE - Duration::from_secs(1)).await;
+    let again = h.publish(id, Slot::Main).await.unwrap();
+    assert!(Arc::ptr_eq(&package, &h.registry.package(id).unwrap()));
+    assert_eq!(h.jobs(), 2, "a new pipeline on the same package");
+    assert!(!package.read(|p| p.ended));
+
+    drop(again);
+    settle().await;
+    tokio::time::sleep(GRACE - Duration::from_millis(10)).await;
+    assert!(!package.read(|p| p.ended), "still within the grace period");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(package.read(|p| p.ended), "grace passed: playlists end");
+    assert!(h.registry.package(id).is_some(), "ended outputs linger");
+    tokio::time::sleep(LINGER).await;
+    assert!(
+        h.registry.package(id).is_none(),
+        "forgotten after the linger"
+    );
+    assert!(h.registry.metrics().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publish_waits_for_the_draining_pipeline_without_polling() {
+    let drain = Duration::from_millis(1234);
+    let h = Harness::new(drain);
+    let id = h.stream(|_| {});
+    drop(h.publish(id, Slot::Main).await.unwrap());
+    settle().await;
+    let start = Instant::now();
+    let _again = h.publish(id, Slot::Main).await.unwrap();
+    // Woken by the session's end itself: the wait is the drain to the millisecond (the old
+    // 50 ms polling rounded it up to 1250 ms).
+    let waited = start.elapsed();
+    assert!(
+        waited >= drain - Duration::from_millis(2) && waited <= drain,
+        "waited {waited:?} for a {drain:?} drain"
+    );
+    assert_eq!(h.jobs(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_publisher_is_evicted_by_a_new_publish() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let mut old = h.publish(id, Slot::Main).await.unwrap();
+    for m in keyframe_with_config(0) {
+        old.send(m);
+    }
+    settle().await;
+    // Silent for longer than the switch timeout: no longer receiving.
+    tokio::time::sleep(SWITCH + Duration::from_millis(200)).await;
+    assert!(!h.registry.status(id).live);
+    let _new = h.publish(id, Slot::Main).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), old.closed())
+        .await
+        .expect("the evicted publisher's connection is told to close");
+    assert!(!old.send(frame(40, false)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn kick_stops_the_pipeline_and_closes_the_publisher() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let publisher = h.publish(id, Slot::Main).await.unwrap();
+    h.registry.kick(id);
+    tokio::time::timeout(Duration::from_secs(1), publisher.closed())
+        .await
+        .expect("kicked publisher closed");
+    assert!(h.seen(0).lock().unwrap().stopped);
+    assert!(!h.registry.status(id).live);
+    assert!(
+        h.registry.package(id).is_some(),
+        "grace period follows a kick"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn main_and_backup_share_one_session_and_the_backup_takes_over() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let mut main = h.publish(id, Slot::Main).await.unwrap();
+    let mut backup = h.publish(id, Slot::Backup).await.unwrap();
+    assert_eq!(h.jobs(), 1, "the backup joins the main's session");
+    assert_eq!(
+        h.publish(id, Slot::Backup).await.err(),
+        Some(PublishError::AlreadyLive(id))
+    );
+    for m in keyframe_with_config(0) {
+        main.send(m.clone());
+        backup.send(m);
+    }
+    settle().await;
+    let status = h.registry.status(id);
+    assert!(status.live && status.backup_live);
+    // The main goes silent; the backup keeps sending 40 ms frames past the switch timeout.
+    let mut t = 0;
+    let until = Instant::now() + SWITCH + Duration::from_secs(1);
+    while Instant::now() < until {
+        t += 40;
+        backup.send(frame(t, t % 1000 == 0));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let status = h.registry.status(id);
+    assert!(!status.live && status.backup_live);
+    let switched = h
+        .seen(0)
+        .lock()
+        .unwrap()
+        .media
+        .iter()
+        .any(|m| matches!(m, MediaMessage::Discontinuity { .. }));
+    assert!(switched, "the switch to the backup is marked");
+    drop(main);
+    drop(backup);
+    settle().await;
+    assert!(h.registry.package(id).is_some());
+    assert!(!h.registry.status(id).backup_live);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_stream_starts_without_a_token_and_only_once() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|s| {
+        s.pull = true;
+        s.uri = Some("srt://127.0.0.1:9/".into());
+    });
+    let _p = h.registry.publish_pull(id).await.unwrap();
+    assert_eq!(
+        h.registry.publish_pull(id).await.err(),
+        Some(PublishError::AlreadyLive(id))
+    );
+    assert_eq!(h.jobs(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settings_changes_reach_a_live_package() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let _p = h.publish(id, Slot::Main).await.unwrap();
+    let package = h.registry.package(id).unwrap();
+    assert_eq!(package.read(|p| p.dvr_window), None);
+    let settings = StreamSettings {
+        dvr_enabled: true,
+        dvr_duration: 600,
+        hls_mpegts_endlist_tag: false,
+        ..StreamSettings::default()
+    };
+    h.registry.apply_settings(id, &settings);
+    assert_eq!(
+        package.read(|p| (p.dvr_window, p.endlist_tag)),
+        (Some(Duration::from_secs(600)), false)
+    );
+}
