@@ -195,14 +195,13 @@ fn blocking_reload(c: &mut Criterion) {
                             // Every waiter has evaluated once and parked on the change signal.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         });
+                        let name = package.read(|p| p.renditions[0].name.clone());
+                        let sink = package
+                            .sink(livepack::package::Output::Cmaf, &name)
+                            .expect("installed");
                         let t0 = OffsetDateTime::now_utc();
                         let start = Instant::now();
-                        package.push(
-                            livepack::package::Output::Cmaf,
-                            0,
-                            part(parts + 1, t0, &data),
-                            false,
-                        );
+                        sink.part(part(parts + 1, t0, &data));
                         let bytes: usize = runtime.block_on(async {
                             let mut sum = 0;
                             for h in handles {

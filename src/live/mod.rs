@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::db::{Store, StoreError, StreamRow, StreamSettings};
 use crate::media::MediaMessage;
-use crate::package::{MediaDir, Package, PackagingConfig, SessionOptions};
+use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use sessions::Opened;
@@ -339,10 +339,10 @@ impl Registry {
                 media,
             } => (handles, epoch, control, stop, media),
         };
-        let media_dir = MediaDir::new(self.config.media_root.join(id.to_string()));
+        let storage = DiskStorage::new(self.config.media_root.join(id.to_string()));
         handles
             .package
-            .start_session(session_options(&row.settings), media_dir);
+            .start_session(session_options(&row.settings), Arc::new(storage));
         self.slot_started(id, slot, protocol);
         tracing::info!(stream = id, epoch, "session started");
 

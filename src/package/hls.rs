@@ -1,6 +1,7 @@
 //! LL-HLS (draft-pantos-hls-rfc8216bis) from the segment store: master and media playlists, the
 //! blocking-reload query rules, delta updates. Pure functions: the HTTP layer does the waiting.
 
+use bytes::Bytes;
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -183,6 +184,12 @@ pub fn render_master(pkg: &PackageState) -> String {
         );
     }
     out
+}
+
+/// [`render_media`], rendered once per package version: a part landing wakes every held
+/// blocking request of a rendition at once and they all need the same text.
+pub fn media_playlist(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool) -> Bytes {
+    pkg.cached_playlist(r, skip, endlist, || render_media(pkg, r, skip, endlist))
 }
 
 /// A media playlist (§4.4): the live window of `r`, its parts near the live edge, the preload

@@ -3,10 +3,12 @@
 
 pub mod dash;
 pub mod hls;
+pub mod sink;
 pub mod state;
+pub mod storage;
 pub mod ts;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -15,12 +17,13 @@ pub use state::{
     PackageState, PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention,
 };
 
-use std::path::{Path, PathBuf};
+pub use sink::{Layout, RenditionSink};
+pub use storage::{DiskStorage, MemoryStorage, SegmentKey, SegmentStorage};
 
 use bytes::Bytes;
 
 /// Which output a rendition belongs to: its list in the package and its file extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Output {
     Cmaf,
     Ts,
@@ -33,58 +36,12 @@ impl Output {
             Output::Ts => "ts",
         }
     }
-
-    fn dir(self) -> &'static str {
-        match self {
-            Output::Cmaf => "cmaf",
-            Output::Ts => "mpegts",
-        }
-    }
 }
 
 /// While segments cannot be written, at most this many complete ones per rendition are held in
 /// memory only (a minute of 2 s segments): the window is cut from the front beyond it.
 pub const MAX_UNWRITTEN_SEGMENTS: usize = 30;
 
-/// Where a stream's complete segments live on disk: `DATA_DIR/media/{id}/{cmaf|mpegts}/{rung}/`.
-/// Names come from the package (rung names, sequence numbers), never from a request.
-#[derive(Debug, Clone)]
-pub struct MediaDir {
-    root: PathBuf,
-}
-
-impl MediaDir {
-    pub fn new(root: PathBuf) -> MediaDir {
-        MediaDir { root }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn segment_path(&self, output: Output, rendition: &str, msn: u64) -> PathBuf {
-        self.root
-            .join(output.dir())
-            .join(rendition)
-            .join(format!("seg_{msn}.{}", output.extension()))
-    }
-
-    /// Writes the chunks in order, atomically (temp file + rename): a reader never sees half a
-    /// segment, and no concatenated copy is made.
-    fn write(&self, path: &Path, chunks: &[bytes::Bytes]) -> std::io::Result<()> {
-        use std::io::Write as _;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("part");
-        let mut file = std::fs::File::create(&tmp)?;
-        for c in chunks {
-            file.write_all(c)?;
-        }
-        drop(file);
-        std::fs::rename(&tmp, path)
-    }
-}
 /// The per-session choices of the stream record that the renderers apply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionOptions {
@@ -94,12 +51,15 @@ pub struct SessionOptions {
     pub endlist_tag: bool,
 }
 
-/// A [`PackageState`] shared between the pipeline's streaming threads (writers) and HTTP
-/// handlers (readers), with a change counter that blocking requests wait on.
+/// A [`PackageState`] shared between the pipeline's streaming threads (writers, through the
+/// [`sink`] API) and HTTP handlers (readers), with a change counter that blocking requests
+/// wait on, and the storage its complete segments go to.
 pub struct Package {
     state: Mutex<PackageState>,
     /// Fires on every change; the change count itself is [`PackageState::version`].
     changed: watch::Sender<()>,
+    /// Where complete segments go beyond memory; `None`: memory only.
+    writer: Mutex<Option<storage::Writer>>,
 }
 
 impl Package {
@@ -107,12 +67,17 @@ impl Package {
         Package {
             state: Mutex::new(package),
             changed: watch::Sender::new(()),
+            writer: Mutex::new(None),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, PackageState> {
         // Writers only append to in-memory structures; a panic mid-update leaves a usable store.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Option<storage::Writer>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn read<R>(&self, f: impl FnOnce(&PackageState) -> R) -> R {
@@ -130,88 +95,140 @@ impl Package {
         out
     }
 
-    /// Appends a part to rendition `index` of `output` (`whole`: the part is a complete segment,
-    /// as TS segments are), then mirrors the change on disk outside the lock: the completed
-    /// segment is written, evicted ones are deleted. A failed write (disk full) keeps the
-    /// segment in memory, sets [`PackageState::storage_error`] (shown in the record) and cuts
-    /// the window to [`MAX_UNWRITTEN_SEGMENTS`] held in memory only; live output goes on, and
-    /// the next segment written clears the error.
-    pub fn push(&self, output: Output, index: usize, part: PartIn, whole: bool) {
-        let (name, outcome, dir) = self.update(|p| {
-            let retention = p.retention();
-            let dir = p.media_dir.clone();
-            let list = match output {
-                Output::Cmaf => &mut p.renditions,
-                Output::Ts => &mut p.ts_renditions,
-            };
-            match list.get_mut(index) {
-                Some(r) => {
-                    let mut outcome = r.push_part(part, retention);
-                    if whole {
-                        r.close_open_segment();
-                        outcome.completed = r.segments().back().map(|s| s.chunks());
-                    }
-                    (r.name.clone(), outcome, dir)
-                }
-                None => (String::new(), PushOutcome::default(), None),
-            }
-        });
-        let Some(dir) = dir else { return };
-        for msn in &outcome.evicted {
-            let _ = std::fs::remove_file(dir.segment_path(output, &name, *msn));
-        }
-        if let Some((msn, chunks)) = outcome.completed {
-            let len = chunks.iter().map(Bytes::len).sum();
-            let written = dir.write(&dir.segment_path(output, &name, msn), &chunks);
-            let (recovered, failed_first, evicted) = self.update(|p| {
-                let recovered = match &written {
-                    Ok(()) => p.storage_error.take(),
-                    Err(_) => None,
-                };
-                let failed_first = match &written {
-                    Err(e) if p.storage_error.is_none() => {
-                        p.storage_error = Some((time::OffsetDateTime::now_utc(), e.to_string()));
-                        true
-                    }
-                    _ => false,
-                };
-                let list = match output {
-                    Output::Cmaf => &mut p.renditions,
-                    Output::Ts => &mut p.ts_renditions,
-                };
-                let Some(r) = list.get_mut(index) else {
-                    return (recovered, failed_first, Vec::new());
-                };
-                let evicted = match &written {
-                    Ok(()) => {
-                        r.mark_on_disk(msn, len);
-                        Vec::new()
-                    }
-                    Err(_) => r.cap_unwritten(MAX_UNWRITTEN_SEGMENTS),
-                };
-                (recovered, failed_first, evicted)
-            });
-            if let (true, Err(e)) = (failed_first, &written) {
-                tracing::error!(rendition = %name, msn, error = %e, "cannot write segments; live output continues from memory");
-            }
-            if let Some((since, _)) = recovered {
-                let secs = (time::OffsetDateTime::now_utc() - since).whole_seconds();
-                tracing::info!(rendition = %name, msn, failing_secs = secs, "segments are written again");
-            }
-            for msn in evicted {
-                let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
+    /// Where complete segments are kept beyond memory (delivery reads old ones from it).
+    pub fn storage(&self) -> Option<Arc<dyn SegmentStorage>> {
+        self.writer().as_ref().map(|w| w.storage.clone())
+    }
+
+    /// Sends complete segments to `storage` from now on, through a writer thread of its own.
+    pub fn set_storage(self: &Arc<Self>, storage: Arc<dyn SegmentStorage>) {
+        match storage::Writer::spawn(storage, Arc::downgrade(self)) {
+            Ok(w) => *self.writer() = Some(w),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the segment writer; segments stay in memory");
             }
         }
     }
 
-    /// A (re)started session's options and where its complete segments go on disk.
-    pub fn start_session(&self, options: SessionOptions, media_dir: MediaDir) {
+    /// Waits until every storage job queued so far is done (tests, and a clean shutdown).
+    pub fn flush_storage(&self) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let queued = self
+            .writer()
+            .as_ref()
+            .is_some_and(|w| w.send(storage::Job::Flush(tx)).is_ok());
+        if queued {
+            let _ = rx.recv();
+        }
+    }
+
+    /// Queues storage jobs; a write that cannot be queued counts as a failed one.
+    fn queue(&self, jobs: Vec<storage::Job>) {
+        let mut refused = Vec::new();
+        if let Some(w) = self.writer().as_ref() {
+            for job in jobs {
+                if let Err(storage::Job::Put(key, chunks)) = w.send(job) {
+                    refused.push((key, chunks.iter().map(Bytes::len).sum::<usize>()));
+                }
+            }
+        }
+        for (key, len) in refused {
+            let behind = std::io::Error::other("the segment writer is behind (disk too slow)");
+            self.stored(&key, len, Err(behind));
+        }
+    }
+
+    /// Appends a part to a rendition (`whole`: the part is a complete segment, as TS segments
+    /// are), then hands the completed segment and the evicted ones to the storage writer.
+    pub(crate) fn push(&self, output: Output, name: &str, part: PartIn, whole: bool) {
+        let outcome = self.update(|p| {
+            let retention = p.retention();
+            let Some(r) = p.rendition_in_mut(output, name) else {
+                return PushOutcome::default();
+            };
+            let mut outcome = r.push_part(part, retention);
+            if whole {
+                r.close_open_segment();
+                outcome.completed = r.segments().back().map(|s| s.chunks());
+            }
+            outcome
+        });
+        let key = |msn| SegmentKey {
+            output,
+            rendition: name.to_owned(),
+            msn,
+        };
+        let mut jobs: Vec<storage::Job> = outcome
+            .evicted
+            .iter()
+            .map(|&msn| storage::Job::Delete(key(msn)))
+            .collect();
+        if let Some((msn, chunks)) = outcome.completed {
+            jobs.push(storage::Job::Put(key(msn), chunks));
+        }
+        if !jobs.is_empty() {
+            self.queue(jobs);
+        }
+    }
+
+    /// The writer's outcome for a completed segment. A failed write (disk full) keeps the
+    /// segment in memory, sets [`PackageState::storage_error`] (shown in the record) and cuts
+    /// the window to [`MAX_UNWRITTEN_SEGMENTS`] held in memory only; live output goes on, and
+    /// the next segment written clears the error.
+    fn stored(&self, key: &SegmentKey, len: usize, written: std::io::Result<()>) {
+        let (recovered, failed_first, evicted) = self.update(|p| {
+            let recovered = match &written {
+                Ok(()) => p.storage_error.take(),
+                Err(_) => None,
+            };
+            let failed_first = match &written {
+                Err(e) if p.storage_error.is_none() => {
+                    p.storage_error = Some((time::OffsetDateTime::now_utc(), e.to_string()));
+                    true
+                }
+                _ => false,
+            };
+            let Some(r) = p.rendition_in_mut(key.output, &key.rendition) else {
+                return (recovered, failed_first, Vec::new());
+            };
+            let evicted = match &written {
+                Ok(()) => {
+                    r.mark_on_disk(key.msn, len);
+                    Vec::new()
+                }
+                Err(_) => r.cap_unwritten(MAX_UNWRITTEN_SEGMENTS),
+            };
+            (recovered, failed_first, evicted)
+        });
+        let (name, msn) = (&key.rendition, key.msn);
+        if let (true, Err(e)) = (failed_first, &written) {
+            tracing::error!(rendition = %name, msn, error = %e, "cannot write segments; live output continues from memory");
+        }
+        if let Some((since, _)) = recovered {
+            let secs = (time::OffsetDateTime::now_utc() - since).whole_seconds();
+            tracing::info!(rendition = %name, msn, failing_secs = secs, "segments are written again");
+        }
+        if let Some(w) = self.writer().as_ref() {
+            for msn in evicted {
+                let _ = w.send(storage::Job::Delete(SegmentKey { msn, ..key.clone() }));
+            }
+        }
+    }
+
+    /// A (re)started session's options and where its complete segments go.
+    pub fn start_session(
+        self: &Arc<Self>,
+        options: SessionOptions,
+        storage: Arc<dyn SegmentStorage>,
+    ) {
         self.update(|p| {
             p.ended = false;
             p.endlist_tag = options.endlist_tag;
             p.dvr_window = options.dvr_window;
-            p.media_dir = Some(media_dir);
         });
+        if self.writer().is_none() {
+            self.set_storage(storage);
+        }
     }
 
     /// Changed settings of a live (or lingering) stream: effective with the next part.
@@ -237,29 +254,22 @@ impl Package {
         self.update(|p| p.ended = true);
     }
 
-    /// Empties the rewind window (memory and disk); the open segment stays.
+    /// Empties the rewind window (memory and storage); the open segment stays.
     pub fn clear_dvr(&self) {
-        let (removed, dir) = self.update(|p| {
+        let removed = self.update(|p| {
             let mut removed = Vec::new();
-            for (output, list) in [
-                (Output::Cmaf, &mut p.renditions),
-                (Output::Ts, &mut p.ts_renditions),
-            ] {
-                for r in list.iter_mut() {
-                    removed.extend(
-                        r.clear_complete()
-                            .into_iter()
-                            .map(|msn| (output, r.name.clone(), msn)),
-                    );
+            for output in [Output::Cmaf, Output::Ts] {
+                for r in p.list_mut(output).iter_mut() {
+                    removed.extend(r.clear_complete().into_iter().map(|msn| SegmentKey {
+                        output,
+                        rendition: r.name.clone(),
+                        msn,
+                    }));
                 }
             }
-            (removed, p.media_dir.clone())
+            removed
         });
-        if let Some(dir) = dir {
-            for (output, name, msn) in removed {
-                let _ = std::fs::remove_file(dir.segment_path(output, &name, msn));
-            }
-        }
+        self.queue(removed.into_iter().map(storage::Job::Delete).collect());
     }
 
     /// Why segments are not being written, for the stream record; `None` while they are.
@@ -323,17 +333,19 @@ mod tests {
         let root = tmp.path().join("media");
         std::fs::write(&root, b"in the way").unwrap();
         let mut sp = PackageState::new(PackagingConfig::default(), vec![video_720p(1_000_000)]);
-        sp.media_dir = Some(MediaDir::new(root.clone()));
         sp.dvr_window = Some(Duration::from_secs(3600));
-        let pkg = Package::new(sp);
+        let pkg = Arc::new(Package::new(sp));
+        pkg.set_storage(Arc::new(DiskStorage::new(root.clone())));
         let t0 = time::OffsetDateTime::now_utc();
         let mut msn_parts = 0u64;
         let mut segment = |pkg: &Package| {
             for i in 0..4 {
                 let t = t0 + Duration::from_millis(500 * msn_parts);
-                pkg.push(Output::Cmaf, 0, part(i == 0, 500, t), false);
+                pkg.push(Output::Cmaf, "720p", part(i == 0, 500, t), false);
                 msn_parts += 1;
             }
+            // Writes happen on the writer thread: wait for their outcome.
+            pkg.flush_storage();
         };
         for _ in 0..(MAX_UNWRITTEN_SEGMENTS + 10) {
             segment(&pkg);

@@ -496,8 +496,6 @@ pub struct PackageState {
     pub screenshot: Option<Bytes>,
     /// DVR rewind window (`dvr_enabled` → `dvr_duration`); `None` is the short live window.
     pub dvr_window: Option<Duration>,
-    /// Where complete segments are written (set by the registry; `None` in unit tests).
-    pub media_dir: Option<super::MediaDir>,
     /// Set while segments cannot be written (disk full, read-only, …): since when, and why.
     pub storage_error: Option<(time::OffsetDateTime, String)>,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
@@ -527,15 +525,20 @@ impl PackageState {
             endlist_tag: true,
             screenshot: None,
             dvr_window: None,
-            media_dir: None,
             storage_error: None,
             version: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }
     }
 
-    /// [`super::hls::render_media`] of `r`, rendered once per package version.
-    pub fn media_playlist(&self, r: &Rendition, skip: bool, endlist: bool) -> Bytes {
+    /// `render`'s text for `r`, rendered once per package version (the HLS renderer's cache).
+    pub fn cached_playlist(
+        &self,
+        r: &Rendition,
+        skip: bool,
+        endlist: bool,
+        render: impl FnOnce() -> String,
+    ) -> Bytes {
         let mut cache = self
             .playlist_cache
             .lock()
@@ -545,7 +548,7 @@ impl PackageState {
         if let Some(c) = cache.iter().find(|c| hit(c) && c.version == self.version) {
             return c.text.clone();
         }
-        let text = Bytes::from(super::hls::render_media(self, r, skip, endlist));
+        let text = Bytes::from(render());
         cache.retain(|c| !hit(c) && c.version == self.version);
         cache.push(CachedPlaylist {
             version: self.version,
@@ -563,6 +566,33 @@ impl PackageState {
 
     pub fn rendition_mut(&mut self, name: &str) -> Option<&mut Rendition> {
         self.renditions.iter_mut().find(|r| r.name == name)
+    }
+
+    /// The renditions of one output: the one place that chooses between the two lists.
+    pub fn list(&self, output: super::Output) -> &[Rendition] {
+        match output {
+            super::Output::Cmaf => &self.renditions,
+            super::Output::Ts => &self.ts_renditions,
+        }
+    }
+
+    pub fn list_mut(&mut self, output: super::Output) -> &mut Vec<Rendition> {
+        match output {
+            super::Output::Cmaf => &mut self.renditions,
+            super::Output::Ts => &mut self.ts_renditions,
+        }
+    }
+
+    pub fn rendition_in(&self, output: super::Output, name: &str) -> Option<&Rendition> {
+        self.list(output).iter().find(|r| r.name == name)
+    }
+
+    pub fn rendition_in_mut(
+        &mut self,
+        output: super::Output,
+        name: &str,
+    ) -> Option<&mut Rendition> {
+        self.list_mut(output).iter_mut().find(|r| r.name == name)
     }
 
     /// What a rendition keeps: the DVR window, or the live window plus a fetchable tail.
@@ -652,7 +682,9 @@ pub(crate) mod tests {
         for i in 0..6u64 {
             package.update(|p| p.push_part(0, part(i % 4 == 0, 500, t0)));
         }
-        let render = |skip| package.read(|p| p.media_playlist(&p.renditions[0], skip, false));
+        let render = |skip| {
+            package.read(|p| super::super::hls::media_playlist(p, &p.renditions[0], skip, false))
+        };
         let (a, b) = (render(false), render(false));
         assert_eq!(
             a.as_ptr(),

@@ -23,7 +23,7 @@ use super::ladder::{output_fps, part_duration, Ladder};
 use super::sink;
 use super::{PipelineError, APPSRC_MAX_BYTES};
 use crate::media::{AudioConfig, VideoCodec, VideoConfig};
-use crate::package::{PackagingConfig, Rendition, RenditionKind};
+use crate::package::{Layout, PackagingConfig, Rendition, RenditionKind, RenditionSink};
 
 /// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
 pub const X264_PRESET: &str = "veryfast";
@@ -284,26 +284,18 @@ pub fn build(
 ) -> Result<Built, PipelineError> {
     let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
     let renditions = plan.renditions();
-    let names: Vec<String> = renditions.iter().map(|r| r.name.clone()).collect();
-    let ts_renditions = plan.ts_renditions();
-    package.update(|p| {
-        p.config.segment = plan.segment;
-        p.config.part = plan.part;
-        install_renditions(&mut p.renditions, renditions);
-        install_renditions(&mut p.ts_renditions, ts_renditions);
+    let (sinks, ts_sinks) = package.install(Layout {
+        segment: plan.segment,
+        part: plan.part,
+        cmaf: renditions,
+        ts: plan.ts_renditions(),
     });
     // Metrics follow the first rendition (the top video rung, or audio).
     let meter = Some(meter);
     // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone.
-    let ts_names: Vec<String> = if plan.video.is_some() {
-        plan.video_rungs.iter().map(|r| r.name.clone()).collect()
-    } else {
-        vec![AUDIO_RENDITION.to_owned()]
-    };
-    let ts_muxes = ts_names
-        .iter()
-        .enumerate()
-        .map(|(i, _)| ts_branch(&pipeline, plan, i, package.clone()))
+    let ts_muxes = ts_sinks
+        .into_iter()
+        .map(|sink| ts_branch(&pipeline, plan, sink))
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut video_src = None;
@@ -344,8 +336,7 @@ pub fn build(
             );
             enc.set_property("option-string", "scenecut=0");
             let sink = sink::appsink(
-                package.clone(),
-                i,
+                sinks[i].clone(),
                 plan.wall_base,
                 if i == 0 { meter.clone() } else { None },
             );
@@ -410,10 +401,11 @@ pub fn build(
             "bitrate",
             i32::try_from(plan.audio_kbps * 1000).unwrap_or(128_000),
         );
-        let index = names.len() - 1;
         let sink = sink::appsink(
-            package.clone(),
-            index,
+            sinks
+                .last()
+                .expect("the layout has the audio rendition")
+                .clone(),
             plan.wall_base,
             if plan.video.is_none() { meter } else { None },
         );
@@ -460,13 +452,12 @@ pub fn build(
     })
 }
 
-/// `mpegtsmux → appsink` for TS variant `index`: the segmenter cuts at keyframes and each cut
-/// segment becomes one entry of `ts_renditions[index]`. Returns the mux for the inputs.
+/// `mpegtsmux → appsink` for a TS variant: the segmenter cuts at keyframes and each cut
+/// segment goes to the variant's sink whole. Returns the mux for the inputs.
 fn ts_branch(
     pipeline: &gst::Pipeline,
     plan: &Plan,
-    index: usize,
-    package: Arc<crate::package::Package>,
+    rendition: RenditionSink,
 ) -> Result<gst::Element, PipelineError> {
     let mux = make("mpegtsmux")?;
     // 7 × 188 = 1316-byte buffers, the usual UDP/HTTP framing.
@@ -475,8 +466,7 @@ fn ts_branch(
         plan.segment,
     )));
     let wall_base = plan.wall_base;
-    let store = move |package: &crate::package::Package,
-                      segs: Vec<crate::package::ts::TsSegment>| {
+    let store = move |rendition: &RenditionSink, segs: Vec<crate::package::ts::TsSegment>| {
         if segs.is_empty() {
             return;
         }
@@ -488,11 +478,12 @@ fn ts_branch(
                 pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
                 data: seg.data,
             };
-            package.push(crate::package::Output::Ts, index, part, true);
+            rendition.segment(part);
         }
     };
     let sink = gstreamer_app::AppSink::builder().sync(false).build();
-    let (seg_a, seg_b, pkg_a, pkg_b) = (segmenter.clone(), segmenter, package.clone(), package);
+    let (seg_a, seg_b, sink_a, sink_b) =
+        (segmenter.clone(), segmenter, rendition.clone(), rendition);
     let store_b = store;
     sink.set_callbacks(
         gstreamer_app::AppSinkCallbacks::builder()
@@ -502,12 +493,12 @@ fn ts_branch(
                     Some(map) => seg_a.lock().unwrap_or_else(|p| p.into_inner()).push(&map),
                     None => Vec::new(),
                 };
-                store(&pkg_a, segs);
+                store(&sink_a, segs);
                 Ok(gst::FlowSuccess::Ok)
             })
             .eos(move |_| {
                 let last = seg_b.lock().unwrap_or_else(|p| p.into_inner()).finish();
-                store_b(&pkg_b, last.into_iter().collect());
+                store_b(&sink_b, last.into_iter().collect());
             })
             .build(),
     );
@@ -562,7 +553,7 @@ fn screenshot_branch(
                     .and_then(|b| b.map_readable().ok())
                     .map(|m| bytes::Bytes::copy_from_slice(&m))
                 {
-                    package.update(|p| p.screenshot = Some(jpeg));
+                    package.set_screenshot(jpeg);
                 }
                 Ok(gst::FlowSuccess::Ok)
             })
@@ -584,32 +575,4 @@ fn screenshot_branch(
     link(pipeline, &chain)?;
     tee.link(&chain[0])
         .map_err(|e| PipelineError::Build(format!("tee → screenshot: {e}")))
-}
-
-/// Puts the new epoch's renditions in the package. A rendition that existed before keeps its
-/// segments and numbering (its next segment carries EXT-X-DISCONTINUITY); a new one starts after
-/// the highest sequence number any rendition used, so numbers never go back.
-fn install_renditions(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
-    let next = current.iter().map(|r| r.next_msn()).max().unwrap_or(0);
-    let mut old = std::mem::take(current);
-    for mut r in fresh {
-        match old.iter().position(|o| o.name == r.name) {
-            Some(i) => {
-                let mut kept = old.swap_remove(i);
-                kept.kind = r.kind;
-                kept.nominal_bitrate = r.nominal_bitrate;
-                if next > 0 {
-                    kept.continue_after(next - 1);
-                }
-                current.push(kept);
-            }
-            None => {
-                if next > 0 {
-                    r.continue_after(next - 1);
-                    r.mark_discontinuity();
-                }
-                current.push(r);
-            }
-        }
-    }
 }

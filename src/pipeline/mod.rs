@@ -272,11 +272,7 @@ pub async fn run(
                     stream = stream.id,
                     "the input's tracks or codecs changed; rebuilding the pipeline"
                 );
-                stream.package.update(|p| {
-                    for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
-                        r.mark_discontinuity();
-                    }
-                });
+                stream.package.mark_discontinuity();
                 seed = carried;
             }
         }
@@ -510,11 +506,7 @@ impl Pusher {
     /// that starts from there on.
     fn discontinuity(&mut self, at: u64) {
         let from = self.wall_base + Duration::from_nanos(at.saturating_sub(self.base));
-        self.package.update(|p| {
-            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
-                r.mark_discontinuity_from(from);
-            }
-        });
+        self.package.discontinuity_from(from);
     }
 
     /// Source frame rate over the last ~2 s, published as `frame_rate`.

@@ -14,7 +14,7 @@ use gstreamer_app::AppSink;
 use time::OffsetDateTime;
 
 use crate::live::{Counters, SharedStatus};
-use crate::package::{Output, Package, PartIn};
+use crate::package::{PartIn, RenditionSink};
 
 /// Window over which `transcoding_speed` is measured.
 pub const SPEED_WINDOW: Duration = Duration::from_secs(10);
@@ -80,8 +80,7 @@ impl Meter {
 }
 
 pub fn appsink(
-    package: Arc<Package>,
-    index: usize,
+    rendition: RenditionSink,
     wall_base: OffsetDateTime,
     meter: Option<Meter>,
 ) -> AppSink {
@@ -91,7 +90,7 @@ pub fn appsink(
         gstreamer_app::AppSinkCallbacks::builder()
             .new_sample(move |sink| {
                 let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
-                on_sample(&sample, &package, index, wall_base, meter.as_ref());
+                on_sample(&sample, &rendition, wall_base, meter.as_ref());
                 Ok(gst::FlowSuccess::Ok)
             })
             .build(),
@@ -101,8 +100,7 @@ pub fn appsink(
 
 fn on_sample(
     sample: &gst::Sample,
-    package: &Package,
-    index: usize,
+    rendition: &RenditionSink,
     wall_base: OffsetDateTime,
     meter: Option<&Meter>,
 ) {
@@ -150,17 +148,11 @@ fn on_sample(
     });
     let media = part.as_ref().map(|p| (p.duration, p.pdt + p.duration));
     if let Some(init) = init {
-        package.update(|p| {
-            if let Some(r) = p.renditions.get_mut(index) {
-                if let Some(codecs) = avc_codec_string(&init) {
-                    r.codecs = codecs;
-                }
-                r.set_init(init);
-            }
-        });
+        let codecs = avc_codec_string(&init);
+        rendition.init(init, codecs);
     }
     if let Some(part) = part {
-        package.push(Output::Cmaf, index, part, false);
+        rendition.part(part);
     }
     if let (Some(meter), Some((media, media_end))) = (meter, media) {
         meter.part_published(media, media_end);

@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::http::listener::{empty, full, Body};
 use crate::live::Registry;
 use crate::package::hls::{self, Readiness};
-use crate::package::{Output, Package, PackageState};
+use crate::package::{Output, Package, PackageState, SegmentKey};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
 /// Parts and segments never change once published (sequence numbers are never reused).
@@ -244,7 +244,7 @@ pub async fn handle(
                 .wait_for(timeout(&package), |p| {
                     let r = p.rendition(&name)?;
                     match r.segment(msn) {
-                        Some(s) if s.complete => Some(Some(locate(p, Output::Cmaf, &name, s))),
+                        Some(s) if s.complete => Some(Some(locate(Output::Cmaf, &name, s))),
                         Some(_) => None, // still being produced
                         None => Some(None),
                     }
@@ -252,7 +252,7 @@ pub async fn handle(
                 .await
                 .flatten();
             media_body(
-                load(source).await,
+                load(&package, source).await,
                 "video/iso.segment",
                 IMMUTABLE,
                 range.as_ref(),
@@ -293,9 +293,14 @@ pub async fn handle(
                     .iter()
                     .find(|r| r.name == name)
                     .and_then(|r| r.segment(msn))
-                    .map(|s| locate(p, Output::Ts, &name, s))
+                    .map(|s| locate(Output::Ts, &name, s))
             });
-            media_body(load(source).await, "video/mp2t", IMMUTABLE, range.as_ref())
+            media_body(
+                load(&package, source).await,
+                "video/mp2t",
+                IMMUTABLE,
+                range.as_ref(),
+            )
         }
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot.clone());
@@ -381,29 +386,35 @@ pub fn time_response() -> Response<Body> {
     )
 }
 
-/// Where a segment's bytes are: still in memory, or only in its file under the data dir.
+/// Where a segment's bytes are: still in memory, or only in the package's storage.
 enum Source {
     Memory(Bytes),
-    Disk(std::path::PathBuf),
+    Stored(SegmentKey),
 }
 
-fn locate(
-    p: &PackageState,
-    output: Output,
-    name: &str,
-    s: &crate::package::state::Segment,
-) -> Source {
-    match (s.in_memory(), &p.media_dir) {
-        (false, Some(dir)) => Source::Disk(dir.segment_path(output, name, s.msn)),
-        _ => Source::Memory(s.data()),
+fn locate(output: Output, name: &str, s: &crate::package::state::Segment) -> Source {
+    if s.in_memory() {
+        Source::Memory(s.data())
+    } else {
+        Source::Stored(SegmentKey {
+            output,
+            rendition: name.to_owned(),
+            msn: s.msn,
+        })
     }
 }
 
-async fn load(source: Option<Source>) -> Option<Bytes> {
+async fn load(package: &Package, source: Option<Source>) -> Option<Bytes> {
     match source? {
         Source::Memory(b) => Some(b),
-        // A segment evicted between the lookup and the read is simply gone: 404.
-        Source::Disk(path) => tokio::fs::read(path).await.ok().map(Bytes::from),
+        Source::Stored(key) => {
+            let storage = package.storage()?;
+            // A segment evicted between the lookup and the read is simply gone: 404.
+            tokio::task::spawn_blocking(move || storage.get(&key).ok())
+                .await
+                .ok()
+                .flatten()
+        }
     }
 }
 
@@ -458,7 +469,12 @@ pub fn media_playlist_now(
     let r = p.rendition(name)?;
     let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
     match hls::readiness(r, p.ended, q, pps.max(1)) {
-        Readiness::Ready => Some(Ok(p.media_playlist(r, q.skip, p.ended && p.endlist_tag))),
+        Readiness::Ready => Some(Ok(hls::media_playlist(
+            p,
+            r,
+            q.skip,
+            p.ended && p.endlist_tag,
+        ))),
         Readiness::Wait => None,
         Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
     }

@@ -1,0 +1,134 @@
+//! The sink API: the only way the pipeline writes into a package. A (re)built pipeline
+//! installs its [`Layout`] and gets one [`RenditionSink`] per rendition, keyed by output kind
+//! and name; it hands over init segments, CMAF parts and whole TS segments through them and
+//! screenshots through [`Package::set_screenshot`]. What happens next (retention, storage,
+//! renderers) is the package's business.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Output, Package, PartIn, Rendition};
+
+/// What a pipeline produces: its segment and part durations and its renditions.
+pub struct Layout {
+    pub segment: Duration,
+    pub part: Duration,
+    pub cmaf: Vec<Rendition>,
+    pub ts: Vec<Rendition>,
+}
+
+/// Where one rendition's media goes.
+#[derive(Clone)]
+pub struct RenditionSink {
+    package: Arc<Package>,
+    output: Output,
+    name: String,
+}
+
+impl RenditionSink {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The init segment (ftyp+moov) and, when the caller could read it, the RFC 6381 codecs
+    /// string it implies.
+    pub fn init(&self, init: Bytes, codecs: Option<String>) {
+        self.package.update(|p| {
+            if let Some(r) = p.rendition_in_mut(self.output, &self.name) {
+                if let Some(codecs) = codecs {
+                    r.codecs = codecs;
+                }
+                r.set_init(init);
+            }
+        });
+    }
+
+    /// A CMAF chunk: an LL-HLS part / LL-DASH chunk.
+    pub fn part(&self, part: PartIn) {
+        self.package.push(self.output, &self.name, part, false);
+    }
+
+    /// A complete segment in one piece (MPEG-TS HLS).
+    pub fn segment(&self, part: PartIn) {
+        self.package.push(self.output, &self.name, part, true);
+    }
+}
+
+impl Package {
+    /// Installs a (re)built pipeline's renditions and returns their sinks (CMAF, then TS, in
+    /// the layout's order). A rendition that existed before keeps its segments and numbering
+    /// (its next segment carries EXT-X-DISCONTINUITY); a new one starts after the highest
+    /// sequence number any rendition used, so numbers never go back.
+    pub fn install(self: &Arc<Self>, layout: Layout) -> (Vec<RenditionSink>, Vec<RenditionSink>) {
+        let sinks = |output, list: &[Rendition]| -> Vec<RenditionSink> {
+            list.iter()
+                .map(|r| RenditionSink {
+                    package: self.clone(),
+                    output,
+                    name: r.name.clone(),
+                })
+                .collect()
+        };
+        let cmaf = sinks(Output::Cmaf, &layout.cmaf);
+        let ts = sinks(Output::Ts, &layout.ts);
+        self.update(|p| {
+            p.config.segment = layout.segment;
+            p.config.part = layout.part;
+            install(&mut p.renditions, layout.cmaf);
+            install(&mut p.ts_renditions, layout.ts);
+        });
+        (cmaf, ts)
+    }
+
+    /// The sink of a rendition already installed (benches and tests build packages directly).
+    pub fn sink(self: &Arc<Self>, output: Output, name: &str) -> Option<RenditionSink> {
+        self.read(|p| p.rendition_in(output, name).is_some())
+            .then(|| RenditionSink {
+                package: self.clone(),
+                output,
+                name: name.to_owned(),
+            })
+    }
+
+    /// The source changed at `from` (wall clock): every rendition marks the first segment
+    /// that starts from then on.
+    pub fn discontinuity_from(&self, from: time::OffsetDateTime) {
+        self.update(|p| {
+            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
+                r.mark_discontinuity_from(from);
+            }
+        });
+    }
+
+    /// The latest JPEG of the source.
+    pub fn set_screenshot(&self, jpeg: Bytes) {
+        self.update(|p| p.screenshot = Some(jpeg));
+    }
+}
+
+fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
+    let next = current.iter().map(|r| r.next_msn()).max().unwrap_or(0);
+    let mut old = std::mem::take(current);
+    for mut r in fresh {
+        match old.iter().position(|o| o.name == r.name) {
+            Some(i) => {
+                let mut kept = old.swap_remove(i);
+                kept.kind = r.kind;
+                kept.nominal_bitrate = r.nominal_bitrate;
+                if next > 0 {
+                    kept.continue_after(next - 1);
+                }
+                current.push(kept);
+            }
+            None => {
+                if next > 0 {
+                    r.continue_after(next - 1);
+                    r.mark_discontinuity();
+                }
+                current.push(r);
+            }
+        }
+    }
+}
