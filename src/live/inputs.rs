@@ -129,11 +129,11 @@ impl Registry {
                 }
             }
         }
-        if dropped > 0 || switch.overlapped > 0 {
+        if dropped > 0 || switch.overlapped() > 0 {
             tracing::warn!(
                 stream = id,
                 dropped,
-                overlapped = switch.overlapped,
+                overlapped = switch.overlapped(),
                 "input switch dropped media"
             );
         }

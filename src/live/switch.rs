@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Slot;
+use crate::media::retime::Retimer;
 use crate::media::{AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoConfig, TRACK_WAIT};
 
 /// A main that delivers nothing for this long is switched away from (when a backup is being
@@ -23,9 +24,6 @@ pub const SWITCH_TIMEOUT_RANGE_SECS: std::ops::RangeInclusive<u64> = 3..=10;
 const MAX_GOP_SPAN: Duration = Duration::from_secs(10);
 const MAX_GOP_FRAMES: usize = 2048;
 const MAX_GOP_BYTES: usize = 32 * 1024 * 1024;
-/// Spacing between the last frame out and the first one after a switch when the wall clock
-/// gives no room (the new source's buffered GOP is longer than the outage).
-const SWITCH_STEP: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum SwitchEvent {
@@ -131,13 +129,8 @@ pub struct Switch {
     timeout: Duration,
     inputs: [Input; 2],
     active: Option<Slot>,
-    /// Added to the active input's timestamps (ns); `None` until its first frame fixes it.
-    offset: Option<i64>,
-    /// Last decode time sent per track on the output timeline, and when the last frame went.
-    last_out: [Option<u64>; 2],
-    last_forward: Option<Instant>,
-    /// Frames dropped because a switch would have sent them backwards in time.
-    pub overlapped: u64,
+    /// The active input's frames on the one output timeline.
+    retimer: Retimer,
 }
 
 fn index(slot: Slot) -> usize {
@@ -153,10 +146,7 @@ impl Switch {
             timeout,
             inputs: Default::default(),
             active: None,
-            offset: None,
-            last_out: [None; 2],
-            last_forward: None,
-            overlapped: 0,
+            retimer: Retimer::default(),
         }
     }
 
@@ -229,8 +219,7 @@ impl Switch {
             }
             MediaMessage::Discontinuity { at } => {
                 // The input's own source changed (a PULL fetcher moving to another URI).
-                if let (true, Some(offset)) = (active, self.offset) {
-                    let at = (at as i64 + offset).max(0) as u64;
+                if let (true, Some(at)) = (active, self.retimer.output_time(at)) {
                     out.push(SwitchEvent::Media(MediaMessage::Discontinuity { at }));
                 }
             }
@@ -300,16 +289,13 @@ impl Switch {
         .flatten()
         .collect();
         let newest = gop.iter().map(|f| f.dts).max();
-        self.offset = match (gop.first(), newest) {
-            (Some(first), Some(newest)) => Some(self.rebase(first.dts, newest, now)),
+        self.retimer.new_source();
+        let at = match (gop.first(), newest) {
+            (Some(first), Some(newest)) => Some(self.retimer.start(first.dts, newest, now)),
             _ => None, // fixed by the next frame
         };
-        if let (Some(from), Some(offset), Some(first)) = (from, self.offset, gop.first()) {
-            out.push(SwitchEvent::Switched {
-                from,
-                to,
-                at: (first.dts as i64 + offset).max(0) as u64,
-            });
+        if let (Some(from), Some(at)) = (from, at) {
+            out.push(SwitchEvent::Switched { from, to, at });
         }
         out.extend(configs.into_iter().map(SwitchEvent::Media));
         for f in gop {
@@ -324,45 +310,15 @@ impl Switch {
         }
     }
 
-    /// The offset that puts `first` on the output timeline: the newest buffered frame lands
-    /// where the wall clock says the output is now (so media time keeps pace with real time and
-    /// the outage becomes a gap the pipeline fills), never before the last frame sent.
-    fn rebase(&self, first: u64, newest: u64, now: Instant) -> i64 {
-        let Some(last) = self.last_out.iter().flatten().copied().max() else {
-            return 0; // the very first input: its own timeline
-        };
-        let elapsed = self
-            .last_forward
-            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        let aligned = last as i64 + elapsed.as_nanos() as i64 - (newest as i64 - first as i64);
-        let target = aligned.max((last + SWITCH_STEP.as_nanos() as u64) as i64);
-        target - first as i64
+    fn forward(&mut self, f: Frame, now: Instant, out: &mut Vec<SwitchEvent>) {
+        if let Some(f) = self.retimer.retime(f, now) {
+            out.push(SwitchEvent::Media(MediaMessage::Frame(f)));
+        }
     }
 
-    fn forward(&mut self, f: Frame, now: Instant, out: &mut Vec<SwitchEvent>) {
-        let offset = match self.offset {
-            Some(o) => o,
-            None => {
-                let o = self.rebase(f.dts, f.dts, now);
-                self.offset = Some(o);
-                o
-            }
-        };
-        let dts = (f.dts as i64 + offset).max(0) as u64;
-        let pts = (f.pts as i64 + offset).max(0) as u64;
-        let slot = f.track as usize;
-        if self.last_out[slot].is_some_and(|last| dts < last) {
-            // Audio of the new source that overlaps what the old one already sent.
-            self.overlapped += 1;
-            return;
-        }
-        self.last_out[slot] = Some(dts);
-        self.last_forward = Some(now);
-        out.push(SwitchEvent::Media(MediaMessage::Frame(Frame {
-            dts,
-            pts,
-            ..f
-        })));
+    /// Frames dropped because a switch would have sent them backwards in time.
+    pub fn overlapped(&self) -> u64 {
+        self.retimer.overlapped
     }
 }
 
@@ -590,7 +546,7 @@ mod tests {
         );
         s.detach(Slot::Main, t0, &mut out);
         assert_eq!(s.active(), Some(Slot::Backup));
-        assert_eq!(s.overlapped, 1);
+        assert_eq!(s.overlapped(), 1);
         let sent = frames(&out);
         assert_eq!(
             sent,

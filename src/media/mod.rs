@@ -2,6 +2,7 @@
 //! (`ingest::*::to_media`) produces [`MediaMessage`]s; the pipeline consumes them.
 
 pub mod codec;
+pub mod retime;
 pub mod timeline;
 
 use bytes::Bytes;
