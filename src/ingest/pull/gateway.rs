@@ -3,8 +3,9 @@
 //! cap, follows redirects anywhere and offers no hook; so the pipeline is pointed at
 //! `http://127.0.0.1:<port>/<path>` instead, and each request is made upstream by us:
 //!
-//! - every URL, the first and each playlist entry or redirect after it, passes the source guard
-//!   (scheme, no link-local/metadata address — checked on the resolved addresses, at connect);
+//! - every URL, the first and each playlist entry or redirect after it, passes the outbound-URL
+//!   policy ([`crate::url_policy`]: scheme, no link-local/metadata address — checked on the
+//!   resolved addresses, at connect);
 //! - a playlist (HLS or DASH, by content type or by its first bytes) is read whole up to
 //!   `max_playlist_bytes`, a segment is streamed through up to `max_segment_bytes`, every read
 //!   waits at most [`IDLE_TIMEOUT`]; over a cap the request fails (502, or the response is cut);
@@ -25,9 +26,9 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 use url::Url;
 
-use super::guard;
 use super::rewrite::{self, PlaylistKind, Sniffed};
 use crate::http::listener::{self as server, Body};
+use crate::url_policy::{self, redact, Purpose};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +106,7 @@ impl Gateway {
     }
 }
 
-/// Names resolve only to addresses the source guard allows; IP literals never reach a
+/// Names resolve only to addresses the URL policy allows; IP literals never reach a
 /// resolver, so [`check_target`] checks those.
 struct GuardedResolver;
 
@@ -113,14 +114,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::time::timeout(IDLE_TIMEOUT, tokio::net::lookup_host((host.as_str(), 0)))
-                    .await
-                    .map_err(|_| format!("DNS lookup of {host} timed out"))??
-                    .collect();
-            if let Some(bad) = addrs.iter().find(|a| guard::blocked(a.ip())) {
-                return Err(guard::GuardError::Blocked(bad.ip()).into());
-            }
+            let addrs = url_policy::resolve(&host, 0).await?;
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
     }
@@ -128,22 +122,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
 
 /// The scheme and, for an address literal, the address (names are checked when resolved).
 fn check_target(url: &Url, allow_link_local: bool) -> Result<(), String> {
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "scheme `{}` is not fetched over HTTP",
-            url.scheme()
-        ));
-    }
-    let ip = match url.host() {
-        Some(url::Host::Ipv4(v4)) => std::net::IpAddr::V4(v4),
-        Some(url::Host::Ipv6(v6)) => std::net::IpAddr::V6(v6),
-        Some(url::Host::Domain(_)) => return Ok(()),
-        None => return Err(guard::GuardError::NoHost.to_string()),
-    };
-    if !allow_link_local && guard::blocked(ip) {
-        return Err(guard::GuardError::Blocked(ip).to_string());
-    }
-    Ok(())
+    url_policy::check(url, Purpose::PullHttpHop, allow_link_local).map_err(|e| e.to_string())
 }
 
 /// One attempt's gateway; dropping it closes its loopback ports and their connections.
@@ -302,7 +281,7 @@ impl Inner {
             Err(Refused(status, reason)) => {
                 tracing::warn!(
                     stream = self.stream,
-                    url = %super::task::redact(upstream.as_str()),
+                    url = %redact(upstream.as_str()),
                     reason,
                     "PULL request refused"
                 );
@@ -351,10 +330,7 @@ impl Inner {
                 }
             }
             let local = self.local_url(&target).map_err(|e| {
-                Refused::forbidden(format!(
-                    "redirect to {}: {e}",
-                    super::task::redact(target.as_str())
-                ))
+                Refused::forbidden(format!("redirect to {}: {e}", redact(target.as_str())))
             })?;
             return Ok(Response::builder()
                 .status(status)
@@ -419,7 +395,7 @@ impl Inner {
             let mut map = |reference: &Url| {
                 self.local_url(reference)
                     .map(|u| u.to_string())
-                    .map_err(|e| format!("{}: {e}", super::task::redact(reference.as_str())))
+                    .map_err(|e| format!("{}: {e}", redact(reference.as_str())))
             };
             let rewritten = match kind {
                 PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
@@ -453,7 +429,7 @@ impl Inner {
             out = out.header(header::CONTENT_LENGTH, n);
         }
         let (tx, body) = server::channel_body(4);
-        let (stream, url) = (self.stream, super::task::redact(upstream.as_str()));
+        let (stream, url) = (self.stream, redact(upstream.as_str()));
         let mut shutdown = self.shutdown_rx.clone();
         // Ends with the response, the session, or a reader that stops reading.
         let pump = async move {

@@ -1,11 +1,10 @@
 //! PULL streams: for every record with `pull=true` and `active=true` the daemon fetches the
 //! stream itself from the record's `uri` (one or more space-separated source URLs), cycling
-//! through them round-robin (`task`), each through GStreamer (`source`) after a safety check
-//! (`guard`). This manager follows the records: started at boot, restarted when `uri` changes,
+//! through them round-robin (`task`), each through GStreamer (`source`) after the outbound-URL
+//! policy's check ([`crate::url_policy`]). This manager follows the records: started at boot, restarted when `uri` changes,
 //! stopped when the stream is deactivated, turned into a push stream or deleted.
 
 pub mod gateway;
-pub mod guard;
 pub mod rewrite;
 pub mod source;
 pub mod task;

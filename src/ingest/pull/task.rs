@@ -10,12 +10,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{gateway::Gateway, guard, source, PullConfig};
+use super::{gateway::Gateway, source, PullConfig};
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
 use crate::ingest::rtmp::to_media::FlvToMedia;
 use crate::live::{PublishError, Publisher, Registry};
 use crate::media::{MediaMessage, TrackKind};
+use crate::url_policy::{self, redact, Purpose};
 
 /// How long an HTTP source must keep delivering before its data is used.
 const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
@@ -162,43 +163,6 @@ pub async fn run(
     tracing::info!(stream = id, "PULL stopped");
 }
 
-/// Source URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the
-/// scheme, host and path only.
-pub(super) fn redact(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(u) => format!(
-            "{}://{}{}",
-            u.scheme(),
-            u.host_str().unwrap_or_default(),
-            u.path()
-        ),
-        Err(_) => "<invalid URL>".into(),
-    }
-}
-
-async fn check_host(url: &url::Url, config: &PullConfig) -> Result<(), String> {
-    if config.allow_link_local {
-        return Ok(());
-    }
-    let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
-    let port = url
-        .port()
-        .unwrap_or_else(|| guard::default_port(url.scheme()));
-    let addrs = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::lookup_host((host.to_owned(), port)),
-    )
-    .await
-    .map_err(|_| "DNS lookup timed out".to_owned())?
-    .map_err(|e| format!("DNS lookup failed: {e}"))?;
-    for a in addrs {
-        if guard::blocked(a.ip()) {
-            return Err(guard::GuardError::Blocked(a.ip()).to_string());
-        }
-    }
-    Ok(())
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn attempt(
     id: i64,
@@ -217,15 +181,15 @@ async fn attempt(
             reason,
         })
     };
-    let url = match guard::check_url(uri) {
+    let url = match url_policy::parse(uri, Purpose::PullSource) {
         Ok(u) => u,
         Err(e) => return fail(e.to_string()),
     };
     let http = matches!(url.scheme(), "http" | "https");
     // HTTP(S) hosts are checked by the gateway on the addresses it connects to.
     if !http {
-        if let Err(e) = check_host(&url, config).await {
-            return fail(e);
+        if let Err(e) = url_policy::guard(&url, config.allow_link_local).await {
+            return fail(e.to_string());
         }
     }
     // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
