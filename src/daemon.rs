@@ -76,7 +76,7 @@ pub enum DaemonError {
     #[error("RTMPS: {0}")]
     Tls(#[from] rtmp::TlsError),
     #[error("PULL: {0}")]
-    Pull(String),
+    Pull(#[from] crate::ingest::pull::PullError),
     #[error(transparent)]
     WhipMux(#[from] crate::ingest::whip::mux::MuxError),
 }

@@ -32,4 +32,4 @@ pub mod media;
 pub mod package;
 pub mod pipeline;
 pub mod quality;
-pub(crate) mod url_policy;
+pub mod url_policy;

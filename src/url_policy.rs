@@ -12,7 +12,7 @@ use std::time::Duration;
 use url::{Host, Url};
 
 /// A DNS answer slower than this fails the attempt; the next source is tried instead.
-pub(crate) const DNS_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// AWS's IPv6 instance metadata address (IMDS), outside the link-local range.
 const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
@@ -21,19 +21,18 @@ const ALIBABA_METADATA_V4: [u8; 4] = [100, 100, 100, 200];
 
 /// What a URL is for: each use has its own schemes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Purpose {
+pub enum Purpose {
     /// A PULL stream's source URL, as the record's `uri` names it.
     PullSource,
     /// A URL an HTTP(S) PULL source leads to: a playlist entry or a redirect. The gateway
     /// fetches it over HTTP, so nothing else can be followed.
     PullHttpHop,
     /// An HTML page rendered into the picture (overlays); nothing checks one yet.
-    #[cfg_attr(not(test), allow(dead_code))]
     WebPage,
 }
 
 impl Purpose {
-    pub(crate) fn schemes(self) -> &'static [&'static str] {
+    pub fn schemes(self) -> &'static [&'static str] {
         match self {
             Purpose::PullSource => &["rtmp", "rtmps", "srt", "http", "https"],
             Purpose::PullHttpHop | Purpose::WebPage => &["http", "https"],
@@ -42,7 +41,7 @@ impl Purpose {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum UrlPolicyError {
+pub enum UrlPolicyError {
     #[error("not a URL: {0}")]
     NotUrl(#[from] url::ParseError),
     #[error("{}", scheme_message(scheme, *purpose))]
@@ -73,7 +72,7 @@ fn scheme_message(scheme: &str, purpose: Purpose) -> String {
 
 /// Parses a URL as a user wrote it (a record's `uri`, a page address) and checks its scheme
 /// and that it names a host. No address rule here: names are checked when resolved ([`guard`]).
-pub(crate) fn parse(raw: &str, purpose: Purpose) -> Result<Url, UrlPolicyError> {
+pub fn parse(raw: &str, purpose: Purpose) -> Result<Url, UrlPolicyError> {
     let url = Url::parse(raw)?;
     check_scheme(&url, purpose)?;
     // WHATWG parsing repairs `http:///x` and `http:x` into `http://x/`; a URL someone wrote
@@ -102,7 +101,7 @@ fn check_scheme(url: &Url, purpose: Purpose) -> Result<(), UrlPolicyError> {
 /// Checks a parsed URL (one a server or playlist handed us) without I/O: its scheme, that it
 /// has a host, and, if that host is an address literal, the address. Names pass here and are
 /// checked on what they resolve to, at connect ([`guard`], or the gateway's resolver).
-pub(crate) fn check(
+pub fn check(
     url: &Url,
     purpose: Purpose,
     allow_link_local: bool,
@@ -129,7 +128,7 @@ fn literal(url: &Url) -> Option<Option<IpAddr>> {
 /// Addresses a URL may not lead to: link-local (which holds the cloud metadata services,
 /// 169.254.169.254 and fe80::/10), the other well-known metadata addresses, and addresses that
 /// are no single host (unspecified, broadcast, multicast).
-pub(crate) fn blocked(ip: IpAddr) -> bool {
+pub fn blocked(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             v4.is_link_local()
@@ -152,7 +151,7 @@ pub(crate) fn blocked(ip: IpAddr) -> bool {
 
 /// The DNS guard's decision, sans-IO: every address a name resolved to must be allowed (one
 /// bad answer among good ones would let a rebinding name pick it on a later connect).
-pub(crate) fn check_addrs(addrs: impl IntoIterator<Item = IpAddr>) -> Result<(), UrlPolicyError> {
+pub fn check_addrs(addrs: impl IntoIterator<Item = IpAddr>) -> Result<(), UrlPolicyError> {
     match addrs.into_iter().find(|ip| blocked(*ip)) {
         Some(ip) => Err(UrlPolicyError::Blocked(ip)),
         None => Ok(()),
@@ -161,7 +160,7 @@ pub(crate) fn check_addrs(addrs: impl IntoIterator<Item = IpAddr>) -> Result<(),
 
 /// Resolves `host` and checks every address ([`check_addrs`]); the caller connects to what
 /// this returns, so the checked answer is the one used.
-pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, UrlPolicyError> {
+pub async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, UrlPolicyError> {
     let addrs: Vec<SocketAddr> =
         tokio::time::timeout(DNS_TIMEOUT, tokio::net::lookup_host((host, port)))
             .await
@@ -179,7 +178,7 @@ pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, Ur
 
 /// The DNS guard for a URL a non-HTTP client (rtmp2src, srtsrc) connects to itself, right
 /// before it does: the host's addresses now must all be allowed.
-pub(crate) async fn guard(url: &Url, allow_link_local: bool) -> Result<(), UrlPolicyError> {
+pub async fn guard(url: &Url, allow_link_local: bool) -> Result<(), UrlPolicyError> {
     if allow_link_local {
         return Ok(());
     }
@@ -205,7 +204,7 @@ fn default_port(scheme: &str) -> u16 {
 
 /// URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the scheme,
 /// host and path only.
-pub(crate) fn redact(uri: &str) -> String {
+pub fn redact(uri: &str) -> String {
     match Url::parse(uri) {
         Ok(u) => format!(
             "{}://{}{}",

@@ -110,7 +110,7 @@ impl ApiError {
 
     /// A URL in `field` the outbound-URL policy refuses; the message quotes what the client
     /// sent (its own input, credentials and all) so it can find the bad one in a list.
-    pub(crate) fn url_policy(field: &str, uri: &str, e: &UrlPolicyError) -> Self {
+    pub fn url_policy(field: &str, uri: &str, e: &UrlPolicyError) -> Self {
         let message = match e {
             UrlPolicyError::NotUrl(e) => format!("`{uri}` is not a URL: {e}"),
             UrlPolicyError::Scheme { scheme, purpose } => format!(

@@ -29,6 +29,13 @@ pub const DEFAULT_MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
 /// Records are re-read this often even without a change notice (a safety net).
 const RESCAN: Duration = Duration::from_secs(30);
 
+/// Why the PULL manager could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Gateway(#[from] gateway::GatewayError),
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct PullConfig {
     pub first_data_timeout: Duration,
@@ -81,7 +88,7 @@ impl Puller {
         registry: Arc<Registry>,
         config: PullConfig,
         mut shutdown: watch::Receiver<bool>,
-    ) -> Result<tokio::task::JoinHandle<()>, String> {
+    ) -> Result<tokio::task::JoinHandle<()>, PullError> {
         let gateway = gateway::Gateway::new(gateway::GatewayLimits {
             max_playlist_bytes: config.max_playlist_bytes,
             max_segment_bytes: config.max_segment_bytes,
