@@ -78,7 +78,7 @@ pub enum DaemonError {
     #[error("PULL: {0}")]
     Pull(#[from] crate::ingest::pull::PullError),
     #[error(transparent)]
-    WhipMux(#[from] crate::ingest::whip::mux::MuxError),
+    WhipMux(#[from] crate::ingest::whip::MuxError),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the

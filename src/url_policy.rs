@@ -101,11 +101,7 @@ fn check_scheme(url: &Url, purpose: Purpose) -> Result<(), UrlPolicyError> {
 /// Checks a parsed URL (one a server or playlist handed us) without I/O: its scheme, that it
 /// has a host, and, if that host is an address literal, the address. Names pass here and are
 /// checked on what they resolve to, at connect ([`guard`], or the gateway's resolver).
-pub fn check(
-    url: &Url,
-    purpose: Purpose,
-    allow_link_local: bool,
-) -> Result<(), UrlPolicyError> {
+pub fn check(url: &Url, purpose: Purpose, allow_link_local: bool) -> Result<(), UrlPolicyError> {
     check_scheme(url, purpose)?;
     let ip = literal(url).ok_or(UrlPolicyError::NoHost)?;
     match ip {
