@@ -76,9 +76,9 @@ pub enum DaemonError {
     #[error("RTMPS: {0}")]
     Tls(#[from] rtmp::TlsError),
     #[error("PULL: {0}")]
-    Pull(String),
+    Pull(#[from] crate::ingest::pull::PullError),
     #[error(transparent)]
-    WhipMux(#[from] crate::ingest::whip::mux::MuxError),
+    WhipMux(#[from] crate::ingest::whip::MuxError),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the

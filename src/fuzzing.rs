@@ -125,13 +125,13 @@ pub fn whip_sdp(data: &[u8]) {
 }
 
 /// A PULL source's playlist (HLS or DASH, as the gateway sniffs it) through the gateway's
-/// reference rewriting; one host is refused, as the source guard would.
+/// reference rewriting; one host is refused, as the URL policy would.
 pub fn pull_playlist(data: &[u8]) {
     use crate::ingest::pull::rewrite::{rewrite_m3u8, rewrite_mpd, sniff};
     let base = url::Url::parse("https://cdn.example/live/index.m3u8").expect("valid URL");
     let text = String::from_utf8_lossy(data);
     let mut map = |u: &url::Url| match u.host_str() {
-        Some("169.254.169.254") => Err("refused".to_owned()),
+        Some("169.254.169.254") => Err("refused".into()),
         _ => Ok(format!("http://127.0.0.1:1{}", u.path())),
     };
     let _ = sniff("", data);

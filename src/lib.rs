@@ -12,6 +12,8 @@
 //! - [`package`]: the segment store and the LL-HLS, LL-DASH and MPEG-TS HLS renderers.
 //! - [`serve`]: media delivery over HTTP (blocking reload, chunked DASH) and the player page.
 //! - [`server`]: the HTTP listener shared by the API and media delivery.
+//! - [`url_policy`]: the one policy for outbound URLs (schemes per use, host rules, the DNS
+//!   guard, redaction for logs); PULL sources now, overlay pages and webhooks later.
 //! - [`daemon`]: wires them together and runs until shutdown.
 //!
 //! Media flows one way: ingest → `media` frames → one GStreamer pipeline per stream → packager →
@@ -31,3 +33,4 @@ pub mod package;
 pub mod pipeline;
 pub mod quality;
 pub(crate) mod secret;
+pub mod url_policy;

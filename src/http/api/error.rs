@@ -5,6 +5,7 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use crate::db::StoreError;
+use crate::url_policy::UrlPolicyError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -105,6 +106,21 @@ impl ApiError {
 
     pub fn invalid_value(field: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_value", message).at(field)
+    }
+
+    /// A URL in `field` the outbound-URL policy refuses; the message quotes what the client
+    /// sent (its own input, credentials and all) so it can find the bad one in a list.
+    pub fn url_policy(field: &str, uri: &str, e: &UrlPolicyError) -> Self {
+        let message = match e {
+            UrlPolicyError::NotUrl(e) => format!("`{uri}` is not a URL: {e}"),
+            UrlPolicyError::Scheme { scheme, purpose } => format!(
+                "`{uri}`: scheme `{scheme}` is not allowed (use one of {})",
+                purpose.schemes().join(", ")
+            ),
+            UrlPolicyError::NoHost => format!("`{uri}` has no host"),
+            other => format!("`{uri}`: {other}"),
+        };
+        Self::invalid_value(field, message)
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {

@@ -15,6 +15,7 @@ use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
 use crate::http::listener::{json_response, Body};
 use crate::live::LiveStatus;
+use crate::url_policy::{self, Purpose};
 
 /// Fixed page size of `GET /streaming/streams?page=N`.
 pub const STREAMS_PAGE_SIZE: u32 = 25;
@@ -27,7 +28,6 @@ pub const MAX_BROADCAST_IDS: usize = 100;
 pub const DVR_DURATION_RANGE: std::ops::RangeInclusive<i64> = 30..=14_400;
 /// SRT passphrase length in bytes (libsrt: 10..=80).
 pub const SRT_PASSPHRASE_CHARS: std::ops::RangeInclusive<usize> = 10..=80;
-pub const PULL_SCHEMES: &[&str] = &["rtmp", "rtmps", "srt", "http", "https"];
 
 /// Fields the server computes: accepted in a body (clients send back what they read) and ignored.
 const READ_ONLY: &[&str] = &[
@@ -277,7 +277,7 @@ fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
             return Err(ApiError::required("uri", " when `pull` is true"));
         }
         None | Some("") => {}
-        Some(uri) => validate_uris(uri).map_err(|m| ApiError::invalid_value("uri", m))?,
+        Some(uri) => validate_uris(uri)?,
     }
     if let Some(p) = &s.srt_passphrase {
         // libsrt's SRTO_PASSPHRASE bounds (HAICRYPT_SECRET_MIN_SZ..=MAX_SZ).
@@ -323,35 +323,24 @@ fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Space-separated source URLs of allowed schemes, each with a host.
-pub fn validate_uris(field: &str) -> Result<(), String> {
+/// Space-separated source URLs, each passing the URL policy for PULL sources.
+pub fn validate_uris(field: &str) -> Result<(), ApiError> {
     if char_len(field) > MAX_URI_FIELD_CHARS {
-        return Err(format!(
-            "`uri` must be at most {MAX_URI_FIELD_CHARS} characters"
+        return Err(ApiError::invalid_value(
+            "uri",
+            format!("`uri` must be at most {MAX_URI_FIELD_CHARS} characters"),
         ));
     }
     let uris: Vec<&str> = field.split_whitespace().collect();
     if uris.len() > MAX_PULL_URIS {
-        return Err(format!("`uri` holds at most {MAX_PULL_URIS} URLs"));
+        return Err(ApiError::invalid_value(
+            "uri",
+            format!("`uri` holds at most {MAX_PULL_URIS} URLs"),
+        ));
     }
     for uri in uris {
-        let parsed = url::Url::parse(uri).map_err(|e| format!("`{uri}` is not a URL: {e}"))?;
-        if !PULL_SCHEMES.contains(&parsed.scheme()) {
-            return Err(format!(
-                "`{uri}`: scheme `{}` is not allowed (use one of {})",
-                parsed.scheme(),
-                PULL_SCHEMES.join(", ")
-            ));
-        }
-        // WHATWG parsing repairs `http:///x` and `http:x` into `http://x/`; a source URL
-        // must name its host explicitly.
-        let explicit_host = uri
-            .get(parsed.scheme().len()..)
-            .and_then(|rest| rest.strip_prefix("://"))
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
-        if !explicit_host || parsed.host_str().is_none_or(str::is_empty) {
-            return Err(format!("`{uri}` has no host"));
-        }
+        url_policy::parse(uri, Purpose::PullSource)
+            .map_err(|e| ApiError::url_policy("uri", uri, &e))?;
     }
     Ok(())
 }

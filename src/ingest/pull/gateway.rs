@@ -3,8 +3,9 @@
 //! cap, follows redirects anywhere and offers no hook; so the pipeline is pointed at
 //! `http://127.0.0.1:<port>/<path>` instead, and each request is made upstream by us:
 //!
-//! - every URL, the first and each playlist entry or redirect after it, passes the source guard
-//!   (scheme, no link-local/metadata address — checked on the resolved addresses, at connect);
+//! - every URL, the first and each playlist entry or redirect after it, passes the outbound-URL
+//!   policy ([`crate::url_policy`]: scheme, no link-local/metadata address — checked on the
+//!   resolved addresses, at connect);
 //! - a playlist (HLS or DASH, by content type or by its first bytes) is read whole up to
 //!   `max_playlist_bytes`, a segment is streamed through up to `max_segment_bytes`, every read
 //!   waits at most [`IDLE_TIMEOUT`]; over a cap the request fails (502, or the response is cut);
@@ -25,9 +26,9 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 use url::Url;
 
-use super::guard;
-use super::rewrite::{self, PlaylistKind, Sniffed};
+use super::rewrite::{self, PlaylistKind, RewriteError, Sniffed};
 use crate::http::listener::{self as server, Body};
+use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +46,61 @@ const MAX_CONNECTIONS: usize = 16;
 const SNIFF_BYTES: usize = 4096;
 pub const DEFAULT_MAX_PLAYLIST_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 128 << 20;
+
+/// Why the gateway could not start, refused a request or found a source unusable. Each is the
+/// reason logged for the request or the attempt; URLs in them are redacted.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("PULL HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error(transparent)]
+    Policy(#[from] UrlPolicyError),
+    #[error("more than {MAX_ORIGINS} origins")]
+    TooManyOrigins,
+    #[error("gateway port: {0}")]
+    Port(#[source] std::io::Error),
+    #[error("no response within {0:?}")]
+    NoResponse(Duration),
+    #[error("no data for {0:?}")]
+    NoData(Duration),
+    /// reqwest's top-level error says "error sending request"; the cause (refused, the URL
+    /// policy's resolver) is below, so the whole chain is shown.
+    #[error("{}", error_chain(.0))]
+    Upstream(reqwest::Error),
+    #[error("HTTP {0}")]
+    Status(StatusCode),
+    #[error("{0} without a usable Location")]
+    NoLocation(StatusCode),
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects,
+    #[error("text in an encoding other than UTF-8")]
+    NotUtf8Text,
+    #[error("a playlist that is not UTF-8")]
+    NotUtf8Playlist,
+    #[error("nothing but whitespace")]
+    Blank,
+    #[error("attempt over")]
+    AttemptOver,
+    #[error("playlist over pull_max_playlist_bytes ({0})")]
+    PlaylistOverCap(usize),
+    #[error("rewritten playlist over twice pull_max_playlist_bytes ({0})")]
+    RewrittenOverCap(usize),
+    #[error("segment of {size} bytes over pull_max_segment_bytes ({cap})")]
+    SegmentOverCap { size: u64, cap: u64 },
+    #[error("redirect to {url}: {source}")]
+    Redirect {
+        url: String,
+        source: Box<GatewayError>,
+    },
+    /// A playlist entry the gateway will not fetch.
+    #[error("{url}: {source}")]
+    Reference {
+        url: String,
+        source: Box<GatewayError>,
+    },
+    #[error("playlist refused: {0}")]
+    PlaylistRefused(#[source] RewriteError),
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct GatewayLimits {
@@ -70,7 +126,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(limits: GatewayLimits) -> Result<Arc<Gateway>, String> {
+    pub fn new(limits: GatewayLimits) -> Result<Arc<Gateway>, GatewayError> {
         let mut builder = reqwest::Client::builder()
             // Our own redirect handling: each hop goes back through the gateway and its guard.
             .redirect(reqwest::redirect::Policy::none())
@@ -82,14 +138,16 @@ impl Gateway {
         if !limits.allow_link_local {
             builder = builder.dns_resolver(Arc::new(GuardedResolver));
         }
-        let client = builder
-            .build()
-            .map_err(|e| format!("PULL HTTP client: {e}"))?;
+        let client = builder.build().map_err(GatewayError::Client)?;
         Ok(Arc::new(Gateway { client, limits }))
     }
 
     /// Opens a session for one attempt on `source`; returns it with the URL to give GStreamer.
-    pub fn session(self: &Arc<Self>, stream: i64, source: &Url) -> Result<(Session, Url), String> {
+    pub fn session(
+        self: &Arc<Self>,
+        stream: i64,
+        source: &Url,
+    ) -> Result<(Session, Url), GatewayError> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let inner = Arc::new(Inner {
             gateway: self.clone(),
@@ -105,7 +163,7 @@ impl Gateway {
     }
 }
 
-/// Names resolve only to addresses the source guard allows; IP literals never reach a
+/// Names resolve only to addresses the URL policy allows; IP literals never reach a
 /// resolver, so [`check_target`] checks those.
 struct GuardedResolver;
 
@@ -113,37 +171,19 @@ impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::time::timeout(IDLE_TIMEOUT, tokio::net::lookup_host((host.as_str(), 0)))
-                    .await
-                    .map_err(|_| format!("DNS lookup of {host} timed out"))??
-                    .collect();
-            if let Some(bad) = addrs.iter().find(|a| guard::blocked(a.ip())) {
-                return Err(guard::GuardError::Blocked(bad.ip()).into());
-            }
+            let addrs = url_policy::resolve(&host, 0).await?;
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
     }
 }
 
 /// The scheme and, for an address literal, the address (names are checked when resolved).
-fn check_target(url: &Url, allow_link_local: bool) -> Result<(), String> {
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "scheme `{}` is not fetched over HTTP",
-            url.scheme()
-        ));
-    }
-    let ip = match url.host() {
-        Some(url::Host::Ipv4(v4)) => std::net::IpAddr::V4(v4),
-        Some(url::Host::Ipv6(v6)) => std::net::IpAddr::V6(v6),
-        Some(url::Host::Domain(_)) => return Ok(()),
-        None => return Err(guard::GuardError::NoHost.to_string()),
-    };
-    if !allow_link_local && guard::blocked(ip) {
-        return Err(guard::GuardError::Blocked(ip).to_string());
-    }
-    Ok(())
+fn check_target(url: &Url, allow_link_local: bool) -> Result<(), GatewayError> {
+    Ok(url_policy::check(
+        url,
+        Purpose::PullHttpHop,
+        allow_link_local,
+    )?)
 }
 
 /// One attempt's gateway; dropping it closes its loopback ports and their connections.
@@ -163,7 +203,7 @@ impl Session {
     /// own typefinding misses some manifests (ffmpeg's MPDs, read from a socket), so the
     /// pipeline is told. Redirects are followed here (each hop checked); errors say why the
     /// source is unusable before a pipeline is built.
-    pub async fn probe(&self) -> Result<Option<PlaylistKind>, String> {
+    pub async fn probe(&self) -> Result<Option<PlaylistKind>, GatewayError> {
         let gateway = &self.inner.gateway;
         let mut url = self.inner.source.clone();
         for _ in 0..=MAX_REDIRECTS {
@@ -171,15 +211,15 @@ impl Session {
             let mut resp =
                 tokio::time::timeout(IDLE_TIMEOUT, gateway.client.get(url.clone()).send())
                     .await
-                    .map_err(|_| format!("no response within {IDLE_TIMEOUT:?}"))?
-                    .map_err(|e| error_chain(&e))?;
+                    .map_err(|_| GatewayError::NoResponse(IDLE_TIMEOUT))?
+                    .map_err(GatewayError::Upstream)?;
             let status = resp.status();
             if is_redirect(status) {
                 url = location(&resp, &url)?;
                 continue;
             }
             if !status.is_success() {
-                return Err(format!("HTTP {status}"));
+                return Err(GatewayError::Status(status));
             }
             return match sniff(&mut resp, gateway.limits.max_playlist_bytes)
                 .await
@@ -188,10 +228,10 @@ impl Session {
             {
                 Sniffed::Playlist(kind) => Ok(Some(kind)),
                 Sniffed::Media => Ok(None),
-                Sniffed::Refused => Err("text in an encoding other than UTF-8".into()),
+                Sniffed::Refused => Err(GatewayError::NotUtf8Text),
             };
         }
-        Err(format!("more than {MAX_REDIRECTS} redirects"))
+        Err(GatewayError::TooManyRedirects)
     }
 
     /// How many upstream origins this session has opened a port for.
@@ -229,7 +269,7 @@ impl Inner {
     }
 
     /// The loopback URL that fetches `upstream`, opening its origin's port if needed.
-    fn local_url(self: &Arc<Self>, upstream: &Url) -> Result<Url, String> {
+    fn local_url(self: &Arc<Self>, upstream: &Url) -> Result<Url, GatewayError> {
         check_target(upstream, self.gateway.limits.allow_link_local)?;
         let key = origin(upstream);
         let mut origins = self.origins();
@@ -237,7 +277,7 @@ impl Inner {
             Some(p) => *p,
             None => {
                 if origins.len() >= MAX_ORIGINS {
-                    return Err(format!("more than {MAX_ORIGINS} origins"));
+                    return Err(GatewayError::TooManyOrigins);
                 }
                 let port = self.listen(upstream)?;
                 origins.insert(key, port);
@@ -250,14 +290,14 @@ impl Inner {
         Ok(local)
     }
 
-    fn listen(self: &Arc<Self>, upstream: &Url) -> Result<u16, String> {
+    fn listen(self: &Arc<Self>, upstream: &Url) -> Result<u16, GatewayError> {
         let bind = || -> std::io::Result<tokio::net::TcpListener> {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
             l.set_nonblocking(true)?;
             tokio::net::TcpListener::from_std(l)
         };
-        let listener = bind().map_err(|e| format!("gateway port: {e}"))?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let listener = bind().map_err(GatewayError::Port)?;
+        let port = listener.local_addr().map_err(GatewayError::Port)?.port();
         let mut base = upstream.clone();
         base.set_path("/");
         base.set_query(None);
@@ -302,11 +342,11 @@ impl Inner {
             Err(Refused(status, reason)) => {
                 tracing::warn!(
                     stream = self.stream,
-                    url = %super::task::redact(upstream.as_str()),
-                    reason,
+                    url = %redact(upstream.as_str()),
+                    %reason,
                     "PULL request refused"
                 );
-                plain(status, &reason)
+                plain(status, &reason.to_string())
             }
         }
     }
@@ -334,8 +374,8 @@ impl Inner {
         }
         let mut resp = tokio::time::timeout(wait, request.send())
             .await
-            .map_err(|_| Refused::bad_gateway(format!("no response within {wait:?}")))?
-            .map_err(|e| Refused::bad_gateway(error_chain(&e)))?;
+            .map_err(|_| Refused::bad_gateway(GatewayError::NoResponse(wait)))?
+            .map_err(|e| Refused::bad_gateway(GatewayError::Upstream(e)))?;
         let status = resp.status();
         if is_redirect(status) {
             let target = location(&resp, upstream).map_err(Refused::bad_gateway)?;
@@ -351,10 +391,10 @@ impl Inner {
                 }
             }
             let local = self.local_url(&target).map_err(|e| {
-                Refused::forbidden(format!(
-                    "redirect to {}: {e}",
-                    super::task::redact(target.as_str())
-                ))
+                Refused::forbidden(GatewayError::Redirect {
+                    url: redact(target.as_str()),
+                    source: Box::new(e),
+                })
             })?;
             return Ok(Response::builder()
                 .status(status)
@@ -390,47 +430,45 @@ impl Inner {
         let declared = resp.content_length();
         let (sniffed, mut first) = sniff(&mut resp, limits.max_playlist_bytes).await?;
         if sniffed == Sniffed::Refused {
-            return Err(Refused::forbidden(
-                "text in an encoding other than UTF-8".into(),
-            ));
+            return Err(Refused::forbidden(GatewayError::NotUtf8Text));
         }
         if let Sniffed::Playlist(kind) = sniffed {
             let _permit = self
                 .playlist_reads
                 .acquire()
                 .await
-                .map_err(|_| Refused::bad_gateway("attempt over".into()))?;
+                .map_err(|_| Refused::bad_gateway(GatewayError::AttemptOver))?;
             let cap = limits.max_playlist_bytes;
             if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
-                return Err(Refused::bad_gateway(format!(
-                    "playlist over pull_max_playlist_bytes ({cap})"
-                )));
+                return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
             }
             while let Some(c) = next_chunk(&mut resp).await? {
                 if first.len() + c.len() > cap {
-                    return Err(Refused::bad_gateway(format!(
-                        "playlist over pull_max_playlist_bytes ({cap})"
-                    )));
+                    return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
                 }
                 first.extend_from_slice(&c);
             }
             let text = std::str::from_utf8(&first)
-                .map_err(|_| Refused::forbidden("a playlist that is not UTF-8".into()))?;
+                .map_err(|_| Refused::forbidden(GatewayError::NotUtf8Playlist))?;
             let mut map = |reference: &Url| {
                 self.local_url(reference)
                     .map(|u| u.to_string())
-                    .map_err(|e| format!("{}: {e}", super::task::redact(reference.as_str())))
+                    .map_err(|e| {
+                        GatewayError::Reference {
+                            url: redact(reference.as_str()),
+                            source: Box::new(e),
+                        }
+                        .into()
+                    })
             };
             let rewritten = match kind {
                 PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
                 PlaylistKind::Dash => rewrite::rewrite_mpd(text, upstream, &mut map),
             }
-            .map_err(|e| Refused::forbidden(format!("playlist refused: {e}")))?;
+            .map_err(|e| Refused::forbidden(GatewayError::PlaylistRefused(e)))?;
             // Loopback URLs are longer than `//a`: the output is bounded too.
             if rewritten.len() > cap.saturating_mul(2) {
-                return Err(Refused::bad_gateway(format!(
-                    "rewritten playlist over twice pull_max_playlist_bytes ({cap})"
-                )));
+                return Err(Refused::bad_gateway(GatewayError::RewrittenOverCap(cap)));
             }
             return Ok(out.body(server::full(rewritten)).expect("valid response"));
         }
@@ -444,16 +482,17 @@ impl Inner {
         let cap = (!progressive).then_some(limits.max_segment_bytes);
         if let (Some(cap), Some(n)) = (cap, declared) {
             if n > cap {
-                return Err(Refused::bad_gateway(format!(
-                    "segment of {n} bytes over pull_max_segment_bytes ({cap})"
-                )));
+                return Err(Refused::bad_gateway(GatewayError::SegmentOverCap {
+                    size: n,
+                    cap,
+                }));
             }
         }
         if let Some(n) = declared {
             out = out.header(header::CONTENT_LENGTH, n);
         }
         let (tx, body) = server::channel_body(4);
-        let (stream, url) = (self.stream, super::task::redact(upstream.as_str()));
+        let (stream, url) = (self.stream, redact(upstream.as_str()));
         let mut shutdown = self.shutdown_rx.clone();
         // Ends with the response, the session, or a reader that stops reading.
         let pump = async move {
@@ -498,12 +537,12 @@ impl Inner {
 }
 
 /// Where a redirect points, resolved against the URL that answered it.
-fn location(resp: &reqwest::Response, base: &Url) -> Result<Url, String> {
+fn location(resp: &reqwest::Response, base: &Url) -> Result<Url, GatewayError> {
     resp.headers()
         .get(header::LOCATION)
         .and_then(|l| l.to_str().ok())
         .and_then(|l| base.join(l).ok())
-        .ok_or_else(|| format!("{} without a usable Location", resp.status()))
+        .ok_or_else(|| GatewayError::NoLocation(resp.status()))
 }
 
 /// HTTP redirects with a Location to follow (not 300 Multiple Choices, not 304).
@@ -531,19 +570,19 @@ async fn sniff(
         }
     }
     if first.len() > blank_cap && rewrite::blank(&first) {
-        return Err(Refused::bad_gateway("nothing but whitespace".into()));
+        return Err(Refused::bad_gateway(GatewayError::Blank));
     }
     Ok((rewrite::sniff(&content_type, &first), first))
 }
 
 /// A request the gateway answers itself, with why.
-struct Refused(StatusCode, String);
+struct Refused(StatusCode, GatewayError);
 
 impl Refused {
-    fn bad_gateway(reason: String) -> Refused {
+    fn bad_gateway(reason: GatewayError) -> Refused {
         Refused(StatusCode::BAD_GATEWAY, reason)
     }
-    fn forbidden(reason: String) -> Refused {
+    fn forbidden(reason: GatewayError) -> Refused {
         Refused(StatusCode::FORBIDDEN, reason)
     }
 }
@@ -551,11 +590,11 @@ impl Refused {
 async fn next_chunk(resp: &mut reqwest::Response) -> Result<Option<Bytes>, Refused> {
     tokio::time::timeout(IDLE_TIMEOUT, resp.chunk())
         .await
-        .map_err(|_| Refused::bad_gateway(format!("no data for {IDLE_TIMEOUT:?}")))?
-        .map_err(|e| Refused::bad_gateway(error_chain(&e)))
+        .map_err(|_| Refused::bad_gateway(GatewayError::NoData(IDLE_TIMEOUT)))?
+        .map_err(|e| Refused::bad_gateway(GatewayError::Upstream(e)))
 }
 
-/// reqwest's top-level error says "error sending request"; the cause (refused, guard) is below.
+/// An error and its causes on one line.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();

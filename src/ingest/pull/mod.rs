@@ -1,11 +1,10 @@
 //! PULL streams: for every record with `pull=true` and `active=true` the daemon fetches the
 //! stream itself from the record's `uri` (one or more space-separated source URLs), cycling
-//! through them round-robin (`task`), each through GStreamer (`source`) after a safety check
-//! (`guard`). This manager follows the records: started at boot, restarted when `uri` changes,
+//! through them round-robin (`task`), each through GStreamer (`source`) after the outbound-URL
+//! policy's check ([`crate::url_policy`]). This manager follows the records: started at boot, restarted when `uri` changes,
 //! stopped when the stream is deactivated, turned into a push stream or deleted.
 
 pub mod gateway;
-pub mod guard;
 pub mod rewrite;
 pub mod source;
 pub mod task;
@@ -30,6 +29,13 @@ pub const DEFAULT_INACTIVITY: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
 /// Records are re-read this often even without a change notice (a safety net).
 const RESCAN: Duration = Duration::from_secs(30);
+
+/// Why the PULL manager could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Gateway(#[from] gateway::GatewayError),
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct PullConfig {
@@ -85,7 +91,7 @@ impl Puller {
         store: Arc<dyn Store>,
         config: PullConfig,
         mut shutdown: watch::Receiver<bool>,
-    ) -> Result<tokio::task::JoinHandle<()>, String> {
+    ) -> Result<tokio::task::JoinHandle<()>, PullError> {
         let gateway = gateway::Gateway::new(gateway::GatewayLimits {
             max_playlist_bytes: config.max_playlist_bytes,
             max_segment_bytes: config.max_segment_bytes,

@@ -7,6 +7,8 @@
 
 use url::Url;
 
+use crate::url_policy::Purpose;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaylistKind {
     Hls,
@@ -70,7 +72,33 @@ pub fn sniff(content_type: &str, first: &[u8]) -> Sniffed {
 }
 
 /// Maps an upstream URL to its loopback URL, or says why it may not be fetched.
-pub type Mapper<'a> = dyn FnMut(&Url) -> Result<String, String> + 'a;
+pub type Mapper<'a> = dyn FnMut(&Url) -> Result<String, MapError> + 'a;
+
+/// Why the mapper refused a reference; its own error type (the gateway's), kept whole.
+pub type MapError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a playlist or manifest is refused whole.
+#[derive(Debug, thiserror::Error)]
+pub enum RewriteError {
+    /// Text another parser could read differently than we do; the message says where.
+    #[error("{0}")]
+    Syntax(std::borrow::Cow<'static, str>),
+    /// A reference the mapper refused.
+    #[error(transparent)]
+    Refused(MapError),
+}
+
+impl From<&'static str> for RewriteError {
+    fn from(s: &'static str) -> Self {
+        RewriteError::Syntax(s.into())
+    }
+}
+
+impl From<String> for RewriteError {
+    fn from(s: String) -> Self {
+        RewriteError::Syntax(s.into())
+    }
+}
 
 /// Schemes a playlist may name that no downloader fetches (inline keys, FairPlay key ids).
 const INERT_SCHEMES: [&str; 3] = ["data", "skd", "urn"];
@@ -97,7 +125,7 @@ fn absolute(raw: &str) -> bool {
 /// One reference: `Ok(None)` keeps it (relative: it resolves through the origin's mirrored
 /// paths), `Ok(Some)` replaces it, `Err` refuses the playlist. Absolute and scheme-relative
 /// references are mapped when they are HTTP(S) and refused when they cannot be read.
-fn reference(raw: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Option<String>, String> {
+fn reference(raw: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Option<String>, RewriteError> {
     if !absolute(raw) {
         return Ok(None);
     }
@@ -105,10 +133,10 @@ fn reference(raw: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Option<Strin
     let url = base
         .join(r)
         .map_err(|e| format!("unreadable reference {:?}: {e}", truncate(r)))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("reference with scheme `{}`", url.scheme()));
+    if !Purpose::PullHttpHop.schemes().contains(&url.scheme()) {
+        return Err(format!("reference with scheme `{}`", url.scheme()).into());
     }
-    map(&url).map(Some)
+    map(&url).map(Some).map_err(RewriteError::Refused)
 }
 
 fn truncate(s: &str) -> &str {
@@ -121,7 +149,7 @@ fn truncate(s: &str) -> &str {
 /// HLS: URI lines and the `URI` attribute of every tag (keys, maps, media, i-frame playlists,
 /// parts, preload hints, rendition reports), attribute lists tokenised as hlsdemux2 does
 /// (quoted values may hold commas; unquoted ones end at the next comma).
-pub fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+pub fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, RewriteError> {
     // Lines end at LF (CRLF included); a lone CR or a NUL could split lines for another parser.
     if text.contains('\0') || text.replace("\r\n", "\n").contains('\r') {
         return Err("a lone CR or a NUL in a playlist".into());
@@ -155,7 +183,11 @@ pub fn rewrite_m3u8(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Stri
     Ok(out)
 }
 
-fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+fn rewrite_attributes(
+    list: &str,
+    base: &Url,
+    map: &mut Mapper<'_>,
+) -> Result<String, RewriteError> {
     let mut out = String::with_capacity(list.len());
     let mut rest = list;
     while let Some(eq) = rest.find('=') {
@@ -163,7 +195,7 @@ fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<St
         // hlsdemux2 reads quotes anywhere in a value and names without `=`: only the plain
         // NAME=VALUE / NAME="VALUE" grammar is read the same way by both.
         if name.contains([',', '"']) {
-            return Err(format!("attribute name {:?}", truncate(name)));
+            return Err(format!("attribute name {:?}", truncate(name)).into());
         }
         out.push_str(&rest[..=eq]);
         rest = &rest[eq + 1..];
@@ -208,7 +240,7 @@ fn rewrite_attributes(list: &str, base: &Url, map: &mut Mapper<'_>) -> Result<St
 /// server is fetched). Namespaces, scheme ids and other attributes are left alone. Refused:
 /// non-UTF-8 encodings, DTDs and entities (which could spell a URL), markup inside a URL
 /// element, malformed tags.
-pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, String> {
+pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<String, RewriteError> {
     const TEXT_ELEMENTS: [&str; 3] = ["BaseURL", "Location", "PatchLocation"];
     let mut out = String::with_capacity(text.len() + 256);
     let mut rest = text;
@@ -264,7 +296,7 @@ pub fn rewrite_mpd(text: &str, base: &Url, map: &mut Mapper<'_>) -> Result<Strin
         if TEXT_ELEMENTS.contains(&name) && !tag.ends_with("/>") {
             let n = rest.find('<').ok_or("unterminated URL element")?;
             if !rest[n..].starts_with("</") {
-                return Err(format!("markup inside <{name}>"));
+                return Err(format!("markup inside <{name}>").into());
             }
             let value = &rest[..n];
             match reference(&xml_unescape(value)?, base, map)? {
@@ -288,7 +320,7 @@ struct Attribute<'a> {
 }
 
 /// The attributes of a start tag (after its name) and what follows them (`>` or `/>`).
-fn attributes(mut attrs: &str) -> Result<(Vec<Attribute<'_>>, &str), String> {
+fn attributes(mut attrs: &str) -> Result<(Vec<Attribute<'_>>, &str), RewriteError> {
     let mut list = Vec::new();
     while let Some(eq) = attrs.find('=') {
         let q = eq
@@ -336,7 +368,7 @@ fn rewrite_attribute(
     all: &[Attribute<'_>],
     base: &Url,
     map: &mut Mapper<'_>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, RewriteError> {
     let value = xml_unescape(a.raw)?;
     match (element, a.name) {
         // Substituted into templates by `$RepresentationID$`: no character that could make
@@ -344,7 +376,7 @@ fn rewrite_attribute(
         ("Representation", "id") => {
             let safe = |c: char| c.is_ascii_alphanumeric() || "._~=+-".contains(c);
             if !value.chars().all(safe) {
-                return Err(format!("Representation id {:?}", truncate(&value)));
+                return Err(format!("Representation id {:?}", truncate(&value)).into());
             }
             Ok(None)
         }
@@ -357,7 +389,7 @@ fn rewrite_attribute(
                 .collect::<Result<Vec<_>, _>>()?;
             // NTP/SNTP go out over UDP, past the gateway.
             if let Some(ntp) = schemes.iter().find(|s| s.contains("ntp")) {
-                return Err(format!("UTCTiming {ntp}"));
+                return Err(format!("UTCTiming {ntp}").into());
             }
             if !schemes.iter().any(|s| s.contains(":http-")) {
                 return Ok(None);
@@ -380,7 +412,7 @@ fn rewrite_attribute(
                     .iter()
                     .any(|t| absolute(t))
             {
-                return Err(format!("template {:?}", truncate(&value)));
+                return Err(format!("template {:?}", truncate(&value)).into());
             }
             Ok(mapped)
         }
@@ -406,7 +438,7 @@ fn substitute(template: &str, with: &str) -> String {
     out
 }
 
-fn check_encoding(declaration: &str) -> Result<(), String> {
+fn check_encoding(declaration: &str) -> Result<(), RewriteError> {
     let lower = declaration.to_ascii_lowercase();
     let Some(at) = lower.find("encoding") else {
         return Ok(());
@@ -419,7 +451,7 @@ fn check_encoding(declaration: &str) -> Result<(), String> {
     if value == "utf-8" || value == "utf8" {
         Ok(())
     } else {
-        Err(format!("manifest encoding `{value}` (only UTF-8 is read)"))
+        Err(format!("manifest encoding `{value}` (only UTF-8 is read)").into())
     }
 }
 
@@ -444,7 +476,7 @@ fn tag_end(s: &str) -> Option<usize> {
 
 /// XML's five named entities and character references; any other entity is refused (without
 /// a DTD, libxml2 would refuse the document too).
-fn xml_unescape(s: &str) -> Result<String, String> {
+fn xml_unescape(s: &str) -> Result<String, RewriteError> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(amp) = rest.find('&') {
@@ -486,7 +518,7 @@ mod tests {
 
     /// Maps to a loopback URL naming the host (so tests see where a reference went); refuses
     /// the metadata address as the gateway's guard would.
-    fn mapper(calls: &mut Vec<String>) -> impl FnMut(&Url) -> Result<String, String> + '_ {
+    fn mapper(calls: &mut Vec<String>) -> impl FnMut(&Url) -> Result<String, MapError> + '_ {
         |u: &Url| {
             calls.push(u.to_string());
             if u.host_str() == Some("169.254.169.254") {
@@ -496,14 +528,14 @@ mod tests {
         }
     }
 
-    fn hls(text: &str) -> (Result<String, String>, Vec<String>) {
+    fn hls(text: &str) -> (Result<String, RewriteError>, Vec<String>) {
         let base = Url::parse("https://cdn.example/live/master.m3u8?token=1").unwrap();
         let mut calls = Vec::new();
         let out = rewrite_m3u8(text, &base, &mut mapper(&mut calls));
         (out, calls)
     }
 
-    fn mpd(text: &str) -> (Result<String, String>, Vec<String>) {
+    fn mpd(text: &str) -> (Result<String, RewriteError>, Vec<String>) {
         let base = Url::parse("https://cdn.example/live/manifest.mpd").unwrap();
         let mut calls = Vec::new();
         let out = rewrite_mpd(text, &base, &mut mapper(&mut calls));

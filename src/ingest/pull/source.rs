@@ -18,6 +18,41 @@ use tokio::sync::mpsc;
 use super::rewrite::PlaylistKind;
 use crate::media::TrackKind;
 
+/// Why a source pipeline could not be built or stopped working; the fetcher logs it as the
+/// reason it left the source (the texts are the log's).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{0}")]
+    Init(#[from] gst::glib::Error),
+    #[error("{factory}: {error} (is its GStreamer plugin installed?)")]
+    Missing {
+        factory: &'static str,
+        error: gst::glib::BoolError,
+    },
+    /// Adding, linking or starting elements.
+    #[error("{0}")]
+    Gst(#[from] gst::glib::BoolError),
+    /// A pad or bus the pipeline's shape promises was not there.
+    #[error("{0}")]
+    MissingPart(&'static str),
+    #[error("link to mux: {0:?}")]
+    LinkToMux(gst::PadLinkError),
+    #[error("link: {0:?}")]
+    Link(gst::PadLinkError),
+    #[error("{0:?}")]
+    PadLink(gst::PadLinkError),
+    #[error("linking a stream: {0}")]
+    LinkingStream(Box<SourceError>),
+    #[error("source pad: {0}")]
+    SourcePad(Box<SourceError>),
+    /// An error message from the pipeline's bus (connect refused, 404, bad data…).
+    #[error("{message} ({debug:?})")]
+    Pipeline {
+        message: gst::glib::Error,
+        debug: Option<gst::glib::GString>,
+    },
+}
+
 /// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
 const DATA_QUEUE: usize = 256;
 /// HTTP request timeout for souphttpsrc (manifest and segments), in seconds.
@@ -32,7 +67,7 @@ pub enum SourceEvent {
     Tracks(crate::media::Tracks),
     Data(Bytes),
     /// The source failed (connect refused, 404, bad data…); the fetcher moves on.
-    Error(String),
+    Error(SourceError),
     /// The source ended (a VOD playlist, the remote closed cleanly).
     Eos,
 }
@@ -63,10 +98,10 @@ impl Drop for Source {
     }
 }
 
-fn make(factory: &str) -> Result<gst::Element, String> {
+fn make(factory: &'static str) -> Result<gst::Element, SourceError> {
     gst::ElementFactory::make(factory)
         .build()
-        .map_err(|e| format!("{factory}: {e} (is its GStreamer plugin installed?)"))
+        .map_err(|error| SourceError::Missing { factory, error })
 }
 
 /// Whether a stream of these caps is taken: H.264/HEVC video, AAC audio (MPEG-1/2 audio layers
@@ -90,11 +125,11 @@ fn link_stream(
     mux: &gst::Element,
     stream: i64,
     declared: &DeclaredTracks,
-) -> Result<(), String> {
+) -> Result<(), SourceError> {
     let caps = pad
         .current_caps()
         .or_else(|| Some(pad.query_caps(None)))
-        .ok_or("no caps")?;
+        .ok_or(SourceError::MissingPart("no caps"))?;
     let name = caps
         .structure(0)
         .map(|s| s.name().to_string())
@@ -136,21 +171,21 @@ fn link_stream(
         tracing::info!(stream, codec = %caps, "PULL source stream ignored (only H.264, HEVC and AAC are taken)");
         vec![make("fakesink")?]
     };
-    bin.add_many(&chain).map_err(|e| e.to_string())?;
-    gst::Element::link_many(&chain).map_err(|e| e.to_string())?;
+    bin.add_many(&chain)?;
+    gst::Element::link_many(&chain)?;
     // Downstream first, so the first buffer finds a linked path all the way to the muxer.
     if taken {
         let last = chain.last().expect("non-empty");
         let sink = mux
             .request_pad_simple("sink_%d")
-            .ok_or("mpegtsmux refused a pad")?;
+            .ok_or(SourceError::MissingPart("mpegtsmux refused a pad"))?;
         last.static_pad("src")
-            .ok_or("no src pad")?
+            .ok_or(SourceError::MissingPart("no src pad"))?
             .link(&sink)
-            .map_err(|e| format!("link to mux: {e:?}"))?;
+            .map_err(SourceError::LinkToMux)?;
     }
     for e in chain.iter().rev() {
-        e.sync_state_with_parent().map_err(|e| e.to_string())?;
+        e.sync_state_with_parent()?;
     }
     if taken {
         declared.add(if aac {
@@ -159,8 +194,12 @@ fn link_stream(
             TrackKind::Video
         });
     }
-    pad.link(&chain[0].static_pad("sink").ok_or("no sink pad")?)
-        .map_err(|e| format!("link: {e:?}"))?;
+    pad.link(
+        &chain[0]
+            .static_pad("sink")
+            .ok_or(SourceError::MissingPart("no sink pad"))?,
+    )
+    .map_err(SourceError::Link)?;
     Ok(())
 }
 
@@ -192,7 +231,7 @@ const MUX_QUEUE: std::time::Duration = std::time::Duration::from_secs(15);
 /// The same queue's bound in bytes, so a high-bitrate video stream cannot grow it without end.
 const MUX_QUEUE_BYTES: u32 = 64 * 1024 * 1024;
 
-fn mux_queue() -> Result<gst::Element, String> {
+fn mux_queue() -> Result<gst::Element, SourceError> {
     let queue = make("queue")?;
     queue.set_property("max-size-time", MUX_QUEUE.as_nanos() as u64);
     queue.set_property("max-size-buffers", 0u32);
@@ -200,11 +239,10 @@ fn mux_queue() -> Result<gst::Element, String> {
     Ok(queue)
 }
 
-fn capsfilter(caps: gst::Caps) -> Result<gst::Element, String> {
-    gst::ElementFactory::make("capsfilter")
+fn capsfilter(caps: gst::Caps) -> Result<gst::Element, SourceError> {
+    Ok(gst::ElementFactory::make("capsfilter")
         .property("caps", caps)
-        .build()
-        .map_err(|e| e.to_string())
+        .build()?)
 }
 
 /// Starts fetching `uri` (an HTTP(S) source arrives here as its loopback gateway URL, with
@@ -213,8 +251,8 @@ pub fn start(
     stream: i64,
     uri: &str,
     playlist: Option<PlaylistKind>,
-) -> Result<(Source, mpsc::Receiver<SourceEvent>), String> {
-    gst::init().map_err(|e| e.to_string())?;
+) -> Result<(Source, mpsc::Receiver<SourceEvent>), SourceError> {
+    gst::init()?;
     let (tx, rx) = mpsc::channel(DATA_QUEUE);
     let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
     let container = if uri.starts_with("rtmp://") || uri.starts_with("rtmps://") {
@@ -243,7 +281,7 @@ pub fn start(
             })
             .build(),
     );
-    let bus = pipeline.bus().ok_or("no bus")?;
+    let bus = pipeline.bus().ok_or(SourceError::MissingPart("no bus"))?;
     let weak = pipeline.downgrade();
     std::thread::spawn(move || {
         // Ends when the pipeline is gone (dropped Source) or the fetcher stopped listening.
@@ -256,9 +294,10 @@ pub fn start(
                 continue;
             };
             let event = match msg.view() {
-                gst::MessageView::Error(e) => {
-                    SourceEvent::Error(format!("{} ({:?})", e.error(), e.debug()))
-                }
+                gst::MessageView::Error(e) => SourceEvent::Error(SourceError::Pipeline {
+                    message: e.error(),
+                    debug: e.debug(),
+                }),
                 gst::MessageView::Eos(_) => SourceEvent::Eos,
                 _ => continue,
             };
@@ -286,15 +325,13 @@ pub fn start(
 /// FLV reader and the RTMP push's adapter, so `onMetaData` declares the tracks at once (an RTMP
 /// server such as nginx-rtmp sends no video tag before the encoder's next keyframe, and
 /// GStreamer's flvdemux exposes no pad before one) and Enhanced RTMP codecs come through.
-fn flv_branch(pipeline: &gst::Pipeline, uri: &str) -> Result<AppSink, String> {
+fn flv_branch(pipeline: &gst::Pipeline, uri: &str) -> Result<AppSink, SourceError> {
     let src = make("rtmp2src")?;
     src.set_property("location", uri);
     // The server sends in real time: no clock sync needed (its buffers carry no timestamps).
     let sink = AppSink::builder().sync(false).build();
-    pipeline
-        .add_many([&src, sink.upcast_ref()])
-        .map_err(|e| e.to_string())?;
-    src.link(&sink).map_err(|e| e.to_string())?;
+    pipeline.add_many([&src, sink.upcast_ref()])?;
+    src.link(&sink)?;
     Ok(sink)
 }
 
@@ -306,7 +343,7 @@ fn demuxing_branch(
     playlist: Option<PlaylistKind>,
     stream: i64,
     tx: &mpsc::Sender<SourceEvent>,
-) -> Result<AppSink, String> {
+) -> Result<AppSink, SourceError> {
     let src = make("urisourcebin")?;
     src.set_property("uri", uri);
     let mux = make("mpegtsmux")?;
@@ -314,10 +351,8 @@ fn demuxing_branch(
     // Synchronised to the clock: an HLS/DASH demuxer fetches its first segments in a burst, which
     // must reach the outputs in real time like a pushed stream, not ahead of the wall clock.
     let sink = AppSink::builder().sync(true).build();
-    pipeline
-        .add_many([&src, &mux, sink.upcast_ref()])
-        .map_err(|e| e.to_string())?;
-    mux.link(&sink).map_err(|e| e.to_string())?;
+    pipeline.add_many([&src, &mux, sink.upcast_ref()])?;
+    mux.link(&sink)?;
     src.connect("source-setup", false, move |args| {
         let element = args[1].get::<gst::Element>().ok()?;
         let factory = element.factory().map(|f| f.name().to_string());
@@ -379,9 +414,9 @@ fn demuxing_branch(
             return;
         };
         // Each source pad (one per adaptive stream) gets its own parsebin.
-        let result = (|| -> Result<(), String> {
+        let result = (|| -> Result<(), SourceError> {
             let parse = make("parsebin")?;
-            pipeline.add(&parse).map_err(|e| e.to_string())?;
+            pipeline.add(&parse)?;
             let weak = pipeline.downgrade();
             let mux = mux_for_pads.clone();
             let errors = errors.clone();
@@ -391,16 +426,21 @@ fn demuxing_branch(
                     return;
                 };
                 if let Err(e) = link_stream(&pipeline, pad, &mux, stream, &declared) {
-                    let _ = errors.try_send(SourceEvent::Error(format!("linking a stream: {e}")));
+                    let _ = errors
+                        .try_send(SourceEvent::Error(SourceError::LinkingStream(Box::new(e))));
                 }
             });
-            parse.sync_state_with_parent().map_err(|e| e.to_string())?;
-            pad.link(&parse.static_pad("sink").ok_or("no sink pad")?)
-                .map_err(|e| format!("{e:?}"))?;
+            parse.sync_state_with_parent()?;
+            pad.link(
+                &parse
+                    .static_pad("sink")
+                    .ok_or(SourceError::MissingPart("no sink pad"))?,
+            )
+            .map_err(SourceError::PadLink)?;
             Ok(())
         })();
         if let Err(e) = result {
-            let _ = errors.try_send(SourceEvent::Error(format!("source pad: {e}")));
+            let _ = errors.try_send(SourceEvent::Error(SourceError::SourcePad(Box::new(e))));
         }
     });
     Ok(sink)

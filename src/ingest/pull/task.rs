@@ -10,13 +10,16 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{gateway::Gateway, guard, source, PullConfig};
+use super::gateway::{Gateway, GatewayError};
+use super::source::{self, SourceError};
+use super::PullConfig;
 use crate::db::Store;
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
 use crate::ingest::rtmp::to_media::FlvToMedia;
 use crate::live::{PublishError, Publisher, Registry};
 use crate::media::{MediaMessage, TrackKind};
+use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
 
 /// How long an HTTP source must keep delivering before its data is used.
 const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
@@ -84,7 +87,36 @@ impl Rebase {
 /// How one attempt on one source ended.
 struct Attempt {
     delivered: bool,
-    reason: String,
+    reason: AttemptEnd,
+}
+
+/// Why the fetcher left a source for the next (the `reason` of its log line).
+#[derive(Debug, thiserror::Error)]
+enum AttemptEnd {
+    #[error(transparent)]
+    Policy(#[from] UrlPolicyError),
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("source start task: {0}")]
+    StartTask(#[from] tokio::task::JoinError),
+    #[error("inactivity limit reached")]
+    Inactive,
+    #[error("no data for {0:?}")]
+    Stalled(Duration),
+    #[error("no data within {0:?}")]
+    NoFirstData(Duration),
+    #[error("source pipeline gone")]
+    PipelineGone,
+    #[error("ended before proving live (a stale playlist?)")]
+    EndedUnproven,
+    #[error("source ended")]
+    Ended,
+    #[error("over {0} bytes while proving live")]
+    HeldOverCap(usize),
+    #[error("unusable data: {0}")]
+    Unusable(#[from] AdapterError),
 }
 
 enum Flow {
@@ -142,7 +174,7 @@ pub async fn run(
         tracing::info!(
             stream = id,
             source = %redact(uri),
-            reason = attempt.reason,
+            reason = %attempt.reason,
             next = %redact(&uris[index]),
             "PULL source left; trying the next"
         );
@@ -164,43 +196,6 @@ pub async fn run(
     tracing::info!(stream = id, "PULL stopped");
 }
 
-/// Source URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the
-/// scheme, host and path only.
-pub(super) fn redact(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(u) => format!(
-            "{}://{}{}",
-            u.scheme(),
-            u.host_str().unwrap_or_default(),
-            u.path()
-        ),
-        Err(_) => "<invalid URL>".into(),
-    }
-}
-
-async fn check_host(url: &url::Url, config: &PullConfig) -> Result<(), String> {
-    if config.allow_link_local {
-        return Ok(());
-    }
-    let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
-    let port = url
-        .port()
-        .unwrap_or_else(|| guard::default_port(url.scheme()));
-    let addrs = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::lookup_host((host.to_owned(), port)),
-    )
-    .await
-    .map_err(|_| "DNS lookup timed out".to_owned())?
-    .map_err(|e| format!("DNS lookup failed: {e}"))?;
-    for a in addrs {
-        if guard::blocked(a.ip()) {
-            return Err(guard::GuardError::Blocked(a.ip()).to_string());
-        }
-    }
-    Ok(())
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn attempt(
     id: i64,
@@ -213,21 +208,21 @@ async fn attempt(
     last_data: &mut Instant,
     stop: &mut watch::Receiver<bool>,
 ) -> Flow {
-    let fail = |reason: String| {
+    let fail = |reason: AttemptEnd| {
         Flow::Continue(Attempt {
             delivered: false,
             reason,
         })
     };
-    let url = match guard::check_url(uri) {
+    let url = match url_policy::parse(uri, Purpose::PullSource) {
         Ok(u) => u,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e.into()),
     };
     let http = matches!(url.scheme(), "http" | "https");
     // HTTP(S) hosts are checked by the gateway on the addresses it connects to.
     if !http {
-        if let Err(e) = check_host(&url, config).await {
-            return fail(e);
+        if let Err(e) = url_policy::guard(&url, config.allow_link_local).await {
+            return fail(e.into());
         }
     }
     // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
@@ -235,11 +230,11 @@ async fn attempt(
     let (_gateway_session, fetch_uri, kind) = if http {
         let (session, local) = match gateway.session(id, &url) {
             Ok(s) => s,
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.into()),
         };
         match session.probe().await {
             Ok(kind) => (Some(session), local.to_string(), kind),
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.into()),
         }
     } else {
         (None, uri.to_owned(), None)
@@ -249,8 +244,8 @@ async fn attempt(
     let started = tokio::task::spawn_blocking(move || source::start(id, &fetch_uri, kind)).await;
     let (source, mut events) = match started {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return fail(e),
-        Err(e) => return fail(format!("source start task: {e}")),
+        Ok(Err(e)) => return fail(e.into()),
+        Err(e) => return fail(e.into()),
     };
     let mut adapter = Adapter::new(source.container, id);
     let mut delivered = false;
@@ -283,17 +278,15 @@ async fn attempt(
             e = tokio::time::timeout_at((last + wait).min(*last_data + config.inactivity), events.recv()) => e,
         };
         let data = match event {
-            Err(_) if last_data.elapsed() >= config.inactivity => {
-                break "inactivity limit reached".to_owned()
-            }
-            Err(_) if delivered => break format!("no data for {wait:?}"),
-            Err(_) => break format!("no data within {wait:?}"),
-            Ok(None) => break "source pipeline gone".to_owned(),
-            Ok(Some(source::SourceEvent::Error(e))) => break e,
+            Err(_) if last_data.elapsed() >= config.inactivity => break AttemptEnd::Inactive,
+            Err(_) if delivered => break AttemptEnd::Stalled(wait),
+            Err(_) => break AttemptEnd::NoFirstData(wait),
+            Ok(None) => break AttemptEnd::PipelineGone,
+            Ok(Some(source::SourceEvent::Error(e))) => break e.into(),
             Ok(Some(source::SourceEvent::Eos)) if hold_until.is_some() => {
-                break "ended before proving live (a stale playlist?)".to_owned()
+                break AttemptEnd::EndedUnproven
             }
-            Ok(Some(source::SourceEvent::Eos)) => break "source ended".to_owned(),
+            Ok(Some(source::SourceEvent::Eos)) => break AttemptEnd::Ended,
             Ok(Some(source::SourceEvent::Tracks(t))) => {
                 declared = Some(t);
                 continue;
@@ -304,7 +297,7 @@ async fn attempt(
         if let Some(until) = hold_until {
             held_bytes += data.len();
             if held_bytes > config.max_held_bytes {
-                break format!("over {} bytes while proving live", config.max_held_bytes);
+                break AttemptEnd::HeldOverCap(config.max_held_bytes);
             }
             held.push(data);
             if now < until {
@@ -322,11 +315,11 @@ async fn attempt(
                 }
             }
             if let Some(e) = unusable {
-                break format!("unusable data: {e}");
+                break e.into();
             }
             out.retain(|m| !matches!(m, MediaMessage::Frame(_)));
         } else if let Err(e) = adapter.push(&data, &mut out) {
-            break format!("unusable data: {e}");
+            break e.into();
         }
         // A TS source's demuxer pads declare its tracks (see `SourceEvent::Tracks`); the
         // declaration goes out with the first media after it.
@@ -378,6 +371,21 @@ async fn attempt(
 /// it is left as unusable; as for an RTMP push.
 const MAX_FLV_ERRORS: u64 = 1000;
 
+/// Why a source's bytes cannot be used; the attempt ends on the first (FLV media messages:
+/// after [`MAX_FLV_ERRORS`], each counted before).
+#[derive(Debug, thiserror::Error)]
+enum AdapterError {
+    #[error(transparent)]
+    Ts(#[from] crate::ingest::mpegts::to_media::TsError),
+    #[error(transparent)]
+    Flv(#[from] crate::ingest::rtmp::flv::FlvStreamError),
+    #[error("{count} unusable media messages, last: {last}")]
+    FlvMedia {
+        count: u64,
+        last: crate::ingest::rtmp::to_media::FlvError,
+    },
+}
+
 /// What turns a source's bytes into media messages.
 enum Adapter {
     /// Re-muxed by the source pipeline: its PMT is no declaration (mpegtsmux lists a stream
@@ -407,10 +415,10 @@ impl Adapter {
         }
     }
 
-    fn push(&mut self, data: &[u8], out: &mut Vec<MediaMessage>) -> Result<(), String> {
+    fn push(&mut self, data: &[u8], out: &mut Vec<MediaMessage>) -> Result<(), AdapterError> {
         match self {
             Adapter::Ts(ts) => {
-                ts.push(data, out).map_err(|e| e.to_string())?;
+                ts.push(data, out)?;
                 out.retain(|m| !matches!(m, MediaMessage::Tracks(_)));
             }
             Adapter::Flv {
@@ -420,7 +428,7 @@ impl Adapter {
                 tags,
                 errors,
             } => {
-                reader.push(data, tags).map_err(|e| e.to_string())?;
+                reader.push(data, tags)?;
                 for tag in tags.drain(..) {
                     let msg = match tag {
                         FlvTag::Audio { timestamp, body } => media.audio(timestamp, &body),
@@ -435,7 +443,10 @@ impl Adapter {
                                 tracing::warn!(stream = *stream, error = %e, count = *errors, "PULL media message dropped");
                             }
                             if *errors > MAX_FLV_ERRORS {
-                                return Err(format!("{errors} unusable media messages, last: {e}"));
+                                return Err(AdapterError::FlvMedia {
+                                    count: *errors,
+                                    last: e,
+                                });
                             }
                         }
                     }

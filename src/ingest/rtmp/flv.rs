@@ -1,7 +1,7 @@
 //! The FLV byte stream (FLV spec v10.1 annex E: a header, then tags each followed by the
 //! previous tag's size), as GStreamer's `rtmp2src` hands out what an RTMP server plays to a
 //! PULL. Sans-IO: bytes in, whole tags out; an RTMP push delivers tag bodies without this
-//! framing and goes straight to [`super::to_media`].
+//! framing. Either way the bodies go on to the RTMP adapter (`to_media`), the layer above.
 
 use bytes::{Buf, Bytes, BytesMut};
 

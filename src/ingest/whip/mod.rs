@@ -8,6 +8,7 @@ pub mod mux;
 pub mod rtp;
 pub mod sdp;
 pub mod session;
+pub mod stun;
 pub mod tcp_mux;
 pub mod to_media;
 
@@ -82,6 +83,17 @@ struct SessionRef {
 }
 
 /// The shared ICE sockets, bound once at start-up.
+/// The WHIP ICE muxes' boundary error (both bind through [`Muxes::bind`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MuxError {
+    #[error("binding the WHIP ICE {what} mux on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Muxes {
     pub udp: Option<Arc<mux::UdpMux>>,
@@ -89,7 +101,7 @@ pub struct Muxes {
 }
 
 impl Muxes {
-    pub async fn bind(config: &WhipConfig) -> Result<Muxes, mux::MuxError> {
+    pub async fn bind(config: &WhipConfig) -> Result<Muxes, MuxError> {
         let udp = match config.udp_mux_addr {
             Some(addr) => Some(mux::UdpMux::bind(addr).await?),
             None => None,

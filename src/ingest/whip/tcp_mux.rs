@@ -20,7 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use webrtc::runtime::{AsyncTcpListener, AsyncTcpStream};
 
-use super::mux::{stun_request_ufrag, MuxError};
+use super::stun::stun_request_ufrag;
+use super::MuxError;
 
 /// The first frame must come this quickly: a connection that says nothing holds a permit.
 const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
@@ -280,7 +281,7 @@ impl AsyncTcpStream for MuxStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::whip::mux::tests::binding_request;
+    use crate::ingest::whip::stun::tests::binding_request;
 
     #[tokio::test]
     async fn a_connection_goes_to_the_session_its_first_frame_names() {
