@@ -18,19 +18,19 @@ use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
 use crate::ingest::rtmp::to_media::FlvToMedia;
 use crate::live::{PublishError, Publisher, Registry};
+use crate::media::retime::Retimer;
 use crate::media::{MediaMessage, TrackKind};
 use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
 
 /// How long an HTTP source must keep delivering before its data is used.
 const HTTP_PROVE_LIVE: Duration = Duration::from_secs(4);
 
-/// Re-times each source onto one continuous output timeline: a new source's first frame goes
-/// where the wall clock says the output is, after the last frame of the previous one.
+/// Re-times each source onto one continuous output timeline (the shared
+/// [`crate::media::retime::Retimer`]): a new source's first frame goes where the wall clock
+/// says the output is, after the last frame of the previous one, marked as a discontinuity.
 #[derive(Debug, Default)]
 struct Rebase {
-    offset: i64,
-    last_out: Option<u64>,
-    last_out_at: Option<Instant>,
+    retimer: Retimer,
     /// The next frame is a new source's first.
     fresh: bool,
     has_video: bool,
@@ -46,7 +46,7 @@ impl Rebase {
     }
 
     fn map(&mut self, msg: MediaMessage, now: Instant, out: &mut Vec<MediaMessage>) {
-        let mut f = match msg {
+        let f = match msg {
             MediaMessage::Frame(f) => f,
             MediaMessage::VideoConfig(c) => {
                 self.has_video = true;
@@ -63,24 +63,16 @@ impl Rebase {
         }
         if self.fresh {
             self.fresh = false;
-            self.offset = match (self.last_out, self.last_out_at) {
-                (Some(last), Some(at)) => {
-                    let elapsed = now.saturating_duration_since(at).as_nanos() as i64;
-                    let target = (last as i64 + elapsed).max(last as i64 + 20_000_000);
-                    let offset = target - f.dts as i64;
-                    out.push(MediaMessage::Discontinuity {
-                        at: (f.dts as i64 + offset).max(0) as u64,
-                    });
-                    offset
-                }
-                _ => 0,
-            };
+            self.retimer.new_source();
+            let continuing = self.retimer.has_output();
+            let at = self.retimer.start(f.dts, f.dts, now);
+            if continuing {
+                out.push(MediaMessage::Discontinuity { at });
+            }
         }
-        f.dts = (f.dts as i64 + self.offset).max(0) as u64;
-        f.pts = (f.pts as i64 + self.offset).max(0) as u64;
-        self.last_out = Some(self.last_out.map_or(f.dts, |l| l.max(f.dts)));
-        self.last_out_at = Some(now);
-        out.push(MediaMessage::Frame(f));
+        if let Some(f) = self.retimer.retime(f, now) {
+            out.push(MediaMessage::Frame(f));
+        }
     }
 }
 
