@@ -22,15 +22,15 @@
 
 pub mod config;
 pub mod daemon;
-pub mod db;
+pub(crate) mod db;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
-pub mod ingest;
-pub mod live;
-pub mod media;
+pub(crate) mod ingest;
+pub(crate) mod live;
+pub(crate) mod media;
 pub mod package;
-pub mod pipeline;
-pub mod quality;
+pub(crate) mod pipeline;
+pub(crate) mod quality;
 pub(crate) mod secret;
-pub mod url_policy;
+pub(crate) mod url_policy;

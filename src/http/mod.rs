@@ -1,6 +1,6 @@
 //! HTTP: the listener shared by every server ([`listener`]), the control API ([`api`]) and
 //! media delivery ([`delivery`]: playlists, parts, segments, MPD, screenshots, player page).
 
-pub mod api;
+pub(crate) mod api;
 pub mod delivery;
-pub mod listener;
+pub(crate) mod listener;

@@ -45,8 +45,6 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(6);
 pub const DRAIN_WAIT_HANDSHAKE: Duration = Duration::from_secs(2);
 /// How often the input switch looks for a silent main.
 const SWITCH_TICK: Duration = Duration::from_millis(100);
-/// How long outputs stay after the publisher leaves; a reconnect within it continues them.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 /// How long an ended stream's playlists (with EXT-X-ENDLIST) stay fetchable.
 pub const ENDED_LINGER: Duration = Duration::from_secs(30);
 
@@ -84,7 +82,7 @@ pub trait PipelineFactory: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub packaging: PackagingConfig,
-    /// How long outputs stay after the inputs are gone ([`DEFAULT_GRACE`]).
+    /// How long outputs stay after the inputs are gone (`grace_period_secs`).
     pub grace: Duration,
     /// How long an ended stream stays fetchable ([`ENDED_LINGER`]).
     pub linger: Duration,

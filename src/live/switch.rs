@@ -150,6 +150,7 @@ impl Switch {
         }
     }
 
+    #[cfg(test)]
     pub fn active(&self) -> Option<Slot> {
         self.active
     }
@@ -166,10 +167,6 @@ impl Switch {
     pub fn detach(&mut self, slot: Slot, now: Instant, out: &mut Vec<SwitchEvent>) {
         self.inputs[index(slot)] = Input::default();
         self.decide(now, out);
-    }
-
-    pub fn attached(&self, slot: Slot) -> bool {
-        self.inputs[index(slot)].attached
     }
 
     pub fn is_empty(&self) -> bool {

@@ -14,19 +14,19 @@ const MAX_PARAMETER_SET: usize = 4096;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CodecError {
     #[error("invalid AVC decoder configuration: {0}")]
-    AvcConfig(String),
+    Avc(String),
     #[error("invalid HEVC decoder configuration: {0}")]
-    HevcConfig(String),
+    Hevc(String),
     #[error("invalid AV1 decoder configuration: {0}")]
-    Av1Config(String),
+    Av1(String),
     #[error("invalid AAC AudioSpecificConfig")]
-    AacConfig,
+    Aac,
 }
 
 /// Checks an AVCDecoderConfigurationRecord and reads the coded size from its first SPS.
 pub fn parse_avcc(avcc: Bytes) -> Result<VideoConfig, CodecError> {
     use h264_reader::avcc::AvcDecoderConfigurationRecord;
-    let err = |e: String| CodecError::AvcConfig(e);
+    let err = |e: String| CodecError::Avc(e);
     check_parameter_set_lengths(&avcc).map_err(|e| err(e.into()))?;
     let record = AvcDecoderConfigurationRecord::try_from(avcc.as_ref())
         .map_err(|e| err(format!("{e:?}")))?;
@@ -76,7 +76,7 @@ fn check_parameter_set_lengths(avcc: &[u8]) -> Result<(), &'static str> {
 /// NAL unit (with their 1-byte headers, without start codes), as an MPEG-TS stream carries them
 /// in band, and checks it like one read from FLV.
 pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<VideoConfig, CodecError> {
-    let err = |e: &str| CodecError::AvcConfig(e.to_string());
+    let err = |e: &str| CodecError::Avc(e.to_string());
     if sps.len() < 4 || pps.len() < 2 {
         return Err(err("truncated SPS or PPS"));
     }
@@ -97,7 +97,7 @@ pub fn avcc_from_parameter_sets(sps: &[u8], pps: &[u8]) -> Result<VideoConfig, C
     if matches!(profile, 100 | 110 | 122 | 144) {
         use h264_reader::nal::{sps::SeqParameterSet, Nal, RefNal};
         let parsed = SeqParameterSet::from_bits(RefNal::new(sps, &[], true).rbsp_bits())
-            .map_err(|e| CodecError::AvcConfig(format!("{e:?}")))?;
+            .map_err(|e| CodecError::Avc(format!("{e:?}")))?;
         let c = &parsed.chroma_info;
         v.push(0xfc | (c.chroma_format.to_u32() & 3) as u8);
         v.push(0xf8 | (c.bit_depth_luma_minus8 & 7));
@@ -358,7 +358,7 @@ fn parse_hevc_sps(nal: &[u8]) -> Result<HevcSps, String> {
 /// size from its first SPS. Frames must use 4-byte NAL lengths (`lengthSizeMinusOne` = 3), as
 /// every encoder that writes hvcC does.
 pub fn parse_hvcc(hvcc: Bytes) -> Result<VideoConfig, CodecError> {
-    let err = |e: String| CodecError::HevcConfig(e);
+    let err = |e: String| CodecError::Hevc(e);
     if hvcc.len() < 23 {
         return Err(err("shorter than its 23-byte header".into()));
     }
@@ -411,7 +411,7 @@ pub fn hvcc_from_parameter_sets(
     sps: &[u8],
     pps: &[u8],
 ) -> Result<VideoConfig, CodecError> {
-    let err = |e: String| CodecError::HevcConfig(e);
+    let err = |e: String| CodecError::Hevc(e);
     if [vps, sps, pps].iter().any(|p| p.len() > MAX_PARAMETER_SET) {
         return Err(err("parameter set too large".into()));
     }
@@ -449,7 +449,7 @@ const OBU_SEQUENCE_HEADER: u8 = 1;
 /// Checks an AV1CodecConfigurationRecord (AV1-ISOBMFF §2.3.3: marker 1, version 1, then the
 /// configOBUs) and reads the maximum frame size from the sequence header OBU it carries.
 pub fn parse_av1c(av1c: Bytes) -> Result<VideoConfig, CodecError> {
-    let err = |e: &str| CodecError::Av1Config(e.to_string());
+    let err = |e: &str| CodecError::Av1(e.to_string());
     if av1c.len() < 4 || av1c[0] != 0x81 {
         return Err(err("not an av1C record (marker and version 1)"));
     }
@@ -573,26 +573,26 @@ pub const AAC_RATES: [u32; 13] = [
 
 /// Reads object type, rate and channels from an AudioSpecificConfig (ISO 14496-3 §1.6.2.1).
 pub fn parse_asc(asc: Bytes) -> Result<AacConfig, CodecError> {
-    let (&b0, &b1) = asc.first().zip(asc.get(1)).ok_or(CodecError::AacConfig)?;
+    let (&b0, &b1) = asc.first().zip(asc.get(1)).ok_or(CodecError::Aac)?;
     let object_type = b0 >> 3;
     let index = ((b0 & 0x07) << 1) | (b1 >> 7);
     if object_type == 0 || object_type == 31 {
-        return Err(CodecError::AacConfig);
+        return Err(CodecError::Aac);
     }
     let (sample_rate, channel_byte) = if index == 15 {
         // Explicit 24-bit frequency follows the index.
-        let bytes = asc.get(1..5).ok_or(CodecError::AacConfig)?;
+        let bytes = asc.get(1..5).ok_or(CodecError::Aac)?;
         let raw = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         ((raw >> 7) & 0x00ff_ffff, asc.get(4).copied())
     } else {
-        let rate = *AAC_RATES.get(index as usize).ok_or(CodecError::AacConfig)?;
+        let rate = *AAC_RATES.get(index as usize).ok_or(CodecError::Aac)?;
         (rate, Some(b1))
     };
     let channels = channel_byte
         .map(|b| (b >> 3) & 0x0f)
-        .ok_or(CodecError::AacConfig)?;
+        .ok_or(CodecError::Aac)?;
     if sample_rate == 0 || channels == 0 || channels > 8 {
-        return Err(CodecError::AacConfig);
+        return Err(CodecError::Aac);
     }
     Ok(AacConfig {
         asc,

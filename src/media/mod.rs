@@ -114,5 +114,3 @@ pub enum MediaMessage {
         at: u64,
     },
 }
-
-pub const NANOS_PER_MILLI: u64 = 1_000_000;

@@ -30,7 +30,7 @@ impl Clock {
         (d.as_nanos() as u64 * self.hz / 1_000_000_000) as i64
     }
 
-    pub fn to_ns(&self, ticks: u64) -> u64 {
+    pub fn to_ns(self, ticks: u64) -> u64 {
         (u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)) as u64
     }
 }
@@ -111,6 +111,7 @@ impl Timeline {
     }
 
     /// RTMP: a 32-bit millisecond timestamp to output milliseconds.
+    #[cfg(test)]
     pub fn map_ms(&mut self, track: TrackKind, raw: u32) -> i64 {
         self.map_ticks(track, u64::from(raw))
     }

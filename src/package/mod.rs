@@ -6,7 +6,7 @@ pub mod hls;
 pub mod sink;
 pub mod state;
 pub mod storage;
-pub mod ts;
+pub(crate) mod ts;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

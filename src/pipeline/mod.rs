@@ -25,7 +25,7 @@ use crate::media::{
     AudioConfig, Frame, MediaMessage, TrackKind, Tracks, VideoCodec, VideoConfig, TRACK_WAIT,
 };
 use crate::package::Package;
-pub use ladder::{Ladder, Rung};
+pub use ladder::Ladder;
 
 /// Media buffered before the pipeline is built, to learn which tracks exist and the frame rate,
 /// when the source declared none (an encoder that sends only one kind of track without saying

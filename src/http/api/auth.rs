@@ -20,10 +20,6 @@ impl ApiKeys {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.digests.is_empty()
-    }
-
     pub fn allows(&self, headers: &HeaderMap) -> bool {
         let mut values = headers.get_all(AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {

@@ -130,6 +130,7 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
 ];
 
 /// (pattern, methods) of every authenticated route, for the OpenAPI consistency check.
+#[cfg(test)]
 pub fn route_table() -> impl Iterator<Item = (&'static str, &'static [Method])> {
     ROUTES.iter().map(|(p, _, m)| (*p, *m))
 }

@@ -157,6 +157,7 @@ impl Demuxer {
     }
 
     /// The video codec the current PMT declares.
+    #[cfg(test)]
     pub fn video_codec(&self) -> Option<EsCodec> {
         self.streams
             .iter()

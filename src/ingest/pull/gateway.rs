@@ -235,6 +235,7 @@ impl Session {
     }
 
     /// How many upstream origins this session has opened a port for.
+    #[cfg(test)]
     pub fn origins(&self) -> usize {
         self.inner.origins().len()
     }

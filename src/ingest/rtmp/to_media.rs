@@ -68,18 +68,6 @@ impl FlvToMedia {
         Self::default()
     }
 
-    pub fn video_config(&self) -> Option<&VideoConfig> {
-        self.video.as_ref()
-    }
-
-    pub fn audio_config(&self) -> Option<&AacConfig> {
-        self.audio.as_ref()
-    }
-
-    pub fn discontinuities(&self) -> u64 {
-        self.timeline.discontinuities
-    }
-
     /// `onMetaData` (FLV spec E.5) said which codecs follow: `videocodecid` / `audiocodecid`
     /// (or the picture size / sample rate when an encoder leaves the ids out). Metadata that
     /// names no track declares nothing.
@@ -349,7 +337,7 @@ mod tests {
         );
         assert!(matches!(
             a.video(0, &video_tag(1, 0, 0, &[1, 2, 3])),
-            Err(FlvError::Codec(CodecError::AvcConfig(_)))
+            Err(FlvError::Codec(CodecError::Avc(_)))
         ));
         assert_eq!(
             a.audio(0, &Bytes::from_static(&[0x2f, 1, 2])),
@@ -445,7 +433,7 @@ mod tests {
         );
         assert!(matches!(
             a.video(90, &ex_tag(1, 0, b"hvc1", &HVCC_1080P[..30])),
-            Err(FlvError::Codec(CodecError::HevcConfig(_)))
+            Err(FlvError::Codec(CodecError::Hevc(_)))
         ));
     }
 

@@ -172,16 +172,12 @@ impl UdpMux {
             .collect()
     }
 
-    /// The port every mux socket shares.
-    pub fn port(&self) -> u16 {
-        self.local_addrs().first().map_or(0, SocketAddr::port)
-    }
-
     fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.routes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// (sessions, learnt remote addresses): for tests and the log.
+    /// (sessions, learnt remote addresses).
+    #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {
         let r = self.routes();
         (r.sessions.len(), r.peers.len())

@@ -111,6 +111,7 @@ impl TcpMux {
         )
     }
 
+    #[cfg(test)]
     pub fn sessions(&self) -> usize {
         self.routes().len()
     }
