@@ -1,23 +1,41 @@
 //! # livepack — live-media ingest and packaging daemon
 //!
-//! Layout (see `ARCHITECTURE.md` in the shared notes for the reasons):
-//! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
-//! - [`store`]: persistence of the control-plane records behind the `Store` trait (SQLite).
-//! - [`api`]: the control API over the store — streams, quality sets, FastEdge apps, security
-//!   profile templates; JSON in and out, `Authorization: apikey` on every request.
-//! - [`quality`]: the ABR ladders (`pipelines/quality_sets.toml`).
-//! - [`ingest`]: RTMP/RTMPS, SRT and WHIP listeners, and the PULL fetcher; each turns what it
-//!   receives into [`media`] messages for the [`registry`] (main/backup switch, live state).
-//! - [`pipeline`]: one GStreamer pipeline per live stream (decode once, ABR ladder, CMAF + TS).
-//! - [`package`]: the segment store and the LL-HLS, LL-DASH and MPEG-TS HLS renderers.
-//! - [`serve`]: media delivery over HTTP (blocking reload, chunked DASH) and the player page.
-//! - [`server`]: the HTTP listener shared by the API and media delivery.
-//! - [`url_policy`]: the one policy for outbound URLs (schemes per use, host rules, the DNS
-//!   guard, redaction for logs); PULL sources now, overlay pages and webhooks later.
-//! - [`daemon`]: wires them together and runs until shutdown.
+//! # Layout
+//! Data flows one way (see `ARCHITECTURE.md` in the shared notes for the reasons):
 //!
-//! Media flows one way: ingest → `media` frames → one GStreamer pipeline per stream → packager →
-//! HTTP delivery; ingest never imports the pipeline or the packager.
+//! ```text
+//! ingest::{rtmp,srt,whip,pull} ─► media ─► live ─► pipeline ─► package (sink API → state,
+//!                                 (frames)  (sessions,  (GStreamer)  storage) ─► http::delivery
+//!                                            switch)                 renderers: hls, dash, ts
+//! http::api ─► db (records) ; live ◄─ http::api (status, kick, settings)
+//! ```
+//!
+//! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
+//! - `db`: persistence of the control-plane records behind the `Store` trait (SQLite).
+//! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
+//!   pipeline; the timestamp unwrap (`timeline`) and the one re-timer (`retime`).
+//! - `formats`: container parsers shared by ingest and package (MPEG-TS).
+//! - `ingest`: RTMP/RTMPS, SRT and WHIP listeners and the PULL fetcher; each turns what it
+//!   receives into `media` messages for `live`. Never imports `pipeline` or `package`.
+//! - `live`: who publishes what — the sessions table and slots, publish permits, the input
+//!   switch, the grace lifecycle, the record-change feed, live status and counters. Gets its
+//!   pipelines from a `PipelineFactory`; imports neither `pipeline` nor `http`.
+//! - `pipeline`: one GStreamer pipeline per session (decode once, ABR ladder, CMAF + TS,
+//!   screenshots), writing only through the package's sink API.
+//! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
+//!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
+//!   renderers (read-only views).
+//! - [`http`]: the listener shared by every server, the control API (`http::api`) and media
+//!   delivery ([`http::delivery`]: blocking reload, chunked DASH, the player page, metrics).
+//! - `url_policy`: the one policy for outbound URLs (schemes per use, host rules, the DNS
+//!   guard, redaction for logs); PULL sources now, overlay pages and webhooks later.
+//! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
+//!   comparison of tokens and keys.
+//! - [`daemon`]: wires them together (the GStreamer pipeline factory into `live`, stores into
+//!   the API, PULL and the player) and runs until shutdown.
+//!
+//! Modules are `pub(crate)` unless a bench, test or fuzz target needs them, so rustc reports
+//! dead code.
 #![forbid(unsafe_code)]
 
 pub mod config;

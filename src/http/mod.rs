@@ -1,4 +1,4 @@
-//! HTTP: the listener shared by every server ([`listener`]), the control API ([`api`]) and
+//! HTTP: the listener shared by every server (`listener`), the control API (`api`) and
 //! media delivery ([`delivery`]: playlists, parts, segments, MPD, screenshots, player page).
 
 pub(crate) mod api;

@@ -1,5 +1,5 @@
 //! Where complete segments live beyond the package's memory window: the [`SegmentStorage`]
-//! trait with a disk backend (the daemon's) and a memory backend, and the [`Writer`] that runs
+//! trait with a disk backend (the daemon's) and a memory backend, and the `Writer` that runs
 //! every storage call on its own thread behind a bounded queue — never on a GStreamer
 //! streaming thread, so a slow disk cannot stall the renditions — and reports each outcome
 //! back to the package. New consumers (a recorder, another backend) attach here.
@@ -26,7 +26,7 @@ pub struct SegmentKey {
     pub msn: u64,
 }
 
-/// A store of complete segments. Calls block (disk I/O): they run on the [`Writer`] thread or
+/// A store of complete segments. Calls block (disk I/O): they run on the `Writer` thread or
 /// on the blocking pool, never on an async worker or a streaming thread.
 pub trait SegmentStorage: Send + Sync + 'static {
     /// Stores a segment's chunks in order, atomically: a reader never sees half a segment.
