@@ -21,6 +21,7 @@
 pub mod config;
 pub mod daemon;
 pub mod db;
+pub(crate) mod formats;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
