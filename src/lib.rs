@@ -9,6 +9,7 @@
 //! - [`ingest`]: RTMP/RTMPS, SRT and WHIP listeners, and the PULL fetcher; each turns what it
 //!   receives into [`media`] messages for the [`registry`] (main/backup switch, live state).
 //! - [`pipeline`]: one GStreamer pipeline per live stream (decode once, ABR ladder, CMAF + TS).
+//! - `formats`: container parsers shared by ingest and package (MPEG-TS), below both.
 //! - [`package`]: the segment store and the LL-HLS, LL-DASH and MPEG-TS HLS renderers.
 //! - [`serve`]: media delivery over HTTP (blocking reload, chunked DASH) and the player page.
 //! - [`server`]: the HTTP listener shared by the API and media delivery.
