@@ -41,6 +41,7 @@
 pub mod config;
 pub mod daemon;
 pub(crate) mod db;
+pub(crate) mod formats;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

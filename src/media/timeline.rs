@@ -33,6 +33,26 @@ impl Clock {
     pub fn to_ns(self, ticks: u64) -> u64 {
         (u128::from(ticks) * 1_000_000_000 / u128::from(self.hz)) as u64
     }
+
+    /// The shortest signed distance from `from` to `to` on the clock's circle (serial-number
+    /// arithmetic), so a wrap (RTMP 0xFFFF_FFF0 → 0x10) is a small step forward.
+    pub fn delta(&self, from: u64, to: u64) -> i64 {
+        let modulus = 1i128 << self.bits;
+        let mut d = (i128::from(to) - i128::from(from)).rem_euclid(modulus);
+        if d >= modulus / 2 {
+            d -= modulus;
+        }
+        d as i64
+    }
+
+    /// The unwrapped value of the reading `raw` nearest to `last`, an unwrapped value: for a
+    /// reader that keeps its own 64-bit time (the TS-HLS segmenter) rather than a [`Timeline`].
+    /// A step back from before the first wrap cannot go below 0: it is read one wrap ahead.
+    pub fn unwrap_near(&self, last: u64, raw: u64) -> u64 {
+        let raw = raw & ((1u64 << self.bits) - 1);
+        last.checked_add_signed(self.delta(last, raw))
+            .unwrap_or(raw)
+    }
 }
 
 impl Default for Clock {
@@ -62,15 +82,9 @@ impl Timeline {
         }
     }
 
-    /// The shortest signed distance from `from` to `to` on the clock's circle (serial-number
-    /// arithmetic), so a wrap (RTMP 0xFFFF_FFF0 → 0x10) is a small step forward.
+    /// [`Clock::delta`] on this timeline's clock.
     pub fn delta(&self, from: u64, to: u64) -> i64 {
-        let modulus = 1i128 << self.clock.bits;
-        let mut d = (i128::from(to) - i128::from(from)).rem_euclid(modulus);
-        if d >= modulus / 2 {
-            d -= modulus;
-        }
-        d as i64
+        self.clock.delta(from, to)
     }
 
     /// Maps a raw decode timestamp in clock ticks to output ticks.
@@ -165,6 +179,17 @@ mod tests {
         assert_eq!(t.discontinuities, 0);
         assert_eq!(t.delta(wrap - 1, 1), 2);
         assert_eq!(t.delta(1, wrap - 1), -2);
+    }
+
+    #[test]
+    fn unwrap_near_a_64_bit_time() {
+        let c = Clock::MPEG_TS;
+        let wrap = 1u64 << 33;
+        assert_eq!(c.unwrap_near(wrap - 100, 50), wrap + 50);
+        assert_eq!(c.unwrap_near(3 * wrap + 10, wrap - 10), 3 * wrap - 10);
+        assert_eq!(c.unwrap_near(5 * wrap, 90_000), 5 * wrap + 90_000);
+        // Back past 0 before any wrap: one wrap ahead, not negative.
+        assert_eq!(c.unwrap_near(100, wrap - 10), wrap - 10);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Legacy MPEG-TS HLS (version 6): a segmenter that cuts `mpegtsmux` output at video keyframes
 //! (the same forced keyframes the CMAF segments start on) or, without video, on audio PES starts
-//! every segment duration; and the playlist renderer. Sans-IO: TS bytes in, segments out.
+//! every segment duration; and the playlist renderer. Sans-IO: TS bytes in, segments out; the
+//! packets, sections and PES headers are read by [`crate::formats::mpegts`].
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -8,11 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::state::{PackageState, Rendition};
-
-pub const TS_PACKET: usize = 188;
-const SYNC: u8 = 0x47;
-/// 33-bit PTS wraps every ~26.5 h.
-const PTS_WRAP: u64 = 1 << 33;
+use crate::formats::mpegts::{
+    pat_first_pmt_pid, stream_type, Packet, PesHeader, Pmt, SectionReader, PID_PAT, TS_PACKET,
+};
+use crate::media::timeline::Clock;
 
 /// A finished TS segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,7 @@ pub struct TsSegmenter {
     segment: Duration,
     pat: Option<[u8; TS_PACKET]>,
     pmt: Option<[u8; TS_PACKET]>,
+    sections: SectionReader,
     pmt_pid: Option<u16>,
     video_pid: Option<u16>,
     audio_pid: Option<u16>,
@@ -36,8 +37,9 @@ pub struct TsSegmenter {
     last_pts: Option<u64>,
     /// Bytes of an incomplete packet from the previous input.
     partial: Vec<u8>,
-    /// Packets that did not start with the sync byte (counted, skipped).
-    pub sync_errors: u64,
+    /// Packets that are not well-formed TS (no sync byte, an adaptation field past the end):
+    /// counted, skipped.
+    pub bad_packets: u64,
 }
 
 impl TsSegmenter {
@@ -85,30 +87,26 @@ impl TsSegmenter {
     }
 
     fn packet(&mut self, p: &[u8; TS_PACKET]) -> Option<TsSegment> {
-        if p[0] != SYNC {
-            self.sync_errors += 1;
-            return None;
-        }
-        let pid = (u16::from(p[1] & 0x1f) << 8) | u16::from(p[2]);
-        let pusi = p[1] & 0x40 != 0;
-        let adaptation = (p[3] >> 4) & 0x3;
-        let (rai, payload_at) = match adaptation {
-            2 => (p[5] & 0x40 != 0 && p[4] > 0, TS_PACKET),
-            3 => (p[4] > 0 && p[5] & 0x40 != 0, 5 + usize::from(p[4])),
-            _ => (false, 4),
+        let packet = match Packet::parse(p) {
+            Ok(packet) => packet,
+            Err(_) => {
+                self.bad_packets += 1;
+                return None;
+            }
         };
-        let payload = p.get(payload_at..).unwrap_or_default();
-        if pid == 0 {
+        let (pid, pusi, rai) = (packet.pid, packet.unit_start, packet.random_access());
+        let payload = packet.payload.unwrap_or_default();
+        if pid == PID_PAT {
             self.pat = Some(*p);
-            if pusi {
-                self.pmt_pid = parse_pat(payload);
+            if let Some(section) = self.sections.push(pid, pusi, payload) {
+                self.pmt_pid = pat_first_pmt_pid(&section);
             }
             return None;
         }
         if Some(pid) == self.pmt_pid {
             self.pmt = Some(*p);
-            if pusi {
-                let (v, a) = parse_pmt(payload);
+            if let Some(section) = self.sections.push(pid, pusi, payload) {
+                let (v, a) = media_pids(&section);
                 self.video_pid = v;
                 self.audio_pid = a;
             }
@@ -117,7 +115,13 @@ impl TsSegmenter {
         let mut done = None;
         let media = Some(pid) == self.video_pid || Some(pid) == self.audio_pid;
         if media && pusi {
-            let pts = pes_pts(payload).map(|raw| self.unwrap(raw));
+            let pts =
+                PesHeader::parse(payload)
+                    .and_then(|h| h.pts)
+                    .map(|raw| match self.last_pts {
+                        Some(last) => Clock::MPEG_TS.unwrap_near(last, raw),
+                        None => raw,
+                    });
             let is_video = Some(pid) == self.video_pid;
             let boundary = match (is_video, self.video_pid.is_some()) {
                 // Video: every keyframe (random access indicator) starts a segment.
@@ -152,79 +156,23 @@ impl TsSegmenter {
         }
         done
     }
-
-    /// Unwraps 33-bit PTS values against the last one seen (Rule 6: one place).
-    fn unwrap(&self, raw: u64) -> u64 {
-        let Some(last) = self.last_pts else {
-            return raw;
-        };
-        let base = last - last % PTS_WRAP;
-        let candidates = [base.wrapping_sub(PTS_WRAP), base, base + PTS_WRAP];
-        candidates
-            .into_iter()
-            .map(|b| b.wrapping_add(raw))
-            .min_by_key(|c| c.abs_diff(last))
-            .expect("three candidates")
-    }
 }
 
-/// First program's PMT PID from a PAT section (ISO 13818-1 §2.4.4.3).
-fn parse_pat(payload: &[u8]) -> Option<u16> {
-    let pointer = usize::from(*payload.first()?);
-    let section = payload.get(1 + pointer..)?;
-    let programs = section.get(8..)?;
-    programs.chunks_exact(4).find_map(|c| {
-        let number = u16::from_be_bytes([c[0], c[1]]);
-        (number != 0).then(|| (u16::from(c[2] & 0x1f) << 8) | u16::from(c[3]))
-    })
-}
-
-/// (video PID, audio PID) from a PMT section (§2.4.4.8): H.264/HEVC video, AAC audio.
-fn parse_pmt(payload: &[u8]) -> (Option<u16>, Option<u16>) {
-    let parse = || -> Option<(Option<u16>, Option<u16>)> {
-        let pointer = usize::from(*payload.first()?);
-        let section = payload.get(1 + pointer..)?;
-        let section_len =
-            usize::from(u16::from_be_bytes([*section.get(1)?, *section.get(2)?]) & 0x0fff);
-        let end = (3 + section_len).saturating_sub(4).min(section.len());
-        let info_len =
-            usize::from(u16::from_be_bytes([*section.get(10)?, *section.get(11)?]) & 0x0fff);
-        let mut at = 12 + info_len;
-        let (mut video, mut audio) = (None, None);
-        while at + 5 <= end {
-            let kind = section[at];
-            let pid = (u16::from(section[at + 1] & 0x1f) << 8) | u16::from(section[at + 2]);
-            let es_len =
-                usize::from(u16::from_be_bytes([section[at + 3], section[at + 4]]) & 0x0fff);
-            match kind {
-                0x1b | 0x24 if video.is_none() => video = Some(pid),
-                0x0f | 0x11 if audio.is_none() => audio = Some(pid),
-                _ => {}
-            }
-            at += 5 + es_len;
-        }
-        Some((video, audio))
+/// (video PID, audio PID) from a whole PMT section: the first H.264/HEVC and the first AAC
+/// (ADTS or LATM) stream.
+fn media_pids(section: &[u8]) -> (Option<u16>, Option<u16>) {
+    let Some(pmt) = Pmt::parse(section) else {
+        return (None, None);
     };
-    parse().unwrap_or((None, None))
-}
-
-/// The PTS of a PES header, if present (§2.4.3.7).
-fn pes_pts(payload: &[u8]) -> Option<u64> {
-    if payload.get(..3)? != [0, 0, 1] {
-        return None;
+    let (mut video, mut audio) = (None, None);
+    for (kind, pid) in pmt.streams() {
+        match kind {
+            stream_type::H264 | stream_type::HEVC if video.is_none() => video = Some(pid),
+            stream_type::AAC_ADTS | stream_type::AAC_LATM if audio.is_none() => audio = Some(pid),
+            _ => {}
+        }
     }
-    let flags = *payload.get(7)?;
-    if flags & 0x80 == 0 {
-        return None;
-    }
-    let b = payload.get(9..14)?;
-    Some(
-        (u64::from(b[0] >> 1) & 0x07) << 30
-            | u64::from(b[1]) << 22
-            | (u64::from(b[2]) >> 1) << 15
-            | u64::from(b[3]) << 7
-            | u64::from(b[4]) >> 1,
-    )
+    (video, audio)
 }
 
 /// `duration_sec=N` for `get_duration_sec=true`: an integer for whole seconds, else a decimal.
@@ -333,9 +281,13 @@ pub fn render_media(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::mpegts::testing::timestamp_bytes;
+    use crate::formats::mpegts::SYNC;
     use crate::package::state::tests::{stereo_audio, video_720p};
     use crate::package::{PackagingConfig, PartIn};
     use time::OffsetDateTime;
+
+    const PTS_WRAP: u64 = 1 << 33;
 
     fn packet(pid: u16, pusi: bool, rai: bool, payload: &[u8]) -> Vec<u8> {
         let mut p = vec![
@@ -355,13 +307,11 @@ mod tests {
     }
 
     fn pes(pts: u64) -> Vec<u8> {
-        let mut v = vec![0, 0, 1, 0xe0, 0, 0, 0x80, 0x80, 5];
-        v.push(0x21 | ((pts >> 29) as u8 & 0x0e));
-        v.push((pts >> 22) as u8);
-        v.push(((pts >> 14) as u8 & 0xfe) | 1);
-        v.push((pts >> 7) as u8);
-        v.push(((pts << 1) as u8 & 0xfe) | 1);
-        v
+        [
+            &[0, 0, 1, 0xe0, 0, 0, 0x80, 0x80, 5][..],
+            &timestamp_bytes(2, pts),
+        ]
+        .concat()
     }
 
     fn psi() -> Vec<u8> {

@@ -1,29 +1,25 @@
-//! Sans-IO MPEG-TS demuxer (ISO 13818-1): bytes in (any split, e.g. 1316-byte SRT payloads),
-//! whole PES payloads of the first H.264 or HEVC and the first AAC (ADTS) stream of the first
-//! program out, with their 33-bit PTS/DTS, and the tracks the PMT declares. Counts continuity errors and drops the PES they damage.
+//! Sans-IO MPEG-TS demuxer (ISO 13818-1) over [`crate::formats::mpegts`]: bytes in (any split,
+//! e.g. 1316-byte SRT payloads), whole PES payloads of the first H.264 or HEVC and the first AAC
+//! (ADTS) stream of the first program out, with their 33-bit PTS/DTS, and the tracks the PMT
+//! declares. Finds and keeps sync, follows PMT changes, counts continuity errors and drops the
+//! PES they damage.
 
 use bytes::Bytes;
 
-/// §2.4.3.2: transport packets are 188 bytes and start with 0x47.
-pub const TS_PACKET: usize = 188;
-const SYNC: u8 = 0x47;
+use crate::formats::mpegts::{
+    pat_first_pmt_pid, stream_type, table_id, Packet, PesHeader, Pmt, SectionReader, PID_PAT, SYNC,
+    TS_PACKET,
+};
+
 /// Bytes without a sync pattern before a fresh input is judged not to be MPEG-TS at all: 7
 /// packets, one SRT live payload (SRT TS payloads are 7 × 188 = 1316 bytes).
 pub const MAX_SYNC_SEARCH: usize = 7 * TS_PACKET;
 /// Garbage tolerated after sync was once found, before the input is given up on.
 pub const MAX_GARBAGE: usize = 64 * 1024;
 /// Largest PES payload assembled; the same bound as an RTMP media message. A 1080p IDR frame at
-/// broadcast bitrates is well below 2 MiB.
+/// broadcast bitrates is well below 2 MiB. §2.4.3.7 bounds a PES only by PES_packet_length, and
+/// video may leave that at 0 (unbounded).
 pub const MAX_PES: usize = 8 * 1024 * 1024;
-/// §2.4.4.4: a PSI section_length is at most 1021, so a section is at most 1024 bytes.
-const MAX_SECTION: usize = 1024;
-/// Elementary streams followed; a PMT listing more is read for its first video and audio only.
-const PID_PAT: u16 = 0;
-
-/// stream_type values (ISO 13818-1 table 2-34 and its amendments).
-const STREAM_H264: u8 = 0x1b;
-const STREAM_HEVC: u8 = 0x24;
-const STREAM_AAC_ADTS: u8 = 0x0f;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EsCodec {
@@ -100,34 +96,9 @@ pub struct Demuxer {
     garbage: usize,
     pmt_pid: Option<u16>,
     pmt_version: Option<u8>,
-    section: Option<(u16, Vec<u8>)>,
+    sections: SectionReader,
     streams: Vec<Es>,
     pub stats: DemuxStats,
-}
-
-/// CRC-32/MPEG-2 over a PSI section (Annex A): a section whose CRC does not check is ignored.
-fn crc32_mpeg2(data: &[u8]) -> u32 {
-    let mut crc = 0xffff_ffffu32;
-    for &b in data {
-        crc ^= u32::from(b) << 24;
-        for _ in 0..8 {
-            crc = if crc & 0x8000_0000 != 0 {
-                (crc << 1) ^ 0x04c1_1db7
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// A 5-byte PTS/DTS field (§2.4.3.7).
-fn timestamp(b: &[u8]) -> u64 {
-    (u64::from(b[0] >> 1) & 7) << 30
-        | u64::from(b[1]) << 22
-        | u64::from(b[2] >> 1) << 15
-        | u64::from(b[3]) << 7
-        | u64::from(b[4] >> 1)
 }
 
 fn describe(stream_type: u8) -> Option<&'static str> {
@@ -188,7 +159,8 @@ impl Demuxer {
                     self.carry = data[i..].to_vec();
                     break;
                 }
-                self.packet(&data[i..i + TS_PACKET], out)?;
+                let packet = data[i..i + TS_PACKET].try_into().expect("a whole packet");
+                self.packet(packet, out)?;
                 i += TS_PACKET;
                 continue;
             }
@@ -221,36 +193,22 @@ impl Demuxer {
         }
     }
 
-    fn packet(&mut self, p: &[u8], out: &mut Vec<Pes>) -> Result<(), DemuxError> {
+    fn packet(&mut self, p: &[u8; TS_PACKET], out: &mut Vec<Pes>) -> Result<(), DemuxError> {
         self.garbage = 0;
         self.synced_once = true;
         self.stats.packets += 1;
-        if p[1] & 0x80 != 0 {
-            // transport_error_indicator: the packet is known to be damaged.
-            self.stats.continuity_errors += 1;
-            return Ok(());
-        }
-        let unit_start = p[1] & 0x40 != 0;
-        let pid = (u16::from(p[1] & 0x1f) << 8) | u16::from(p[2]);
-        let control = (p[3] >> 4) & 3;
-        let cc = p[3] & 0x0f;
-        let mut offset = 4;
-        let mut discontinuity = false;
-        if control & 2 != 0 {
-            let len = usize::from(p[4]);
-            if len > TS_PACKET - 5 {
+        let p = match Packet::parse(p) {
+            Ok(p) if !p.transport_error => p,
+            // Known to be damaged, or an adaptation field past the packet's end.
+            _ => {
                 self.stats.continuity_errors += 1;
                 return Ok(());
             }
-            if len > 0 {
-                discontinuity = p[5] & 0x80 != 0;
-            }
-            offset = 5 + len;
-        }
-        if control & 1 == 0 {
-            return Ok(()); // adaptation field only
-        }
-        let payload = &p[offset..];
+        };
+        let Some(payload) = p.payload else {
+            return Ok(());
+        };
+        let (pid, unit_start, cc) = (p.pid, p.unit_start, p.continuity_counter);
         if pid == PID_PAT || Some(pid) == self.pmt_pid {
             return self.psi(pid, unit_start, payload);
         }
@@ -262,7 +220,7 @@ impl Demuxer {
             if cc == last && !unit_start {
                 return Ok(()); // §2.4.3.3: a duplicate packet, sent once more on purpose
             }
-            if cc != (last + 1) & 0x0f && !discontinuity {
+            if cc != (last + 1) & 0x0f && !p.discontinuity() {
                 self.stats.continuity_errors += 1;
                 es.broken = true;
             }
@@ -287,25 +245,15 @@ impl Demuxer {
         es.broken = false;
         es.started = false;
         es.expected = None;
-        // §2.4.3.6: packet_start_code_prefix, stream_id, PES_packet_length, flags, header length.
-        if payload.len() < 9 || payload[..3] != [0, 0, 1] {
+        let Some(h) = PesHeader::parse(payload) else {
             self.stats.dropped_pes += 1;
             return;
-        }
-        let packet_len = usize::from(u16::from_be_bytes([payload[4], payload[5]]));
-        let flags = payload[7];
-        let header_len = usize::from(payload[8]);
-        let body = 9 + header_len;
-        if payload.len() < body {
-            self.stats.dropped_pes += 1;
-            return;
-        }
-        let h = &payload[9..body];
-        es.pts = (flags & 0x80 != 0 && h.len() >= 5).then(|| timestamp(&h[..5]));
-        es.dts = (flags & 0xc0 == 0xc0 && h.len() >= 10).then(|| timestamp(&h[5..10]));
-        es.expected = (packet_len != 0).then(|| packet_len.saturating_sub(3 + header_len));
+        };
+        es.pts = h.pts;
+        es.dts = h.dts;
+        es.expected = h.payload_len;
         es.started = true;
-        self.append(i, &payload[body..]);
+        self.append(i, &payload[h.header_len..]);
     }
 
     fn append(&mut self, i: usize, bytes: &[u8]) {
@@ -342,83 +290,42 @@ impl Demuxer {
 
     /// PAT and PMT sections, possibly spread over several packets.
     fn psi(&mut self, pid: u16, unit_start: bool, payload: &[u8]) -> Result<(), DemuxError> {
-        if unit_start {
-            let Some((&pointer, rest)) = payload.split_first() else {
-                return Ok(());
-            };
-            let Some(section) = rest.get(usize::from(pointer)..) else {
-                return Ok(());
-            };
-            self.section = Some((pid, section.to_vec()));
-        } else if let Some((spid, buf)) = &mut self.section {
-            if *spid != pid || buf.len() + payload.len() > MAX_SECTION + TS_PACKET {
-                self.section = None;
-                return Ok(());
-            }
-            buf.extend_from_slice(payload);
-        }
-        let Some((_, buf)) = &self.section else {
+        let Some(section) = self.sections.push(pid, unit_start, payload) else {
             return Ok(());
         };
-        if buf.len() < 3 {
-            return Ok(());
-        }
-        let len = 3 + usize::from(u16::from_be_bytes([buf[1], buf[2]]) & 0x0fff);
-        if len > MAX_SECTION {
-            self.section = None;
-            return Ok(());
-        }
-        if buf.len() < len {
-            return Ok(());
-        }
-        let (_, buf) = self.section.take().expect("checked above");
-        let section = &buf[..len];
-        if len < 12 || crc32_mpeg2(section) != 0 {
+        if section.len() < 12 || crate::formats::mpegts::crc32_mpeg2(&section) != 0 {
             return Ok(()); // damaged or not a long-form section
         }
         match (pid, section[0]) {
-            (PID_PAT, 0x00) => {
-                self.pat(section);
+            (PID_PAT, table_id::PAT) => {
+                let first = pat_first_pmt_pid(&section);
+                if first.is_some() && first != self.pmt_pid {
+                    self.pmt_pid = first;
+                    self.pmt_version = None;
+                }
                 Ok(())
             }
-            (_, 0x02) if Some(pid) == self.pmt_pid => self.pmt(section),
+            (_, table_id::PMT) if Some(pid) == self.pmt_pid => self.pmt(&section),
             _ => Ok(()),
         }
     }
 
-    fn pat(&mut self, s: &[u8]) {
-        // Entries of (program_number, PID) between the 8-byte header and the CRC.
-        let first = s[8..s.len() - 4]
-            .chunks_exact(4)
-            .find(|e| u16::from_be_bytes([e[0], e[1]]) != 0)
-            .map(|e| (u16::from(e[2] & 0x1f) << 8) | u16::from(e[3]));
-        if first.is_some() && first != self.pmt_pid {
-            self.pmt_pid = first;
-            self.pmt_version = None;
-        }
-    }
-
-    fn pmt(&mut self, s: &[u8]) -> Result<(), DemuxError> {
-        let version = (s[5] >> 1) & 0x1f;
-        if self.pmt_version == Some(version) {
+    fn pmt(&mut self, section: &[u8]) -> Result<(), DemuxError> {
+        let Some(pmt) = Pmt::parse(section) else {
+            return Ok(());
+        };
+        if self.pmt_version == Some(pmt.version) {
             return Ok(());
         }
-        self.pmt_version = Some(version);
-        let info_len = usize::from(u16::from_be_bytes([s[10], s[11]]) & 0x0fff);
-        let end = s.len() - 4;
-        let mut at = 12 + info_len;
+        self.pmt_version = Some(pmt.version);
         let (mut video, mut audio, mut unsupported) = (None, None, None);
-        while at + 5 <= end {
-            let stream_type = s[at];
-            let pid = (u16::from(s[at + 1] & 0x1f) << 8) | u16::from(s[at + 2]);
-            let es_len = usize::from(u16::from_be_bytes([s[at + 3], s[at + 4]]) & 0x0fff);
-            match stream_type {
-                STREAM_H264 => video = video.or(Some((pid, EsCodec::H264))),
-                STREAM_HEVC => video = video.or(Some((pid, EsCodec::H265))),
-                STREAM_AAC_ADTS => audio = audio.or(Some(pid)),
+        for (kind, pid) in pmt.streams() {
+            match kind {
+                stream_type::H264 => video = video.or(Some((pid, EsCodec::H264))),
+                stream_type::HEVC => video = video.or(Some((pid, EsCodec::H265))),
+                stream_type::AAC_ADTS => audio = audio.or(Some(pid)),
                 t => unsupported = unsupported.or(describe(t)),
             }
-            at += 5 + es_len;
         }
         if video.is_none() && audio.is_none() {
             return Err(DemuxError::Unsupported(
@@ -450,112 +357,12 @@ impl Demuxer {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// Builds TS packets for tests: PAT, PMT and PES packets with correct CRCs and counters.
-    #[derive(Default)]
-    pub struct Muxer {
-        cc: std::collections::HashMap<u16, u8>,
-    }
-
-    pub const PMT_PID: u16 = 0x1000;
-    pub const VIDEO_PID: u16 = 0x100;
-    pub const AUDIO_PID: u16 = 0x101;
-
-    impl Muxer {
-        fn next_cc(&mut self, pid: u16) -> u8 {
-            let c = self.cc.entry(pid).or_insert(15);
-            *c = (*c + 1) & 0x0f;
-            *c
-        }
-
-        fn section_packet(&mut self, pid: u16, mut section: Vec<u8>) -> Vec<u8> {
-            let crc = crc32_mpeg2(&section);
-            section.extend_from_slice(&crc.to_be_bytes());
-            let mut p = vec![
-                SYNC,
-                0x40 | (pid >> 8) as u8,
-                pid as u8,
-                0x10 | self.next_cc(pid),
-                0,
-            ];
-            p.extend_from_slice(&section);
-            p.resize(TS_PACKET, 0xff);
-            p
-        }
-
-        pub fn pat(&mut self) -> Vec<u8> {
-            let mut s = vec![0x00, 0xb0, 13, 0, 1, 0xc1, 0, 0, 0, 1];
-            s.extend_from_slice(&[0xe0 | (PMT_PID >> 8) as u8, PMT_PID as u8]);
-            self.section_packet(PID_PAT, s)
-        }
-
-        /// A PMT listing `streams` as (stream_type, pid).
-        pub fn pmt(&mut self, streams: &[(u8, u16)]) -> Vec<u8> {
-            let len = 9 + 5 * streams.len() + 4;
-            let mut s = vec![0x02, 0xb0 | (len >> 8) as u8, len as u8, 0, 1, 0xc1, 0, 0];
-            s.extend_from_slice(&[0xe1, 0x00, 0xf0, 0x00]);
-            for &(t, pid) in streams {
-                s.extend_from_slice(&[t, 0xe0 | (pid >> 8) as u8, pid as u8, 0xf0, 0]);
-            }
-            self.section_packet(PMT_PID, s)
-        }
-
-        /// One PES over as many packets as it needs (stuffing in the last one's adaptation field).
-        pub fn pes(
-            &mut self,
-            pid: u16,
-            pts: u64,
-            dts: Option<u64>,
-            data: &[u8],
-            bounded: bool,
-        ) -> Vec<u8> {
-            let ts = |marker: u8, t: u64| {
-                [
-                    marker << 4 | ((t >> 29) as u8 & 0x0e) | 1,
-                    (t >> 22) as u8,
-                    ((t >> 14) as u8 & 0xfe) | 1,
-                    (t >> 7) as u8,
-                    ((t << 1) as u8) | 1,
-                ]
-            };
-            let header: Vec<u8> = match dts {
-                Some(d) => [&[0x80, 0xc0, 10][..], &ts(3, pts), &ts(1, d)].concat(),
-                None => [&[0x80, 0x80, 5][..], &ts(2, pts)].concat(),
-            };
-            let stream_id = if pid == VIDEO_PID { 0xe0 } else { 0xc0 };
-            let len = if bounded {
-                header.len() + data.len()
-            } else {
-                0
-            };
-            let mut pes = vec![0, 0, 1, stream_id, (len >> 8) as u8, len as u8];
-            pes.extend_from_slice(&header);
-            pes.extend_from_slice(data);
-            let mut out = Vec::new();
-            for (n, chunk) in pes.chunks(TS_PACKET - 4).enumerate() {
-                let start = if n == 0 { 0x40 } else { 0 };
-                let cc = self.next_cc(pid);
-                let mut p = vec![SYNC, start | (pid >> 8) as u8, pid as u8];
-                if chunk.len() == TS_PACKET - 4 {
-                    p.push(0x10 | cc);
-                } else {
-                    let stuffing = TS_PACKET - 4 - chunk.len();
-                    p.push(0x30 | cc);
-                    p.push((stuffing - 1) as u8);
-                    if stuffing > 1 {
-                        p.push(0);
-                        p.resize(4 + stuffing, 0xff);
-                    }
-                }
-                p.extend_from_slice(chunk);
-                assert_eq!(p.len(), TS_PACKET);
-                out.extend_from_slice(&p);
-            }
-            out
-        }
-    }
+    use crate::formats::mpegts::stream_type::{
+        AAC_ADTS as STREAM_AAC_ADTS, H264 as STREAM_H264, HEVC as STREAM_HEVC,
+    };
+    use crate::formats::mpegts::testing::{Muxer, AUDIO_PID, VIDEO_PID};
 
     fn start(m: &mut Muxer) -> Vec<u8> {
         [
@@ -563,16 +370,6 @@ pub(crate) mod tests {
             m.pmt(&[(STREAM_H264, VIDEO_PID), (STREAM_AAC_ADTS, AUDIO_PID)]),
         ]
         .concat()
-    }
-
-    #[test]
-    fn crc_of_a_known_pat() {
-        // ffmpeg's PAT section for program 1 → PMT 0x1000, CRC included: the residue is 0.
-        let pat = [
-            0x00, 0xb0, 0x0d, 0x00, 0x01, 0xc1, 0x00, 0x00, 0x00, 0x01, 0xf0, 0x00, 0x2a, 0xb1,
-            0x04, 0xb2,
-        ];
-        assert_eq!(crc32_mpeg2(&pat), 0);
     }
 
     #[test]
@@ -622,17 +419,6 @@ pub(crate) mod tests {
         assert_eq!(&out[0].data[..], b"ok");
         assert_eq!(d.stats.continuity_errors, 1);
         assert_eq!(d.stats.dropped_pes, 1);
-    }
-
-    #[test]
-    fn the_33_bit_timestamps_are_read_whole() {
-        let mut m = Muxer::default();
-        let mut ts = start(&mut m);
-        let t = (1u64 << 33) - 1;
-        ts.extend(m.pes(AUDIO_PID, t, None, b"a", true));
-        let mut out = Vec::new();
-        Demuxer::new().push(&ts, &mut out).unwrap();
-        assert_eq!(out[0].pts, Some(t));
     }
 
     #[test]

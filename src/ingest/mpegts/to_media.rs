@@ -208,8 +208,8 @@ impl TsToMedia {
 
 #[cfg(test)]
 mod tests {
-    use super::super::demux::tests::{Muxer, AUDIO_PID, VIDEO_PID};
     use super::*;
+    use crate::formats::mpegts::testing::{Muxer, AUDIO_PID, VIDEO_PID};
     use crate::media::codec::tests::AVCC_720P;
 
     fn annex_b(nals: &[&[u8]]) -> Vec<u8> {

@@ -1,0 +1,416 @@
+//! Configuration: defaults ← `livepack.toml` ← `LIVEPACK_*` environment ← command-line flags,
+//! merged field by field and validated into one [`Config`]. Every setting is one row of the
+//! table below (file key, type, default, check); the environment name is derived from the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use url::Url;
+
+use crate::ingest::{pull, rtmp, srt, whip};
+use crate::package::PackagingConfig;
+
+#[macro_use]
+mod setting;
+mod http;
+mod ingest;
+mod packaging;
+
+use setting::{default_addr, invalid};
+pub use setting::{parse_addr, split_keys};
+
+pub const DEFAULT_CONFIG_FILE: &str = "livepack.toml";
+/// Loopback by default: the control API holds secrets, so exposing it is an explicit choice.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+pub const DEFAULT_RTMP_ADDR: &str = "0.0.0.0:1935";
+pub const DEFAULT_RTMPS_ADDR: &str = "0.0.0.0:1936";
+pub const DEFAULT_SRT_ADDR: &str = "0.0.0.0:5001";
+pub const DEFAULT_DATA_DIR: &str = "data";
+/// Relative to the working directory, as `scripts/run` starts the daemon from the checkout.
+pub const DEFAULT_PLAYER_ASSETS_DIR: &str = "node_modules";
+pub const DEFAULT_FASTEDGE_APP_DOMAIN: &str = "fastedge.localhost";
+/// Enough for any real deployment's control plane plus media players; more are refused at accept.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
+/// A client that has not sent its full request head by then is cut off (slowloris).
+pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECS: u64 = 10;
+pub const DEFAULT_SEGMENT_MS: u64 = 2000;
+pub const DEFAULT_PART_MS: u64 = 500;
+/// An ingest peer (RTMP/RTMPS/WHIP) that has not started publishing by then is closed.
+pub const DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
+/// A publisher (any protocol) that sends no media for this long is gone.
+pub const DEFAULT_INGEST_IDLE_TIMEOUT_SECS: u64 = 10;
+/// Outputs outlive a publisher disconnect by this much; a reconnect continues them.
+pub const DEFAULT_GRACE_SECS: u64 = 60;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{origin}: invalid value {value:?} for {key}: {reason}")]
+    Invalid {
+        origin: &'static str,
+        /// The file key, or the environment variable it was read from.
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+// The settings, once each: `key: Type [= default] [, check];` (see `setting::settings!`). A row
+// without a default stays optional; its section's builder decides what absence means. The order
+// is the file format's: serde lists the keys in it when it refuses an unknown one.
+settings! {
+    // Listeners and the control plane.
+    http_addr: SocketAddr = default_addr(DEFAULT_HTTP_ADDR);
+    rtmp_addr: SocketAddr = default_addr(DEFAULT_RTMP_ADDR);
+    rtmps_addr: SocketAddr = default_addr(DEFAULT_RTMPS_ADDR);
+    srt_addr: SocketAddr = default_addr(DEFAULT_SRT_ADDR);
+    data_dir: PathBuf = PathBuf::from(DEFAULT_DATA_DIR);
+    api_keys: Vec<String> = Vec::new();
+    public_url: String;
+    quality_sets_file: PathBuf;
+    profile_templates_file: PathBuf;
+    fastedge_app_domain: String = DEFAULT_FASTEDGE_APP_DOMAIN.to_owned(), http::dns_name;
+    http_max_connections: usize = DEFAULT_HTTP_MAX_CONNECTIONS, 1..;
+    http_header_timeout_secs: u64 = DEFAULT_HTTP_HEADER_TIMEOUT_SECS, 1..=300;
+    /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
+    rtmps_cert_file: PathBuf;
+    rtmps_key_file: PathBuf;
+
+    // Packaging and the live session.
+    segment_duration_ms: u64 = DEFAULT_SEGMENT_MS, packaging::whole_seconds;
+    part_duration_ms: u64 = DEFAULT_PART_MS;
+    grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
+    backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
+        crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
+
+    // WHIP's network (absent: `WhipConfig::default()`), PULL, the player.
+    whip_udp_addrs: Vec<SocketAddr>, ingest::non_empty;
+    whip_nat_ips: Vec<String>;
+    /// `IP:PORT`, or `off`/empty for a UDP socket per session (on `whip_udp_addrs`).
+    whip_udp_mux_addr: String;
+    /// `IP:PORT`, or `off`/empty for no ICE-TCP.
+    whip_tcp_mux_addr: String;
+    whip_ice_servers: Vec<String>;
+    pull_inactivity_secs: u64 = pull::DEFAULT_INACTIVITY.as_secs(), 1..;
+    pull_allow_link_local: bool = false;
+    player_assets_dir: PathBuf = PathBuf::from(DEFAULT_PLAYER_ASSETS_DIR);
+
+    // Limits on what a peer can make the daemon spend.
+    ingest_handshake_timeout_secs: u64 = DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS, 1..=120;
+    ingest_idle_timeout_secs: u64 = DEFAULT_INGEST_IDLE_TIMEOUT_SECS, 2..=600;
+    rtmp_max_connections: usize = rtmp::listener::DEFAULT_MAX_CONNECTIONS, 1..=1_000_000;
+    srt_max_connections: usize = srt::listener::DEFAULT_MAX_CONNECTIONS, 1..=1_000_000;
+    whip_max_sessions: usize = whip::DEFAULT_MAX_SESSIONS, 1..=100_000;
+    rtmp_max_message_bytes: u64 = u64::from(rtmp::vet::DEFAULT_MAX_MEDIA_MESSAGE),
+        64 * 1024..=64 * 1024 * 1024;
+    rtmp_max_amf_depth: usize = rtmp::vet::DEFAULT_MAX_AMF_DEPTH, 4..=256;
+    whip_max_sdp_bytes: usize = whip::sdp::DEFAULT_MAX_SDP_BYTES, 8 * 1024..=1024 * 1024;
+    pull_max_held_bytes: usize = pull::DEFAULT_MAX_HELD_BYTES, 1 << 20..=1 << 30;
+    pull_max_playlist_bytes: usize = pull::gateway::DEFAULT_MAX_PLAYLIST_BYTES,
+        16 << 10..=256 << 20;
+    pull_max_segment_bytes: u64 = pull::gateway::DEFAULT_MAX_SEGMENT_BYTES, 1 << 20..=4 << 30;
+}
+
+impl Layer {
+    /// Reads a TOML file; a missing file is an empty layer only when `required` is false.
+    pub fn from_file(path: &Path, required: bool) -> Result<Layer, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Layer::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+}
+
+/// The validated configuration the daemon runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub http_addr: SocketAddr,
+    pub rtmp_addr: SocketAddr,
+    pub rtmps_addr: SocketAddr,
+    pub srt_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Empty means "generate one into the data dir" (done by the daemon at start).
+    pub api_keys: Vec<String>,
+    /// Base of every returned URL; `None` means derived from the bound HTTP address.
+    pub public_url: Option<Url>,
+    pub quality_sets_file: Option<PathBuf>,
+    pub profile_templates_file: Option<PathBuf>,
+    pub fastedge_app_domain: String,
+    pub http_max_connections: usize,
+    pub http_header_timeout_secs: u64,
+    /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
+    pub rtmps_cert_file: Option<PathBuf>,
+    pub rtmps_key_file: Option<PathBuf>,
+    pub packaging: PackagingConfig,
+    pub grace_period: std::time::Duration,
+    /// A main silent this long is failed over from (to a backup being pushed) or reported off.
+    pub backup_switch: std::time::Duration,
+    pub rtmp: crate::ingest::rtmp::RtmpConfig,
+    pub srt: crate::ingest::srt::SrtConfig,
+    pub whip: crate::ingest::whip::WhipConfig,
+    pub pull: crate::ingest::pull::PullConfig,
+    /// `node_modules` of the npm install holding hls.js and dash.js for the player page.
+    pub player_assets_dir: PathBuf,
+}
+
+impl Config {
+    pub fn from_layer(layer: Layer) -> Result<Config, ConfigError> {
+        let s = Settings::resolve(layer)?;
+        if s.rtmps_cert_file.is_some() != s.rtmps_key_file.is_some() {
+            return Err(invalid(
+                "rtmps_cert_file",
+                "",
+                "rtmps_cert_file and rtmps_key_file go together",
+            ));
+        }
+        Ok(Config {
+            public_url: http::public_url(s.public_url.as_deref())?,
+            packaging: packaging::config(&s)?,
+            rtmp: ingest::rtmp(&s),
+            srt: ingest::srt(&s),
+            whip: ingest::whip(&s)?,
+            pull: ingest::pull(&s),
+            http_addr: s.http_addr,
+            rtmp_addr: s.rtmp_addr,
+            rtmps_addr: s.rtmps_addr,
+            srt_addr: s.srt_addr,
+            data_dir: s.data_dir,
+            api_keys: s.api_keys,
+            quality_sets_file: s.quality_sets_file,
+            profile_templates_file: s.profile_templates_file,
+            fastedge_app_domain: s.fastedge_app_domain,
+            http_max_connections: s.http_max_connections,
+            http_header_timeout_secs: s.http_header_timeout_secs,
+            rtmps_cert_file: s.rtmps_cert_file,
+            rtmps_key_file: s.rtmps_key_file,
+            grace_period: Duration::from_secs(s.grace_period_secs),
+            backup_switch: Duration::from_secs(s.backup_switch_secs),
+            player_assets_dir: s.player_assets_dir,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(c.http_addr.to_string(), DEFAULT_HTTP_ADDR);
+        assert_eq!(c.rtmp_addr.port(), 1935);
+        assert_eq!(c.srt_addr.port(), 5001);
+        assert!(c.api_keys.is_empty());
+        assert!(c.public_url.is_none());
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file() {
+        let file: Layer = toml::from_str(
+            "http_addr = \"127.0.0.1:1\"\nrtmp_addr = \"127.0.0.1:2\"\nsrt_addr = \"127.0.0.1:3\"",
+        )
+        .unwrap();
+        let env = Layer::from_env(env(&[
+            ("LIVEPACK_RTMP_ADDR", "127.0.0.1:20"),
+            ("LIVEPACK_SRT_ADDR", "127.0.0.1:30"),
+            ("LIVEPACK_API_KEYS", "a, b,,c,"),
+        ]))
+        .unwrap();
+        let flags = Layer {
+            srt_addr: Some("127.0.0.1:300".parse().unwrap()),
+            ..Layer::default()
+        };
+        let c = Config::from_layer(flags.over(env.over(file))).unwrap();
+        assert_eq!(c.http_addr.port(), 1);
+        assert_eq!(c.rtmp_addr.port(), 20);
+        assert_eq!(c.srt_addr.port(), 300);
+        assert_eq!(c.api_keys, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        let err = Layer::from_env(env(&[("LIVEPACK_HTTP_ADDR", "localhost")])).unwrap_err();
+        assert!(err.to_string().contains("LIVEPACK_HTTP_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn limits_come_from_the_configuration_and_are_range_checked() {
+        let d = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(d.rtmp.max_connections, 1024);
+        assert_eq!(d.rtmp.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(d.rtmp.guard.max_media_message, 8 << 20);
+        assert_eq!(d.rtmp.guard.max_amf_depth, 32);
+        assert_eq!(d.whip.max_sdp_bytes, 128 << 10);
+        assert_eq!(d.pull.max_held_bytes, 32 << 20);
+        assert_eq!(d.pull.max_playlist_bytes, 4 << 20);
+        assert_eq!(d.pull.max_segment_bytes, 128 << 20);
+        let layer = Layer::from_env(env(&[
+            ("LIVEPACK_RTMP_MAX_CONNECTIONS", "7"),
+            ("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS", "30"),
+            ("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS", "3"),
+            ("LIVEPACK_WHIP_MAX_SDP_BYTES", "16384"),
+            ("LIVEPACK_PULL_MAX_SEGMENT_BYTES", "2097152"),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.rtmp.max_connections, 7);
+        assert_eq!(c.srt.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.whip.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.whip.connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.whip.max_sdp_bytes, 16384);
+        assert_eq!(c.pull.max_segment_bytes, 2 << 20);
+        for (key, value) in [
+            ("rtmp_max_amf_depth", "1000"),
+            ("ingest_handshake_timeout_secs", "0"),
+            ("rtmp_max_message_bytes", "100"),
+            ("srt_max_connections", "0"),
+            ("whip_max_sdp_bytes", "100000000"),
+            ("pull_max_playlist_bytes", "1000"),
+            ("pull_max_segment_bytes", "10000000000"),
+        ] {
+            let layer: Layer = toml::from_str(&format!("{key} = {value}")).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(value), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_file_key_is_rejected() {
+        assert!(toml::from_str::<Layer>("htp_addr = \"127.0.0.1:1\"").is_err());
+    }
+
+    #[test]
+    fn public_url_must_be_http_with_host() {
+        for bad in ["ftp://x", "http://", "not a url", "http://h/?q=1"] {
+            let layer = Layer {
+                public_url: Some(bad.into()),
+                ..Layer::default()
+            };
+            assert!(Config::from_layer(layer).is_err(), "{bad} accepted");
+        }
+        let layer = Layer {
+            public_url: Some("https://live.example.com/base".into()),
+            ..Layer::default()
+        };
+        assert!(Config::from_layer(layer).is_ok());
+    }
+
+    #[test]
+    fn whip_muxes_default_on_and_can_be_turned_off() {
+        let d = Config::from_layer(Layer::default()).unwrap();
+        assert_eq!(d.whip.udp_mux_addr, Some("0.0.0.0:8189".parse().unwrap()));
+        assert_eq!(d.whip.tcp_mux_addr, Some("0.0.0.0:8189".parse().unwrap()));
+        assert!(d.whip.ice_servers.is_empty() && d.whip.nat_ips.is_empty());
+        let layer = Layer::from_env(env(&[
+            ("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0"),
+            ("LIVEPACK_WHIP_TCP_MUX_ADDR", "off"),
+            ("LIVEPACK_WHIP_NAT_IPS", "203.0.113.7"),
+            (
+                "LIVEPACK_WHIP_ICE_SERVERS",
+                "stun:stun.example.net:3478, turn:u:p@turn.example.net?transport=udp",
+            ),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.whip.udp_mux_addr, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.whip.tcp_mux_addr, None);
+        assert_eq!(
+            c.whip.nat_ips,
+            vec!["203.0.113.7".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(c.whip.ice_servers.len(), 2);
+        assert_eq!(
+            c.whip.ice_servers[1].url,
+            "turn:turn.example.net?transport=udp"
+        );
+        let file: Layer = toml::from_str("whip_udp_mux_addr = \"\"").unwrap();
+        assert_eq!(Config::from_layer(file).unwrap().whip.udp_mux_addr, None);
+    }
+
+    #[test]
+    fn bad_whip_ice_settings_name_their_key_and_hide_credentials() {
+        for (toml_text, key) in [
+            ("whip_udp_mux_addr = \"8189\"", "whip_udp_mux_addr"),
+            ("whip_tcp_mux_addr = \"host:8189\"", "whip_tcp_mux_addr"),
+            ("whip_nat_ips = [\"not-an-ip\"]", "whip_nat_ips"),
+            ("whip_ice_servers = [\"http://x\"]", "whip_ice_servers"),
+        ] {
+            let layer: Layer = toml::from_str(toml_text).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
+        let layer: Layer =
+            toml::from_str("whip_ice_servers = [\"turn:alice:se\\\"cret@turn.example.net\"]")
+                .unwrap();
+        let err = Config::from_layer(layer).unwrap_err().to_string();
+        assert!(
+            err.contains("whip_ice_servers") && !err.contains("cret"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_setting_is_read_from_its_variable() {
+        assert_eq!(setting::env_name("http_addr"), "LIVEPACK_HTTP_ADDR");
+        for key in KEYS {
+            let name = setting::env_name(key);
+            // Numbers, addresses and flags refuse this, naming the variable; the rest take it.
+            match Layer::from_env(env(&[(&name, "not a value")])) {
+                Err(e) => assert!(e.to_string().contains(&name), "{e}"),
+                Ok(layer) => assert!(
+                    format!("{layer:?}").contains(&format!(" {key}: Some(")),
+                    "{name}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn the_readme_lists_every_setting() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README has a Configuration section");
+        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
+        for key in KEYS {
+            let (file, env) = (format!("`{key}`"), format!("`{}`", setting::env_name(key)));
+            assert!(
+                rows.iter().any(|r| r.contains(&file) && r.contains(&env)),
+                "README's configuration table has no row for {key} ({env})"
+            );
+        }
+    }
+}
