@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 pub use crate::common::hls;
+use crate::common::proc::run_within;
 pub use crate::common::proc::Proc;
 use crate::common::{root, Daemon, KEY};
 
@@ -179,15 +180,18 @@ pub fn ffprobe(url: &str) -> Value {
     ffprobe_with(&["-show_streams", "-show_format"], url)
 }
 
-/// ffprobe's JSON for `url` with `args` (a 15 s read timeout; failure fails the test).
+/// ffprobe's JSON for `url` with `args` (failure fails the test). Bounded as a whole, not only
+/// per read (`-rw_timeout`): its DASH demuxer keeps refreshing a live MPD that has gone 404.
 pub fn ffprobe_with(args: &[&str], url: &str) -> Value {
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-rw_timeout", "15000000"])
-        .args(args)
-        .args(["-of", "json"])
-        .arg(url)
-        .output()
-        .expect("ffprobe");
+    let out = run_within(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-rw_timeout", "15000000"])
+            .args(args)
+            .args(["-of", "json"])
+            .arg(url),
+        "ffprobe",
+        Duration::from_secs(90),
+    );
     assert!(
         out.status.success(),
         "ffprobe {url}: {}",
