@@ -85,6 +85,7 @@ impl Daemon {
             .env("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_WHIP_TCP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_DATA_DIR", dir.join("data"))
+            .envs(player_assets())
             .envs(env.iter().copied().filter(|(_, v)| *v != UNSET))
             .args(args)
             .stdin(Stdio::null())
@@ -238,6 +239,16 @@ pub fn tempdir() -> tempfile::TempDir {
 
 pub fn data_dir(dir: &Path) -> PathBuf {
     dir.join("data")
+}
+
+/// The daemon looks for the player libraries in the checkout its binary was built in, three
+/// levels above it (`target/debug/livepack`); a CARGO_TARGET_DIR outside the checkout defeats
+/// that, so then the harness names them. Otherwise that lookup stays the one under test.
+fn player_assets() -> Option<(&'static str, PathBuf)> {
+    let bin = Path::new(env!("CARGO_BIN_EXE_livepack"));
+    let built_in = bin.ancestors().nth(3)?.join("node_modules");
+    (!built_in.join("hls.js").is_dir())
+        .then(|| ("LIVEPACK_PLAYER_ASSETS_DIR", root().join("node_modules")))
 }
 
 /// The repository root (fixtures, scripts, the browser drivers and their node_modules).
