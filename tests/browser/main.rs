@@ -8,22 +8,19 @@ mod common;
 mod media;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::{tempdir, Daemon};
+use common::proc::{run_within, AsyncProc, Proc};
+use common::{root, tempdir, Daemon};
 
 /// Two transcodes plus two browsers at once would starve two cores: one player test at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Creates a stream, pushes the 720p fixture in real time (~36 s), waits until it transcodes.
-async fn live_stream(d: &Daemon) -> (Value, Child) {
+async fn live_stream(d: &Daemon) -> (Value, Proc) {
     let rec = d
         .post("/streaming/streams", json!({"name": "browser"}))
         .await
@@ -39,16 +36,19 @@ async fn live_stream(d: &Daemon) -> (Value, Child) {
 }
 
 /// Runs a player driver (`tests/browser/*.mjs URL SECONDS [ARGS]`) and parses its JSON line.
+/// It plays 14 s; two minutes covers Chromium's start on a loaded machine.
 async fn play(script: &'static str, url: String, extra: Vec<String>) -> Value {
     let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .current_dir(root())
-            .arg(script)
-            .arg(&url)
-            .arg("14")
-            .args(&extra)
-            .output()
-            .expect("node (installed by scripts/test)")
+        run_within(
+            Command::new("node")
+                .current_dir(root())
+                .arg(script)
+                .arg(&url)
+                .arg("14")
+                .args(&extra),
+            "node (installed by scripts/test)",
+            Duration::from_secs(120),
+        )
     })
     .await
     .unwrap();
@@ -89,12 +89,12 @@ async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
     let _g = ONE_AT_A_TIME.lock().await;
     let dir = tempdir();
     let d = Daemon::start(dir.path());
-    let (rec, mut ffmpeg) = live_stream(&d).await;
+    let (rec, ffmpeg) = live_stream(&d).await;
     let shot = dir.path().join("hlsjs.png").to_string_lossy().into_owned();
     let url = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
     let report = play("tests/browser/hlsjs.mjs", url, vec![shot]).await;
-    let _ = ffmpeg.kill();
-    let _ = ffmpeg.wait();
+    // Free the two cores before the checks and the next test (and the stream with them).
+    drop(ffmpeg);
     assert_eq!(report["lowLatency"], true);
     assert_eq!(
         report["levels"],
@@ -113,11 +113,10 @@ async fn dashjs_plays_the_ll_dash_stream() {
     let _g = ONE_AT_A_TIME.lock().await;
     let dir = tempdir();
     let d = Daemon::start(dir.path());
-    let (rec, mut ffmpeg) = live_stream(&d).await;
+    let (rec, ffmpeg) = live_stream(&d).await;
     let url = rec["dash_url"].as_str().unwrap().to_owned();
     let report = play("tests/browser/dashjs.mjs", url, vec![]).await;
-    let _ = ffmpeg.kill();
-    let _ = ffmpeg.wait();
+    drop(ffmpeg);
     assert!(
         report["samples"]
             .as_array()
@@ -134,32 +133,32 @@ async fn dashjs_plays_the_ll_dash_stream() {
 }
 
 /// ffmpeg pushing the 720p fixture to `push_url` in real time (~36 s).
-fn push(push_url: &str) -> Child {
+fn push(push_url: &str) -> Proc {
     media::push(push_url, "av-720p.flv", 5)
 }
 
 /// The player page driver (`tests/browser/player.mjs`) and its JSON event lines.
 struct PlayerPage {
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    _child: tokio::process::Child,
+    _child: AsyncProc,
 }
 
 impl PlayerPage {
     fn open(url: &str, prefix: &str, events: u32) -> PlayerPage {
         use tokio::io::AsyncBufReadExt;
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("player");
-        let mut child = tokio::process::Command::new("node")
-            .current_dir(root())
-            .arg("tests/browser/player.mjs")
-            .arg(url)
-            .arg(&out)
-            .arg(prefix)
-            .arg(events.to_string())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node (installed by scripts/test)");
-        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut child = AsyncProc::spawn(
+            tokio::process::Command::new("node")
+                .current_dir(root())
+                .arg("tests/browser/player.mjs")
+                .arg(url)
+                .arg(&out)
+                .arg(prefix)
+                .arg(events.to_string())
+                .stdout(Stdio::piped()),
+            "node (installed by scripts/test)",
+        );
+        let lines = tokio::io::BufReader::new(child.child().stdout.take().unwrap()).lines();
         PlayerPage {
             lines,
             _child: child,
@@ -200,7 +199,7 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
         (Some("offline"), Some("Offline")),
         "{first}"
     );
-    let mut ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
     let started = Instant::now();
     let live = p.next(Duration::from_secs(60)).await;
     println!(
@@ -221,8 +220,7 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
         assert!(Instant::now() < deadline, "no screenshot while live");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let _ = ffmpeg.kill();
-    let _ = ffmpeg.wait();
+    drop(ffmpeg);
     let stopped = Instant::now();
     let off = p.next(Duration::from_secs(30)).await;
     println!(
@@ -245,14 +243,13 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
         )
         .await;
     assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
-    let mut ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
     let mut p = PlayerPage::open(&format!("{page}?format=dash"), "dash-vr360", 2);
     let mut live = p.next(Duration::from_secs(60)).await;
     if live["event"] == "offline" {
         live = p.next(Duration::from_secs(60)).await;
     }
-    let _ = ffmpeg.kill();
-    let _ = ffmpeg.wait();
+    drop(ffmpeg);
     assert_eq!(live["event"], "live", "{live}");
     assert!(
         live["t1"].as_f64().unwrap() >= live["t0"].as_f64().unwrap() + 2.0,

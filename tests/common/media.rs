@@ -3,23 +3,16 @@
 #![allow(dead_code)] // each binary uses its own subset
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::common::{Daemon, KEY};
-
-/// A spawned process (pusher, server) killed when the test ends, passed or failed.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use crate::common::hls;
+use crate::common::proc::run_within;
+pub use crate::common::proc::Proc;
+use crate::common::{root, Daemon, KEY};
 
 /// Decodes a few seconds of the first video stream behind `url` with ffprobe: (codec, width,
 /// height, frames decoded).
@@ -60,7 +53,7 @@ pub async fn assert_video_out(d: &Daemon, id: i64, source: (u64, u64)) -> Value 
     );
     let master_url = live["hls_cmaf_url"].as_str().unwrap().to_owned();
     wait_segments(&master_url, 2).await;
-    let master = master_playlist(&text(&master_url).await.1);
+    let master = hls::master(&text(&master_url).await.1);
     let codecs: Vec<String> = master
         .variants
         .iter()
@@ -91,10 +84,9 @@ pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 pub fn fixture(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let path = root.join("fixtures").join(name);
+    let path = root().join("fixtures").join(name);
     if !path.exists() {
-        let ok = Command::new(root.join("scripts/make-fixtures"))
+        let ok = Command::new(root().join("scripts/make-fixtures"))
             .status()
             .unwrap();
         assert!(ok.success(), "scripts/make-fixtures failed");
@@ -112,36 +104,36 @@ pub fn format_for(url: &str) -> &'static str {
 }
 
 /// ffmpeg publishing a fixture in real time, `loops` extra times.
-pub fn push(url: &str, fixture_name: &str, loops: u32) -> Child {
-    Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
-        .arg(loops.to_string())
-        .arg("-i")
-        .arg(fixture(fixture_name))
-        .args(["-c", "copy", "-f", format_for(url)])
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ffmpeg")
+pub fn push(url: &str, fixture_name: &str, loops: u32) -> Proc {
+    Proc::spawn(
+        Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
+            .arg(loops.to_string())
+            .arg("-i")
+            .arg(fixture(fixture_name))
+            .args(["-c", "copy", "-f", format_for(url)])
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        "ffmpeg",
+    )
 }
 
 /// Waits (bounded) for an ffmpeg to exit; returns its success and stderr.
-pub async fn finish(mut child: Child, within: Duration) -> (bool, String) {
+pub async fn finish(mut p: Proc, within: Duration) -> (bool, String) {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = p.try_wait() {
             let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
+            if let Some(mut e) = p.child().stderr.take() {
                 use std::io::Read;
                 let _ = e.read_to_string(&mut err);
             }
             return (status.success(), err);
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            p.kill();
             return (false, "timed out".into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -188,15 +180,18 @@ pub fn ffprobe(url: &str) -> Value {
     ffprobe_with(&["-show_streams", "-show_format"], url)
 }
 
-/// ffprobe's JSON for `url` with `args` (a 15 s read timeout; failure fails the test).
+/// ffprobe's JSON for `url` with `args` (failure fails the test). Bounded as a whole, not only
+/// per read (`-rw_timeout`): its DASH demuxer keeps refreshing a live MPD that has gone 404.
 pub fn ffprobe_with(args: &[&str], url: &str) -> Value {
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-rw_timeout", "15000000"])
-        .args(args)
-        .args(["-of", "json"])
-        .arg(url)
-        .output()
-        .expect("ffprobe");
+    let out = run_within(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-rw_timeout", "15000000"])
+            .args(args)
+            .args(["-of", "json"])
+            .arg(url),
+        "ffprobe",
+        Duration::from_secs(90),
+    );
     assert!(
         out.status.success(),
         "ffprobe {url}: {}",
@@ -212,19 +207,18 @@ pub async fn wait_segments(master_url: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (_, master) = text(master_url).await;
-        let uris: Vec<String> = master
-            .lines()
-            .filter_map(|l| {
-                l.strip_suffix("index.m3u8\"")
-                    .and_then(|l| l.rsplit_once("URI=\""))
-                    .map(|(_, u)| format!("{u}index.m3u8"))
-                    .or_else(|| (!l.starts_with('#') && !l.is_empty()).then(|| l.to_owned()))
-            })
+        // Not served yet is not a failure: the loop is bounded.
+        let m = hls::try_master(&master).unwrap_or_default();
+        let uris: Vec<&str> = m
+            .variants
+            .iter()
+            .map(|v| v.uri.as_str())
+            .chain(m.alternatives.iter().filter_map(|a| a.uri.as_deref()))
             .collect();
         let mut all = !uris.is_empty();
         for uri in &uris {
             let (_, t) = text(&format!("{base}{uri}")).await;
-            all &= t.matches("#EXTINF").count() >= n;
+            all &= hls::try_media(&t).is_some_and(|p| p.segments.len() >= n);
         }
         if all {
             return;
@@ -261,20 +255,6 @@ pub async fn wait_endlist(url: &str) -> String {
             "no ENDLIST after the grace period:\n{t}"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-pub fn master_playlist(text: &str) -> m3u8_rs::MasterPlaylist {
-    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
-        Ok(m3u8_rs::Playlist::MasterPlaylist(m)) => m,
-        other => panic!("not a master playlist: {other:?}\n{text}"),
-    }
-}
-
-pub fn media_playlist(text: &str) -> m3u8_rs::MediaPlaylist {
-    match m3u8_rs::parse_playlist_res(text.as_bytes()) {
-        Ok(m3u8_rs::Playlist::MediaPlaylist(p)) => p,
-        other => panic!("not a media playlist: {other:?}\n{text}"),
     }
 }
 

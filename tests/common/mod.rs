@@ -2,14 +2,21 @@
 //! with ephemeral ports and a temporary data dir, and talks to it over real HTTP.
 #![allow(dead_code)]
 
+pub mod hls;
+pub mod metrics;
+pub mod proc;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
+
+use proc::Proc;
 
 /// Marks a variable the harness would set as removed instead.
 pub const UNSET: &str = "<unset>";
@@ -17,7 +24,7 @@ pub const KEY: &str = "test-key-0123456789";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Daemon {
-    child: Child,
+    child: Proc,
     pub base: String,
     pub key: String,
     pub banner: Vec<String>,
@@ -78,6 +85,7 @@ impl Daemon {
             .env("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_WHIP_TCP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_DATA_DIR", dir.join("data"))
+            .envs(player_assets())
             .envs(env.iter().copied().filter(|(_, v)| *v != UNSET))
             .args(args)
             .stdin(Stdio::null())
@@ -86,8 +94,8 @@ impl Daemon {
         for (k, _) in env.iter().filter(|(_, v)| *v == UNSET) {
             cmd.env_remove(k);
         }
-        let mut child = cmd.spawn().expect("spawn livepack");
-        let stdout = child.stdout.take().unwrap();
+        let mut child = Proc::spawn(&mut cmd, "livepack");
+        let stdout = child.child().stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -108,13 +116,10 @@ impl Daemon {
                         break;
                     }
                 }
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!(
-                        "daemon did not print its banner: {banner:?}, status {:?}",
-                        child.try_wait()
-                    );
-                }
+                Err(_) => panic!(
+                    "daemon did not print its banner: {banner:?}, status {:?}",
+                    child.try_wait()
+                ),
             }
         }
         let value = |k: &str| {
@@ -150,8 +155,8 @@ impl Daemon {
 
     /// `kill -9`: no chance to flush anything.
     pub fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        assert!(self.child.try_wait().is_none(), "the daemon had exited");
+        self.child.kill();
     }
 
     pub fn pid(&self) -> u32 {
@@ -160,19 +165,10 @@ impl Daemon {
 
     /// SIGTERM, then wait (bounded) for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        for _ in 0..300 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        panic!("daemon did not exit within 15 s of SIGTERM");
+        self.child.signal(Signal::SIGTERM);
+        self.child
+            .wait_within(Duration::from_secs(15))
+            .expect("daemon did not exit within 15 s of SIGTERM")
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -237,17 +233,48 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
 pub fn data_dir(dir: &Path) -> PathBuf {
     dir.join("data")
+}
+
+/// The daemon looks for the player libraries in the checkout its binary was built in, three
+/// levels above it (`target/debug/livepack`); a CARGO_TARGET_DIR outside the checkout defeats
+/// that, so then the harness names them. Otherwise that lookup stays the one under test.
+fn player_assets() -> Option<(&'static str, PathBuf)> {
+    let bin = Path::new(env!("CARGO_BIN_EXE_livepack"));
+    let built_in = bin.ancestors().nth(3)?.join("node_modules");
+    (!built_in.join("hls.js").is_dir())
+        .then(|| ("LIVEPACK_PLAYER_ASSETS_DIR", root().join("node_modules")))
+}
+
+/// The repository root (fixtures, scripts, the browser drivers and their node_modules).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A port free on 127.0.0.1 right now (TCP or UDP), for a server the test starts.
+pub fn free_port(udp: bool) -> u16 {
+    let addr = if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+    };
+    addr.unwrap().port()
+}
+
+/// Waits (bounded) until a local server accepts TCP connections on `port`.
+pub fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -1,10 +1,20 @@
 //! Daemon lifecycle and the smaller resources: durability across restart and `kill -9`, graceful
 //! SIGTERM, configuration sources, quality sets, profile templates, HTTP-level limits.
 
+use std::process::Command;
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::common::proc::run_within;
 use crate::common::{tempdir, Daemon, KEY, UNSET};
+
+/// The daemon run with a configuration it must refuse: bounded, since a daemon that accepts it
+/// would serve forever.
+fn refused_start(cmd: &mut Command) -> std::process::Output {
+    run_within(cmd, "livepack", Duration::from_secs(30))
+}
 
 #[tokio::test]
 async fn acknowledged_writes_survive_kill_9() {
@@ -174,22 +184,22 @@ fn bad_configuration_is_refused_with_the_key_named() {
         (("LIVEPACK_HTTP_ADDR", "localhost:80"), "LIVEPACK_HTTP_ADDR"),
         (("LIVEPACK_PUBLIC_URL", "ftp://x"), "public_url"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_livepack"))
-            .current_dir(dir.path())
-            .env("LIVEPACK_DATA_DIR", dir.path().join("data"))
-            .env(env.0, env.1)
-            .output()
-            .unwrap();
+        let out = refused_start(
+            Command::new(env!("CARGO_BIN_EXE_livepack"))
+                .current_dir(dir.path())
+                .env("LIVEPACK_DATA_DIR", dir.path().join("data"))
+                .env(env.0, env.1),
+        );
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{needle} not named in: {err}");
     }
     std::fs::write(dir.path().join("bad.toml"), "http_adr = \"127.0.0.1:1\"").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_livepack"))
-        .current_dir(dir.path())
-        .args(["--config", "bad.toml"])
-        .output()
-        .unwrap();
+    let out = refused_start(
+        Command::new(env!("CARGO_BIN_EXE_livepack"))
+            .current_dir(dir.path())
+            .args(["--config", "bad.toml"]),
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("http_adr"));
 }
@@ -365,13 +375,13 @@ async fn profile_templates_seeded_once_plus_operator_file() {
 
     // A broken operator file stops the start with a message naming the problem.
     std::fs::write(&extra, json!([{"id": 101, "name": "x", "fields": [], "version": "nope", "created": "2026-11-01T00:00:00Z"}]).to_string()).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_livepack"))
-        .current_dir(dir.path())
-        .env("LIVEPACK_HTTP_ADDR", "127.0.0.1:0")
-        .env("LIVEPACK_DATA_DIR", dir.path().join("data"))
-        .env("LIVEPACK_PROFILE_TEMPLATES_FILE", &extra)
-        .output()
-        .unwrap();
+    let out = refused_start(
+        Command::new(env!("CARGO_BIN_EXE_livepack"))
+            .current_dir(dir.path())
+            .env("LIVEPACK_HTTP_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_DATA_DIR", dir.path().join("data"))
+            .env("LIVEPACK_PROFILE_TEMPLATES_FILE", &extra),
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a UUID"));
 }

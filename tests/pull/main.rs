@@ -17,28 +17,12 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use common::{tempdir, Daemon, KEY};
-use media::{create, record, wait_record, Proc};
+use common::proc::Proc;
+use common::{free_port, hls, tempdir, wait_listening, Daemon, KEY};
+use media::{create, record, wait_record};
 
-fn free_port(udp: bool) -> u16 {
-    if udp {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    } else {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-}
-
-/// Kills the child when dropped, so a failing test leaves no ffmpeg behind.
 fn ffmpeg(args: &[&str]) -> Proc {
-    Proc(
+    Proc::spawn(
         Command::new("ffmpeg")
             .args([
                 "-hide_banner",
@@ -51,9 +35,8 @@ fn ffmpeg(args: &[&str]) -> Proc {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("ffmpeg"),
+            .stderr(Stdio::null()),
+        "ffmpeg",
     )
 }
 
@@ -94,18 +77,9 @@ fn hls_writer(dir: &Path) -> Proc {
     )
 }
 
-/// Waits (bounded) until a local server accepts TCP connections on `port`.
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A static HTTP server for `dir` on 127.0.0.1.
 fn http_server(dir: &Path, port: u16) -> Proc {
-    let p = Proc(
+    let p = Proc::spawn(
         Command::new("python3")
             .args([
                 "-m",
@@ -118,9 +92,8 @@ fn http_server(dir: &Path, port: u16) -> Proc {
             .arg(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3"),
+            .stderr(Stdio::null()),
+        "python3",
     );
     wait_listening(port, "http.server");
     p
@@ -140,10 +113,8 @@ async fn wait_discontinuity(url: &str, within: Duration) -> String {
     let deadline = Instant::now() + within;
     loop {
         let (_, t) = media::text(url).await;
-        if let Some((_, after)) = t.split_once("#EXT-X-DISCONTINUITY\n") {
-            if after.contains("#EXTINF:") {
-                return t;
-            }
+        if hls::try_media(&t).is_some_and(|p| p.segments.iter().any(|s| s.discontinuity)) {
+            return t;
         }
         assert!(
             Instant::now() < deadline,
@@ -215,7 +186,7 @@ async fn round_robin_failover_deactivation_and_uri_edit() {
         "PULL switched to the restarted first source: media again {:?} after the second stopped",
         stopped.elapsed()
     );
-    let parsed = media::media_playlist(&playlist);
+    let parsed = hls::media(&playlist);
     assert!(
         parsed.segments.iter().any(|s| s.discontinuity),
         "{playlist}"
@@ -232,7 +203,7 @@ async fn round_robin_failover_deactivation_and_uri_edit() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     wait_record(&d, id, Duration::from_secs(5), |r| r["live"] == false).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while srt.0.try_wait().unwrap().is_none() {
+    while srt.try_wait().is_none() {
         assert!(
             Instant::now() < deadline,
             "the SRT source still has its caller"
@@ -298,15 +269,14 @@ fn rtmp_server(dir: &Path, port: u16) -> Proc {
         ),
     )
     .unwrap();
-    let p = Proc(
+    let p = Proc::spawn(
         Command::new("/usr/sbin/nginx")
             .arg("-p")
             .arg(dir)
             .arg("-c")
             .arg(&conf)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("nginx (libnginx-mod-rtmp, installed by scripts/test)"),
+            .stdin(Stdio::null()),
+        "nginx (libnginx-mod-rtmp, installed by scripts/test)",
     );
     wait_listening(port, "nginx-rtmp");
     p
@@ -320,7 +290,7 @@ async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
     let port = free_port(false);
     let _server = rtmp_server(&dir.path().join("nginx"), port);
     let url = format!("rtmp://127.0.0.1:{port}/live/source");
-    let _encoder = Proc(media::push(&url, "av-720p.flv", 5));
+    let _encoder = media::push(&url, "av-720p.flv", 5);
     let started = Instant::now();
     let rec = create(&d, json!({"name": "rtmp-pull", "pull": true, "uri": url})).await;
     let id = rec["id"].as_i64().unwrap();
@@ -333,7 +303,7 @@ async fn an_rtmp_source_is_pulled_from_an_rtmp_server() {
     let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
     media::wait_segments(&master, 2).await;
     let (_, text) = media::text(&master).await;
-    assert_eq!(media::master_playlist(&text).variants.len(), 3, "{text}");
+    assert_eq!(hls::master(&text).variants.len(), 3, "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,7 +316,7 @@ async fn a_pull_joining_an_rtmp_server_mid_gop_keeps_its_video() {
     let url = format!("rtmp://127.0.0.1:{port}/live/longgop");
     // An encoder with a 4 s GOP, running for a while before the PULL joins: nginx-rtmp relays
     // from wherever its encoder is, so the PULL's first frames fall inside a GOP.
-    let _encoder = Proc(media::push(&url, "longgop-720p25.ts", 3));
+    let _encoder = media::push(&url, "longgop-720p25.ts", 3);
     tokio::time::sleep(Duration::from_millis(5500)).await;
     let started = Instant::now();
     let rec = create(&d, json!({"name": "mid-gop", "pull": true, "uri": url})).await;

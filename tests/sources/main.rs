@@ -20,14 +20,15 @@ use media::*;
 /// Sends `ts` to `url` through srt-live-transmit at `bytes_per_sec`, in 1316-byte payloads, as
 /// an encoder would: the bytes exactly as given, even when they start mid-packet-stream.
 fn paced_srt(url: &str, ts: Vec<u8>, bytes_per_sec: usize) -> Proc {
-    let mut slt = Command::new("srt-live-transmit")
-        .args(["-q", "file://con", url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("srt-live-transmit");
-    let mut stdin = slt.stdin.take().unwrap();
+    let mut slt = Proc::spawn(
+        Command::new("srt-live-transmit")
+            .args(["-q", "file://con", url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "srt-live-transmit",
+    );
+    let mut stdin = slt.child().stdin.take().unwrap();
     std::thread::spawn(move || {
         let t0 = Instant::now();
         for (i, chunk) in ts.chunks(1316 * 8).enumerate() {
@@ -40,7 +41,7 @@ fn paced_srt(url: &str, ts: Vec<u8>, bytes_per_sec: usize) -> Proc {
             }
         }
     });
-    Proc(slt)
+    slt
 }
 
 #[tokio::test]
@@ -88,11 +89,7 @@ async fn hevc_over_srt_is_transcoded_to_the_h264_ladder() {
     let d = short_grace_daemon(dir.path());
     let rec = create(&d, json!({"name": "hevc"})).await;
     let id = rec["id"].as_i64().unwrap();
-    let _push = Proc(push(
-        rec["push_url_srt"].as_str().unwrap(),
-        "hevc-720p.ts",
-        2,
-    ));
+    let _push = push(rec["push_url_srt"].as_str().unwrap(), "hevc-720p.ts", 2);
     let live = assert_video_out(&d, id, (1280, 720)).await;
     assert_eq!(
         live["transcoded_qualities"],

@@ -7,69 +7,45 @@ mod common;
 #[path = "../common/media.rs"]
 mod media;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use common::hls::{discontinuities, last_part};
 use common::{tempdir, Daemon};
 use media::*;
 
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "kill {sig}");
-}
-
 /// ffmpeg feeding srt-live-transmit (the Haivision reference client) through a pipe.
-fn push_slt(url: &str, loops: u32) -> (Child, Child) {
-    let mut ffmpeg = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
-        .arg(loops.to_string())
-        .arg("-i")
-        .arg(fixture("av-720p.ts"))
-        .args(["-c", "copy", "-f", "mpegts", "-"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("ffmpeg");
-    let slt = Command::new("srt-live-transmit")
-        .args(["-q", "file://con", url])
-        .stdin(ffmpeg.stdout.take().unwrap())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("srt-live-transmit");
+fn push_slt(url: &str, loops: u32) -> (Proc, Proc) {
+    let mut ffmpeg = Proc::spawn(
+        Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop"])
+            .arg(loops.to_string())
+            .arg("-i")
+            .arg(fixture("av-720p.ts"))
+            .args(["-c", "copy", "-f", "mpegts", "-"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+        "ffmpeg",
+    );
+    let slt = Proc::spawn(
+        Command::new("srt-live-transmit")
+            .args(["-q", "file://con", url])
+            .stdin(ffmpeg.child().stdout.take().unwrap())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "srt-live-transmit",
+    );
     (ffmpeg, slt)
 }
 
-/// The newest part line of a media playlist: it changes whenever a part is published.
-fn last_part(playlist: &str) -> Option<String> {
-    playlist
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("#EXT-X-PART:"))
-        .map(str::to_owned)
-}
-
-/// Discontinuities ever marked: EXT-X-DISCONTINUITY-SEQUENCE plus the tags still listed.
-fn discontinuities(playlist: &str) -> u64 {
-    let seq = playlist
-        .lines()
-        .find_map(|l| l.strip_prefix("#EXT-X-DISCONTINUITY-SEQUENCE:"))
-        .map_or(0, |v| v.parse().unwrap());
-    seq + playlist.matches("#EXT-X-DISCONTINUITY\n").count() as u64
-}
-
-fn media_sequence(playlist: &str) -> u64 {
-    playlist
-        .lines()
-        .find_map(|l| l.strip_prefix("#EXT-X-MEDIA-SEQUENCE:"))
-        .map_or(0, |v| v.parse().unwrap())
+/// EXT-X-MEDIA-SEQUENCE of a playlist's text.
+fn first_msn(playlist: &str) -> u64 {
+    hls::first_msn(&hls::media(playlist))
 }
 
 /// Asserts a refused push: ffmpeg fails quickly and the record shows nothing started.
@@ -155,17 +131,15 @@ async fn srt_push_plays_and_one_protocol_holds_the_main_input() {
     let ac = format!("srt://{}?streamid=#!::r={id},m=publish,t={token}", d.srt);
     let (ok, _) = finish(push(&ac, "av-720p.ts", 0), Duration::from_secs(15)).await;
     assert!(!ok, "SRT took over a main input live over RTMP");
-    let _ = finish(rtmp, Duration::ZERO).await;
+    drop(rtmp);
     wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
 
     // srt-live-transmit with the access-control stream id syntax.
-    let (ff, slt) = push_slt(&ac, 2);
+    let _slt = push_slt(&ac, 2);
     wait_record(&d, id, Duration::from_secs(20), |r| {
         r["live"] == true && r["transcoding_speed"].is_number()
     })
     .await;
-    let _ = finish(slt, Duration::ZERO).await;
-    let _ = finish(ff, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -176,7 +150,7 @@ async fn srt_refusals_and_passphrases() {
     // A stream kept live over SRT throughout: a listener failure would cut it.
     let keeper = create(&d, json!({"name": "keeper"})).await;
     let keeper_id = keeper["id"].as_i64().unwrap();
-    let keeper_push = push(keeper["push_url_srt"].as_str().unwrap(), "av-720p.ts", 5);
+    let _keeper_push = push(keeper["push_url_srt"].as_str().unwrap(), "av-720p.ts", 5);
     wait_record(&d, keeper_id, Duration::from_secs(20), |r| {
         r["live"] == true
     })
@@ -274,16 +248,17 @@ async fn srt_refusals_and_passphrases() {
     }
 
     // Not MPEG-TS over SRT (FLV): the connection is closed, the caller fails.
-    let flv = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
-        .arg(fixture("av-720p.flv"))
-        .args(["-c", "copy", "-f", "flv"])
-        .arg(ok["push_url_srt"].as_str().unwrap())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flv = Proc::spawn(
+        Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
+            .arg(fixture("av-720p.flv"))
+            .args(["-c", "copy", "-f", "flv"])
+            .arg(ok["push_url_srt"].as_str().unwrap())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        "ffmpeg",
+    );
     let (ok_flv, _) = finish(flv, Duration::from_secs(20)).await;
     assert!(!ok_flv, "FLV over SRT was taken");
 
@@ -294,7 +269,6 @@ async fn srt_refusals_and_passphrases() {
     assert_ne!(before, after, "the keeper stalled");
     let r = record(&d, keeper_id).await;
     assert_eq!(r["live"], true, "{r}");
-    let _ = finish(keeper_push, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -312,7 +286,7 @@ async fn main_and_backup_fail_over_and_back() {
             .trim_end_matches("master.m3u8")
     );
     // Main over RTMP, backup over SRT, both at once.
-    let main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let mut main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     let backup = push(
         rec["backup_push_url_srt"].as_str().unwrap(),
         "av-720p.ts",
@@ -340,7 +314,7 @@ async fn main_and_backup_fail_over_and_back() {
         let mut longest = Duration::ZERO;
         loop {
             let t = text(url).await.1;
-            let seq = media_sequence(&t);
+            let seq = first_msn(&t);
             assert!(seq >= *msn, "media sequence went back: {seq} < {msn}\n{t}");
             *msn = seq;
             let part = last_part(&t);
@@ -359,7 +333,7 @@ async fn main_and_backup_fail_over_and_back() {
 
     // The main stops delivering (stopped, its TCP connection still open): after the 3 s
     // timeout the outputs come from the backup, with one discontinuity.
-    signal(&main, "-STOP");
+    main.signal(Signal::SIGSTOP);
     let stopped = Instant::now();
     let pause = watch(&pl_url, Duration::from_secs(20), &mut msn, |t| {
         discontinuities(t) == 1
@@ -383,9 +357,8 @@ async fn main_and_backup_fail_over_and_back() {
     assert!(dash["streams"].as_array().unwrap().len() >= 4, "{dash}");
 
     // The main comes back (a new connection): the outputs return to it, a second discontinuity.
-    signal(&main, "-KILL");
-    let _ = finish(main, Duration::ZERO).await;
-    let main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    drop(main);
+    let mut main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     wait_record(&d, id, Duration::from_secs(20), |r| {
         r["live"] == true && r["backup_live"] == true
     })
@@ -401,22 +374,20 @@ async fn main_and_backup_fail_over_and_back() {
     );
 
     // With the backup gone the outputs keep coming: they follow the main.
-    let _ = finish(backup, Duration::ZERO).await;
+    drop(backup);
     wait_record(&d, id, Duration::from_secs(15), |r| {
         r["backup_live"] == false
     })
     .await;
     let t = text(&pl_url).await.1;
     watch(&pl_url, Duration::from_secs(10), &mut msn, |now| {
-        media_sequence(now) >= media_sequence(&t) + 2
+        first_msn(now) >= first_msn(&t) + 2
     })
     .await;
     assert_eq!(discontinuities(&text(&pl_url).await.1), 2);
 
     // A silent main without a backup: the stream turns off.
-    signal(&main, "-STOP");
+    main.signal(Signal::SIGSTOP);
     let r = wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
     assert_eq!(r["backup_live"], false);
-    signal(&main, "-KILL");
-    let _ = finish(main, Duration::ZERO).await;
 }

@@ -9,21 +9,17 @@ mod common;
 #[path = "../common/media.rs"]
 mod media;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{ChildStdout, Command};
 
-use common::{tempdir, Daemon, KEY};
+use common::proc::AsyncProc;
+use common::{hls, root, tempdir, Daemon, KEY};
 use media::{create, record, wait_record};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A daemon whose WHIP sessions offer loopback candidates, with a 2 s grace period.
 fn whip_daemon(dir: &std::path::Path) -> Daemon {
@@ -39,7 +35,7 @@ fn whip_daemon(dir: &std::path::Path) -> Daemon {
 
 /// The browser publisher (`tests/whip/whip.mjs`) and its JSON event lines.
 struct Browser {
-    child: Child,
+    child: AsyncProc,
     lines: Lines<BufReader<ChildStdout>>,
 }
 
@@ -50,15 +46,15 @@ impl Browser {
 
     /// `transport` `tcp`: the page drops the answer's UDP candidates (UDP blocked).
     fn start_over(url: &str, auth: &str, transport: &str) -> Browser {
-        let mut child = Command::new("node")
-            .current_dir(root())
-            .args(["tests/whip/whip.mjs", url, auth, transport])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node (installed by scripts/test)");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut child = AsyncProc::spawn(
+            Command::new("node")
+                .current_dir(root())
+                .args(["tests/whip/whip.mjs", url, auth, transport])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+            "node (installed by scripts/test)",
+        );
+        let lines = BufReader::new(child.child().stdout.take().unwrap()).lines();
         Browser { child, lines }
     }
 
@@ -80,7 +76,7 @@ impl Browser {
     }
 
     async fn command(&mut self, cmd: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
+        let stdin = self.child.child().stdin.as_mut().unwrap();
         stdin
             .write_all(format!("{cmd}\n").as_bytes())
             .await
@@ -121,11 +117,6 @@ fn assert_candidates_on(candidates: &[String], ports: &[u16]) {
         assert!(ports.contains(&port), "{c} is not on {ports:?}");
         assert!(!c.contains("tcptype active"), "{c}");
     }
-}
-
-fn media_sequence(playlist: &str) -> u64 {
-    media::media_playlist(playlist).media_sequence
-        + media::media_playlist(playlist).segments.len() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +163,7 @@ async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
     let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
     media::wait_segments(&master, 2).await;
     let (_, master_text) = media::text(&master).await;
-    let m = media::master_playlist(&master_text);
+    let m = hls::master(&master_text);
     let top = m.variants.iter().max_by_key(|v| v.bandwidth).unwrap();
     let size = top.resolution.unwrap();
     assert!(
@@ -209,11 +200,11 @@ async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
         smaller["video_width"], smaller["video_height"]
     );
     let (_, before) = media::text(&top_uri).await;
-    let first = media_sequence(&before);
+    let first = hls::next_msn(&hls::media(&before));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (_, now) = media::text(&top_uri).await;
-        if media_sequence(&now) >= first + 2 {
+        if hls::next_msn(&hls::media(&now)) >= first + 2 {
             break;
         }
         assert!(
@@ -224,7 +215,7 @@ async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
     }
     // Same variants (BANDWIDTH and AVERAGE-BANDWIDTH are measured, so they move).
     let ladder = |text: &str| {
-        media::master_playlist(text)
+        hls::master(text)
             .variants
             .iter()
             .map(|v| (v.uri.clone(), v.resolution, v.codecs.clone(), v.frame_rate))
@@ -255,7 +246,7 @@ async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
         .await
         .unwrap();
     assert_eq!(again.status(), StatusCode::NOT_FOUND);
-    let _ = browser.child.wait().await;
+    let _ = browser.child.child().wait().await;
 }
 
 /// A syntactically valid offer that no client stands behind: the session is created, ICE never
@@ -661,7 +652,7 @@ async fn a_vanished_browser_ends_its_session_and_the_stream_takes_a_new_one() {
     );
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
     // The browser dies without a DELETE or a DTLS close: no RTP, then no ICE consent.
-    browser.child.kill().await.unwrap();
+    browser.child.kill().await;
     let gone = Instant::now();
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == false).await;
     println!("vanished WHIP client noticed after {:?}", gone.elapsed());
@@ -742,7 +733,7 @@ async fn two_browsers_publish_at_once_through_the_one_udp_port() {
         let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
         media::wait_segments(&master, 2).await;
         let (_, text) = media::text(&master).await;
-        let top = media::master_playlist(&text)
+        let top = hls::master(&text)
             .variants
             .iter()
             .max_by_key(|v| v.bandwidth)
