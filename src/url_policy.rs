@@ -202,10 +202,13 @@ fn default_port(scheme: &str) -> u16 {
 /// host and path only.
 pub fn redact(uri: &str) -> String {
     match Url::parse(uri) {
+        // The port stays (it tells two sources on one host apart); user info and the query
+        // (where tokens live) go.
         Ok(u) => format!(
-            "{}://{}{}",
+            "{}://{}{}{}",
             u.scheme(),
             u.host_str().unwrap_or_default(),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default(),
             u.path()
         ),
         Err(_) => "<invalid URL>".into(),
@@ -398,11 +401,15 @@ mod tests {
     }
 
     #[test]
-    fn redact_keeps_scheme_host_and_path_only() {
+    fn redact_keeps_scheme_host_port_and_path_only() {
         for (raw, want) in [
             (
                 "rtmp://user:pass@src.example:1935/live/key?token=t",
-                "rtmp://src.example/live/key",
+                "rtmp://src.example:1935/live/key",
+            ),
+            (
+                "http://127.0.0.1:39609/dash/a.mpd",
+                "http://127.0.0.1:39609/dash/a.mpd",
             ),
             (
                 "https://cdn.example/x.m3u8?sig=secret#f",
@@ -410,7 +417,7 @@ mod tests {
             ),
             (
                 "srt://10.0.0.1:9000?streamid=s&passphrase=p",
-                "srt://10.0.0.1",
+                "srt://10.0.0.1:9000",
             ),
             ("not a url", "<invalid URL>"),
         ] {

@@ -3,7 +3,7 @@
 //! "offline" state that recovers by itself, and a WebGL sphere for 360° projections. The
 //! player libraries come from the npm packages the set-up scripts install; no CDN.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -69,10 +69,16 @@ impl Player {
     pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>, assets: PathBuf) -> Arc<Player> {
         let has_libs = |dir: &std::path::Path| dir.join(ASSETS[0].1).is_file();
         let assets = if assets.is_relative() && !has_libs(&assets) {
-            std::env::current_exe()
+            // The checkout the binary was built from: next to its target dir, or where cargo
+            // built it (a CARGO_TARGET_DIR elsewhere).
+            let beside_target = std::env::current_exe()
                 .ok()
-                .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join(&assets)))
-                .filter(|dir| has_libs(dir))
+                .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join(&assets)));
+            let built_from = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(&assets));
+            [beside_target, built_from]
+                .into_iter()
+                .flatten()
+                .find(|dir| has_libs(dir))
                 .unwrap_or(assets)
         } else {
             assets
