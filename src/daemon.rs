@@ -101,6 +101,8 @@ pub struct Running {
     pub key_source: KeySource,
     shutdown: watch::Sender<bool>,
     http: tokio::task::JoinHandle<()>,
+    /// Awaited at shutdown: srt-tokio's `close` panics if the runtime cancels its task first.
+    srt: tokio::task::JoinHandle<()>,
     store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
     whip: Arc<crate::ingest::whip::Whip>,
@@ -113,6 +115,7 @@ impl Running {
         self.whip.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
         let _ = self.http.await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.srt).await;
         drop(self.store);
     }
 }
@@ -304,7 +307,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         config.rtmp,
         shutdown_rx.clone(),
     ));
-    tokio::spawn(srt::listener::serve(
+    let srt = tokio::spawn(srt::listener::serve(
         srt_socket,
         srt_addr,
         registry.clone(),
@@ -335,6 +338,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         shutdown,
         whip,
         http,
+        srt,
         store,
     })
 }
