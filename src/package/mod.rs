@@ -3,6 +3,7 @@
 
 pub mod dash;
 pub mod hls;
+pub mod observe;
 pub mod sink;
 pub mod state;
 pub mod storage;
@@ -17,6 +18,7 @@ pub use state::{
     PackageState, PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention,
 };
 
+pub use observe::{CompletedSegment, Observer, PackageEvent};
 pub use sink::{Layout, RenditionSink};
 pub use storage::{DiskStorage, MemoryStorage, SegmentKey, SegmentStorage};
 
@@ -60,6 +62,8 @@ pub struct Package {
     changed: watch::Sender<()>,
     /// Where complete segments go beyond memory; `None`: memory only.
     writer: Mutex<Option<storage::Writer>>,
+    /// Consumers besides the renderers (recorders).
+    taps: observe::Taps,
 }
 
 impl Package {
@@ -68,6 +72,7 @@ impl Package {
             state: Mutex::new(package),
             changed: watch::Sender::new(()),
             writer: Mutex::new(None),
+            taps: observe::Taps::default(),
         }
     }
 
@@ -141,18 +146,36 @@ impl Package {
     /// Appends a part to a rendition (`whole`: the part is a complete segment, as TS segments
     /// are), then hands the completed segment and the evicted ones to the storage writer.
     pub(crate) fn push(&self, output: Output, name: &str, part: PartIn, whole: bool) {
-        let outcome = self.update(|p| {
+        let observed = self.taps.any();
+        let (outcome, completed) = self.update(|p| {
             let retention = p.retention();
             let Some(r) = p.rendition_in_mut(output, name) else {
-                return PushOutcome::default();
+                return (PushOutcome::default(), None);
             };
             let mut outcome = r.push_part(part, retention);
             if whole {
                 r.close_open_segment();
                 outcome.completed = r.segments().back().map(|s| s.chunks());
             }
-            outcome
+            let completed = match (&outcome.completed, observed) {
+                (Some((msn, chunks)), true) => r.segment(*msn).map(|s| CompletedSegment {
+                    key: SegmentKey {
+                        output,
+                        rendition: name.to_owned(),
+                        msn: *msn,
+                    },
+                    pdt: s.pdt,
+                    duration: s.duration(),
+                    discontinuity: s.discontinuity,
+                    chunks: chunks.clone(),
+                }),
+                _ => None,
+            };
+            (outcome, completed)
         });
+        if let Some(segment) = completed {
+            self.taps.send(PackageEvent::Segment(segment));
+        }
         let key = |msn| SegmentKey {
             output,
             rendition: name.to_owned(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Output, Package, PartIn, Rendition};
+use super::{Output, Package, PackageEvent, PartIn, Rendition};
 
 /// What a pipeline produces: its segment and part durations and its renditions.
 pub struct Layout {
@@ -35,6 +35,11 @@ impl RenditionSink {
     /// The init segment (ftyp+moov) and, when the caller could read it, the RFC 6381 codecs
     /// string it implies.
     pub fn init(&self, init: Bytes, codecs: Option<String>) {
+        let event = self.package.taps.any().then(|| PackageEvent::Init {
+            output: self.output,
+            rendition: self.name.clone(),
+            init: init.clone(),
+        });
         self.package.update(|p| {
             if let Some(r) = p.rendition_in_mut(self.output, &self.name) {
                 if let Some(codecs) = codecs {
@@ -43,6 +48,9 @@ impl RenditionSink {
                 r.set_init(init);
             }
         });
+        if let Some(event) = event {
+            self.package.taps.send(event);
+        }
     }
 
     /// A CMAF chunk: an LL-HLS part / LL-DASH chunk.

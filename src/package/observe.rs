@@ -1,0 +1,170 @@
+//! Consumers of a package's output besides the renderers (a recorder, a relay to another
+//! node): each [`Observer`] gets a bounded queue of the init segments and complete segments
+//! the package takes in, in order per rendition. A slow consumer loses events — counted, and
+//! reported by [`Observer::dropped`] — and never holds back the pipeline or the renderers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+
+use super::{Output, Package, SegmentKey};
+
+/// What a package took in.
+#[derive(Debug, Clone)]
+pub enum PackageEvent {
+    /// A rendition's init segment (ftyp+moov); a new one follows a rebuilt pipeline.
+    Init {
+        output: Output,
+        rendition: String,
+        init: Bytes,
+    },
+    /// A complete segment, as it is stored.
+    Segment(CompletedSegment),
+}
+
+#[derive(Debug, Clone)]
+pub struct CompletedSegment {
+    pub key: SegmentKey,
+    /// Wall-clock time of its first sample.
+    pub pdt: OffsetDateTime,
+    pub duration: Duration,
+    /// First segment after a reconnect or a source switch.
+    pub discontinuity: bool,
+    /// Its parts in order (shared with the package, not copied).
+    pub chunks: Vec<Bytes>,
+}
+
+/// One consumer's side.
+pub struct Observer {
+    rx: mpsc::Receiver<PackageEvent>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Observer {
+    /// The next event; `None` once the package is gone.
+    pub async fn recv(&mut self) -> Option<PackageEvent> {
+        self.rx.recv().await
+    }
+
+    /// Events lost because this consumer fell behind its queue.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+struct Tap {
+    tx: mpsc::Sender<PackageEvent>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// The package's observers.
+#[derive(Default)]
+pub(super) struct Taps {
+    taps: Mutex<Vec<Tap>>,
+}
+
+impl Taps {
+    fn taps(&self) -> std::sync::MutexGuard<'_, Vec<Tap>> {
+        self.taps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn any(&self) -> bool {
+        !self.taps().is_empty()
+    }
+
+    /// Offers the event to every observer; a full queue drops it for that one, a closed one
+    /// is forgotten.
+    pub fn send(&self, event: PackageEvent) {
+        self.taps().retain(|t| match t.tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                t.dropped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+}
+
+impl Package {
+    /// A new consumer of what the package takes in from now on, with a queue of `capacity`
+    /// events (a segment is one event).
+    pub fn observe(&self, capacity: usize) -> Observer {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let dropped = Arc::new(AtomicU64::new(0));
+        self.taps.taps().push(Tap {
+            tx,
+            dropped: dropped.clone(),
+        });
+        Observer { rx, dropped }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::state::tests::{part, video_720p};
+    use crate::package::{PackageState, PackagingConfig};
+
+    fn package() -> Arc<Package> {
+        Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000)],
+        )))
+    }
+
+    #[tokio::test]
+    async fn an_observer_gets_inits_and_complete_segments_in_order() {
+        let pkg = package();
+        let mut obs = pkg.observe(16);
+        let sink = pkg.sink(Output::Cmaf, "720p").unwrap();
+        sink.init(Bytes::from_static(b"ftyp+moov"), None);
+        let t0 = OffsetDateTime::now_utc();
+        for n in 0..9u64 {
+            sink.part(part(n % 4 == 0, 500, t0 + Duration::from_millis(500 * n)));
+        }
+        match obs.recv().await.unwrap() {
+            PackageEvent::Init {
+                rendition, init, ..
+            } => {
+                assert_eq!((rendition.as_str(), &init[..]), ("720p", &b"ftyp+moov"[..]));
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            match obs.recv().await.unwrap() {
+                PackageEvent::Segment(s) => seen.push(s),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen[1].key.msn, seen[0].key.msn + 1);
+        assert_eq!(seen[0].duration, Duration::from_secs(2));
+        assert_eq!(seen[0].pdt, t0);
+        assert_eq!(seen[0].chunks.len(), 4);
+        assert_eq!(seen[1].pdt, t0 + Duration::from_secs(2));
+        assert_eq!(obs.dropped(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_slow_observer_loses_events_counted_and_never_blocks() {
+        let pkg = package();
+        let mut slow = pkg.observe(1);
+        let sink = pkg.sink(Output::Cmaf, "720p").unwrap();
+        let t0 = OffsetDateTime::now_utc();
+        // Five complete segments into a queue of one: four are dropped for this observer.
+        for n in 0..21u64 {
+            sink.part(part(n % 4 == 0, 500, t0 + Duration::from_millis(500 * n)));
+        }
+        assert_eq!(slow.dropped(), 4);
+        assert!(matches!(slow.recv().await, Some(PackageEvent::Segment(_))));
+        drop(slow);
+        // A gone observer is forgotten at the next event.
+        sink.part(part(true, 500, t0 + Duration::from_secs(30)));
+        assert!(!pkg.taps.any());
+    }
+}
