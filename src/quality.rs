@@ -147,6 +147,15 @@ impl QualitySets {
             .unwrap_or_else(|| self.file_default_id())
     }
 
+    /// The set a stream transcodes with: the one its record names while it exists, else the
+    /// default (`stored` as in [`QualitySets::default_id`]).
+    pub fn resolve(&self, requested: Option<i64>, stored: Option<&str>) -> &QualitySet {
+        requested
+            .and_then(|id| self.get(id))
+            .or_else(|| self.get(self.default_id(stored)))
+            .expect("default_id names a loaded set")
+    }
+
     /// The sets with `default` reflecting `default_id` (the store's current choice).
     pub fn listing(&self, default_id: i64) -> Vec<QualitySet> {
         self.sets
@@ -180,6 +189,23 @@ mod tests {
         let dup = BUILTIN_QUALITY_SETS.replace("id = 7", "id = 6");
         assert!(QualitySets::parse(&dup).is_err());
         assert!(QualitySets::parse("live = []").is_err());
+    }
+
+    #[test]
+    fn a_stream_gets_its_set_else_the_stored_default_else_the_files() {
+        let sets = QualitySets::builtin();
+        let file_default = sets.file_default_id();
+        let other = sets
+            .listing(file_default)
+            .iter()
+            .find(|s| s.id != file_default)
+            .unwrap()
+            .id;
+        assert_eq!(sets.resolve(Some(other), None).id, other);
+        assert_eq!(sets.resolve(Some(9999), None).id, file_default);
+        assert_eq!(sets.resolve(None, Some(&other.to_string())).id, other);
+        assert_eq!(sets.resolve(None, Some("garbage")).id, file_default);
+        assert_eq!(sets.resolve(None, None).id, file_default);
     }
 
     #[test]

@@ -209,23 +209,25 @@ impl Registry {
     }
 
     async fn quality_set(&self, row: &StreamRow) -> QualitySet {
-        let id = match row.settings.quality_set_id {
-            Some(q) if self.quality_sets.get(q).is_some() => q,
-            _ => {
+        let requested = row
+            .settings
+            .quality_set_id
+            .filter(|&id| self.quality_sets.get(id).is_some());
+        let stored = match requested {
+            Some(_) => None,
+            None => {
                 let store = self.store.clone();
-                let stored = tokio::task::spawn_blocking(move || {
+                tokio::task::spawn_blocking(move || {
                     store.get_setting(crate::quality::DEFAULT_QUALITY_SET_KEY)
                 })
                 .await
                 .ok()
                 .and_then(Result::ok)
-                .flatten();
-                self.quality_sets.default_id(stored.as_deref())
+                .flatten()
             }
         };
         self.quality_sets
-            .get(id)
-            .expect("default_id names a loaded set")
+            .resolve(requested, stored.as_deref())
             .clone()
     }
 
