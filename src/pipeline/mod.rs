@@ -600,19 +600,11 @@ mod tests {
     use crate::quality::QualitySets;
     use gstreamer_app::AppSink;
 
-    /// Encodes `frames` of a test pattern with x264: (avcC, [(pts ns, keyframe, data)]).
-    fn encode(
-        width: i32,
-        height: i32,
-        frames: i32,
-    ) -> (bytes::Bytes, Vec<(u64, bool, bytes::Bytes)>) {
+    /// Runs a test-source → encoder pipeline ending in `appsink name=out`: (codec_data of the
+    /// caps, [(pts ns, keyframe, data)]).
+    fn run_encoder(desc: &str) -> (bytes::Bytes, Vec<(u64, bool, bytes::Bytes)>) {
         init().unwrap();
-        let desc = format!(
-            "videotestsrc num-buffers={frames} ! video/x-raw,width={width},height={height},framerate=30/1,format=I420 \
-             ! x264enc tune=zerolatency key-int-max=30 speed-preset=ultrafast \
-             ! video/x-h264,stream-format=avc,alignment=au ! appsink name=out sync=false"
-        );
-        let pipeline = gst::parse::launch(&desc)
+        let pipeline = gst::parse::launch(desc)
             .unwrap()
             .downcast::<gst::Pipeline>()
             .unwrap();
@@ -622,17 +614,17 @@ mod tests {
             .downcast::<AppSink>()
             .unwrap();
         pipeline.set_state(gst::State::Playing).unwrap();
-        let mut avcc = None;
+        let mut codec_data = None;
         let mut out = Vec::new();
         while let Ok(sample) = sink.pull_sample() {
-            if avcc.is_none() {
+            if codec_data.is_none() {
                 let caps = sample.caps().unwrap();
                 let data = caps
                     .structure(0)
                     .unwrap()
                     .get::<gst::Buffer>("codec_data")
                     .unwrap();
-                avcc = Some(bytes::Bytes::copy_from_slice(&data.map_readable().unwrap()));
+                codec_data = Some(bytes::Bytes::copy_from_slice(&data.map_readable().unwrap()));
             }
             let b = sample.buffer().unwrap();
             out.push((
@@ -642,48 +634,31 @@ mod tests {
             ));
         }
         pipeline.set_state(gst::State::Null).unwrap();
-        (avcc.unwrap(), out)
+        (codec_data.unwrap(), out)
+    }
+
+    /// Encodes `frames` of a test pattern with x264: (avcC, [(pts ns, keyframe, data)]).
+    fn encode(
+        width: i32,
+        height: i32,
+        frames: i32,
+    ) -> (bytes::Bytes, Vec<(u64, bool, bytes::Bytes)>) {
+        run_encoder(&format!(
+            "videotestsrc num-buffers={frames} ! video/x-raw,width={width},height={height},framerate=30/1,format=I420 \
+             ! x264enc tune=zerolatency key-int-max=30 speed-preset=ultrafast \
+             ! video/x-h264,stream-format=avc,alignment=au ! appsink name=out sync=false"
+        ))
     }
 
     /// Encodes `buffers` of a sine as AAC-LC 48 kHz stereo: (AudioSpecificConfig, [(pts ns,
     /// raw frame)]).
     fn encode_aac(buffers: i32) -> (bytes::Bytes, Vec<(u64, bytes::Bytes)>) {
-        init().unwrap();
-        let desc = format!(
+        let (asc, frames) = run_encoder(&format!(
             "audiotestsrc num-buffers={buffers} samplesperbuffer=1024 \
              ! audio/x-raw,rate=48000,channels=2 ! avenc_aac ! aacparse \
              ! audio/mpeg,stream-format=raw ! appsink name=out sync=false"
-        );
-        let pipeline = gst::parse::launch(&desc)
-            .unwrap()
-            .downcast::<gst::Pipeline>()
-            .unwrap();
-        let sink = pipeline
-            .by_name("out")
-            .unwrap()
-            .downcast::<AppSink>()
-            .unwrap();
-        pipeline.set_state(gst::State::Playing).unwrap();
-        let mut asc = None;
-        let mut out = Vec::new();
-        while let Ok(sample) = sink.pull_sample() {
-            if asc.is_none() {
-                let caps = sample.caps().unwrap();
-                let data = caps
-                    .structure(0)
-                    .unwrap()
-                    .get::<gst::Buffer>("codec_data")
-                    .unwrap();
-                asc = Some(bytes::Bytes::copy_from_slice(&data.map_readable().unwrap()));
-            }
-            let b = sample.buffer().unwrap();
-            out.push((
-                b.pts().unwrap().nseconds(),
-                bytes::Bytes::copy_from_slice(&b.map_readable().unwrap()),
-            ));
-        }
-        pipeline.set_state(gst::State::Null).unwrap();
-        (asc.unwrap(), out)
+        ));
+        (asc, frames.into_iter().map(|(t, _, d)| (t, d)).collect())
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
