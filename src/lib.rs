@@ -51,5 +51,6 @@ pub(crate) mod media;
 pub mod package;
 pub(crate) mod pipeline;
 pub(crate) mod quality;
+pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;
