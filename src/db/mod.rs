@@ -219,6 +219,82 @@ pub struct ProfileTemplateField {
     pub validation_schema: serde_json::Value,
 }
 
+/// Where a video is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VideoStatus {
+    /// Recording, or being finalised.
+    Pending,
+    Ready,
+    Error,
+}
+
+impl VideoStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VideoStatus::Pending => "pending",
+            VideoStatus::Ready => "ready",
+            VideoStatus::Error => "error",
+        }
+    }
+}
+
+/// The fields of a video its owner edits (the API's PATCH).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VideoSettings {
+    pub name: String,
+    pub description: String,
+    pub client_user_id: Option<serde_json::Number>,
+}
+
+/// One rendition of a recorded video (a rung, or the source for `origin`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoRendition {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    pub size: u64,
+}
+
+/// The fields the recorder owns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoState {
+    pub record_type: RecordType,
+    pub status: VideoStatus,
+    /// Why it is `error`, or a note on a `ready` video (closed by a full disk or the quota).
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub size: u64,
+    pub renditions: Vec<VideoRendition>,
+}
+
+/// A recorded video as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoRow {
+    pub id: i64,
+    pub revision: i64,
+    pub stream_id: i64,
+    /// Unguessable part of its media URLs (ids are sequential).
+    pub slug: String,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub recording_started_at: OffsetDateTime,
+    pub settings: VideoSettings,
+    pub state: VideoState,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct VideoFilter {
+    pub stream_id: Option<i64>,
+    pub status: Option<VideoStatus>,
+    /// Substring of the name, case-insensitive (Unicode lower-casing).
+    pub search: Option<String>,
+    pub client_user_id: Option<serde_json::Number>,
+    pub limit: u32,
+    pub offset: u64,
+}
+
 /// Everything the control plane persists. Every mutating call is atomic and durable when it
 /// returns `Ok`: the API acknowledges a write only after this.
 pub trait Store: Send + Sync + 'static {
@@ -263,6 +339,37 @@ pub trait Store: Send + Sync + 'static {
     /// Inserts or replaces templates by id.
     fn upsert_profile_templates(&self, templates: &[ProfileTemplate]) -> Result<(), StoreError>;
     fn list_profile_templates(&self) -> Result<Vec<ProfileTemplate>, StoreError>;
+
+    /// A new video of `stream_id` (pending, as its recording starts).
+    fn create_video(
+        &self,
+        stream_id: i64,
+        slug: &str,
+        settings: &VideoSettings,
+        state: &VideoState,
+        started_at: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> Result<VideoRow, StoreError>;
+    fn get_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
+    /// Newest first; returns the page and the number matching the filter before paging.
+    fn list_videos(&self, filter: &VideoFilter) -> Result<(Vec<VideoRow>, u64), StoreError>;
+    /// Replaces the owner's fields if the record is still at `revision`.
+    fn update_video(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &VideoSettings,
+        now: OffsetDateTime,
+    ) -> Result<Update<VideoRow>, StoreError>;
+    /// Replaces the recorder's fields (it is their only writer); `false` if the video is gone.
+    fn set_video_state(
+        &self,
+        id: i64,
+        state: &VideoState,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+    /// Removes the record; returns it (its media is removed by the caller).
+    fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
 
     /// Small named settings (the default quality set, one-time seeding marks).
     fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;

@@ -9,14 +9,15 @@ use time::OffsetDateTime;
 
 use super::{
     AppFilter, AppOrderKey, AppRow, AppSettings, ProfileTemplate, Store, StoreError, StreamRow,
-    StreamSettings, Update,
+    StreamSettings, Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
 };
 
 pub const DB_FILE_NAME: &str = "livepack.db";
 
 /// Each entry moves the schema from version `index` to `index + 1` (stored in `user_version`).
 /// Append only: a shipped migration is never edited.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE streams (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     revision INTEGER NOT NULL,
@@ -48,7 +49,25 @@ CREATE TABLE settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-"#];
+"#,
+    r#"
+CREATE TABLE videos (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    revision INTEGER NOT NULL,
+    stream_id INTEGER NOT NULL,
+    slug TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    name_folded TEXT NOT NULL,
+    status TEXT NOT NULL,
+    client_user_id TEXT,
+    settings TEXT NOT NULL,
+    state TEXT NOT NULL
+);
+CREATE INDEX videos_by_stream ON videos (stream_id, id);
+"#,
+];
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -196,6 +215,56 @@ fn get_stream_in(conn: &Connection, id: i64) -> Result<Option<StreamRow>, StoreE
     .transpose()
 }
 
+const VIDEO_COLUMNS: &str = "id, revision, stream_id, slug, created_at_ms, updated_at_ms, \
+     started_at_ms, settings, state";
+
+type RawVideo = (i64, i64, i64, String, i64, i64, i64, String, String);
+
+fn raw_video(r: &Row<'_>) -> rusqlite::Result<RawVideo> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+    ))
+}
+
+fn video_from_raw(raw: RawVideo) -> Result<VideoRow, StoreError> {
+    let (id, revision, stream_id, slug, created, updated, started, settings, state) = raw;
+    Ok(VideoRow {
+        id,
+        revision,
+        stream_id,
+        slug,
+        created_at: from_ms("video", id, created)?,
+        updated_at: from_ms("video", id, updated)?,
+        recording_started_at: from_ms("video", id, started)?,
+        settings: from_json("video", id, &settings)?,
+        state: from_json("video", id, &state)?,
+    })
+}
+
+fn get_video_in(conn: &Connection, id: i64) -> Result<Option<VideoRow>, StoreError> {
+    conn.query_row(
+        &format!("SELECT {VIDEO_COLUMNS} FROM videos WHERE id = ?1"),
+        [id],
+        raw_video,
+    )
+    .optional()?
+    .map(video_from_raw)
+    .transpose()
+}
+
+/// The client id as the filter compares it: the JSON number's text.
+fn client_key(n: &Option<serde_json::Number>) -> Option<String> {
+    n.as_ref().map(ToString::to_string)
+}
+
 const APP_COLUMNS: &str = "id, revision, settings";
 
 fn app_from_raw((id, revision, settings): (i64, i64, String)) -> Result<AppRow, StoreError> {
@@ -234,6 +303,129 @@ fn order_column(key: AppOrderKey) -> &'static str {
 }
 
 impl Store for SqliteStore {
+    fn create_video(
+        &self,
+        stream_id: i64,
+        slug: &str,
+        settings: &VideoSettings,
+        state: &VideoState,
+        started_at: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> Result<VideoRow, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO videos (revision, stream_id, slug, created_at_ms, updated_at_ms, \
+             started_at_ms, name_folded, status, client_user_id, settings, state) \
+             VALUES (1, ?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                stream_id,
+                slug,
+                to_ms(now),
+                to_ms(started_at),
+                fold(&settings.name),
+                state.status.as_str(),
+                client_key(&settings.client_user_id),
+                to_json(settings),
+                to_json(state)
+            ],
+        )?;
+        let id = conn.last_insert_rowid();
+        get_video_in(&conn, id)?.ok_or(StoreError::Corrupt {
+            kind: "video",
+            id,
+            reason: "vanished after insert".into(),
+        })
+    }
+
+    fn get_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError> {
+        get_video_in(&self.conn(), id)
+    }
+
+    fn list_videos(&self, f: &VideoFilter) -> Result<(Vec<VideoRow>, u64), StoreError> {
+        let conn = self.conn();
+        let filter = "WHERE (?1 IS NULL OR stream_id = ?1) AND (?2 IS NULL OR status = ?2) \
+             AND (?3 IS NULL OR instr(name_folded, ?3) > 0) \
+             AND (?4 IS NULL OR client_user_id = ?4)";
+        let args = params![
+            f.stream_id,
+            f.status.map(VideoStatus::as_str),
+            f.search.as_deref().map(fold),
+            client_key(&f.client_user_id),
+        ];
+        let total: i64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM videos {filter}"),
+            args,
+            |r| r.get(0),
+        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {VIDEO_COLUMNS} FROM videos {filter} ORDER BY id DESC LIMIT ?5 OFFSET ?6"
+        ))?;
+        let raws = stmt
+            .query_map(
+                params![
+                    f.stream_id,
+                    f.status.map(VideoStatus::as_str),
+                    f.search.as_deref().map(fold),
+                    client_key(&f.client_user_id),
+                    f.limit,
+                    f.offset.min(i64::MAX as u64) as i64
+                ],
+                raw_video,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = raws
+            .into_iter()
+            .map(video_from_raw)
+            .collect::<Result<_, _>>()?;
+        Ok((rows, total as u64))
+    }
+
+    fn update_video(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &VideoSettings,
+        now: OffsetDateTime,
+    ) -> Result<Update<VideoRow>, StoreError> {
+        let conn = self.conn();
+        let changed = conn.execute(
+            "UPDATE videos SET settings = ?1, name_folded = ?2, client_user_id = ?3, \
+             updated_at_ms = ?4, revision = revision + 1 WHERE id = ?5 AND revision = ?6",
+            params![
+                to_json(settings),
+                fold(&settings.name),
+                client_key(&settings.client_user_id),
+                to_ms(now),
+                id,
+                revision
+            ],
+        )?;
+        Ok(match (changed, get_video_in(&conn, id)?) {
+            (1, Some(row)) => Update::Done(row),
+            (_, None) => Update::NotFound,
+            _ => Update::Stale,
+        })
+    }
+
+    fn set_video_state(
+        &self,
+        id: i64,
+        state: &VideoState,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        Ok(self.conn().execute(
+            "UPDATE videos SET state = ?1, status = ?2, updated_at_ms = ?3 WHERE id = ?4",
+            params![to_json(state), state.status.as_str(), to_ms(now), id],
+        )? == 1)
+    }
+
+    fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError> {
+        let conn = self.conn();
+        let row = get_video_in(&conn, id)?;
+        conn.execute("DELETE FROM videos WHERE id = ?1", [id])?;
+        Ok(row)
+    }
+
     fn create_stream(
         &self,
         settings: &StreamSettings,
@@ -603,5 +795,122 @@ mod tests {
         let (page, count) = store.list_apps(&filter).unwrap();
         assert_eq!(count, 2);
         assert_eq!(page[0].settings.name, "other");
+    }
+
+    #[test]
+    fn videos_filter_page_edit_and_delete() {
+        use super::super::{RecordType, VideoRendition};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let state = |status| VideoState {
+            record_type: RecordType::Transcoded,
+            status,
+            error: None,
+            duration_ms: 0,
+            size: 0,
+            renditions: Vec::new(),
+        };
+        let settings = |name: &str, client: Option<i64>| VideoSettings {
+            name: name.into(),
+            description: String::new(),
+            client_user_id: client.map(serde_json::Number::from),
+        };
+        let a = store
+            .create_video(
+                1,
+                "s1",
+                &settings("Stream Record: Ünïcode", Some(7)),
+                &state(VideoStatus::Pending),
+                now,
+                now,
+            )
+            .unwrap();
+        let b = store
+            .create_video(
+                2,
+                "s2",
+                &settings("other", None),
+                &state(VideoStatus::Pending),
+                now,
+                now,
+            )
+            .unwrap();
+        let ready = VideoState {
+            duration_ms: 8000,
+            size: 12345,
+            renditions: vec![VideoRendition {
+                name: "720p".into(),
+                width: 1280,
+                height: 720,
+                size: 12345,
+            }],
+            ..state(VideoStatus::Ready)
+        };
+        assert!(store.set_video_state(a.id, &ready, now).unwrap());
+        let list = |f: VideoFilter| {
+            let (rows, total) = store.list_videos(&VideoFilter { limit: 10, ..f }).unwrap();
+            (rows.iter().map(|r| r.id).collect::<Vec<_>>(), total)
+        };
+        assert_eq!(list(VideoFilter::default()), (vec![b.id, a.id], 2));
+        assert_eq!(
+            list(VideoFilter {
+                stream_id: Some(1),
+                ..Default::default()
+            }),
+            (vec![a.id], 1)
+        );
+        assert_eq!(
+            list(VideoFilter {
+                status: Some(VideoStatus::Pending),
+                ..Default::default()
+            }),
+            (vec![b.id], 1)
+        );
+        assert_eq!(
+            list(VideoFilter {
+                search: Some("ÜNÏ".into()),
+                ..Default::default()
+            }),
+            (vec![a.id], 1)
+        );
+        assert_eq!(
+            list(VideoFilter {
+                client_user_id: Some(7.into()),
+                ..Default::default()
+            }),
+            (vec![a.id], 1)
+        );
+        let (page, total) = store
+            .list_videos(&VideoFilter {
+                limit: 1,
+                offset: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!((page[0].id, total), (a.id, 2));
+        assert_eq!(store.get_video(a.id).unwrap().unwrap().state, ready);
+        let Update::Done(edited) = store
+            .update_video(a.id, a.revision, &settings("renamed", None), now)
+            .unwrap()
+        else {
+            panic!("first edit applies")
+        };
+        assert_eq!(
+            edited.state, ready,
+            "the owner's edit keeps the recorder's fields"
+        );
+        assert!(matches!(
+            store
+                .update_video(a.id, a.revision, &settings("x", None), now)
+                .unwrap(),
+            Update::Stale
+        ));
+        assert_eq!(
+            store.delete_video(a.id).unwrap().map(|r| r.slug),
+            Some("s1".into())
+        );
+        assert!(store.get_video(a.id).unwrap().is_none());
+        assert!(!store.set_video_state(a.id, &ready, now).unwrap());
     }
 }
