@@ -252,6 +252,11 @@ impl Rendition {
             .map(|(_, b)| b)
     }
 
+    /// The init segment new fragments decode with.
+    pub fn current_init(&self) -> Option<&Bytes> {
+        self.inits.back().map(|(_, b)| b)
+    }
+
     pub fn has_init(&self) -> bool {
         !self.inits.is_empty()
     }

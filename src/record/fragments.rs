@@ -129,6 +129,7 @@ pub fn media_path(dir: &Path, track: &str) -> PathBuf {
 struct Open {
     file: File,
     len: u64,
+    timescale: u32,
 }
 
 /// Appends fragments to a recording directory.
@@ -137,6 +138,10 @@ pub struct Writer {
     index: File,
     files: BTreeMap<String, Open>,
     summary: Summary,
+    /// Decode time (ns) of the recording's first fragment: every track's timeline is moved
+    /// back by it, so a recording started mid-stream begins at 0 for every player and its
+    /// tracks stay in sync (they share the live pipeline's clock).
+    base_ns: Option<u128>,
 }
 
 impl Writer {
@@ -156,6 +161,7 @@ impl Writer {
             index,
             files: BTreeMap::new(),
             summary: Summary::default(),
+            base_ns: None,
         })
     }
 
@@ -197,6 +203,7 @@ impl Writer {
             Open {
                 file,
                 len: media_start,
+                timescale: layout.media_timescale(),
             },
         );
         self.summary.tracks.insert(
@@ -227,10 +234,28 @@ impl Writer {
             .get_mut(track)
             .ok_or_else(|| FragmentsError::NoInit(track.to_owned()))?;
         let offset = open.len;
+        let rate = u128::from(open.timescale.max(1));
+        // A fragment whose tfdt cannot be read is written as it came.
+        let rebased: Option<Vec<Vec<u8>>> = chunks
+            .first()
+            .and_then(|c| mp4::fragment_decode_time(c).ok())
+            .and_then(|first| {
+                let first_ns = u128::from(first) * 1_000_000_000 / rate;
+                let base = (*self.base_ns.get_or_insert(first_ns) * rate / 1_000_000_000) as u64;
+                chunks
+                    .iter()
+                    .map(|c| mp4::map_decode_times(c, |t| t.saturating_sub(base)).ok())
+                    .collect()
+            });
         let mut len = 0u64;
-        for c in chunks {
+        let mut write = |c: &[u8]| -> Result<(), FragmentsError> {
             open.file.write_all(c).map_err(io_at(&path))?;
             len += c.len() as u64;
+            Ok(())
+        };
+        match &rebased {
+            Some(chunks) => chunks.iter().try_for_each(|c| write(c))?,
+            None => chunks.iter().try_for_each(|c| write(c))?,
         }
         open.file.sync_data().map_err(io_at(&path))?;
         open.len += len;

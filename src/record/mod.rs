@@ -4,4 +4,5 @@
 
 pub mod fragments;
 pub mod mp4;
+pub mod recorder;
 pub mod vod;

@@ -230,6 +230,45 @@ pub fn fragment_decode_time(fragment: &[u8]) -> Result<u64, Mp4Error> {
     }
 }
 
+impl InitLayout {
+    /// The track's media timescale (ticks per second of its `tfdt`s).
+    pub fn media_timescale(&self) -> u32 {
+        self.media_timescale
+    }
+}
+
+/// A copy of a chunk (boxes: optional styp, moof, mdat) with every `tfdt` in its moofs mapped
+/// by `f` — a same-size edit of the headers; the samples are untouched.
+pub fn map_decode_times(chunk: &[u8], f: impl Fn(u64) -> u64) -> Result<Vec<u8>, Mp4Error> {
+    let err = Mp4Error::Fragment;
+    let mut out = chunk.to_vec();
+    let top = children(chunk, 0..chunk.len()).ok_or(err("truncated box"))?;
+    for moof in top.iter().filter(|b| &b.kind == b"moof") {
+        for traf in children(chunk, moof.body())
+            .ok_or(err("truncated moof"))?
+            .iter()
+            .filter(|b| &b.kind == b"traf")
+        {
+            let boxes = children(chunk, traf.body()).ok_or(err("truncated traf"))?;
+            let tfdt = find(&boxes, b"tfdt").ok_or(err("no tfdt"))?;
+            let body = tfdt.start + tfdt.header;
+            match chunk.get(body) {
+                Some(1) => {
+                    let t = be64(chunk, body + 4).ok_or(err("short tfdt"))?;
+                    out[body + 4..body + 12].copy_from_slice(&f(t).to_be_bytes());
+                }
+                Some(0) => {
+                    let t = u64::from(be32(chunk, body + 4).ok_or(err("short tfdt"))?);
+                    let mapped = u32::try_from(f(t)).map_err(|_| err("tfdt over 32 bits"))?;
+                    out[body + 4..body + 8].copy_from_slice(&mapped.to_be_bytes());
+                }
+                _ => return Err(err("bad tfdt version")),
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn ticks(d: Duration, timescale: u32) -> u64 {
     (d.as_nanos() * u128::from(timescale) / 1_000_000_000) as u64
 }

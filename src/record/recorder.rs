@@ -1,0 +1,272 @@
+//! One running recording of the transcoded outputs: it observes the stream's package (the
+//! rungs and audio exactly as produced for live — no second encode) and appends each complete
+//! segment to the recording directory on a writer thread of its own. A recorder that falls
+//! behind loses segments (counted, as the package observer does) and never slows live output.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+use tokio::sync::{oneshot, watch};
+
+use super::fragments::{self, FragmentsError, Summary, Writer};
+use crate::package::{Output, Package, PackageEvent};
+
+/// Segments queued between the observer and the writer thread (a minute of 2 s segments of a
+/// four-rung ladder with audio).
+const WRITE_QUEUE: usize = 150;
+/// Events held by the package for this recorder before it loses them.
+const OBSERVE_QUEUE: usize = 64;
+
+enum Job {
+    Init {
+        track: String,
+        init: Bytes,
+    },
+    Fragment {
+        track: String,
+        chunks: Vec<Bytes>,
+        duration: Duration,
+        pdt: OffsetDateTime,
+        discontinuity: bool,
+    },
+}
+
+/// How a recording ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub summary: Summary,
+    /// Why it stopped writing early (disk full, …); the video is still everything before.
+    pub error: Option<FragmentsError>,
+    /// Segments lost because the recorder fell behind.
+    pub dropped: u64,
+}
+
+pub struct Recorder {
+    stop: watch::Sender<bool>,
+    done: oneshot::Receiver<Finished>,
+}
+
+impl Recorder {
+    /// Starts recording `package`'s CMAF renditions into `dir` (created; it must be new).
+    pub fn start(package: &Arc<Package>, dir: PathBuf) -> Result<Recorder, FragmentsError> {
+        let writer = Writer::create(&dir)?;
+        let mut observer = package.observe(OBSERVE_QUEUE);
+        // A rendition's current init is in the package already: the recording starts with it.
+        let current: Vec<(String, Bytes)> = package.read(|p| {
+            p.renditions
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), r.current_init()?.clone())))
+                .collect()
+        });
+        let (jobs, rx) = std_mpsc::sync_channel::<Job>(WRITE_QUEUE);
+        let (done_tx, done) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("recorder".into())
+            .spawn(move || write_all(writer, rx, dir));
+        let thread = thread.map_err(|source| FragmentsError::Io {
+            path: PathBuf::from("recorder thread"),
+            source,
+        })?;
+        let (stop, mut stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let mut tracks = Tracks::default();
+            let mut dropped = 0u64;
+            let mut send = |job: Job| {
+                if jobs.try_send(job).is_err() {
+                    dropped += 1;
+                }
+            };
+            for (rendition, init) in current {
+                let track = tracks.open(&rendition);
+                send(Job::Init { track, init });
+            }
+            loop {
+                let event = tokio::select! {
+                    e = observer.recv() => e,
+                    _ = stop_rx.wait_for(|s| *s) => None,
+                };
+                match event {
+                    Some(PackageEvent::Init {
+                        output: Output::Cmaf,
+                        rendition,
+                        init,
+                    }) => {
+                        let track = tracks.open(&rendition);
+                        send(Job::Init { track, init });
+                    }
+                    Some(PackageEvent::Segment(s)) if s.key.output == Output::Cmaf => {
+                        let Some(track) = tracks.current(&s.key.rendition) else {
+                            continue;
+                        };
+                        send(Job::Fragment {
+                            track,
+                            chunks: s.chunks,
+                            duration: s.duration,
+                            pdt: s.pdt,
+                            discontinuity: s.discontinuity,
+                        });
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            drop(send);
+            drop(jobs);
+            dropped += observer.dropped();
+            let finished = tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            if let Some((summary, error)) = finished {
+                let _ = done_tx.send(Finished {
+                    summary,
+                    error,
+                    dropped,
+                });
+            }
+        });
+        Ok(Recorder { stop, done })
+    }
+
+    /// Stops, finalises the files and returns what was recorded.
+    pub async fn stop(self) -> Option<Finished> {
+        self.stop.send_replace(true);
+        self.done.await.ok()
+    }
+}
+
+/// Track names per rendition: the rendition's name, then `-2`, `-3`… when a rebuilt pipeline
+/// brings a new init segment (a new file, as its fragments need that init).
+#[derive(Default)]
+struct Tracks {
+    names: BTreeMap<String, (String, u32)>,
+}
+
+impl Tracks {
+    fn open(&mut self, rendition: &str) -> String {
+        let entry = self
+            .names
+            .entry(rendition.to_owned())
+            .and_modify(|(name, n)| {
+                *n += 1;
+                *name = format!("{rendition}-{n}");
+            })
+            .or_insert_with(|| (rendition.to_owned(), 1));
+        entry.0.clone()
+    }
+
+    fn current(&self, rendition: &str) -> Option<String> {
+        self.names.get(rendition).map(|(name, _)| name.clone())
+    }
+}
+
+/// The writer thread: every job in order; after the first failure it only drains (the video
+/// keeps what was written), then finalises what is there.
+fn write_all(
+    mut writer: Writer,
+    jobs: std_mpsc::Receiver<Job>,
+    dir: PathBuf,
+) -> (Summary, Option<FragmentsError>) {
+    let mut error = None;
+    for job in jobs {
+        if error.is_some() {
+            continue;
+        }
+        let result = match job {
+            Job::Init { track, init } => writer.init(&track, &init),
+            Job::Fragment {
+                track,
+                chunks,
+                duration,
+                pdt,
+                discontinuity,
+            } => writer
+                .fragment(&track, &chunks, duration, pdt, discontinuity)
+                .map(|_| ()),
+        };
+        if let Err(e) = result {
+            tracing::error!(dir = %dir.display(), error = %e, "recording stopped writing");
+            error = Some(e);
+        }
+    }
+    let summary = writer.summary().clone();
+    if let Err(e) = fragments::finalize(&dir, &summary) {
+        tracing::error!(dir = %dir.display(), error = %e, "cannot finalise the recording");
+        error.get_or_insert(e);
+    }
+    (summary, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::state::tests::video_720p;
+    use crate::package::{PackageState, PackagingConfig, PartIn};
+
+    /// Feeds real cmafmux fragments to a package as a pipeline would (one part per fragment):
+    /// the recorder started in the middle records from its next fragment, with the init the
+    /// package already had; stopped, its file holds exactly those fragments and plays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recording_started_mid_stream_holds_the_segments_after_its_start() {
+        let (init, fragments) = fragments::tests::cmaf(12);
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000)],
+        )));
+        let sink = package.sink(Output::Cmaf, "720p").unwrap();
+        sink.init(init, None);
+        let t0 = OffsetDateTime::now_utc();
+        let mut at = Duration::ZERO;
+        let mut push = |(chunks, d): &(Vec<Bytes>, Duration)| {
+            sink.part(PartIn {
+                starts_segment: true,
+                independent: true,
+                duration: *d,
+                pdt: t0 + at,
+                data: Bytes::from(chunks.concat()),
+            });
+            at += *d;
+        };
+        // Two fragments before the recording starts; the third completes the second.
+        push(&fragments[0]);
+        push(&fragments[1]);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("v1");
+        let recorder = Recorder::start(&package, dir.clone()).unwrap();
+        for f in &fragments[2..] {
+            push(f);
+        }
+        // The last pushed fragment is still open in the package (no next one closed it).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let finished = recorder.stop().await.unwrap();
+        assert!(finished.error.is_none(), "{:?}", finished.error);
+        assert_eq!(finished.dropped, 0);
+        let track = &finished.summary.tracks["720p"];
+        // Completed while recording: fragments 1 ..= len-2.
+        let expected: Duration = fragments[1..fragments.len() - 1].iter().map(|f| f.1).sum();
+        assert_eq!(track.fragments.len(), fragments.len() - 2);
+        assert_eq!(finished.summary.duration(), expected);
+        let out = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-of",
+                "csv=p=0",
+                "-show_entries",
+                "format=duration",
+            ])
+            .arg(fragments::media_path(&dir, "720p"))
+            .output()
+            .unwrap();
+        let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!(
+            (secs - expected.as_secs_f64()).abs() < 0.1,
+            "{secs} vs {expected:?}"
+        );
+    }
+}
