@@ -4,5 +4,6 @@
 
 pub mod fragments;
 pub mod mp4;
+pub mod policy;
 pub mod recorder;
 pub mod vod;
