@@ -130,6 +130,9 @@ struct Open {
     file: File,
     len: u64,
     timescale: u32,
+    /// The timeline epoch of its last fragment, and where that fragment ended (ns).
+    epoch: usize,
+    end_ns: Option<i128>,
 }
 
 /// Appends fragments to a recording directory.
@@ -138,10 +141,11 @@ pub struct Writer {
     index: File,
     files: BTreeMap<String, Open>,
     summary: Summary,
-    /// Decode time (ns) of the recording's first fragment: every track's timeline is moved
-    /// back by it, so a recording started mid-stream begins at 0 for every player and its
-    /// tracks stay in sync (they share the live pipeline's clock).
-    base_ns: Option<u128>,
+    /// Per timeline epoch, what is added to decode times (ns). Epoch 0 starts the recording
+    /// at 0 (its first fragment's time is subtracted, the same for every track: they share the
+    /// live pipeline's clock, so they stay in sync). Each discontinuity (a reconnect restarts
+    /// the pipeline's clock) opens the next epoch, placed where the furthest track ended.
+    epochs: Vec<i128>,
 }
 
 impl Writer {
@@ -161,7 +165,7 @@ impl Writer {
             index,
             files: BTreeMap::new(),
             summary: Summary::default(),
-            base_ns: None,
+            epochs: Vec::new(),
         })
     }
 
@@ -204,6 +208,8 @@ impl Writer {
                 file,
                 len: media_start,
                 timescale: layout.media_timescale(),
+                epoch: 0,
+                end_ns: None,
             },
         );
         self.summary.tracks.insert(
@@ -229,24 +235,41 @@ impl Writer {
         discontinuity: bool,
     ) -> Result<&Fragment, FragmentsError> {
         let path = media_path(&self.dir, track);
+        let furthest = self.files.values().filter_map(|o| o.end_ns).max();
         let open = self
             .files
             .get_mut(track)
             .ok_or_else(|| FragmentsError::NoInit(track.to_owned()))?;
         let offset = open.len;
-        let rate = u128::from(open.timescale.max(1));
+        let rate = i128::from(open.timescale.max(1));
+        let to_ns = |ticks: i128| ticks * 1_000_000_000 / rate;
+        let to_ticks = |ns: i128| ns * rate / 1_000_000_000;
         // A fragment whose tfdt cannot be read is written as it came.
-        let rebased: Option<Vec<Vec<u8>>> = chunks
+        let first_ns = chunks
             .first()
             .and_then(|c| mp4::fragment_decode_time(c).ok())
-            .and_then(|first| {
-                let first_ns = u128::from(first) * 1_000_000_000 / rate;
-                let base = (*self.base_ns.get_or_insert(first_ns) * rate / 1_000_000_000) as u64;
-                chunks
-                    .iter()
-                    .map(|c| mp4::map_decode_times(c, |t| t.saturating_sub(base)).ok())
-                    .collect()
-            });
+            .map(|t| to_ns(i128::from(t)));
+        let rebased: Option<Vec<Bytes>> = first_ns.and_then(|first_ns| {
+            if discontinuity && open.end_ns.is_some() {
+                open.epoch += 1;
+            }
+            if self.epochs.len() <= open.epoch {
+                self.epochs
+                    .push(furthest.map_or(-first_ns, |end| end - first_ns));
+            }
+            let shift = self.epochs[open.epoch.min(self.epochs.len() - 1)];
+            open.end_ns = Some(first_ns + shift + duration.as_nanos() as i128);
+            let shift_ticks = to_ticks(shift);
+            chunks
+                .iter()
+                .map(|c| {
+                    mp4::map_decode_times(c, |t| {
+                        (i128::from(t) + shift_ticks).clamp(0, i128::from(u64::MAX)) as u64
+                    })
+                    .ok()
+                })
+                .collect()
+        });
         let mut len = 0u64;
         let mut write = |c: &[u8]| -> Result<(), FragmentsError> {
             open.file.write_all(c).map_err(io_at(&path))?;
@@ -623,6 +646,56 @@ pub(crate) mod tests {
             Writer::create(tmp.path()).is_err(),
             "one recording per directory"
         );
+    }
+
+    /// A reconnect restarts the live pipeline's clock: the fragments after it (flagged
+    /// discontinuity) carry decode times from 0 again; the recording's timeline continues
+    /// where it was, so the file plays 12 s straight through.
+    #[test]
+    fn a_restarted_clock_continues_the_recording_timeline() {
+        let (init, fragments) = cmaf(6);
+        let tmp = tempfile::tempdir().unwrap();
+        let t0 = OffsetDateTime::now_utc();
+        let mut w = Writer::create(tmp.path()).unwrap();
+        w.init("720p", &init).unwrap();
+        for pass in 0..2 {
+            for (i, (chunks, d)) in fragments.iter().enumerate() {
+                w.fragment("720p", chunks, *d, t0, pass == 1 && i == 0)
+                    .unwrap();
+            }
+        }
+        let summary = w.summary().clone();
+        finalize(tmp.path(), &summary).unwrap();
+        let media = media_path(tmp.path(), "720p");
+        let probed = ffprobe(&media, "format=start_time,duration");
+        let num = |k: &str| -> f64 { probed["format"][k].as_str().unwrap().parse().unwrap() };
+        assert!(num("start_time").abs() < 0.05);
+        assert!((num("duration") - 12.0).abs() < 0.1, "{probed}");
+        let out = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v",
+                "-show_entries",
+                "packet=dts_time",
+            ])
+            .args(["-of", "csv=p=0"])
+            .arg(&media)
+            .output()
+            .unwrap();
+        let dts: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim_end_matches(',').parse().unwrap())
+            .collect();
+        assert_eq!(dts.len(), 300);
+        let back: Vec<(usize, f64, f64)> = dts
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[1] <= w[0])
+            .map(|(i, w)| (i, w[0], w[1]))
+            .collect();
+        assert!(back.is_empty(), "decode times go back: {back:?}");
     }
 
     /// Real fragments, a crash after the fourth (half of the fifth written), recovery, then

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 /// `sidx` entries reserved per file: one per fragment (2 s segments; 16384 covers 9 hours,
 /// more than `record_max_secs`' 4 h default at any fragment length ≥ 1 s).
 pub const MAX_SIDX_ENTRIES: usize = 16384;
@@ -237,36 +239,47 @@ impl InitLayout {
     }
 }
 
-/// A copy of a chunk (boxes: optional styp, moof, mdat) with every `tfdt` in its moofs mapped
-/// by `f` — a same-size edit of the headers; the samples are untouched.
-pub fn map_decode_times(chunk: &[u8], f: impl Fn(u64) -> u64) -> Result<Vec<u8>, Mp4Error> {
+/// A chunk with every `tfdt` in its moofs mapped by `f` — a same-size edit of the headers.
+/// A chunk is what a muxer hands over: it may hold whole boxes (styp, moof, mdat), start with
+/// the moof and end inside the mdat, or be sample data only; only moofs that start it (after
+/// any styp/prft/emsg) are edited, and a chunk without one is returned as is (no copy).
+pub fn map_decode_times(chunk: &Bytes, f: impl Fn(u64) -> u64) -> Result<Bytes, Mp4Error> {
     let err = Mp4Error::Fragment;
-    let mut out = chunk.to_vec();
-    let top = children(chunk, 0..chunk.len()).ok_or(err("truncated box"))?;
-    for moof in top.iter().filter(|b| &b.kind == b"moof") {
-        for traf in children(chunk, moof.body())
-            .ok_or(err("truncated moof"))?
-            .iter()
-            .filter(|b| &b.kind == b"traf")
-        {
-            let boxes = children(chunk, traf.body()).ok_or(err("truncated traf"))?;
-            let tfdt = find(&boxes, b"tfdt").ok_or(err("no tfdt"))?;
-            let body = tfdt.start + tfdt.header;
-            match chunk.get(body) {
-                Some(1) => {
-                    let t = be64(chunk, body + 4).ok_or(err("short tfdt"))?;
-                    out[body + 4..body + 12].copy_from_slice(&f(t).to_be_bytes());
+    let mut out: Option<Vec<u8>> = None;
+    let mut at = 0;
+    while let (Some(size), Some(kind)) = (be32(chunk, at), chunk.get(at + 4..at + 8)) {
+        let size = size as usize;
+        let leading: [&[u8]; 4] = [b"styp", b"moof", b"prft", b"emsg"];
+        if !leading.contains(&kind) || size < 8 || at + size > chunk.len() {
+            break;
+        }
+        if kind == b"moof" {
+            let bytes = out.get_or_insert_with(|| chunk.to_vec());
+            for traf in children(chunk, at + 8..at + size)
+                .ok_or(err("truncated moof"))?
+                .iter()
+                .filter(|b| &b.kind == b"traf")
+            {
+                let boxes = children(chunk, traf.body()).ok_or(err("truncated traf"))?;
+                let tfdt = find(&boxes, b"tfdt").ok_or(err("no tfdt"))?;
+                let body = tfdt.start + tfdt.header;
+                match chunk.get(body) {
+                    Some(1) => {
+                        let t = be64(chunk, body + 4).ok_or(err("short tfdt"))?;
+                        bytes[body + 4..body + 12].copy_from_slice(&f(t).to_be_bytes());
+                    }
+                    Some(0) => {
+                        let t = u64::from(be32(chunk, body + 4).ok_or(err("short tfdt"))?);
+                        let mapped = u32::try_from(f(t)).map_err(|_| err("tfdt over 32 bits"))?;
+                        bytes[body + 4..body + 8].copy_from_slice(&mapped.to_be_bytes());
+                    }
+                    _ => return Err(err("bad tfdt version")),
                 }
-                Some(0) => {
-                    let t = u64::from(be32(chunk, body + 4).ok_or(err("short tfdt"))?);
-                    let mapped = u32::try_from(f(t)).map_err(|_| err("tfdt over 32 bits"))?;
-                    out[body + 4..body + 8].copy_from_slice(&mapped.to_be_bytes());
-                }
-                _ => return Err(err("bad tfdt version")),
             }
         }
+        at += size;
     }
-    Ok(out)
+    Ok(out.map_or_else(|| chunk.clone(), Bytes::from))
 }
 
 fn ticks(d: Duration, timescale: u32) -> u64 {
