@@ -115,7 +115,7 @@ impl Recorder {
                     None => break,
                 }
             }
-            drop(send);
+            // The writer thread ends when the queue's sender is gone.
             drop(jobs);
             dropped += observer.dropped();
             let finished = tokio::task::spawn_blocking(move || thread.join())
