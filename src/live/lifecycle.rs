@@ -13,6 +13,7 @@ impl Registry {
             return;
         };
         package.mark_discontinuity();
+        self.emit(super::LiveEvent::InputsGone { id });
         tracing::info!(
             stream = id,
             grace_secs = self.config.grace.as_secs(),
@@ -25,6 +26,7 @@ impl Registry {
                 return;
             };
             package.set_ended();
+            registry.emit(super::LiveEvent::Ended { id });
             tracing::info!(stream = id, "stream ended");
             tokio::time::sleep(registry.config.linger).await;
             registry.sessions.remove_idle(id, epoch);

@@ -78,6 +78,26 @@ pub trait PipelineFactory: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>>;
 }
 
+/// What happens to live streams, for consumers that follow them (the recorder): bounded — a
+/// consumer that lags loses events and is told how many (`broadcast` semantics).
+#[derive(Clone)]
+pub enum LiveEvent {
+    /// A session started (first publish, or a return within the grace period on the same
+    /// package: `resumed`).
+    Started {
+        id: i64,
+        package: Arc<Package>,
+        resumed: bool,
+    },
+    /// Both inputs are gone; the grace period runs.
+    InputsGone { id: i64 },
+    /// The grace period passed: the outputs ended.
+    Ended { id: i64 },
+}
+
+/// Events queued per consumer before it loses the oldest.
+const EVENTS_QUEUE: usize = 256;
+
 /// The registry's settings.
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
@@ -100,6 +120,7 @@ pub struct Registry {
     config: LiveConfig,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     changes: changes::Changes,
+    events: tokio::sync::broadcast::Sender<LiveEvent>,
 }
 
 impl Registry {
@@ -117,6 +138,7 @@ impl Registry {
             config,
             tasks: Mutex::new(Vec::new()),
             changes: changes::Changes::default(),
+            events: tokio::sync::broadcast::Sender::new(EVENTS_QUEUE),
         })
     }
 
@@ -124,6 +146,16 @@ impl Registry {
     /// Returns `false` when the queue is full (the fetcher then rescans everything).
     pub fn stream_changed(&self, id: i64) -> bool {
         self.changes.changed(id)
+    }
+
+    /// Follows session starts, inputs gone and ends from now on.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<LiveEvent> {
+        self.events.subscribe()
+    }
+
+    fn emit(&self, event: LiveEvent) {
+        // No receiver is not an error: nobody follows.
+        let _ = self.events.send(event);
     }
 
     /// The change feed, taken once by the PULL fetcher.
@@ -345,6 +377,11 @@ impl Registry {
             .start_session(session_options(&row.settings), Arc::new(storage));
         self.slot_started(id, slot, protocol);
         tracing::info!(stream = id, epoch, "session started");
+        self.emit(LiveEvent::Started {
+            id,
+            package: handles.package.clone(),
+            resumed: epoch > 1,
+        });
 
         let publisher = Publisher::new(id, tx, handles.counters.clone());
         let (pipe_tx, pipe_rx) = mpsc::channel(PUBLISH_QUEUE);

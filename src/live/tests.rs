@@ -367,3 +367,33 @@ async fn settings_changes_reach_a_live_package() {
         (Some(Duration::from_secs(600)), false)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn followers_see_start_inputs_gone_resume_and_end_in_order() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let mut events = h.registry.events();
+    let first = h.publish(id, Slot::Main).await.unwrap();
+    drop(first);
+    settle().await;
+    let again = h.publish(id, Slot::Main).await.unwrap();
+    drop(again);
+    settle().await;
+    tokio::time::sleep(GRACE + Duration::from_millis(10)).await;
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(match e {
+            LiveEvent::Started { id: i, resumed, .. } if i == id => {
+                if resumed {
+                    "resumed"
+                } else {
+                    "started"
+                }
+            }
+            LiveEvent::InputsGone { id: i } if i == id => "gone",
+            LiveEvent::Ended { id: i } if i == id => "ended",
+            _ => "other",
+        });
+    }
+    assert_eq!(seen, ["started", "gone", "resumed", "gone", "ended"]);
+}
