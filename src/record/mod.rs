@@ -3,6 +3,7 @@
 //! from a package observer, the videos API and the finaliser on start come next.
 
 pub mod fragments;
+pub mod manager;
 pub mod mp4;
 pub mod policy;
 pub mod recorder;

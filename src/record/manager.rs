@@ -1,0 +1,467 @@
+//! The recordings of every stream: follows the live events, applies each stream's
+//! [`Policy`], runs a [`Recorder`] per open video and keeps the video records in the store
+//! (`pending` while recording, `ready` with duration and sizes once finalised).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::policy::{Action, EndReason, Policy, PolicyError};
+use super::recorder::{Finished, Recorder};
+use crate::db::{
+    RecordType, Store, VideoRendition, VideoRow, VideoSettings, VideoState, VideoStatus,
+};
+use crate::live::LiveEvent;
+use crate::package::Package;
+
+/// How often resume and maximum-length deadlines are checked.
+const TICK: Duration = Duration::from_millis(500);
+pub const DEFAULT_RESUME: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX: Duration = Duration::from_secs(14_400);
+
+#[derive(Debug, Clone)]
+pub struct RecordConfig {
+    /// `DATA_DIR/videos`: each video's files under `{id}/`.
+    pub root: PathBuf,
+    pub resume: Duration,
+    pub max: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("stream {0} is not live")]
+    NotLive(i64),
+    #[error("store: {0}")]
+    Store(#[from] crate::db::StoreError),
+    #[error("recording: {0}")]
+    Files(#[from] super::fragments::FragmentsError),
+}
+
+struct Open {
+    video: VideoRow,
+    recorder: Recorder,
+}
+
+struct StreamRec {
+    policy: Policy,
+    package: Option<Arc<Package>>,
+    record_type: RecordType,
+    open: Option<Open>,
+}
+
+pub struct Recordings {
+    store: Arc<dyn Store>,
+    config: RecordConfig,
+    streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
+    /// Start of each open video, for `recording_duration` without the async lock.
+    since: Mutex<HashMap<i64, Instant>>,
+}
+
+impl Recordings {
+    pub fn new(store: Arc<dyn Store>, config: RecordConfig) -> Arc<Recordings> {
+        Arc::new(Recordings {
+            store,
+            config,
+            streams: tokio::sync::Mutex::new(HashMap::new()),
+            since: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Follows `events` until they end.
+    pub fn spawn(self: &Arc<Self>, mut events: broadcast::Receiver<LiveEvent>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            loop {
+                tokio::select! {
+                    e = events.recv() => match e {
+                        Ok(e) => this.on_event(e).await,
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::warn!(lost = n, "recordings fell behind the live events");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                    _ = tick.tick() => this.tick().await,
+                }
+            }
+        });
+    }
+
+    /// Seconds recorded so far in the stream's open video (`recording_duration`).
+    pub fn recording_duration(&self, id: i64) -> Option<f64> {
+        let since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since.get(&id).map(|t| t.elapsed().as_secs_f64())
+    }
+
+    async fn on_event(&self, event: LiveEvent) {
+        let now = Instant::now();
+        let mut streams = self.streams.lock().await;
+        match event {
+            LiveEvent::Started { id, package, .. } => {
+                let row = {
+                    let store = self.store.clone();
+                    tokio::task::spawn_blocking(move || store.get_stream(id))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten()
+                };
+                let Some(row) = row else { return };
+                let s = streams.entry(id).or_insert_with(|| StreamRec {
+                    policy: Policy::new(false, self.config.resume, self.config.max),
+                    package: None,
+                    record_type: row.settings.record_type,
+                    open: None,
+                });
+                s.policy.auto_record = row.settings.auto_record;
+                s.record_type = row.settings.record_type;
+                s.package = Some(package);
+                let mut actions = Vec::new();
+                s.policy.live_started(now, &mut actions);
+                self.apply(id, s, actions).await;
+            }
+            LiveEvent::InputsGone { id } => {
+                if let Some(s) = streams.get_mut(&id) {
+                    s.policy.inputs_gone(now);
+                }
+            }
+            LiveEvent::Ended { id } => {
+                if let Some(mut s) = streams.remove(&id) {
+                    if s.open.is_some() {
+                        let mut actions = Vec::new();
+                        s.policy.stop_requested(&mut actions);
+                        self.apply(id, &mut s, actions).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn tick(&self) {
+        let now = Instant::now();
+        let mut streams = self.streams.lock().await;
+        for (&id, s) in streams.iter_mut() {
+            let mut actions = Vec::new();
+            s.policy.tick(now, &mut actions);
+            if !actions.is_empty() {
+                self.apply(id, s, actions).await;
+            }
+        }
+    }
+
+    /// `start_recording`.
+    pub async fn start(&self, id: i64) -> Result<(), RecordError> {
+        let mut streams = self.streams.lock().await;
+        let s = streams.get_mut(&id).ok_or(RecordError::NotLive(id))?;
+        let mut actions = Vec::new();
+        s.policy
+            .start_requested(Instant::now(), &mut actions)
+            .map_err(|PolicyError::NotLive| RecordError::NotLive(id))?;
+        self.apply(id, s, actions).await;
+        Ok(())
+    }
+
+    /// `stop_recording`: the finalised video, or `None` when nothing was recording.
+    pub async fn stop(&self, id: i64) -> Result<Option<VideoRow>, RecordError> {
+        let mut streams = self.streams.lock().await;
+        let Some(s) = streams.get_mut(&id) else {
+            return Ok(None);
+        };
+        let video = s.open.as_ref().map(|o| o.video.id);
+        let mut actions = Vec::new();
+        if !s.policy.stop_requested(&mut actions) {
+            return Ok(None);
+        }
+        self.apply(id, s, actions).await;
+        let Some(video) = video else { return Ok(None) };
+        let store = self.store.clone();
+        Ok(tokio::task::spawn_blocking(move || store.get_video(video))
+            .await
+            .ok()
+            .transpose()?
+            .flatten())
+    }
+
+    async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::StartVideo => match self.open_video(id, s).await {
+                    Ok(open) => {
+                        self.since
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id, Instant::now());
+                        s.open = Some(open);
+                    }
+                    Err(e) => tracing::error!(stream = id, error = %e, "cannot start recording"),
+                },
+                Action::EndVideo(reason) => {
+                    self.since
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id);
+                    if let Some(open) = s.open.take() {
+                        self.close_video(id, open, reason).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn open_video(&self, id: i64, s: &StreamRec) -> Result<Open, RecordError> {
+        let package = s.package.clone().ok_or(RecordError::NotLive(id))?;
+        let state = VideoState {
+            record_type: s.record_type,
+            status: VideoStatus::Pending,
+            error: None,
+            duration_ms: 0,
+            size: 0,
+            renditions: Vec::new(),
+        };
+        let store = self.store.clone();
+        let now = OffsetDateTime::now_utc();
+        let slug = slug();
+        let video = tokio::task::spawn_blocking(move || {
+            let name = store
+                .get_stream(id)?
+                .map(|r| r.settings.name)
+                .unwrap_or_default();
+            let settings = VideoSettings {
+                name: format!("Stream Record: {name}"),
+                ..VideoSettings::default()
+            };
+            store.create_video(id, &slug, &settings, &state, now, now)
+        })
+        .await
+        .map_err(|_| RecordError::NotLive(id))??;
+        let dir = self.config.root.join(video.id.to_string());
+        let recorder = Recorder::start(&package, dir)?;
+        tracing::info!(stream = id, video = video.id, "recording started");
+        Ok(Open { video, recorder })
+    }
+
+    async fn close_video(&self, id: i64, open: Open, reason: EndReason) {
+        let Open { video, recorder } = open;
+        let finished = recorder.stop().await;
+        let ended = OffsetDateTime::now_utc();
+        let state = match finished {
+            Some(Finished { summary, error, .. }) => VideoState {
+                record_type: video.state.record_type,
+                status: if summary.tracks.values().any(|t| !t.fragments.is_empty()) {
+                    VideoStatus::Ready
+                } else {
+                    VideoStatus::Error
+                },
+                error: error.map(|e| e.to_string()),
+                duration_ms: summary.duration().as_millis() as u64,
+                size: summary.size(),
+                renditions: summary
+                    .tracks
+                    .values()
+                    .map(|t| VideoRendition {
+                        name: t.name.clone(),
+                        width: 0,
+                        height: 0,
+                        size: t.size(),
+                    })
+                    .collect(),
+            },
+            None => VideoState {
+                status: VideoStatus::Error,
+                error: Some("the recorder ended unexpectedly".into()),
+                ..video.state.clone()
+            },
+        };
+        let store = self.store.clone();
+        let name = format!("{}, {}", video.settings.name, crate::package::utc_ms(ended));
+        let result = tokio::task::spawn_blocking(move || {
+            let settings = VideoSettings {
+                name,
+                ..video.settings.clone()
+            };
+            store.update_video(video.id, video.revision, &settings, ended)?;
+            store.set_video_state(video.id, &state, ended)
+        })
+        .await;
+        tracing::info!(
+            stream = id,
+            ?reason,
+            ok = matches!(result, Ok(Ok(true))),
+            "recording ended"
+        );
+    }
+}
+
+/// 16 random bytes as hex: the unguessable part of a video's media URLs.
+fn slug() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{SqliteStore, StreamSettings, VideoFilter};
+    use crate::package::state::tests::video_720p;
+    use crate::package::{Output, PackageState, PackagingConfig, PartIn};
+    use crate::record::fragments;
+    use bytes::Bytes;
+
+    struct Harness {
+        store: Arc<SqliteStore>,
+        recordings: Arc<Recordings>,
+        events: broadcast::Sender<LiveEvent>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn harness(resume: Duration) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
+        let recordings = Recordings::new(
+            store.clone(),
+            RecordConfig {
+                root: dir.path().join("videos"),
+                resume,
+                max: DEFAULT_MAX,
+            },
+        );
+        let events = broadcast::Sender::new(16);
+        recordings.spawn(events.subscribe());
+        Harness {
+            store,
+            recordings,
+            events,
+            _dir: dir,
+        }
+    }
+
+    fn stream(h: &Harness, auto_record: bool) -> i64 {
+        let settings = StreamSettings {
+            name: "cam".into(),
+            auto_record,
+            record_type: RecordType::Transcoded,
+            ..StreamSettings::default()
+        };
+        h.store
+            .create_stream(&settings, "t", OffsetDateTime::now_utc())
+            .unwrap()
+            .id
+    }
+
+    /// A package fed with real fragments as the pipeline would, `seconds` long.
+    fn live_package(init: Bytes) -> Arc<Package> {
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000)],
+        )));
+        package.sink(Output::Cmaf, "720p").unwrap().init(init, None);
+        package
+    }
+
+    fn feed(package: &Arc<Package>, fragments: &[(Vec<Bytes>, Duration)]) {
+        let sink = package.sink(Output::Cmaf, "720p").unwrap();
+        for (chunks, d) in fragments {
+            sink.part(PartIn {
+                starts_segment: true,
+                independent: true,
+                duration: *d,
+                pdt: OffsetDateTime::now_utc(),
+                data: Bytes::from(chunks.concat()),
+            });
+        }
+    }
+
+    async fn until<T>(mut f: impl FnMut() -> Option<T>) -> T {
+        for _ in 0..100 {
+            if let Some(t) = f() {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("condition not met within 2 s")
+    }
+
+    fn videos(h: &Harness, id: i64) -> Vec<VideoRow> {
+        h.store
+            .list_videos(&VideoFilter {
+                stream_id: Some(id),
+                limit: 10,
+                ..VideoFilter::default()
+            })
+            .unwrap()
+            .0
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn auto_record_makes_one_ready_video_across_a_quick_return() {
+        let (init, frags) = fragments::tests::cmaf(12);
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, true);
+        let package = live_package(init);
+        let started = |resumed| LiveEvent::Started {
+            id,
+            package: package.clone(),
+            resumed,
+        };
+        h.events.send(started(false)).ok();
+        until(|| (!videos(&h, id).is_empty()).then_some(())).await;
+        until(|| h.recordings.recording_duration(id)).await;
+        feed(&package, &frags[..3]);
+        // The input leaves and comes back within the resume time: the same video goes on.
+        h.events.send(LiveEvent::InputsGone { id }).ok();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.events.send(started(true)).ok();
+        feed(&package, &frags[3..]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let video = h.recordings.stop(id).await.unwrap().expect("a video");
+        assert_eq!(videos(&h, id).len(), 1);
+        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
+        // Segments complete when the next starts: all but the last pushed.
+        let expected: Duration = frags[..frags.len() - 1].iter().map(|f| f.1).sum();
+        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
+        assert!(video.settings.name.starts_with("Stream Record: cam, "));
+        assert_eq!(h.recordings.recording_duration(id), None);
+        assert!(
+            h.recordings.stop(id).await.unwrap().is_none(),
+            "nothing recording"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn start_needs_a_live_stream_and_a_long_absence_ends_the_video() {
+        let (init, frags) = fragments::tests::cmaf(6);
+        let h = harness(Duration::from_millis(300));
+        let id = stream(&h, false);
+        assert!(matches!(
+            h.recordings.start(id).await,
+            Err(RecordError::NotLive(_))
+        ));
+        let package = live_package(init);
+        h.events
+            .send(LiveEvent::Started {
+                id,
+                package: package.clone(),
+                resumed: false,
+            })
+            .ok();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(videos(&h, id).is_empty(), "no auto_record");
+        h.recordings.start(id).await.unwrap();
+        feed(&package, &frags);
+        h.events.send(LiveEvent::InputsGone { id }).ok();
+        let ready = until(|| {
+            videos(&h, id)
+                .into_iter()
+                .find(|v| v.state.status == VideoStatus::Ready)
+        })
+        .await;
+        assert!(ready.state.duration_ms > 0);
+    }
+}
