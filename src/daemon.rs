@@ -260,6 +260,15 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             source,
         })?;
     let public_url = public_url(&config, http_addr);
+    let recordings = crate::record::manager::Recordings::new(
+        store.clone(),
+        crate::record::manager::RecordConfig {
+            root: config.data_dir.join("videos"),
+            resume: config.record_resume,
+            max: config.record_max,
+        },
+    );
+    recordings.spawn(registry.events());
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
@@ -267,6 +276,7 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         endpoints: Endpoints::new(&public_url, rtmp_addr.port(), srt_addr.port()),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
+        recordings: recordings.clone(),
     });
     let (shutdown, shutdown_rx) = watch::channel(false);
     let limits = HttpLimits {

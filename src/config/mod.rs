@@ -92,6 +92,8 @@ settings! {
     grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
+    record_resume_secs: u64 = crate::record::manager::DEFAULT_RESUME.as_secs(), 0..=3600;
+    record_max_secs: u64 = crate::record::manager::DEFAULT_MAX.as_secs(), 60..=86_400;
 
     // WHIP's network (absent: `WhipConfig::default()`), PULL, the player.
     whip_udp_addrs: Vec<SocketAddr>, ingest::non_empty;
@@ -167,6 +169,10 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
+    /// A recording whose input returns within this continues the same video.
+    pub record_resume: std::time::Duration,
+    /// A recording longer than this continues as a new video.
+    pub record_max: std::time::Duration,
     pub rtmp: crate::ingest::rtmp::RtmpConfig,
     pub srt: crate::ingest::srt::SrtConfig,
     pub whip: crate::ingest::whip::WhipConfig,
@@ -207,6 +213,8 @@ impl Config {
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),
             backup_switch: Duration::from_secs(s.backup_switch_secs),
+            record_resume: Duration::from_secs(s.record_resume_secs),
+            record_max: Duration::from_secs(s.record_max_secs),
             player_assets_dir: s.player_assets_dir,
         })
     }

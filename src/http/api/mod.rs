@@ -8,6 +8,7 @@ pub mod fields;
 pub mod quality_sets;
 pub mod security;
 pub mod streams;
+pub mod videos;
 
 use std::sync::Arc;
 
@@ -63,6 +64,7 @@ pub struct Api {
     pub endpoints: Endpoints,
     pub fastedge_app_domain: String,
     pub registry: Arc<crate::live::Registry>,
+    pub recordings: Arc<crate::record::manager::Recordings>,
 }
 
 /// What a path names; dispatch matches on it and the method.
@@ -72,6 +74,8 @@ enum Route {
     Stream,
     StreamPlaylist,
     StreamDvrCleanup,
+    StreamStartRecording,
+    StreamStopRecording,
     QualitySets,
     QualitySetDefault,
     Apps,
@@ -95,6 +99,16 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
     (
         "/streaming/streams/{id}/dvr_cleanup",
         Route::StreamDvrCleanup,
+        &[Method::PUT],
+    ),
+    (
+        "/streaming/streams/{id}/start_recording",
+        Route::StreamStartRecording,
+        &[Method::PUT],
+    ),
+    (
+        "/streaming/streams/{id}/stop_recording",
+        Route::StreamStopRecording,
         &[Method::PUT],
     ),
     (
@@ -224,6 +238,8 @@ impl Api {
                 (Route::Stream, _) => streams::delete(self, id).await,
                 (Route::StreamPlaylist, _) => streams::legacy_playlist(self, id).await,
                 (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
+                (Route::StreamStartRecording, _) => streams::start_recording(self, id).await,
+                (Route::StreamStopRecording, _) => streams::stop_recording(self, id).await,
                 (Route::QualitySets, _) => quality_sets::list(self).await,
                 (Route::QualitySetDefault, _) => {
                     quality_sets::set_default(self, read_json(req).await?).await

@@ -50,6 +50,7 @@ const READ_ONLY: &[&str] = &[
     "hls_mpegts_url",
     "screenshot",
     "transcoded_qualities",
+    "recording",
     "recording_duration",
     "transcoding_speed",
     "frame_rate",
@@ -84,6 +85,7 @@ pub struct StreamView {
     hls_mpegts_url: String,
     screenshot: String,
     transcoded_qualities: Vec<String>,
+    recording: bool,
     recording_duration: f64,
     transcoding_speed: Option<f64>,
     frame_rate: Option<f64>,
@@ -137,7 +139,11 @@ impl Api {
             hls_mpegts_url: format!("{base}/mpegts/{id}/master_mpegts.m3u8"),
             screenshot: format!("{base}/screenshots/{id}/last.jpg"),
             transcoded_qualities: live.transcoded_qualities,
-            recording_duration: live.recording_duration,
+            recording: self.recordings.recording_duration(id).is_some(),
+            recording_duration: self
+                .recordings
+                .recording_duration(id)
+                .map_or(live.recording_duration, |s| (s * 1000.0).round() / 1000.0),
             transcoding_speed: live.transcoding_speed,
             frame_rate: live.frame_rate,
             video_height: live.video_height,
@@ -466,6 +472,40 @@ pub async fn dvr_cleanup(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiE
         .await
         .map_err(|_| ApiError::internal())?;
     Ok(super::no_content())
+}
+
+/// `PUT …/start_recording`: 204 once the recording is opened; 409 `not_live` when the stream
+/// is not receiving.
+pub async fn start_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    load(api, id).await?;
+    match api.recordings.start(id).await {
+        Ok(()) => Ok(super::no_content()),
+        Err(crate::record::manager::RecordError::NotLive(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_live",
+            "the stream is not live; a recording starts on a live stream",
+        )),
+        Err(e) => {
+            tracing::error!(stream = id, error = %e, "start_recording failed");
+            Err(ApiError::internal())
+        }
+    }
+}
+
+/// `PUT …/stop_recording`: 200 with the finalised video, or 204 when nothing was recording.
+pub async fn stop_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    load(api, id).await?;
+    match api.recordings.stop(id).await {
+        Ok(Some(video)) => Ok(json_response(
+            StatusCode::OK,
+            &super::videos::view(api, &video),
+        )),
+        Ok(None) => Ok(super::no_content()),
+        Err(e) => {
+            tracing::error!(stream = id, error = %e, "stop_recording failed");
+            Err(ApiError::internal())
+        }
+    }
 }
 
 /// Deprecated path kept for old clients: a permanent redirect to the MPEG-TS HLS playlist.

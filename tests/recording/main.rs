@@ -1,0 +1,91 @@
+//! Recording end to end (work in progress, issue 19): ffmpeg pushes over RTMP, the API starts
+//! and stops recordings, and ffprobe reads the recorded files.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/media.rs"]
+mod media;
+
+use std::time::Duration;
+
+use common::{data_dir, tempdir, Daemon};
+use media::{create, heavy, push, record, wait_record};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_and_stop_recording_a_live_transcoded_stream() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(
+        &d,
+        json!({"name": "rec", "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let start = format!("/streaming/streams/{id}/start_recording");
+    let stop = format!("/streaming/streams/{id}/stop_recording");
+    // Not live: refused with a stable code; nothing to stop.
+    let r = d.call(Method::PUT, &start, None).await;
+    assert_eq!((r.status, r.code()), (StatusCode::CONFLICT, "not_live"));
+    assert_eq!(
+        d.call(Method::PUT, &stop, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        d.call(Method::PUT, "/streaming/streams/999/start_recording", None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+
+    let _push = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        d.call(Method::PUT, &start, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let on = wait_record(&d, id, Duration::from_secs(10), |r| r["recording"] == true).await;
+    assert!(on["recording_duration"].as_f64().unwrap() >= 0.0);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let r = d.call(Method::PUT, &stop, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let video = r.body;
+    assert_eq!(video["status"], "ready", "{video}");
+    assert_eq!(video["stream_id"], id);
+    assert_eq!(video["record_type"], "transcoded");
+    let ms = video["duration"].as_u64().unwrap();
+    assert!((6000..=11000).contains(&ms), "{ms} ms recorded of ~9 s");
+    assert_eq!(record(&d, id).await["recording"], false);
+    // Every rung and the audio, each a file ffprobe reads with the recorded duration.
+    let files = data_dir(dir.path())
+        .join("videos")
+        .join(video["id"].to_string());
+    let renditions = video["converted_videos"].as_array().unwrap();
+    assert!(renditions.len() >= 2, "{video}");
+    for r in renditions {
+        let path = files.join(format!("{}.mp4", r["name"].as_str().unwrap()));
+        let out = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-of",
+                "csv=p=0",
+                "-show_entries",
+                "format=start_time,duration",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (start, secs) = text.trim().split_once(',').unwrap();
+        let (start, secs): (f64, f64) = (start.parse().unwrap(), secs.parse().unwrap());
+        assert!(start.abs() < 0.1, "{path:?} starts at {start}");
+        assert!(
+            (secs * 1000.0 - ms as f64).abs() < 1000.0,
+            "{path:?}: {secs} s vs {ms} ms"
+        );
+    }
+}
