@@ -268,6 +268,16 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             max: config.record_max,
         },
     );
+    {
+        // Before any publish: a recording a crash interrupted becomes one ready video.
+        let recordings = recordings.clone();
+        match tokio::task::spawn_blocking(move || recordings.recover_pending()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(videos = n, "interrupted recordings finalised"),
+            Ok(Err(e)) => tracing::error!(error = %e, "cannot finalise interrupted recordings"),
+            Err(e) => tracing::error!(error = %e, "recording recovery panicked"),
+        }
+    }
     recordings.spawn(registry.events());
     let api = Arc::new(Api {
         store: store.clone(),

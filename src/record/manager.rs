@@ -11,10 +11,12 @@ use time::OffsetDateTime;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use super::fragments::{self, Summary};
 use super::policy::{Action, EndReason, Policy, PolicyError};
 use super::recorder::{Finished, Recorder};
 use crate::db::{
-    RecordType, Store, VideoRendition, VideoRow, VideoSettings, VideoState, VideoStatus,
+    RecordType, Store, VideoFilter, VideoRendition, VideoRow, VideoSettings, VideoState,
+    VideoStatus,
 };
 use crate::live::LiveEvent;
 use crate::package::Package;
@@ -70,6 +72,45 @@ impl Recordings {
             streams: tokio::sync::Mutex::new(HashMap::new()),
             since: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Finalises the recordings a previous run left open (a crash, `kill -9`, a power loss):
+    /// each becomes `ready` with everything up to its last complete fragment, or `error` when
+    /// nothing was written. Runs before the daemon accepts publishes.
+    pub fn recover_pending(&self) -> Result<usize, RecordError> {
+        let (pending, _) = self.store.list_videos(&VideoFilter {
+            status: Some(VideoStatus::Pending),
+            limit: u32::MAX,
+            ..VideoFilter::default()
+        })?;
+        for video in &pending {
+            let dir = self.config.root.join(video.id.to_string());
+            let now = OffsetDateTime::now_utc();
+            let recovered = fragments::recover(&dir)
+                .and_then(|summary| fragments::finalize(&dir, &summary).map(|()| summary));
+            let state = match recovered {
+                Ok(summary) => finished_state(&video.state, summary, None),
+                Err(e) => VideoState {
+                    status: VideoStatus::Error,
+                    error: Some(format!("interrupted and not recoverable: {e}")),
+                    ..video.state.clone()
+                },
+            };
+            let settings = VideoSettings {
+                name: format!("{}, {}", video.settings.name, crate::package::utc_ms(now)),
+                ..video.settings.clone()
+            };
+            self.store
+                .update_video(video.id, video.revision, &settings, now)?;
+            self.store.set_video_state(video.id, &state, now)?;
+            tracing::info!(
+                video = video.id,
+                status = state.status.as_str(),
+                duration_ms = state.duration_ms,
+                "interrupted recording finalised"
+            );
+        }
+        Ok(pending.len())
     }
 
     /// Follows `events` until they end.
@@ -250,27 +291,9 @@ impl Recordings {
         let finished = recorder.stop().await;
         let ended = OffsetDateTime::now_utc();
         let state = match finished {
-            Some(Finished { summary, error, .. }) => VideoState {
-                record_type: video.state.record_type,
-                status: if summary.tracks.values().any(|t| !t.fragments.is_empty()) {
-                    VideoStatus::Ready
-                } else {
-                    VideoStatus::Error
-                },
-                error: error.map(|e| e.to_string()),
-                duration_ms: summary.duration().as_millis() as u64,
-                size: summary.size(),
-                renditions: summary
-                    .tracks
-                    .values()
-                    .map(|t| VideoRendition {
-                        name: t.name.clone(),
-                        width: 0,
-                        height: 0,
-                        size: t.size(),
-                    })
-                    .collect(),
-            },
+            Some(Finished { summary, error, .. }) => {
+                finished_state(&video.state, summary, error.map(|e| e.to_string()))
+            }
             None => VideoState {
                 status: VideoStatus::Error,
                 error: Some("the recorder ended unexpectedly".into()),
@@ -297,6 +320,32 @@ impl Recordings {
     }
 }
 
+/// A video's state once its files are final.
+fn finished_state(was: &VideoState, summary: Summary, error: Option<String>) -> VideoState {
+    let written = summary.tracks.values().any(|t| !t.fragments.is_empty());
+    VideoState {
+        record_type: was.record_type,
+        status: if written {
+            VideoStatus::Ready
+        } else {
+            VideoStatus::Error
+        },
+        error: error.or_else(|| (!written).then(|| "nothing was recorded".to_owned())),
+        duration_ms: summary.duration().as_millis() as u64,
+        size: summary.size(),
+        renditions: summary
+            .tracks
+            .values()
+            .map(|t| VideoRendition {
+                name: t.name.clone(),
+                width: 0,
+                height: 0,
+                size: t.size(),
+            })
+            .collect(),
+    }
+}
+
 /// 16 random bytes as hex: the unguessable part of a video's media URLs.
 fn slug() -> String {
     use rand::RngCore;
@@ -308,10 +357,9 @@ fn slug() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{SqliteStore, StreamSettings, VideoFilter};
+    use crate::db::{SqliteStore, StreamSettings};
     use crate::package::state::tests::video_720p;
     use crate::package::{Output, PackageState, PackagingConfig, PartIn};
-    use crate::record::fragments;
     use bytes::Bytes;
 
     struct Harness {
@@ -463,5 +511,72 @@ mod tests {
         })
         .await;
         assert!(ready.state.duration_ms > 0);
+    }
+
+    /// A daemon killed mid-recording: the video row is pending, the files end in half a
+    /// fragment. At the next start it becomes ready with every complete fragment, and plays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interrupted_recording_is_finalised_at_the_next_start() {
+        use std::io::Write as _;
+        let (init, frags) = fragments::tests::cmaf(8);
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, false);
+        let now = OffsetDateTime::now_utc();
+        let pending = VideoState {
+            record_type: RecordType::Transcoded,
+            status: VideoStatus::Pending,
+            error: None,
+            duration_ms: 0,
+            size: 0,
+            renditions: Vec::new(),
+        };
+        let settings = VideoSettings {
+            name: "Stream Record: cam".into(),
+            ..VideoSettings::default()
+        };
+        let video = h
+            .store
+            .create_video(id, "s", &settings, &pending, now, now)
+            .unwrap();
+        let dir = h.recordings.config.root.join(video.id.to_string());
+        let mut w = fragments::Writer::create(&dir).unwrap();
+        w.init("720p", &init).unwrap();
+        for (chunks, d) in &frags[..3] {
+            w.fragment("720p", chunks, *d, now, false).unwrap();
+        }
+        drop(w);
+        let media = fragments::media_path(&dir, "720p");
+        let torn = frags[3].0.concat();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&media)
+            .unwrap()
+            .write_all(&torn[..torn.len() / 3])
+            .unwrap();
+        assert_eq!(h.recordings.recover_pending().unwrap(), 1);
+        let ready = h.store.get_video(video.id).unwrap().unwrap();
+        assert_eq!(ready.state.status, VideoStatus::Ready, "{:?}", ready.state);
+        let expected: Duration = frags[..3].iter().map(|f| f.1).sum();
+        assert_eq!(ready.state.duration_ms, expected.as_millis() as u64);
+        assert!(ready.settings.name.starts_with("Stream Record: cam, "));
+        let out = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-of",
+                "csv=p=0",
+                "-show_entries",
+                "format=duration",
+            ])
+            .arg(&media)
+            .output()
+            .unwrap();
+        let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!((secs - expected.as_secs_f64()).abs() < 0.1, "{secs}");
+        assert_eq!(
+            h.recordings.recover_pending().unwrap(),
+            0,
+            "nothing left pending"
+        );
     }
 }
