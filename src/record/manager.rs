@@ -133,6 +133,11 @@ impl Recordings {
         });
     }
 
+    /// Where a video's files are.
+    pub fn dir(&self, video: i64) -> PathBuf {
+        self.config.root.join(video.to_string())
+    }
+
     /// Seconds recorded so far in the stream's open video (`recording_duration`).
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
         let since = self.since.lock().unwrap_or_else(|p| p.into_inner());

@@ -111,11 +111,14 @@ async fn a_recording_cut_by_kill_9_is_one_ready_video_after_the_restart() {
     d.kill9();
     drop(push_handle);
     let d = Daemon::start(dir.path());
-    // The listing API is not there yet on this branch: the one video is read through its files.
-    let videos = data_dir(dir.path()).join("videos");
-    let entries: Vec<_> = std::fs::read_dir(&videos).unwrap().flatten().collect();
-    assert_eq!(entries.len(), 1, "one video");
-    let top = entries[0].path().join("720p.mp4");
+    let listed = d.get(&format!("/streaming/videos?stream_id={id}")).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(listed.headers["x-total-count"], "1");
+    let video = listed.body[0].clone();
+    assert_eq!(video["status"], "ready", "{video}");
+    let vid = video["id"].as_i64().unwrap();
+    let files = data_dir(dir.path()).join("videos").join(vid.to_string());
+    let top = files.join("720p.mp4");
     let out = std::process::Command::new("ffprobe")
         .args([
             "-v",
@@ -134,5 +137,28 @@ async fn a_recording_cut_by_kill_9_is_one_ready_video_after_the_restart() {
         secs >= elapsed.as_secs_f64() - 4.5 && secs <= elapsed.as_secs_f64() + 1.0,
         "{secs} s recorded of {elapsed:?}"
     );
+    assert!((video["duration"].as_f64().unwrap() / 1000.0 - secs).abs() < 0.1);
+    // The owner renames it; the recorder's fields stay.
+    let path = format!("/streaming/videos/{vid}");
+    let renamed = d
+        .patch(
+            &path,
+            json!({"name": "after the crash", "description": "kept"}),
+        )
+        .await;
+    assert_eq!(renamed.status, StatusCode::OK, "{}", renamed.body);
+    assert_eq!(renamed.body["name"], "after the crash");
+    assert_eq!(renamed.body["duration"], video["duration"]);
+    let bad = d.patch(&path, json!({"name": ""})).await;
+    assert_eq!(
+        (bad.status, bad.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_value")
+    );
+    let unknown = d.patch(&path, json!({"colour": "red"})).await;
+    assert_eq!(unknown.code(), "unknown_field");
+    // Deleting it removes its media.
+    assert_eq!(d.delete(&path).await.status, StatusCode::NO_CONTENT);
+    assert!(!files.exists());
+    assert_eq!(d.get(&path).await.status, StatusCode::NOT_FOUND);
     assert_eq!(record(&d, id).await["recording"], false);
 }

@@ -76,6 +76,8 @@ enum Route {
     StreamDvrCleanup,
     StreamStartRecording,
     StreamStopRecording,
+    Videos,
+    Video,
     QualitySets,
     QualitySetDefault,
     Apps,
@@ -115,6 +117,12 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         "/streaming/streams/{id}/playlist.m3u8",
         Route::StreamPlaylist,
         &[Method::GET],
+    ),
+    ("/streaming/videos", Route::Videos, &[Method::GET]),
+    (
+        "/streaming/videos/{id}",
+        Route::Video,
+        &[Method::GET, Method::PATCH, Method::DELETE],
     ),
     (
         "/streaming/quality_sets",
@@ -240,6 +248,12 @@ impl Api {
                 (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
                 (Route::StreamStartRecording, _) => streams::start_recording(self, id).await,
                 (Route::StreamStopRecording, _) => streams::stop_recording(self, id).await,
+                (Route::Videos, _) => videos::list(self, req.uri().query()).await,
+                (Route::Video, Method::GET) => videos::get(self, id).await,
+                (Route::Video, Method::PATCH) => {
+                    videos::update(self, id, read_json(req).await?).await
+                }
+                (Route::Video, _) => videos::delete(self, id).await,
                 (Route::QualitySets, _) => quality_sets::list(self).await,
                 (Route::QualitySetDefault, _) => {
                     quality_sets::set_default(self, read_json(req).await?).await

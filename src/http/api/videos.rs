@@ -1,14 +1,17 @@
 //! Videos (`/streaming/videos`): the recordings of live streams as the cloud API shows them.
-//! (Work in progress: the view; listing, editing, deletion and media delivery come next.)
+//! (Work in progress: the media delivery behind the URLs comes next.)
 
 use std::sync::Arc;
 
+use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::fields::{char_len, Fields};
 use super::streams::iso8601;
-use super::Api;
-use crate::db::{RecordType, VideoRow, VideoStatus};
+use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
+use crate::db::{RecordType, Update, VideoFilter, VideoRow, VideoSettings, VideoStatus};
+use crate::http::listener::{json_response, Body};
 
 #[derive(Serialize)]
 pub struct ConvertedVideo {
@@ -80,4 +83,150 @@ pub fn view(api: &Arc<Api>, v: &VideoRow) -> VideoView {
             })
             .collect(),
     }
+}
+
+/// Videos per page unless `per_page` says otherwise, and its bound.
+const DEFAULT_PER_PAGE: u32 = 25;
+const MAX_PER_PAGE: u32 = 100;
+/// Longest `name` and `description` a client may set (characters).
+const MAX_NAME: usize = 255;
+const MAX_DESCRIPTION: usize = 4096;
+
+async fn load(api: &Arc<Api>, id: i64) -> Result<VideoRow, ApiError> {
+    api.db(move |s| s.get_video(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("video"))
+}
+
+pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    Ok(json_response(
+        StatusCode::OK,
+        &view(api, &load(api, id).await?),
+    ))
+}
+
+pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let (mut page, mut per_page) = (1u64, DEFAULT_PER_PAGE);
+    let mut filter = VideoFilter::default();
+    for (k, v) in query_pairs(query)? {
+        match k.as_str() {
+            "page" => page = query_int("page", &v, 1..=1_000_000_000)?,
+            "per_page" => per_page = query_int("per_page", &v, 1..=MAX_PER_PAGE)?,
+            "stream_id" => filter.stream_id = Some(query_int("stream_id", &v, 1..=i64::MAX)?),
+            "status" => {
+                filter.status = Some(match v.as_str() {
+                    "pending" => VideoStatus::Pending,
+                    "ready" => VideoStatus::Ready,
+                    "error" => VideoStatus::Error,
+                    _ => {
+                        return Err(ApiError::invalid_query(
+                            "status",
+                            "`status` must be pending, ready or error",
+                        ))
+                    }
+                })
+            }
+            "search" => filter.search = Some(v),
+            "client_user_id" => {
+                let n: i64 = query_int("client_user_id", &v, i64::MIN..=i64::MAX)?;
+                filter.client_user_id = Some(n.into());
+            }
+            _ => {}
+        }
+    }
+    filter.limit = per_page;
+    filter.offset = (page - 1) * u64::from(per_page);
+    let (rows, total) = api.db(move |s| s.list_videos(&filter)).await?;
+    let views: Vec<VideoView> = rows.iter().map(|r| view(api, r)).collect();
+    let mut resp = json_response(StatusCode::OK, &views);
+    resp.headers_mut()
+        .insert("x-total-count", hyper::header::HeaderValue::from(total));
+    Ok(resp)
+}
+
+fn apply(mut f: Fields, s: &mut VideoSettings) -> Result<(), ApiError> {
+    if let Some(v) = f.string("name")? {
+        if v.trim().is_empty() || char_len(&v) > MAX_NAME {
+            return Err(ApiError::invalid_value(
+                "name",
+                format!("`name` must be 1..={MAX_NAME} characters, not blank"),
+            ));
+        }
+        s.name = v;
+    }
+    if let Some(v) = f.string("description")? {
+        if char_len(&v) > MAX_DESCRIPTION {
+            return Err(ApiError::invalid_value(
+                "description",
+                format!("`description` must be at most {MAX_DESCRIPTION} characters"),
+            ));
+        }
+        s.description = v;
+    }
+    if let Some(v) = f.nullable_integer_number("client_user_id")? {
+        s.client_user_id = v;
+    }
+    f.finish(READ_ONLY)
+}
+
+/// Fields of the video object a client may send back unchanged: accepted and ignored.
+const READ_ONLY: &[&str] = &[
+    "id",
+    "stream_id",
+    "record_type",
+    "status",
+    "error",
+    "duration",
+    "recording_started_at",
+    "created_at",
+    "updated_at",
+    "origin_size",
+    "origin_url",
+    "hls_url",
+    "dash_url",
+    "screenshot",
+    "iframe_url",
+    "converted_videos",
+];
+
+pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Body>, ApiError> {
+    Fields::new(body.clone(), "body")?;
+    let row = update_with_retry(
+        || load(api, id),
+        |mut row| {
+            apply(Fields::new(body.clone(), "body")?, &mut row.settings)?;
+            Ok(row)
+        },
+        |row| async move {
+            let now = time::OffsetDateTime::now_utc();
+            match api
+                .db(move |s| s.update_video(id, row.revision, &row.settings, now))
+                .await?
+            {
+                Update::Done(saved) => Ok(Some(saved)),
+                Update::Stale => Ok(None),
+                Update::NotFound | Update::NameTaken => Err(ApiError::not_found("video")),
+            }
+        },
+    )
+    .await?;
+    Ok(json_response(StatusCode::OK, &view(api, &row)))
+}
+
+/// Removes the record, then its media (a failed removal leaves files no record names, which
+/// is logged, never a record whose media is gone).
+pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    let row = api
+        .db(move |s| s.delete_video(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("video"))?;
+    let dir = api.recordings.dir(row.id);
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+    if let Ok(Err(e)) = removed {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::error!(video = id, error = %e, "cannot remove the video's files");
+        }
+    }
+    tracing::info!(video = id, "video deleted");
+    Ok(super::no_content())
 }
