@@ -404,6 +404,9 @@ async fn route(
         ),
         p if api::owns(p) => api.handle(req).await,
         p if delivery::owns(p) => delivery::handle(api.registry.clone(), req).await,
+        p if delivery::videos::owns(p) => {
+            delivery::videos::handle(api.store.clone(), api.recordings.root(), req).await
+        }
         p if crate::ingest::whip::owns(p) => whip.handle(req).await,
         p if delivery::player::owns(p) => player.handle(req).await,
         _ => api::error_response(&ApiError::not_found("resource")),

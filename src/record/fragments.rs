@@ -321,23 +321,7 @@ fn sync_dir(dir: &Path) -> Result<(), FragmentsError> {
 /// line past its file's end, or a track without its init line are dropped. Idempotent.
 pub fn recover(dir: &Path) -> Result<Summary, FragmentsError> {
     let path = dir.join(INDEX);
-    let file = File::open(&path).map_err(io_at(&path))?;
-    let mut summary = Summary::default();
-    let mut valid_len = 0u64;
-    let mut reader = BufReader::new(file);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = reader.read_line(&mut line).map_err(io_at(&path))?;
-        // A line without its newline was being written when the process stopped.
-        if n == 0 || !line.ends_with('\n') {
-            break;
-        }
-        if !apply(dir, &mut summary, line.trim_end()) {
-            break;
-        }
-        valid_len += n as u64;
-    }
+    let (summary, valid_len) = read_index(dir)?;
     // Cut a torn tail of the index so the next append starts on a line.
     let index = OpenOptions::new()
         .write(true)
@@ -357,6 +341,30 @@ pub fn recover(dir: &Path) -> Result<Summary, FragmentsError> {
         }
     }
     Ok(summary)
+}
+
+/// What the index of a recording names, without changing anything on disk (to serve a
+/// finished recording), and the length of its valid lines.
+pub fn read_index(dir: &Path) -> Result<(Summary, u64), FragmentsError> {
+    let path = dir.join(INDEX);
+    let file = File::open(&path).map_err(io_at(&path))?;
+    let mut summary = Summary::default();
+    let mut valid_len = 0u64;
+    let mut reader = BufReader::new(file);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).map_err(io_at(&path))?;
+        // A line without its newline was being written when the process stopped.
+        if n == 0 || !line.ends_with('\n') {
+            break;
+        }
+        if !apply(dir, &mut summary, line.trim_end()) {
+            break;
+        }
+        valid_len += n as u64;
+    }
+    Ok((summary, valid_len))
 }
 
 /// Applies one index line; `false` stops the reading (nothing after a bad line is trusted).

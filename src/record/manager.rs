@@ -133,6 +133,11 @@ impl Recordings {
         });
     }
 
+    /// Where videos' directories are.
+    pub fn root(&self) -> PathBuf {
+        self.config.root.clone()
+    }
+
     /// Where a video's files are.
     pub fn dir(&self, video: i64) -> PathBuf {
         self.config.root.join(video.to_string())

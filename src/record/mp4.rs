@@ -346,3 +346,57 @@ pub fn finalize(
     writes.push((layout.init_len, sidx));
     Ok(writes)
 }
+
+/// What a VOD master playlist says of a track, read from its init segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackInfo {
+    pub audio: bool,
+    /// RFC 6381 codecs string.
+    pub codecs: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Reads [`TrackInfo`] from an init segment: the handler type (`hdlr`), the picture size
+/// (`tkhd`, 16.16 fixed point, §8.3.2) and the codec (`avcC` profile/compat/level → `avc1.PPCCLL`
+/// as RFC 6381 §3.3 says; AAC as `mp4a.40.2`, the only audio the ladder encodes).
+pub fn describe(init: &[u8]) -> Result<TrackInfo, Mp4Error> {
+    let err = Mp4Error::Init;
+    let top = children(init, 0..init.len()).ok_or(err("truncated box"))?;
+    let moov = find(&top, b"moov").ok_or(err("no moov"))?;
+    let inner = children(init, moov.body()).ok_or(err("truncated moov"))?;
+    let trak = find(&inner, b"trak").ok_or(err("no trak"))?;
+    let trak_children = children(init, trak.body()).ok_or(err("truncated trak"))?;
+    let tkhd = find(&trak_children, b"tkhd").ok_or(err("no tkhd"))?;
+    let end = tkhd.start + tkhd.len;
+    let width = be32(init, end - 8).ok_or(err("short tkhd"))? >> 16;
+    let height = be32(init, end - 4).ok_or(err("short tkhd"))? >> 16;
+    let mdia = find(&trak_children, b"mdia").ok_or(err("no mdia"))?;
+    let hdlr = find(
+        &children(init, mdia.body()).ok_or(err("truncated mdia"))?,
+        b"hdlr",
+    )
+    .ok_or(err("no hdlr"))?;
+    // version/flags 4, pre_defined 4, then handler_type.
+    let handler = init
+        .get(hdlr.start + hdlr.header + 8..hdlr.start + hdlr.header + 12)
+        .ok_or(err("short hdlr"))?;
+    let audio = handler == b"soun";
+    let codecs = if audio {
+        "mp4a.40.2".to_owned()
+    } else {
+        let at = init
+            .windows(4)
+            .position(|w| w == b"avcC")
+            .ok_or(err("no avcC: not H.264"))?
+            + 4;
+        let b = init.get(at + 1..at + 4).ok_or(err("short avcC"))?;
+        format!("avc1.{:02x}{:02x}{:02x}", b[0], b[1], b[2])
+    };
+    Ok(TrackInfo {
+        audio,
+        codecs,
+        width,
+        height,
+    })
+}

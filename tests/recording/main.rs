@@ -59,6 +59,59 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
     let ms = video["duration"].as_u64().unwrap();
     assert!((6000..=11000).contains(&ms), "{ms} ms recorded of ~9 s");
     assert_eq!(record(&d, id).await["recording"], false);
+    // The VOD HLS plays in ffmpeg with the recorded duration, from the daemon over HTTP.
+    let hls = video["hls_url"].as_str().unwrap();
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-of",
+            "csv=p=0",
+            "-show_entries",
+            "format=duration",
+        ])
+        .arg(hls)
+        .output()
+        .unwrap();
+    let secs: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(-1.0);
+    assert!(
+        (secs * 1000.0 - ms as f64).abs() < 1000.0,
+        "VOD HLS {secs} s vs {ms} ms"
+    );
+    let master = reqwest::get(hls).await.unwrap().text().await.unwrap();
+    assert!(
+        master.contains("#EXT-X-STREAM-INF") && master.contains("TYPE=AUDIO"),
+        "{master}"
+    );
+    // MP4 downloads honour byte ranges; a wrong slug is a plain 404.
+    let mp4 = video["converted_videos"][0]["mp4_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let part = reqwest::Client::new()
+        .get(&mp4)
+        .header("range", "bytes=0-99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(part.bytes().await.unwrap().len(), 100);
+    let slug = mp4
+        .split('_')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let wrong = mp4.replace(&slug, &"0".repeat(slug.len()));
+    assert_eq!(
+        reqwest::get(&wrong).await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
     // Every rung and the audio, each a file ffprobe reads with the recorded duration.
     let files = data_dir(dir.path())
         .join("videos")

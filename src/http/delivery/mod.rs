@@ -3,6 +3,7 @@
 
 pub mod metrics;
 pub mod player;
+pub mod videos;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,7 +132,7 @@ fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
     s.parse().ok()
 }
 
-fn with_common(mut resp: Response<Body>) -> Response<Body> {
+pub(crate) fn with_common(mut resp: Response<Body>) -> Response<Body> {
     let h = resp.headers_mut();
     h.insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -567,13 +568,13 @@ fn media_body(
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum RangeSpec {
+pub(crate) enum RangeSpec {
     Satisfiable(u64, u64),
     Unsatisfiable,
     Ignore,
 }
 
-fn parse_range(value: &str, len: u64) -> RangeSpec {
+pub(crate) fn parse_range(value: &str, len: u64) -> RangeSpec {
     let Some(spec) = value.trim().strip_prefix("bytes=") else {
         return RangeSpec::Ignore;
     };
