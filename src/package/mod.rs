@@ -29,6 +29,9 @@ use bytes::Bytes;
 pub enum Output {
     Cmaf,
     Ts,
+    /// The source remuxed without re-encoding (fragmented MP4, audio and video in one track
+    /// set): observe-only — it is handed to observers (an `origin` recording) and kept nowhere.
+    Source,
 }
 
 impl Output {
@@ -36,6 +39,7 @@ impl Output {
         match self {
             Output::Cmaf => "m4s",
             Output::Ts => "ts",
+            Output::Source => "mp4",
         }
     }
 }
@@ -64,6 +68,9 @@ pub struct Package {
     writer: Mutex<Option<storage::Writer>>,
     /// Consumers besides the renderers (recorders).
     taps: observe::Taps,
+    /// The source remux's current init segment, and whether its next fragment follows a
+    /// discontinuity (a reconnect or a rebuilt pipeline).
+    source: Mutex<(Option<Bytes>, bool)>,
 }
 
 impl Package {
@@ -73,6 +80,7 @@ impl Package {
             changed: watch::Sender::new(()),
             writer: Mutex::new(None),
             taps: observe::Taps::default(),
+            source: Mutex::new((None, false)),
         }
     }
 
@@ -265,6 +273,7 @@ impl Package {
     /// The inputs are gone (grace period) or the pipeline is rebuilt: whatever comes next
     /// continues every playlist after a discontinuity.
     pub fn mark_discontinuity(&self) {
+        self.source.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
         self.update(|p| {
             for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
                 r.mark_discontinuity();
@@ -282,7 +291,7 @@ impl Package {
         let removed = self.update(|p| {
             let mut removed = Vec::new();
             for output in [Output::Cmaf, Output::Ts] {
-                for r in p.list_mut(output).iter_mut() {
+                for r in p.list_mut(output).into_iter().flatten() {
                     removed.extend(r.clear_complete().into_iter().map(|msn| SegmentKey {
                         output,
                         rendition: r.name.clone(),

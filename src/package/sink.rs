@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Output, Package, PackageEvent, PartIn, Rendition};
+use super::{CompletedSegment, Output, Package, PackageEvent, PartIn, Rendition, SegmentKey};
+
+/// The track name of the source remux.
+pub const SOURCE: &str = "source";
 
 /// What a pipeline produces: its segment and part durations and its renditions.
 pub struct Layout {
@@ -35,6 +38,10 @@ impl RenditionSink {
     /// The init segment (ftyp+moov) and, when the caller could read it, the RFC 6381 codecs
     /// string it implies.
     pub fn init(&self, init: Bytes, codecs: Option<String>) {
+        if self.output == Output::Source {
+            self.package.source_init(init);
+            return;
+        }
         let event = self.package.taps.any().then(|| PackageEvent::Init {
             output: self.output,
             rendition: self.name.clone(),
@@ -53,8 +60,12 @@ impl RenditionSink {
         }
     }
 
-    /// A CMAF chunk: an LL-HLS part / LL-DASH chunk.
+    /// A CMAF chunk: an LL-HLS part / LL-DASH chunk; for the source output, a whole fragment.
     pub fn part(&self, part: PartIn) {
+        if self.output == Output::Source {
+            self.package.source_fragment(&self.name, part);
+            return;
+        }
         self.package.push(self.output, &self.name, part, false);
     }
 
@@ -108,6 +119,52 @@ impl Package {
                 r.mark_discontinuity_from(from);
             }
         });
+    }
+
+    /// Where the source remux goes (observe-only, see [`Output::Source`]).
+    pub fn source_sink(self: &Arc<Self>) -> RenditionSink {
+        RenditionSink {
+            package: self.clone(),
+            output: Output::Source,
+            name: SOURCE.to_owned(),
+        }
+    }
+
+    /// The source remux's current init segment.
+    pub fn current_source_init(&self) -> Option<Bytes> {
+        self.source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    fn source_init(&self, init: Bytes) {
+        self.source.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(init.clone());
+        self.taps.send(PackageEvent::Init {
+            output: Output::Source,
+            rendition: SOURCE.to_owned(),
+            init,
+        });
+    }
+
+    fn source_fragment(&self, name: &str, part: PartIn) {
+        let discontinuity =
+            std::mem::take(&mut self.source.lock().unwrap_or_else(|p| p.into_inner()).1);
+        if !self.taps.any() {
+            return;
+        }
+        self.taps.send(PackageEvent::Segment(CompletedSegment {
+            key: SegmentKey {
+                output: Output::Source,
+                rendition: name.to_owned(),
+                msn: 0,
+            },
+            pdt: part.pdt,
+            duration: part.duration,
+            discontinuity,
+            chunks: vec![part.data],
+        }));
     }
 
     /// The latest JPEG of the source.

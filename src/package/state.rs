@@ -578,13 +578,16 @@ impl PackageState {
         match output {
             super::Output::Cmaf => &self.renditions,
             super::Output::Ts => &self.ts_renditions,
+            super::Output::Source => &[],
         }
     }
 
-    pub fn list_mut(&mut self, output: super::Output) -> &mut Vec<Rendition> {
+    /// `None` for the observe-only source output.
+    pub fn list_mut(&mut self, output: super::Output) -> Option<&mut Vec<Rendition>> {
         match output {
-            super::Output::Cmaf => &mut self.renditions,
-            super::Output::Ts => &mut self.ts_renditions,
+            super::Output::Cmaf => Some(&mut self.renditions),
+            super::Output::Ts => Some(&mut self.ts_renditions),
+            super::Output::Source => None,
         }
     }
 
@@ -597,7 +600,7 @@ impl PackageState {
         output: super::Output,
         name: &str,
     ) -> Option<&mut Rendition> {
-        self.list_mut(output).iter_mut().find(|r| r.name == name)
+        self.list_mut(output)?.iter_mut().find(|r| r.name == name)
     }
 
     /// What a rendition keeps: the DVR window, or the live window plus a fetchable tail.

@@ -56,6 +56,7 @@ impl DiskStorage {
         let dir = match key.output {
             Output::Cmaf => "cmaf",
             Output::Ts => "mpegts",
+            Output::Source => "source",
         };
         self.root.join(dir).join(&key.rendition).join(format!(
             "seg_{}.{}",

@@ -56,6 +56,8 @@ pub struct Plan {
     pub audio_kbps: u32,
     /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
     pub wall_base: OffsetDateTime,
+    /// Remux the source (see [`Ladder::source`]).
+    pub source: bool,
 }
 
 impl Plan {
@@ -105,6 +107,7 @@ impl Plan {
             video_rungs,
             audio_kbps: ladder.audio_kbps(),
             wall_base,
+            source: ladder.source,
         }
     }
 
@@ -216,11 +219,52 @@ pub fn audio_caps(c: &AudioConfig) -> gst::Caps {
 }
 
 /// Parser and decoder for the input's audio codec.
-fn audio_decoder(c: &AudioConfig) -> Result<Vec<gst::Element>, PipelineError> {
+/// (parser if any, decoder) of the source audio.
+fn audio_decoder(c: &AudioConfig) -> Result<[Option<gst::Element>; 2], PipelineError> {
     Ok(match c {
-        AudioConfig::Aac(_) => vec![make("aacparse")?, make("avdec_aac")?],
-        AudioConfig::Opus(_) => vec![make("opusdec")?],
+        AudioConfig::Aac(_) => [Some(make("aacparse")?), Some(make("avdec_aac")?)],
+        AudioConfig::Opus(_) => [None, Some(make("opusdec")?)],
     })
+}
+
+/// `isofmp4mux → appsink` for the source remux: video and audio as received, in fragments of
+/// the segment length, to the package's observe-only source sink.
+fn source_mux(
+    pipeline: &gst::Pipeline,
+    plan: &Plan,
+    package: &Arc<crate::package::Package>,
+) -> Result<gst::Element, PipelineError> {
+    let mux = make("isofmp4mux")?;
+    mux.set_property(
+        "fragment-duration",
+        gst::ClockTime::from_nseconds(plan.segment.as_nanos() as u64),
+    );
+    // Upstream is the publisher's encoder: keyframes cannot be asked for.
+    mux.set_property("send-force-keyunit", false);
+    let sink = sink::appsink(package.source_sink(), plan.wall_base, None);
+    link(pipeline, &[mux.clone(), sink.upcast()])?;
+    Ok(mux)
+}
+
+/// `tee → queue → mux`: leaky, so a mux that waits (for the other track) never holds back
+/// the live renditions; what it loses is a gap in the recording, not in live output.
+fn source_branch_input(
+    pipeline: &gst::Pipeline,
+    tee: &gst::Element,
+    mux: &gst::Element,
+    what: &str,
+) -> Result<(), PipelineError> {
+    let queue = make("queue")?;
+    queue.set_property_from_str("leaky", "downstream");
+    queue.set_property("max-size-buffers", 0u32);
+    queue.set_property("max-size-bytes", 64u32 * 1024 * 1024);
+    queue.set_property("max-size-time", 6_000_000_000u64);
+    pipeline
+        .add(&queue)
+        .map_err(|e| PipelineError::Build(e.to_string()))?;
+    tee.link(&queue)
+        .and_then(|()| queue.link(mux))
+        .map_err(|e| PipelineError::Build(format!("source {what} → isofmp4mux: {e}")))
 }
 
 pub struct Built {
@@ -298,13 +342,19 @@ pub fn build(
         .map(|sink| ts_branch(&pipeline, plan, sink))
         .collect::<Result<Vec<_>, _>>()?;
 
+    let source_mux = plan
+        .source
+        .then(|| source_mux(&pipeline, plan, &package))
+        .transpose()?;
     let mut video_src = None;
     if let Some(v) = &plan.video {
         let src = appsrc(video_caps(v))?;
         let [parse, decode] = video_decoder(v)?;
+        let source_tee = make("tee")?;
         let head = [
             src.clone().upcast::<gst::Element>(),
             parse,
+            source_tee.clone(),
             decode,
             make("videoconvert")?,
             make("videorate")?,
@@ -390,6 +440,9 @@ pub fn build(
                 .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
         }
         screenshot_branch(&pipeline, &tee, v, package.clone())?;
+        if let Some(mux) = &source_mux {
+            source_branch_input(&pipeline, &source_tee, mux, "video")?;
+        }
         video_src = Some(src);
     }
 
@@ -409,8 +462,12 @@ pub fn build(
             plan.wall_base,
             if plan.video.is_none() { meter } else { None },
         );
+        let source_tee = make("tee")?;
+        let [parse, decode] = audio_decoder(a)?;
         let chain: Vec<gst::Element> = std::iter::once(src.clone().upcast::<gst::Element>())
-            .chain(audio_decoder(a)?)
+            .chain(parse)
+            .chain(std::iter::once(source_tee.clone()))
+            .chain(decode)
             .chain([
                 make("audioconvert")?,
                 make("audioresample")?,
@@ -429,6 +486,9 @@ pub fn build(
             ])
             .collect();
         link(&pipeline, &chain)?;
+        if let Some(mux) = &source_mux {
+            source_branch_input(&pipeline, &source_tee, mux, "audio")?;
+        }
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
         link(&pipeline, &cmaf)?;

@@ -17,6 +17,8 @@ pub struct Rung {
 pub struct Ladder {
     /// Highest first.
     pub rungs: Vec<Rung>,
+    /// Also remux the source without re-encoding (for `origin` recordings).
+    pub source: bool,
 }
 
 impl Ladder {
@@ -32,7 +34,10 @@ impl Ladder {
             })
             .collect();
         rungs.sort_by_key(|r| std::cmp::Reverse(r.height));
-        Ladder { rungs }
+        Ladder {
+            rungs,
+            source: false,
+        }
     }
 
     /// Rungs no taller than the source (upscaling wastes bits); a source smaller than every rung

@@ -105,7 +105,10 @@ impl PipelineFactory for GstPipelines {
         &self,
         job: PipelineJob,
     ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>> {
-        let ladder = Ladder::from_set(&job.quality_set);
+        let ladder = Ladder {
+            source: job.record_source,
+            ..Ladder::from_set(&job.quality_set)
+        };
         Box::pin(async move {
             run(job.stream, ladder, job.media, job.stop)
                 .await

@@ -129,7 +129,7 @@ pub fn media_path(dir: &Path, track: &str) -> PathBuf {
 struct Open {
     file: File,
     len: u64,
-    timescale: u32,
+    layout: mp4::InitLayout,
     /// The timeline epoch of its last fragment, and where that fragment ended (ns).
     epoch: usize,
     end_ns: Option<i128>,
@@ -207,7 +207,7 @@ impl Writer {
             Open {
                 file,
                 len: media_start,
-                timescale: layout.media_timescale(),
+                layout: layout.clone(),
                 epoch: 0,
                 end_ns: None,
             },
@@ -241,14 +241,13 @@ impl Writer {
             .get_mut(track)
             .ok_or_else(|| FragmentsError::NoInit(track.to_owned()))?;
         let offset = open.len;
-        let rate = i128::from(open.timescale.max(1));
-        let to_ns = |ticks: i128| ticks * 1_000_000_000 / rate;
-        let to_ticks = |ns: i128| ns * rate / 1_000_000_000;
+        let layout = &open.layout;
+        let rate = |track: u32| i128::from(layout.timescale_of(track).unwrap_or(1).max(1));
         // A fragment whose tfdt cannot be read is written as it came.
         let first_ns = chunks
             .first()
             .and_then(|c| mp4::fragment_decode_time(c).ok())
-            .map(|t| to_ns(i128::from(t)));
+            .map(|(track, t)| i128::from(t) * 1_000_000_000 / rate(track));
         let rebased: Option<Vec<Bytes>> = first_ns.and_then(|first_ns| {
             if discontinuity && open.end_ns.is_some() {
                 open.epoch += 1;
@@ -259,11 +258,11 @@ impl Writer {
             }
             let shift = self.epochs[open.epoch.min(self.epochs.len() - 1)];
             open.end_ns = Some(first_ns + shift + duration.as_nanos() as i128);
-            let shift_ticks = to_ticks(shift);
             chunks
                 .iter()
                 .map(|c| {
-                    mp4::map_decode_times(c, |t| {
+                    mp4::map_decode_times(c, |track, t| {
+                        let shift_ticks = shift * rate(track) / 1_000_000_000;
                         (i128::from(t) + shift_ticks).clamp(0, i128::from(u64::MAX)) as u64
                     })
                     .ok()
@@ -447,7 +446,15 @@ pub fn finalize(dir: &Path, summary: &Summary) -> Result<(), FragmentsError> {
         let mut head = vec![0u8; first.len.min(64 * 1024) as usize];
         file.read_exact_at(&mut head, first.offset)
             .map_err(io_at(&path))?;
-        let decode_time = mp4::fragment_decode_time(&head).map_err(mp4_err)?;
+        let (first_track, first_time) = mp4::fragment_decode_time(&head).map_err(mp4_err)?;
+        // The sidx's earliest time is in its reference track's timescale.
+        let (_, reference_rate) = layout.reference();
+        let first_rate = layout
+            .timescale_of(first_track)
+            .unwrap_or(reference_rate)
+            .max(1);
+        let decode_time =
+            (u128::from(first_time) * u128::from(reference_rate) / u128::from(first_rate)) as u64;
         let fragments: Vec<(u64, Duration)> = track
             .fragments
             .iter()

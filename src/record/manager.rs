@@ -291,7 +291,11 @@ impl Recordings {
         .await
         .map_err(|_| RecordError::NotLive(id))??;
         let dir = self.config.root.join(video.id.to_string());
-        let recorder = Recorder::start(&package, dir)?;
+        let output = match s.record_type {
+            RecordType::Origin => crate::package::Output::Source,
+            RecordType::Transcoded => crate::package::Output::Cmaf,
+        };
+        let recorder = Recorder::start(&package, dir, output)?;
         tracing::info!(stream = id, video = video.id, "recording started");
         Ok(Open { video, recorder })
     }
@@ -301,8 +305,17 @@ impl Recordings {
         let finished = recorder.stop().await;
         let ended = OffsetDateTime::now_utc();
         let state = match finished {
-            Some(Finished { summary, error, .. }) => {
-                finished_state(&video.state, summary, error.map(|e| e.to_string()))
+            Some(Finished {
+                summary,
+                error,
+                dropped,
+            }) => {
+                let note = error.map(|e| e.to_string()).or_else(|| {
+                    (dropped > 0).then(|| {
+                        format!("{dropped} segments were lost: the disk could not keep up")
+                    })
+                });
+                finished_state(&video.state, summary, note)
             }
             None => VideoState {
                 status: VideoStatus::Error,

@@ -101,6 +101,8 @@ pub struct InitLayout {
     mehd_duration: usize,
     track_id: u32,
     media_timescale: u32,
+    /// (track_ID, media timescale) of every track, for the `tfdt`s of multi-track fragments.
+    timescales: Vec<(u32, u32)>,
 }
 
 /// Prepares a muxer's init segment (ftyp + moov with one track and mvex) for a recording:
@@ -184,6 +186,27 @@ pub fn layout(init: &[u8]) -> Result<InitLayout, Mp4Error> {
     if movie_timescale == 0 || media_timescale == 0 {
         return Err(err("zero timescale"));
     }
+    let mut timescales = Vec::new();
+    for trak in inner.iter().filter(|b| &b.kind == b"trak") {
+        let boxes = children(init, trak.body()).ok_or(err("truncated trak"))?;
+        let tkhd = find(&boxes, b"tkhd").ok_or(err("no tkhd"))?;
+        let tbody = tkhd.start + tkhd.header;
+        let tlong = *init.get(tbody).ok_or(err("short tkhd"))? == 1;
+        let id = be32(init, tbody + 4 + if tlong { 16 } else { 8 }).ok_or(err("short tkhd"))?;
+        let mdia = find(&boxes, b"mdia").ok_or(err("no mdia"))?;
+        let mdhd = find(
+            &children(init, mdia.body()).ok_or(err("truncated mdia"))?,
+            b"mdhd",
+        )
+        .ok_or(err("no mdhd"))?;
+        let body = mdhd.start + mdhd.header;
+        let long = *init.get(body).ok_or(err("short mdhd"))? == 1;
+        let ts = be32(init, body + 4 + if long { 16 } else { 8 }).ok_or(err("short mdhd"))?;
+        if ts == 0 {
+            return Err(err("zero timescale"));
+        }
+        timescales.push((id, ts));
+    }
     Ok(InitLayout {
         init_len: moov.start as u64 + moov.len as u64,
         mvhd_duration,
@@ -191,11 +214,13 @@ pub fn layout(init: &[u8]) -> Result<InitLayout, Mp4Error> {
         mehd_duration: mehd.start + 12,
         track_id,
         media_timescale,
+        timescales,
     })
 }
 
-/// The base media decode time of a fragment (`moof/traf/tfdt`, §8.8.12) from its head.
-pub fn fragment_decode_time(fragment: &[u8]) -> Result<u64, Mp4Error> {
+/// The track and base media decode time of a fragment's first `traf` (`tfhd` track_ID,
+/// `tfdt`, §8.8.7 and §8.8.12), from the fragment's head.
+pub fn fragment_decode_time(fragment: &[u8]) -> Result<(u32, u64), Mp4Error> {
     let err = Mp4Error::Fragment;
     // The moof is the first box after an optional styp; the caller may pass only the
     // fragment's head, so the boxes after the moof are not walked.
@@ -217,25 +242,33 @@ pub fn fragment_decode_time(fragment: &[u8]) -> Result<u64, Mp4Error> {
         b"traf",
     )
     .ok_or(err("no traf"))?;
-    let tfdt = find(
-        &children(fragment, traf.body()).ok_or(err("truncated traf"))?,
-        b"tfdt",
-    )
-    .ok_or(err("no tfdt"))?;
+    let boxes = children(fragment, traf.body()).ok_or(err("truncated traf"))?;
+    let tfhd = find(&boxes, b"tfhd").ok_or(err("no tfhd"))?;
+    let track = be32(fragment, tfhd.start + tfhd.header + 4).ok_or(err("short tfhd"))?;
+    let tfdt = find(&boxes, b"tfdt").ok_or(err("no tfdt"))?;
     let body = tfdt.start + tfdt.header;
-    match fragment.get(body) {
-        Some(1) => be64(fragment, body + 4).ok_or(err("short tfdt")),
+    let time = match fragment.get(body) {
+        Some(1) => be64(fragment, body + 4).ok_or(err("short tfdt"))?,
         Some(0) => be32(fragment, body + 4)
             .map(u64::from)
-            .ok_or(err("short tfdt")),
-        _ => Err(err("bad tfdt version")),
-    }
+            .ok_or(err("short tfdt"))?,
+        _ => return Err(err("bad tfdt version")),
+    };
+    Ok((track, time))
 }
 
 impl InitLayout {
-    /// The track's media timescale (ticks per second of its `tfdt`s).
-    pub fn media_timescale(&self) -> u32 {
-        self.media_timescale
+    /// A track's media timescale (ticks per second of its `tfdt`s).
+    pub fn timescale_of(&self, track_id: u32) -> Option<u32> {
+        self.timescales
+            .iter()
+            .find(|(id, _)| *id == track_id)
+            .map(|(_, ts)| *ts)
+    }
+
+    /// The `sidx` reference track and its timescale.
+    pub fn reference(&self) -> (u32, u32) {
+        (self.track_id, self.media_timescale)
     }
 }
 
@@ -243,7 +276,7 @@ impl InitLayout {
 /// A chunk is what a muxer hands over: it may hold whole boxes (styp, moof, mdat), start with
 /// the moof and end inside the mdat, or be sample data only; only moofs that start it (after
 /// any styp/prft/emsg) are edited, and a chunk without one is returned as is (no copy).
-pub fn map_decode_times(chunk: &Bytes, f: impl Fn(u64) -> u64) -> Result<Bytes, Mp4Error> {
+pub fn map_decode_times(chunk: &Bytes, f: impl Fn(u32, u64) -> u64) -> Result<Bytes, Mp4Error> {
     let err = Mp4Error::Fragment;
     let mut out: Option<Vec<u8>> = None;
     let mut at = 0;
@@ -261,16 +294,19 @@ pub fn map_decode_times(chunk: &Bytes, f: impl Fn(u64) -> u64) -> Result<Bytes, 
                 .filter(|b| &b.kind == b"traf")
             {
                 let boxes = children(chunk, traf.body()).ok_or(err("truncated traf"))?;
+                let tfhd = find(&boxes, b"tfhd").ok_or(err("no tfhd"))?;
+                let track = be32(chunk, tfhd.start + tfhd.header + 4).ok_or(err("short tfhd"))?;
                 let tfdt = find(&boxes, b"tfdt").ok_or(err("no tfdt"))?;
                 let body = tfdt.start + tfdt.header;
                 match chunk.get(body) {
                     Some(1) => {
                         let t = be64(chunk, body + 4).ok_or(err("short tfdt"))?;
-                        bytes[body + 4..body + 12].copy_from_slice(&f(t).to_be_bytes());
+                        bytes[body + 4..body + 12].copy_from_slice(&f(track, t).to_be_bytes());
                     }
                     Some(0) => {
                         let t = u64::from(be32(chunk, body + 4).ok_or(err("short tfdt"))?);
-                        let mapped = u32::try_from(f(t)).map_err(|_| err("tfdt over 32 bits"))?;
+                        let mapped =
+                            u32::try_from(f(track, t)).map_err(|_| err("tfdt over 32 bits"))?;
                         bytes[body + 4..body + 8].copy_from_slice(&mapped.to_be_bytes());
                     }
                     _ => return Err(err("bad tfdt version")),

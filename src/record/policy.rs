@@ -66,11 +66,13 @@ impl Policy {
     }
 
     /// Whether a video is open (recording or paused within the resume time).
+    #[cfg(test)]
     pub fn recording(&self) -> bool {
         self.state != State::Idle
     }
 
     /// The open video's start.
+    #[cfg(test)]
     pub fn video_since(&self) -> Option<Instant> {
         match self.state {
             State::Idle => None,

@@ -52,17 +52,29 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts recording `package`'s CMAF renditions into `dir` (created; it must be new).
-    pub fn start(package: &Arc<Package>, dir: PathBuf) -> Result<Recorder, FragmentsError> {
+    /// Starts recording `package`'s `output` — the CMAF renditions (`transcoded`) or the
+    /// source remux (`origin`) — into `dir` (created; it must be new).
+    pub fn start(
+        package: &Arc<Package>,
+        dir: PathBuf,
+        output: Output,
+    ) -> Result<Recorder, FragmentsError> {
         let writer = Writer::create(&dir)?;
         let mut observer = package.observe(OBSERVE_QUEUE);
-        // A rendition's current init is in the package already: the recording starts with it.
-        let current: Vec<(String, Bytes)> = package.read(|p| {
-            p.renditions
-                .iter()
-                .filter_map(|r| Some((r.name.clone(), r.current_init()?.clone())))
-                .collect()
-        });
+        // A track's current init is in the package already: the recording starts with it.
+        let current: Vec<(String, Bytes)> = match output {
+            Output::Source => package
+                .current_source_init()
+                .map(|init| (crate::package::sink::SOURCE.to_owned(), init))
+                .into_iter()
+                .collect(),
+            _ => package.read(|p| {
+                p.list(output)
+                    .iter()
+                    .filter_map(|r| Some((r.name.clone(), r.current_init()?.clone())))
+                    .collect()
+            }),
+        };
         let (jobs, rx) = std_mpsc::sync_channel::<Job>(WRITE_QUEUE);
         let (done_tx, done) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -92,14 +104,14 @@ impl Recorder {
                 };
                 match event {
                     Some(PackageEvent::Init {
-                        output: Output::Cmaf,
+                        output: from,
                         rendition,
                         init,
-                    }) => {
+                    }) if from == output => {
                         let track = tracks.open(&rendition);
                         send(Job::Init { track, init });
                     }
-                    Some(PackageEvent::Segment(s)) if s.key.output == Output::Cmaf => {
+                    Some(PackageEvent::Segment(s)) if s.key.output == output => {
                         let Some(track) = tracks.current(&s.key.rendition) else {
                             continue;
                         };
@@ -237,7 +249,7 @@ mod tests {
         push(&fragments[1]);
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("v1");
-        let recorder = Recorder::start(&package, dir.clone()).unwrap();
+        let recorder = Recorder::start(&package, dir.clone(), Output::Cmaf).unwrap();
         for f in &fragments[2..] {
             push(f);
         }
