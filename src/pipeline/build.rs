@@ -346,6 +346,11 @@ pub fn build(
         .source
         .then(|| source_mux(&pipeline, plan, &package))
         .transpose()?;
+    tracing::debug!(
+        stream = plan.stream_id,
+        source = source_mux.is_some(),
+        "source remux branch"
+    );
     let mut video_src = None;
     if let Some(v) = &plan.video {
         let src = appsrc(video_caps(v))?;
