@@ -70,7 +70,7 @@ pub struct Package {
     taps: observe::Taps,
     /// The source remux's current init segment, and whether its next fragment follows a
     /// discontinuity (a reconnect or a rebuilt pipeline).
-    source: Mutex<(Option<Bytes>, bool)>,
+    source: Mutex<std::collections::HashMap<String, (Option<Bytes>, bool)>>,
 }
 
 impl Package {
@@ -80,7 +80,7 @@ impl Package {
             changed: watch::Sender::new(()),
             writer: Mutex::new(None),
             taps: observe::Taps::default(),
-            source: Mutex::new((None, false)),
+            source: Mutex::default(),
         }
     }
 
@@ -273,7 +273,14 @@ impl Package {
     /// The inputs are gone (grace period) or the pipeline is rebuilt: whatever comes next
     /// continues every playlist after a discontinuity.
     pub fn mark_discontinuity(&self) {
-        self.source.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        for (_, d) in self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values_mut()
+        {
+            *d = true;
+        }
         self.update(|p| {
             for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
                 r.mark_discontinuity();

@@ -11,8 +11,9 @@ use bytes::Bytes;
 
 use super::{CompletedSegment, Output, Package, PackageEvent, PartIn, Rendition, SegmentKey};
 
-/// The track name of the source remux.
-pub const SOURCE: &str = "source";
+/// Track names of the source remux (one single-stream fragmented MP4 each).
+pub const SOURCE_VIDEO: &str = "source-video";
+pub const SOURCE_AUDIO: &str = "source-audio";
 
 /// What a pipeline produces: its segment and part durations and its renditions.
 pub struct Layout {
@@ -39,7 +40,7 @@ impl RenditionSink {
     /// string it implies.
     pub fn init(&self, init: Bytes, codecs: Option<String>) {
         if self.output == Output::Source {
-            self.package.source_init(init);
+            self.package.source_init(&self.name, init);
             return;
         }
         let event = self.package.taps.any().then(|| PackageEvent::Init {
@@ -121,36 +122,45 @@ impl Package {
         });
     }
 
-    /// Where the source remux goes (observe-only, see [`Output::Source`]).
-    pub fn source_sink(self: &Arc<Self>) -> RenditionSink {
+    /// Where a source track's remux goes (observe-only, see [`Output::Source`]).
+    pub fn source_sink(self: &Arc<Self>, name: &str) -> RenditionSink {
         RenditionSink {
             package: self.clone(),
             output: Output::Source,
-            name: SOURCE.to_owned(),
+            name: name.to_owned(),
         }
     }
 
-    /// The source remux's current init segment.
-    pub fn current_source_init(&self) -> Option<Bytes> {
+    /// The source tracks' current init segments, by track name.
+    pub fn current_source_inits(&self) -> Vec<(String, Bytes)> {
+        let source = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        source
+            .iter()
+            .filter_map(|(name, (init, _))| Some((name.clone(), init.clone()?)))
+            .collect()
+    }
+
+    fn source_init(&self, name: &str, init: Bytes) {
         self.source
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .0
-            .clone()
-    }
-
-    fn source_init(&self, init: Bytes) {
-        self.source.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(init.clone());
+            .entry(name.to_owned())
+            .or_default()
+            .0 = Some(init.clone());
         self.taps.send(PackageEvent::Init {
             output: Output::Source,
-            rendition: SOURCE.to_owned(),
+            rendition: name.to_owned(),
             init,
         });
     }
 
     fn source_fragment(&self, name: &str, part: PartIn) {
-        let discontinuity =
-            std::mem::take(&mut self.source.lock().unwrap_or_else(|p| p.into_inner()).1);
+        let discontinuity = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(name)
+            .is_some_and(|(_, d)| std::mem::take(d));
         if !self.taps.any() {
             return;
         }

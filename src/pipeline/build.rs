@@ -23,6 +23,7 @@ use super::ladder::{output_fps, part_duration, Ladder};
 use super::sink;
 use super::{PipelineError, APPSRC_MAX_BYTES};
 use crate::media::{AudioConfig, VideoCodec, VideoConfig};
+use crate::package::sink::{SOURCE_AUDIO, SOURCE_VIDEO};
 use crate::package::{Layout, PackagingConfig, Rendition, RenditionKind, RenditionSink};
 
 /// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
@@ -227,44 +228,34 @@ fn audio_decoder(c: &AudioConfig) -> Result<[Option<gst::Element>; 2], PipelineE
     })
 }
 
-/// `isofmp4mux → appsink` for the source remux: video and audio as received, in fragments of
-/// the segment length, to the package's observe-only source sink.
-fn source_mux(
+/// `tee → queue → cmafmux → appsink` for one source track, remuxed as received into
+/// fragments of the segment length, to the package's observe-only source sink `name`. The queue
+/// is leaky: a muxer that waits never holds back the live renditions (what it loses is a gap in
+/// the recording, not in live output). One single-stream muxer per track, as the rungs have: a
+/// two-pad isofmp4mux in this live pipeline aggregates only on timeouts (seconds late).
+fn source_branch(
     pipeline: &gst::Pipeline,
     plan: &Plan,
     package: &Arc<crate::package::Package>,
-) -> Result<gst::Element, PipelineError> {
-    let mux = make("isofmp4mux")?;
-    mux.set_property(
-        "fragment-duration",
-        gst::ClockTime::from_nseconds(plan.segment.as_nanos() as u64),
-    );
-    // Upstream is the publisher's encoder: keyframes cannot be asked for.
-    mux.set_property("send-force-keyunit", false);
-    let sink = sink::appsink(package.source_sink(), plan.wall_base, None);
-    link(pipeline, &[mux.clone(), sink.upcast()])?;
-    Ok(mux)
-}
-
-/// `tee → queue → mux`: leaky, so a mux that waits (for the other track) never holds back
-/// the live renditions; what it loses is a gap in the recording, not in live output.
-fn source_branch_input(
-    pipeline: &gst::Pipeline,
     tee: &gst::Element,
-    mux: &gst::Element,
-    what: &str,
+    name: &str,
 ) -> Result<(), PipelineError> {
     let queue = make("queue")?;
     queue.set_property_from_str("leaky", "downstream");
     queue.set_property("max-size-buffers", 0u32);
     queue.set_property("max-size-bytes", 64u32 * 1024 * 1024);
     queue.set_property("max-size-time", 6_000_000_000u64);
-    pipeline
-        .add(&queue)
-        .map_err(|e| PipelineError::Build(e.to_string()))?;
+    let mux = make("cmafmux")?;
+    mux.set_property(
+        "fragment-duration",
+        gst::ClockTime::from_nseconds(plan.segment.as_nanos() as u64),
+    );
+    // Upstream is the publisher's encoder: keyframes cannot be asked for.
+    mux.set_property("send-force-keyunit", false);
+    let sink = sink::appsink(package.source_sink(name), plan.wall_base, None);
+    link(pipeline, &[queue.clone(), mux, sink.upcast()])?;
     tee.link(&queue)
-        .and_then(|()| queue.link(mux))
-        .map_err(|e| PipelineError::Build(format!("source {what} → isofmp4mux: {e}")))
+        .map_err(|e| PipelineError::Build(format!("source {name} branch: {e}")))
 }
 
 pub struct Built {
@@ -342,15 +333,6 @@ pub fn build(
         .map(|sink| ts_branch(&pipeline, plan, sink))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let source_mux = plan
-        .source
-        .then(|| source_mux(&pipeline, plan, &package))
-        .transpose()?;
-    tracing::debug!(
-        stream = plan.stream_id,
-        source = source_mux.is_some(),
-        "source remux branch"
-    );
     let mut video_src = None;
     if let Some(v) = &plan.video {
         let src = appsrc(video_caps(v))?;
@@ -445,8 +427,8 @@ pub fn build(
                 .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
         }
         screenshot_branch(&pipeline, &tee, v, package.clone())?;
-        if let Some(mux) = &source_mux {
-            source_branch_input(&pipeline, &source_tee, mux, "video")?;
+        if plan.source {
+            source_branch(&pipeline, plan, &package, &source_tee, SOURCE_VIDEO)?;
         }
         video_src = Some(src);
     }
@@ -491,8 +473,8 @@ pub fn build(
             ])
             .collect();
         link(&pipeline, &chain)?;
-        if let Some(mux) = &source_mux {
-            source_branch_input(&pipeline, &source_tee, mux, "audio")?;
+        if plan.source {
+            source_branch(&pipeline, plan, &package, &source_tee, SOURCE_AUDIO)?;
         }
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];

@@ -63,11 +63,7 @@ impl Recorder {
         let mut observer = package.observe(OBSERVE_QUEUE);
         // A track's current init is in the package already: the recording starts with it.
         let current: Vec<(String, Bytes)> = match output {
-            Output::Source => package
-                .current_source_init()
-                .map(|init| (crate::package::sink::SOURCE.to_owned(), init))
-                .into_iter()
-                .collect(),
+            Output::Source => package.current_source_inits(),
             _ => package.read(|p| {
                 p.list(output)
                     .iter()

@@ -215,3 +215,75 @@ async fn a_recording_cut_by_kill_9_is_one_ready_video_after_the_restart() {
     assert_eq!(d.get(&path).await.status, StatusCode::NOT_FOUND);
     assert_eq!(record(&d, id).await["recording"], false);
 }
+
+/// `origin` (the default `record_type`) with `auto_record`: the source as received, remuxed
+/// without re-encoding — the publisher's H.264 at its own size and its AAC, one file per track.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_record_origin_keeps_the_source_as_received() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(&d, json!({"name": "origin", "auto_record": true})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let _push = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let r = d
+        .call(
+            Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let video = r.body;
+    assert_eq!(video["record_type"], "origin");
+    assert_eq!(video["status"], "ready", "{video}");
+    let ms = video["duration"].as_u64().unwrap();
+    assert!((6000..=11000).contains(&ms), "{ms} ms recorded of ~9 s");
+    assert!(video["origin_size"].as_u64().unwrap() > 100_000, "{video}");
+    let file = data_dir(dir.path())
+        .join("videos")
+        .join(video["id"].to_string())
+        .join("source-video.mp4");
+    let probed = media::ffprobe_with(
+        &[
+            "-show_entries",
+            "stream=codec_name,width,height:format=duration",
+        ],
+        file.to_str().unwrap(),
+    );
+    let streams = probed["streams"].as_array().unwrap();
+    let codecs: Vec<&str> = streams
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(codecs, ["h264"], "{probed}");
+    // The source audio is its own track file, as received.
+    let audio = file.with_file_name("source-audio.mp4");
+    let probed_audio = media::ffprobe_with(
+        &["-show_entries", "stream=codec_name:format=duration"],
+        audio.to_str().unwrap(),
+    );
+    assert_eq!(
+        probed_audio["streams"][0]["codec_name"], "aac",
+        "{probed_audio}"
+    );
+    let video_stream = streams.iter().find(|s| s["codec_name"] == "h264").unwrap();
+    assert_eq!(
+        (
+            video_stream["width"].as_u64(),
+            video_stream["height"].as_u64()
+        ),
+        (Some(1280), Some(720))
+    );
+    let secs: f64 = probed["format"]["duration"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (secs * 1000.0 - ms as f64).abs() < 1000.0,
+        "{secs} s vs {ms} ms"
+    );
+}
