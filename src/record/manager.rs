@@ -89,7 +89,7 @@ impl Recordings {
             let recovered = fragments::recover(&dir)
                 .and_then(|summary| fragments::finalize(&dir, &summary).map(|()| summary));
             let state = match recovered {
-                Ok(summary) => finished_state(&video.state, summary, None),
+                Ok(summary) => finished_state(&dir, &video.state, summary, None),
                 Err(e) => VideoState {
                     status: VideoStatus::Error,
                     error: Some(format!("interrupted and not recoverable: {e}")),
@@ -315,7 +315,7 @@ impl Recordings {
                         format!("{dropped} segments were lost: the disk could not keep up")
                     })
                 });
-                finished_state(&video.state, summary, note)
+                finished_state(&self.dir(video.id), &video.state, summary, note)
             }
             None => VideoState {
                 status: VideoStatus::Error,
@@ -344,7 +344,21 @@ impl Recordings {
 }
 
 /// A video's state once its files are final.
-fn finished_state(was: &VideoState, summary: Summary, error: Option<String>) -> VideoState {
+fn finished_state(
+    dir: &std::path::Path,
+    was: &VideoState,
+    summary: Summary,
+    error: Option<String>,
+) -> VideoState {
+    // The picture size each track's init segment declares (0 for audio).
+    let size_of = |track: &super::fragments::Track| -> (u32, u32) {
+        let mut init = vec![0u8; track.init_len as usize];
+        std::fs::File::open(fragments::media_path(dir, &track.name))
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut init))
+            .ok()
+            .and_then(|()| super::mp4::describe(&init).ok())
+            .map_or((0, 0), |i| (i.width, i.height))
+    };
     let written = summary.tracks.values().any(|t| !t.fragments.is_empty());
     VideoState {
         record_type: was.record_type,
@@ -359,11 +373,14 @@ fn finished_state(was: &VideoState, summary: Summary, error: Option<String>) -> 
         renditions: summary
             .tracks
             .values()
-            .map(|t| VideoRendition {
-                name: t.name.clone(),
-                width: 0,
-                height: 0,
-                size: t.size(),
+            .map(|t| {
+                let (width, height) = size_of(t);
+                VideoRendition {
+                    name: t.name.clone(),
+                    width,
+                    height,
+                    size: t.size(),
+                }
             })
             .collect(),
     }

@@ -38,11 +38,14 @@ pub struct VideoView {
     created_at: String,
     updated_at: String,
     origin_size: u64,
+    /// The single MP4 download of an origin recording: not assembled yet (`null`).
     origin_url: Option<String>,
     hls_url: String,
-    dash_url: String,
-    screenshot: String,
-    iframe_url: String,
+    /// Not served yet: `null` until the static MPD, the JPEG and the player page for videos
+    /// exist (a URL that answers 404 would lie).
+    dash_url: Option<String>,
+    screenshot: Option<String>,
+    iframe_url: Option<String>,
     client_user_id: Option<Value>,
     converted_videos: Vec<ConvertedVideo>,
 }
@@ -63,11 +66,11 @@ pub fn view(api: &Arc<Api>, v: &VideoRow) -> VideoView {
         created_at: iso8601(v.created_at),
         updated_at: iso8601(v.updated_at),
         origin_size: if origin { v.state.size } else { 0 },
-        origin_url: origin.then(|| format!("{base}/origin.mp4")),
+        origin_url: None,
         hls_url: format!("{base}/master.m3u8"),
-        dash_url: format!("{base}/index.mpd"),
-        screenshot: format!("{base}/screenshot.jpg"),
-        iframe_url: format!("{}/player/videos/{}", api.endpoints.public_url, v.id),
+        dash_url: None,
+        screenshot: None,
+        iframe_url: None,
         client_user_id: v.settings.client_user_id.clone().map(Value::Number),
         converted_videos: v
             .state
