@@ -71,6 +71,18 @@ pub struct Package {
     /// The source remux's current init segment, and whether its next fragment follows a
     /// discontinuity (a reconnect or a rebuilt pipeline).
     source: Mutex<std::collections::HashMap<String, (Option<Bytes>, bool)>>,
+    /// How many consumers want the source remux now (origin recordings): the pipeline feeds
+    /// its source branch only while one does.
+    source_demand: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A consumer's claim on the source remux ([`Package::demand_source`]); released on drop.
+pub struct SourceDemand(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for SourceDemand {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Package {
@@ -81,7 +93,22 @@ impl Package {
             writer: Mutex::new(None),
             taps: observe::Taps::default(),
             source: Mutex::default(),
+            source_demand: Arc::default(),
         }
+    }
+
+    /// Asks the pipeline for the source remux until the returned claim is dropped.
+    pub fn demand_source(&self) -> SourceDemand {
+        self.source_demand
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        SourceDemand(self.source_demand.clone())
+    }
+
+    /// Whether a consumer wants the source remux (read by the pipeline's source branch).
+    pub fn wants_source(&self) -> bool {
+        self.source_demand
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
     }
 
     fn lock(&self) -> MutexGuard<'_, PackageState> {

@@ -228,8 +228,14 @@ fn audio_decoder(c: &AudioConfig) -> Result<[Option<gst::Element>; 2], PipelineE
     })
 }
 
-/// `tee → queue → cmafmux → appsink` for one source track, remuxed as received into
-/// fragments of the segment length, to the package's observe-only source sink `name`. The queue
+/// `tee → gate → queue → parser → cmafmux → appsink` for one source track, remuxed as received
+/// into fragments of the segment length, to the package's observe-only source sink `name`.
+///
+/// The tee sits before the live path's parser, so each branch negotiates its own caps. The gate
+/// drops everything until an origin recording wants the source ([`Package::wants_source`]),
+/// then opens at the next keyframe and stays open for the rest of this pipeline: a stream that
+/// is not recorded pays nothing for the branch (it cost ~3.5 % more CPU always on, enough to
+/// tip a loaded 2-core machine), and the muxer never holds a GOP from before a pause. The queue
 /// is leaky: a muxer that waits never holds back the live renditions (what it loses is a gap in
 /// the recording, not in live output). One single-stream muxer per track, as the rungs have: a
 /// two-pad isofmp4mux in this live pipeline aggregates only on timeouts (seconds late).
@@ -238,6 +244,7 @@ fn source_branch(
     plan: &Plan,
     package: &Arc<crate::package::Package>,
     tee: &gst::Element,
+    parser: Option<gst::Element>,
     name: &str,
 ) -> Result<(), PipelineError> {
     let queue = make("queue")?;
@@ -253,7 +260,34 @@ fn source_branch(
     // Upstream is the publisher's encoder: keyframes cannot be asked for.
     mux.set_property("send-force-keyunit", false);
     let sink = sink::appsink(package.source_sink(name), plan.wall_base, None);
-    link(pipeline, &[queue.clone(), mux, sink.upcast()])?;
+    // Out of the pipeline's preroll: a live pipeline reaches PLAYING only when every async
+    // sink has a buffer, and until then the rungs' sinks block on theirs. This branch is
+    // gated (and its muxer emits a whole GOP at a time), so waiting for it held the live
+    // outputs back for seconds at every (re)start.
+    sink.set_property("async", false);
+    let chain: Vec<gst::Element> = std::iter::once(queue.clone())
+        .chain(parser)
+        .chain([mux, sink.upcast()])
+        .collect();
+    link(pipeline, &chain)?;
+    let pad = queue
+        .static_pad("sink")
+        .ok_or_else(|| PipelineError::Build(format!("source {name} branch: no queue pad")))?;
+    let package = Arc::downgrade(package);
+    let open = std::sync::atomic::AtomicBool::new(false);
+    pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+        if !open.load(std::sync::atomic::Ordering::Relaxed) {
+            let wanted = package.upgrade().is_some_and(|p| p.wants_source());
+            let keyframe = info
+                .buffer()
+                .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT));
+            if !(wanted && keyframe) {
+                return gst::PadProbeReturn::Drop;
+            }
+            open.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        gst::PadProbeReturn::Ok
+    });
     tee.link(&queue)
         .map_err(|e| PipelineError::Build(format!("source {name} branch: {e}")))
 }
@@ -340,8 +374,8 @@ pub fn build(
         let source_tee = make("tee")?;
         let head = [
             src.clone().upcast::<gst::Element>(),
-            parse,
             source_tee.clone(),
+            parse,
             decode,
             make("videoconvert")?,
             make("videorate")?,
@@ -428,7 +462,15 @@ pub fn build(
         }
         screenshot_branch(&pipeline, &tee, v, package.clone())?;
         if plan.source {
-            source_branch(&pipeline, plan, &package, &source_tee, SOURCE_VIDEO)?;
+            let [parser, _] = video_decoder(v)?;
+            source_branch(
+                &pipeline,
+                plan,
+                &package,
+                &source_tee,
+                Some(parser),
+                SOURCE_VIDEO,
+            )?;
         }
         video_src = Some(src);
     }
@@ -452,8 +494,8 @@ pub fn build(
         let source_tee = make("tee")?;
         let [parse, decode] = audio_decoder(a)?;
         let chain: Vec<gst::Element> = std::iter::once(src.clone().upcast::<gst::Element>())
-            .chain(parse)
             .chain(std::iter::once(source_tee.clone()))
+            .chain(parse)
             .chain(decode)
             .chain([
                 make("audioconvert")?,
@@ -474,7 +516,8 @@ pub fn build(
             .collect();
         link(&pipeline, &chain)?;
         if plan.source {
-            source_branch(&pipeline, plan, &package, &source_tee, SOURCE_AUDIO)?;
+            let [parser, _] = audio_decoder(a)?;
+            source_branch(&pipeline, plan, &package, &source_tee, parser, SOURCE_AUDIO)?;
         }
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];

@@ -60,6 +60,8 @@ impl Recorder {
         output: Output,
     ) -> Result<Recorder, FragmentsError> {
         let writer = Writer::create(&dir)?;
+        // The pipeline feeds its source branch only while someone wants it.
+        let demand = (output == Output::Source).then(|| package.demand_source());
         let mut observer = package.observe(OBSERVE_QUEUE);
         // A track's current init is in the package already: the recording starts with it.
         let current: Vec<(String, Bytes)> = match output {
@@ -123,6 +125,7 @@ impl Recorder {
                     None => break,
                 }
             }
+            drop(demand);
             // The writer thread ends when the queue's sender is gone.
             drop(jobs);
             dropped += observer.dropped();
