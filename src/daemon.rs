@@ -266,6 +266,8 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
             root: config.data_dir.join("videos"),
             resume: config.record_resume,
             max: config.record_max,
+            max_bytes: config.recordings_max_bytes,
+            min_free_bytes: config.recordings_min_free_bytes,
         },
     );
     {

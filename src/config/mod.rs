@@ -94,6 +94,9 @@ settings! {
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
     record_resume_secs: u64 = crate::record::manager::DEFAULT_RESUME.as_secs(), 0..=3600;
     record_max_secs: u64 = crate::record::manager::DEFAULT_MAX.as_secs(), 60..=86_400;
+    /// Absent: no quota (the free-space floor still applies).
+    recordings_max_bytes: u64, 1..;
+    recordings_min_free_bytes: u64 = crate::record::manager::DEFAULT_MIN_FREE;
 
     // WHIP's network (absent: `WhipConfig::default()`), PULL, the player.
     whip_udp_addrs: Vec<SocketAddr>, ingest::non_empty;
@@ -173,6 +176,10 @@ pub struct Config {
     pub record_resume: std::time::Duration,
     /// A recording longer than this continues as a new video.
     pub record_max: std::time::Duration,
+    /// The bytes all videos may hold; `None`: no quota.
+    pub recordings_max_bytes: Option<u64>,
+    /// Recording stops (and does not start) below this much free disk.
+    pub recordings_min_free_bytes: u64,
     pub rtmp: crate::ingest::rtmp::RtmpConfig,
     pub srt: crate::ingest::srt::SrtConfig,
     pub whip: crate::ingest::whip::WhipConfig,
@@ -215,6 +222,8 @@ impl Config {
             backup_switch: Duration::from_secs(s.backup_switch_secs),
             record_resume: Duration::from_secs(s.record_resume_secs),
             record_max: Duration::from_secs(s.record_max_secs),
+            recordings_max_bytes: s.recordings_max_bytes,
+            recordings_min_free_bytes: s.recordings_min_free_bytes,
             player_assets_dir: s.player_assets_dir,
         })
     }

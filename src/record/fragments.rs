@@ -37,6 +37,8 @@ pub enum FragmentsError {
     BadTrack(String),
     #[error("track {0} has no init segment yet")]
     NoInit(String),
+    #[error("stopped: {0}")]
+    NoSpace(#[from] super::budget::NoSpace),
     #[error("track {track}: {source}")]
     Mp4 {
         track: String,

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use super::budget::{Budget, NoSpace};
 use super::fragments::{self, Summary};
 use super::policy::{Action, EndReason, Policy, PolicyError};
 use super::recorder::{Finished, Recorder};
@@ -25,6 +26,8 @@ use crate::package::Package;
 const TICK: Duration = Duration::from_millis(500);
 pub const DEFAULT_RESUME: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX: Duration = Duration::from_secs(14_400);
+/// The free-space floor: below 1 GiB free, recordings stop and do not start.
+pub const DEFAULT_MIN_FREE: u64 = 1 << 30;
 
 #[derive(Debug, Clone)]
 pub struct RecordConfig {
@@ -32,12 +35,18 @@ pub struct RecordConfig {
     pub root: PathBuf,
     pub resume: Duration,
     pub max: Duration,
+    /// `recordings_max_bytes`; `None`: no quota.
+    pub max_bytes: Option<u64>,
+    /// `recordings_min_free_bytes`.
+    pub min_free_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("stream {0} is not live")]
     NotLive(i64),
+    #[error("{0}")]
+    NoSpace(#[from] NoSpace),
     #[error("store: {0}")]
     Store(#[from] crate::db::StoreError),
     #[error("recording: {0}")]
@@ -59,6 +68,7 @@ struct StreamRec {
 pub struct Recordings {
     store: Arc<dyn Store>,
     config: RecordConfig,
+    budget: Arc<Budget>,
     streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
     /// Start of each open video, for `recording_duration` without the async lock.
     since: Mutex<HashMap<i64, Instant>>,
@@ -66,8 +76,14 @@ pub struct Recordings {
 
 impl Recordings {
     pub fn new(store: Arc<dyn Store>, config: RecordConfig) -> Arc<Recordings> {
+        let budget = Arc::new(Budget::new(
+            config.root.clone(),
+            config.max_bytes,
+            config.min_free_bytes,
+        ));
         Arc::new(Recordings {
             store,
+            budget,
             config,
             streams: tokio::sync::Mutex::new(HashMap::new()),
             since: Mutex::new(HashMap::new()),
@@ -143,6 +159,20 @@ impl Recordings {
         self.config.root.join(video.to_string())
     }
 
+    /// Removes a deleted video's files and gives their bytes back to the quota.
+    pub fn remove_files(&self, video: i64) -> std::io::Result<()> {
+        let dir = self.dir(video);
+        let size = super::budget::dir_size(&dir);
+        let removed = std::fs::remove_dir_all(&dir);
+        // What is gone now, even when the removal stopped halfway.
+        self.budget
+            .release(size.saturating_sub(super::budget::dir_size(&dir)));
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Seconds recorded so far in the stream's open video (`recording_duration`).
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
         let since = self.since.lock().unwrap_or_else(|p| p.into_inner());
@@ -198,6 +228,11 @@ impl Recordings {
         let mut streams = self.streams.lock().await;
         for (&id, s) in streams.iter_mut() {
             let mut actions = Vec::new();
+            if s.open.as_ref().is_some_and(|o| o.recorder.failed()) {
+                // Out of space or a write error: what was written becomes a ready video (the
+                // reason noted on it); the stream goes on live, not recording.
+                s.policy.stop_requested(&mut actions);
+            }
             s.policy.tick(now, &mut actions);
             if !actions.is_empty() {
                 self.apply(id, s, actions).await;
@@ -209,6 +244,9 @@ impl Recordings {
     pub async fn start(&self, id: i64) -> Result<(), RecordError> {
         let mut streams = self.streams.lock().await;
         let s = streams.get_mut(&id).ok_or(RecordError::NotLive(id))?;
+        if s.policy.is_live() && s.open.is_none() {
+            self.budget.check_start()?;
+        }
         let mut actions = Vec::new();
         s.policy
             .start_requested(Instant::now(), &mut actions)
@@ -266,6 +304,7 @@ impl Recordings {
 
     async fn open_video(&self, id: i64, s: &StreamRec) -> Result<Open, RecordError> {
         let package = s.package.clone().ok_or(RecordError::NotLive(id))?;
+        self.budget.check_start()?;
         let state = VideoState {
             record_type: s.record_type,
             status: VideoStatus::Pending,
@@ -295,7 +334,7 @@ impl Recordings {
             RecordType::Origin => crate::package::Output::Source,
             RecordType::Transcoded => crate::package::Output::Cmaf,
         };
-        let recorder = Recorder::start(&package, dir, output)?;
+        let recorder = Recorder::start(&package, dir, output, self.budget.clone())?;
         tracing::info!(stream = id, video = video.id, "recording started");
         Ok(Open { video, recorder })
     }
@@ -410,11 +449,17 @@ mod tests {
     }
 
     fn harness(resume: Duration) -> Harness {
+        harness_with(resume, None)
+    }
+
+    fn harness_with(resume: Duration, max_bytes: Option<u64>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
         let recordings = Recordings::new(
             store.clone(),
             RecordConfig {
+                max_bytes,
+                min_free_bytes: 0,
                 root: dir.path().join("videos"),
                 resume,
                 max: DEFAULT_MAX,
@@ -551,6 +596,48 @@ mod tests {
         })
         .await;
         assert!(ready.state.duration_ms > 0);
+    }
+
+    /// A recording that reaches `recordings_max_bytes` closes as a ready video with what fits
+    /// (the reason noted); another is refused with `NoSpace` until a video is deleted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_quota_closes_a_running_recording_and_refuses_the_next() {
+        let (init, frags) = fragments::tests::cmaf(16);
+        let size = |f: &(Vec<Bytes>, Duration)| f.0.iter().map(|c| c.len() as u64).sum::<u64>();
+        // Room for the init and three fragments, not four.
+        let quota =
+            init.len() as u64 + frags[..3].iter().map(size).sum::<u64>() + size(&frags[3]) / 2;
+        let h = harness_with(Duration::from_secs(5), Some(quota));
+        let id = stream(&h, false);
+        let package = live_package(init);
+        h.events
+            .send(LiveEvent::Started {
+                id,
+                package: package.clone(),
+                resumed: false,
+            })
+            .ok();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.recordings.start(id).await.unwrap();
+        feed(&package, &frags);
+        let ready = until(|| {
+            videos(&h, id)
+                .into_iter()
+                .find(|v| v.state.status == VideoStatus::Ready)
+        })
+        .await;
+        let expected: Duration = frags[..3].iter().map(|f| f.1).sum();
+        assert_eq!(ready.state.duration_ms, expected.as_millis() as u64);
+        let note = ready.state.error.clone().unwrap_or_default();
+        assert!(note.contains("recordings_max_bytes"), "{note}");
+        until(|| h.recordings.recording_duration(id).is_none().then_some(())).await;
+        // The stream is still live: a new recording is refused for space, not liveness.
+        assert!(matches!(
+            h.recordings.start(id).await,
+            Err(RecordError::NoSpace(NoSpace::Quota { .. }))
+        ));
+        h.recordings.remove_files(ready.id).unwrap();
+        h.recordings.start(id).await.unwrap();
     }
 
     /// A daemon killed mid-recording: the video row is pending, the files end in half a

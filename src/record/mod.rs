@@ -1,7 +1,8 @@
-//! Recordings of live streams (work in progress toward the recording issue): the crash-safe
-//! on-disk layout ([`fragments`]) and its VOD playlists ([`vod`]). The recorder that feeds it
-//! from a package observer, the videos API and the finaliser on start come next.
+//! Recordings of live streams becoming videos: the crash-safe on-disk layout ([`fragments`],
+//! [`mp4`]), the recorder that feeds it from a package observer ([`recorder`]), when to record
+//! ([`policy`], [`manager`]), the disk budget ([`budget`]) and the VOD renderings ([`vod`]).
 
+pub mod budget;
 pub mod fragments;
 pub mod manager;
 pub mod mp4;

@@ -65,6 +65,11 @@ impl Policy {
         }
     }
 
+    /// Whether an input is live now.
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
     /// Whether a video is open (recording or paused within the resume time).
     #[cfg(test)]
     pub fn recording(&self) -> bool {

@@ -1,10 +1,11 @@
-//! One running recording of the transcoded outputs: it observes the stream's package (the
-//! rungs and audio exactly as produced for live — no second encode) and appends each complete
+//! One running recording: it observes the stream's package (the rungs and audio exactly as
+//! produced for live — no second encode — or the source remux) and appends each complete
 //! segment to the recording directory on a writer thread of its own. A recorder that falls
 //! behind loses segments (counted, as the package observer does) and never slows live output.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use time::OffsetDateTime;
 use tokio::sync::{oneshot, watch};
 
+use super::budget::Budget;
 use super::fragments::{self, FragmentsError, Summary, Writer};
 use crate::package::{Output, Package, PackageEvent};
 
@@ -48,6 +50,8 @@ pub struct Finished {
 
 pub struct Recorder {
     stop: watch::Sender<bool>,
+    /// Set by the writer thread when it stopped writing (out of space, a write error).
+    failed: Arc<AtomicBool>,
     done: oneshot::Receiver<Finished>,
 }
 
@@ -58,6 +62,7 @@ impl Recorder {
         package: &Arc<Package>,
         dir: PathBuf,
         output: Output,
+        budget: Arc<Budget>,
     ) -> Result<Recorder, FragmentsError> {
         let writer = Writer::create(&dir)?;
         // The pipeline feeds its source branch only while someone wants it.
@@ -74,10 +79,12 @@ impl Recorder {
             }),
         };
         let (jobs, rx) = std_mpsc::sync_channel::<Job>(WRITE_QUEUE);
+        let failed = Arc::new(AtomicBool::new(false));
         let (done_tx, done) = oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("recorder".into())
-            .spawn(move || write_all(writer, rx, dir));
+        let thread = std::thread::Builder::new().name("recorder".into()).spawn({
+            let failed = failed.clone();
+            move || write_all(writer, rx, dir, &budget, &failed)
+        });
         let thread = thread.map_err(|source| FragmentsError::Io {
             path: PathBuf::from("recorder thread"),
             source,
@@ -141,7 +148,12 @@ impl Recorder {
                 });
             }
         });
-        Ok(Recorder { stop, done })
+        Ok(Recorder { stop, failed, done })
+    }
+
+    /// Whether it stopped writing early; [`Recorder::stop`] says why.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
     }
 
     /// Stops, finalises the files and returns what was recorded.
@@ -176,16 +188,28 @@ impl Tracks {
     }
 }
 
-/// The writer thread: every job in order; after the first failure it only drains (the video
-/// keeps what was written), then finalises what is there.
+/// The writer thread: every job in order, each within the disk budget; after the first
+/// failure it only drains (the video keeps what was written), then finalises what is there.
 fn write_all(
     mut writer: Writer,
     jobs: std_mpsc::Receiver<Job>,
     dir: PathBuf,
+    budget: &Budget,
+    failed: &AtomicBool,
 ) -> (Summary, Option<FragmentsError>) {
     let mut error = None;
     for job in jobs {
         if error.is_some() {
+            continue;
+        }
+        let size = match &job {
+            Job::Init { init, .. } => init.len() as u64,
+            Job::Fragment { chunks, .. } => chunks.iter().map(|c| c.len() as u64).sum(),
+        };
+        if let Err(e) = budget.reserve(size) {
+            tracing::warn!(dir = %dir.display(), error = %e, "recording stopped: no space");
+            error = Some(FragmentsError::NoSpace(e));
+            failed.store(true, Ordering::Relaxed);
             continue;
         }
         let result = match job {
@@ -203,6 +227,7 @@ fn write_all(
         if let Err(e) = result {
             tracing::error!(dir = %dir.display(), error = %e, "recording stopped writing");
             error = Some(e);
+            failed.store(true, Ordering::Relaxed);
         }
     }
     let summary = writer.summary().clone();
@@ -248,7 +273,13 @@ mod tests {
         push(&fragments[1]);
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("v1");
-        let recorder = Recorder::start(&package, dir.clone(), Output::Cmaf).unwrap();
+        let recorder = Recorder::start(
+            &package,
+            dir.clone(),
+            Output::Cmaf,
+            Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
+        )
+        .unwrap();
         for f in &fragments[2..] {
             push(f);
         }

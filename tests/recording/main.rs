@@ -287,3 +287,78 @@ async fn auto_record_origin_keeps_the_source_as_received() {
         "{secs} s vs {ms} ms"
     );
 }
+
+/// `recordings_max_bytes`: a running recording that reaches it is closed as a ready video
+/// with what fits (the reason noted on it), live output goes on, and a new recording is
+/// refused with 422 `no_space`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quota_closes_a_recording_as_a_ready_video_and_refuses_the_next() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_RECORDINGS_MAX_BYTES", "3000000")]);
+    let rec = create(
+        &d,
+        json!({"name": "quota", "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let start = format!("/streaming/streams/{id}/start_recording");
+    let _push = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let r = d.call(Method::PUT, &start, None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    wait_record(&d, id, Duration::from_secs(10), |r| r["recording"] == true).await;
+    // ~3 MB of a 720p ladder is a few seconds: the recording closes by itself.
+    let off = wait_record(&d, id, Duration::from_secs(40), |r| r["recording"] == false).await;
+    assert_eq!(off["live"], true, "live output goes on: {off}");
+    let videos = d
+        .get(&format!("/streaming/videos?stream_id={id}"))
+        .await
+        .body;
+    let video = &videos[0];
+    assert_eq!(video["status"], "ready", "{video}");
+    assert!(
+        video["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("recordings_max_bytes"),
+        "the reason is noted: {video}"
+    );
+    assert!(video["duration"].as_u64().unwrap() > 0, "{video}");
+    let size = video["origin_size"].as_u64().unwrap();
+    assert!(size <= 3_000_000, "within the quota: {size}");
+    // What was kept plays.
+    let probed = media::ffprobe_with(
+        &["-show_entries", "format=duration"],
+        video["hls_url"].as_str().unwrap(),
+    );
+    assert!(probed["format"]["duration"].as_str().is_some(), "{probed}");
+    let r = d.call(Method::PUT, &start, None).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "no_space"),
+        "{}",
+        r.body
+    );
+    // The live stream is still advancing: its newest segment moves on.
+    let master = rec["hls_cmaf_url"].as_str().unwrap();
+    let (_, text) = media::text(master).await;
+    let variant = text
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.is_empty())
+        .unwrap();
+    let url = format!("{}{variant}", master.trim_end_matches("master.m3u8"));
+    let newest = |t: String| {
+        t.lines()
+            .filter(|l| l.starts_with("#EXT-X-PROGRAM-DATE-TIME"))
+            .last()
+            .map(str::to_owned)
+    };
+    let before = newest(media::text(&url).await.1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = newest(media::text(&url).await.1);
+    assert!(
+        before.is_some() && before != after,
+        "{before:?} then {after:?}"
+    );
+}

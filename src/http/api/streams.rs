@@ -475,7 +475,7 @@ pub async fn dvr_cleanup(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiE
 }
 
 /// `PUT …/start_recording`: 204 once the recording is opened; 409 `not_live` when the stream
-/// is not receiving.
+/// is not receiving; 422 `no_space` over `recordings_max_bytes` or the free-space floor.
 pub async fn start_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
     load(api, id).await?;
     match api.recordings.start(id).await {
@@ -484,6 +484,11 @@ pub async fn start_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, 
             StatusCode::CONFLICT,
             "not_live",
             "the stream is not live; a recording starts on a live stream",
+        )),
+        Err(crate::record::manager::RecordError::NoSpace(e)) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_space",
+            format!("no space for a recording: {e}"),
         )),
         Err(e) => {
             tracing::error!(stream = id, error = %e, "start_recording failed");

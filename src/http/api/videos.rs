@@ -223,12 +223,10 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
         .db(move |s| s.delete_video(id))
         .await?
         .ok_or_else(|| ApiError::not_found("video"))?;
-    let dir = api.recordings.dir(row.id);
-    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+    let recordings = api.recordings.clone();
+    let removed = tokio::task::spawn_blocking(move || recordings.remove_files(row.id)).await;
     if let Ok(Err(e)) = removed {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::error!(video = id, error = %e, "cannot remove the video's files");
-        }
+        tracing::error!(video = id, error = %e, "cannot remove the video's files");
     }
     tracing::info!(video = id, "video deleted");
     Ok(super::no_content())
