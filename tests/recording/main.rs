@@ -350,8 +350,8 @@ async fn the_quota_closes_a_recording_as_a_ready_video_and_refuses_the_next() {
     let url = format!("{}{variant}", master.trim_end_matches("master.m3u8"));
     let newest = |t: String| {
         t.lines()
-            .filter(|l| l.starts_with("#EXT-X-PROGRAM-DATE-TIME"))
-            .last()
+            .rev()
+            .find(|l| l.starts_with("#EXT-X-PROGRAM-DATE-TIME"))
             .map(str::to_owned)
     };
     let before = newest(media::text(&url).await.1);
