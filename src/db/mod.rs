@@ -267,6 +267,12 @@ pub struct VideoState {
     pub duration_ms: u64,
     pub size: u64,
     pub renditions: Vec<VideoRendition>,
+    /// `screenshot.jpg` is in the video's directory.
+    #[serde(default)]
+    pub screenshot: bool,
+    /// `origin.mp4` (the single audio+video download of an origin recording) is there.
+    #[serde(default)]
+    pub download: bool,
 }
 
 /// A recorded video as stored.

@@ -810,6 +810,8 @@ mod tests {
             duration_ms: 0,
             size: 0,
             renditions: Vec::new(),
+            screenshot: false,
+            download: false,
         };
         let settings = |name: &str, client: Option<i64>| VideoSettings {
             name: name.into(),

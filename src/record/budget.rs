@@ -78,6 +78,11 @@ impl Budget {
         Ok(())
     }
 
+    /// Bytes written outside [`Budget::reserve`] (an assembled download).
+    pub fn add(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// Bytes deleted (a video removed).
     pub fn release(&self, bytes: u64) {
         let _ = self

@@ -97,13 +97,30 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The longest track's duration: what a player of the recording shows.
+    /// The longest rendition's duration (its tracks one after the other): what a player of
+    /// the recording shows.
     pub fn duration(&self) -> Duration {
-        self.tracks
-            .values()
-            .map(Track::duration)
+        self.renditions()
+            .iter()
+            .map(|(_, tracks)| tracks.iter().map(|t| t.duration()).sum())
             .max()
             .unwrap_or_default()
+    }
+
+    /// The tracks by rendition, each rendition's in generation order (`720p`, `720p-2`, …);
+    /// renditions by name.
+    pub fn renditions(&self) -> Vec<(&str, Vec<&Track>)> {
+        let mut by: BTreeMap<&str, Vec<(u32, &Track)>> = BTreeMap::new();
+        for t in self.tracks.values() {
+            let (base, generation) = rendition_of(&t.name);
+            by.entry(base).or_default().push((generation, t));
+        }
+        by.into_iter()
+            .map(|(base, mut tracks)| {
+                tracks.sort_by_key(|(g, _)| *g);
+                (base, tracks.into_iter().map(|(_, t)| t).collect())
+            })
+            .collect()
     }
 
     pub fn size(&self) -> u64 {
@@ -121,6 +138,18 @@ fn check_track(name: &str) -> Result<(), FragmentsError> {
         Ok(())
     } else {
         Err(FragmentsError::BadTrack(name.to_owned()))
+    }
+}
+
+/// A track's rendition and generation: `720p` → (`720p`, 1), `720p-2` → (`720p`, 2) (the
+/// recorder's naming; a rendition name never ends in `-{digits}`).
+pub fn rendition_of(track: &str) -> (&str, u32) {
+    match track.rsplit_once('-') {
+        Some((base, n)) if !base.is_empty() => match n.parse::<u32>() {
+            Ok(g) if g >= 2 && !n.starts_with('0') => (base, g),
+            _ => (track, 1),
+        },
+        _ => (track, 1),
     }
 }
 
@@ -311,7 +340,7 @@ fn from_unix_ms(ms: i64) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), FragmentsError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), FragmentsError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_at(dir))
@@ -492,14 +521,28 @@ pub(crate) mod tests {
     /// Real cmafmux output for `seconds` of 640x360 25 fps H.264 in 2 s fragments: the init
     /// segment and each fragment's buffers with its duration.
     pub(crate) fn cmaf(seconds: u32) -> (Bytes, Vec<(Vec<Bytes>, Duration)>) {
+        cmaf_of(&format!(
+            "videotestsrc num-buffers={} ! video/x-raw,width=640,height=360,framerate=25/1,format=I420 \
+             ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=50 ! h264parse",
+            seconds * 25
+        ))
+    }
+
+    /// The same for `seconds` of 48 kHz stereo AAC.
+    pub(crate) fn cmaf_audio(seconds: u32) -> (Bytes, Vec<(Vec<Bytes>, Duration)>) {
+        cmaf_of(&format!(
+            "audiotestsrc num-buffers={} samplesperbuffer=1024 ! audio/x-raw,rate=48000,channels=2 \
+             ! avenc_aac ! aacparse",
+            seconds * 48_000 / 1024
+        ))
+    }
+
+    fn cmaf_of(source: &str) -> (Bytes, Vec<(Vec<Bytes>, Duration)>) {
         use gstreamer as gst;
         use gstreamer::prelude::*;
         crate::pipeline::init().unwrap();
         let desc = format!(
-            "videotestsrc num-buffers={} ! video/x-raw,width=640,height=360,framerate=25/1,format=I420 \
-             ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=50 ! h264parse \
-             ! cmafmux fragment-duration=2000000000 ! appsink name=out sync=false buffer-list=true",
-            seconds * 25
+            "{source} ! cmafmux fragment-duration=2000000000 ! appsink name=out sync=false buffer-list=true"
         );
         let pipeline = gst::parse::launch(&desc)
             .unwrap()

@@ -56,6 +56,10 @@ pub enum RecordError {
 struct Open {
     video: VideoRow,
     recorder: Recorder,
+    package: Arc<Package>,
+    started: Instant,
+    /// Its screenshot is written.
+    screenshot: bool,
 }
 
 struct StreamRec {
@@ -105,7 +109,12 @@ impl Recordings {
             let recovered = fragments::recover(&dir)
                 .and_then(|summary| fragments::finalize(&dir, &summary).map(|()| summary));
             let state = match recovered {
-                Ok(summary) => finished_state(&dir, &video.state, summary, None),
+                Ok(summary) => {
+                    if video.state.record_type == RecordType::Origin {
+                        assemble_download(video.id, &dir, &summary);
+                    }
+                    finished_state(&dir, &video.state, summary, None)
+                }
                 Err(e) => VideoState {
                     status: VideoStatus::Error,
                     error: Some(format!("interrupted and not recoverable: {e}")),
@@ -173,6 +182,23 @@ impl Recordings {
         }
     }
 
+    /// Copies the stream's latest screenshot into the video's directory.
+    async fn take_screenshot(&self, video: i64, package: &Package) {
+        let Some(jpeg) = package.read(|p| p.screenshot.clone()) else {
+            return;
+        };
+        let dir = self.dir(video);
+        let budget = self.budget.clone();
+        let saved = tokio::task::spawn_blocking(move || {
+            budget.reserve(jpeg.len() as u64).ok()?;
+            Some(save_screenshot(&dir, &jpeg))
+        })
+        .await;
+        if let Ok(Some(Err(e))) = saved {
+            tracing::warn!(video, error = %e, "cannot save the video's screenshot");
+        }
+    }
+
     /// Seconds recorded so far in the stream's open video (`recording_duration`).
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
         let since = self.since.lock().unwrap_or_else(|p| p.into_inner());
@@ -228,6 +254,13 @@ impl Recordings {
         let mut streams = self.streams.lock().await;
         for (&id, s) in streams.iter_mut() {
             let mut actions = Vec::new();
+            if let Some(open) = s.open.as_mut() {
+                if !open.screenshot && open.started.elapsed() >= SCREENSHOT_AFTER {
+                    open.screenshot = true;
+                    let (video, package) = (open.video.id, open.package.clone());
+                    self.take_screenshot(video, &package).await;
+                }
+            }
             if s.open.as_ref().is_some_and(|o| o.recorder.failed()) {
                 // Out of space or a write error: what was written becomes a ready video (the
                 // reason noted on it); the stream goes on live, not recording.
@@ -312,6 +345,8 @@ impl Recordings {
             duration_ms: 0,
             size: 0,
             renditions: Vec::new(),
+            screenshot: false,
+            download: false,
         };
         let store = self.store.clone();
         let now = OffsetDateTime::now_utc();
@@ -336,12 +371,28 @@ impl Recordings {
         };
         let recorder = Recorder::start(&package, dir, output, self.budget.clone())?;
         tracing::info!(stream = id, video = video.id, "recording started");
-        Ok(Open { video, recorder })
+        Ok(Open {
+            video,
+            recorder,
+            package,
+            started: Instant::now(),
+            screenshot: false,
+        })
     }
 
     async fn close_video(&self, id: i64, open: Open, reason: EndReason) {
-        let Open { video, recorder } = open;
+        let Open {
+            video,
+            recorder,
+            package,
+            screenshot,
+            ..
+        } = open;
         let finished = recorder.stop().await;
+        if !screenshot {
+            self.take_screenshot(video.id, &package).await;
+        }
+        let origin = video.state.record_type == RecordType::Origin;
         let ended = OffsetDateTime::now_utc();
         let state = match finished {
             Some(Finished {
@@ -354,7 +405,24 @@ impl Recordings {
                         format!("{dropped} segments were lost: the disk could not keep up")
                     })
                 });
-                finished_state(&self.dir(video.id), &video.state, summary, note)
+                let dir = self.dir(video.id);
+                let was = video.state.clone();
+                let budget = self.budget.clone();
+                tokio::task::spawn_blocking(move || {
+                    if origin && budget.check(summary.size()).is_ok() {
+                        let before = super::budget::dir_size(&dir);
+                        assemble_download(video.id, &dir, &summary);
+                        let grown = super::budget::dir_size(&dir).saturating_sub(before);
+                        budget.add(grown);
+                    }
+                    finished_state(&dir, &was, summary, note)
+                })
+                .await
+                .unwrap_or_else(|_| VideoState {
+                    status: VideoStatus::Error,
+                    error: Some("finalising the recording failed".into()),
+                    ..video.state.clone()
+                })
             }
             None => VideoState {
                 status: VideoStatus::Error,
@@ -379,6 +447,51 @@ impl Recordings {
             ok = matches!(result, Ok(Ok(true))),
             "recording ended"
         );
+    }
+}
+
+/// A JPEG of the recorded stream, in the video's directory.
+pub const SCREENSHOT: &str = "screenshot.jpg";
+/// A recording this old takes its screenshot (the package renews its own every 10 s, so
+/// by then it shows the recording, not what came before).
+const SCREENSHOT_AFTER: Duration = Duration::from_secs(12);
+
+/// Writes `jpeg` as the video's screenshot (temporary file, then rename: whole or absent).
+fn save_screenshot(dir: &std::path::Path, jpeg: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join("screenshot.jpg.part");
+    std::fs::write(&tmp, jpeg)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, dir.join(SCREENSHOT))
+}
+
+/// The source tracks of an origin recording that make its download: the first generation
+/// of each (a source whose codec changed mid-recording has no single download).
+fn download_tracks(summary: &Summary) -> Option<Vec<String>> {
+    let renditions = summary.renditions();
+    if renditions.iter().any(|(_, tracks)| tracks.len() > 1) {
+        return None;
+    }
+    let names: Vec<String> = renditions
+        .iter()
+        .flat_map(|(_, tracks)| tracks.iter())
+        .filter(|t| !t.fragments.is_empty())
+        .map(|t| t.name.clone())
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// Assembles an origin recording's download; whether it is there.
+fn assemble_download(video: i64, dir: &std::path::Path, summary: &Summary) -> bool {
+    let Some(tracks) = download_tracks(summary) else {
+        return false;
+    };
+    let names: Vec<&str> = tracks.iter().map(String::as_str).collect();
+    match super::download::assemble(dir, &names) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(video, error = %e, "cannot assemble the origin download");
+            false
+        }
     }
 }
 
@@ -409,6 +522,8 @@ fn finished_state(
         error: error.or_else(|| (!written).then(|| "nothing was recorded".to_owned())),
         duration_ms: summary.duration().as_millis() as u64,
         size: summary.size(),
+        screenshot: dir.join(SCREENSHOT).is_file(),
+        download: dir.join(super::download::FILE).is_file(),
         renditions: summary
             .tracks
             .values()
@@ -656,6 +771,8 @@ mod tests {
             duration_ms: 0,
             size: 0,
             renditions: Vec::new(),
+            screenshot: false,
+            download: false,
         };
         let settings = VideoSettings {
             name: "Stream Record: cam".into(),

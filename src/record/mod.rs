@@ -3,6 +3,7 @@
 //! ([`policy`], [`manager`]), the disk budget ([`budget`]) and the VOD renderings ([`vod`]).
 
 pub mod budget;
+pub mod download;
 pub mod fragments;
 pub mod manager;
 pub mod mp4;

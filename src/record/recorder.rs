@@ -99,8 +99,9 @@ impl Recorder {
                 }
             };
             for (rendition, init) in current {
-                let track = tracks.open(&rendition);
-                send(Job::Init { track, init });
+                if let (track, true) = tracks.open(&rendition, &init) {
+                    send(Job::Init { track, init });
+                }
             }
             loop {
                 let event = tokio::select! {
@@ -113,8 +114,9 @@ impl Recorder {
                         rendition,
                         init,
                     }) if from == output => {
-                        let track = tracks.open(&rendition);
-                        send(Job::Init { track, init });
+                        if let (track, true) = tracks.open(&rendition, &init) {
+                            send(Job::Init { track, init });
+                        }
                     }
                     Some(PackageEvent::Segment(s)) if s.key.output == output => {
                         let Some(track) = tracks.current(&s.key.rendition) else {
@@ -164,27 +166,44 @@ impl Recorder {
 }
 
 /// Track names per rendition: the rendition's name, then `-2`, `-3`… when a rebuilt pipeline
-/// brings a new init segment (a new file, as its fragments need that init).
+/// brings a different init segment (a new file, as its fragments need that init). A rebuilt
+/// pipeline with the same init (a reconnect with the same source) continues the same file.
 #[derive(Default)]
 struct Tracks {
-    names: BTreeMap<String, (String, u32)>,
+    names: BTreeMap<String, (String, u32, Bytes)>,
 }
 
 impl Tracks {
-    fn open(&mut self, rendition: &str) -> String {
-        let entry = self
-            .names
-            .entry(rendition.to_owned())
-            .and_modify(|(name, n)| {
+    /// The track for `init`, and whether it is new (its init must be written).
+    fn open(&mut self, rendition: &str, init: &Bytes) -> (String, bool) {
+        match self.names.get_mut(rendition) {
+            Some((name, _, current)) if current == init => (name.clone(), false),
+            Some((name, n, current)) => {
                 *n += 1;
-                *name = format!("{rendition}-{n}");
-            })
-            .or_insert_with(|| (rendition.to_owned(), 1));
-        entry.0.clone()
+                *name = track_name(rendition, *n);
+                *current = init.clone();
+                (name.clone(), true)
+            }
+            None => {
+                let name = track_name(rendition, 1);
+                self.names
+                    .insert(rendition.to_owned(), (name.clone(), 1, init.clone()));
+                (name, true)
+            }
+        }
     }
 
     fn current(&self, rendition: &str) -> Option<String> {
-        self.names.get(rendition).map(|(name, _)| name.clone())
+        self.names.get(rendition).map(|(name, _, _)| name.clone())
+    }
+}
+
+/// `720p`, then `720p-2`, `720p-3`… (see [`super::fragments::rendition_of`]).
+fn track_name(rendition: &str, generation: u32) -> String {
+    if generation == 1 {
+        rendition.to_owned()
+    } else {
+        format!("{rendition}-{generation}")
     }
 }
 

@@ -1,49 +1,228 @@
-//! VOD playlists of a recording, rendered from its index: one HLS media playlist per track that
-//! addresses the track's single fragmented MP4 by byte ranges (`EXT-X-MAP` for the init,
-//! `EXT-X-BYTERANGE` per fragment; RFC 8216bis §4.4.4.2, §4.4.4.5), so the files a crash may
-//! have interrupted are served as they are, without a remux.
+//! VOD renderings of a recording, from its index: HLS media playlists that address each
+//! track's fragmented MP4 by byte ranges (`EXT-X-MAP` for the init, `EXT-X-BYTERANGE` per
+//! fragment; RFC 8216bis §4.4.4.2, §4.4.4.5), the HLS master, and a static DASH MPD of the
+//! on-demand profile (`SegmentBase` pointing at each file's init and `sidx`). The files a crash
+//! may have interrupted are served as they are, without a remux. A rendition whose pipeline
+//! was rebuilt with a different init has several tracks (`720p`, `720p-2`): one playlist
+//! chains them with `EXT-X-DISCONTINUITY` and a new `EXT-X-MAP`; the MPD gives each its Period.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use super::fragments::Track;
+use super::mp4::TrackInfo;
+
+/// A file's `sidx`, for DASH: its length (it starts right after the init), timescale and
+/// earliest presentation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sidx {
+    pub len: u64,
+    pub timescale: u32,
+    pub earliest: u64,
+}
+
+impl Sidx {
+    /// Reads the `sidx` (version 0 or 1) at the start of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Option<Sidx> {
+        let be32 = |at: usize| Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        let be64 = |at: usize| Some(u64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        if bytes.get(4..8)? != b"sidx" {
+            return None;
+        }
+        let earliest = match bytes.get(8)? {
+            0 => u64::from(be32(20)?),
+            1 => be64(20)?,
+            _ => return None,
+        };
+        Some(Sidx {
+            len: u64::from(be32(0)?),
+            timescale: be32(16)?.max(1),
+            earliest,
+        })
+    }
+}
+
+/// One rendition of a recording as the renderings need it.
+pub struct Rendition<'a> {
+    pub name: &'a str,
+    /// What its first track's init declares.
+    pub info: TrackInfo,
+    /// Peak bit rate over its fragments (RFC 8216bis §4.4.6.2 asks for the peak).
+    pub peak: u64,
+    /// Its tracks in order, each with its `sidx` (absent: not served by the MPD).
+    pub tracks: Vec<(&'a Track, Option<Sidx>)>,
+}
+
+/// The peak bit rate of `tracks`' fragments.
+pub fn peak(tracks: &[&Track]) -> u64 {
+    tracks
+        .iter()
+        .flat_map(|t| &t.fragments)
+        .map(|f| (f.len as f64 * 8.0 / f.duration.as_secs_f64().max(0.001)) as u64)
+        .max()
+        .unwrap_or(0)
+}
 
 /// `EXT-X-TARGETDURATION`: the longest fragment rounded to the nearest second (§4.4.3.1:
 /// every EXTINF rounded to the nearest integer must be ≤ it).
-fn target_duration(track: &Track) -> u64 {
-    track
-        .fragments
+fn target_duration(tracks: &[&Track]) -> u64 {
+    tracks
         .iter()
+        .flat_map(|t| &t.fragments)
         .map(|f| f.duration.as_secs_f64().round() as u64)
         .max()
         .unwrap_or(0)
         .max(1)
 }
 
-/// The media playlist of one track; `uri` is how the playlist names the track's file.
-pub fn media_playlist(track: &Track, uri: &str) -> String {
+/// The media playlist of one rendition: its tracks one after the other, each file named
+/// `{track}.mp4`.
+pub fn media_playlist(tracks: &[&Track]) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
         "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{}\n#EXT-X-PLAYLIST-TYPE:VOD\n\
-         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n\
-         #EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{}@0\"\n",
-        target_duration(track),
-        track.init_len
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n",
+        target_duration(tracks),
     );
-    for f in &track.fragments {
-        if f.discontinuity {
+    for (i, track) in tracks.iter().enumerate() {
+        let uri = format!("{}.mp4", track.name);
+        if i > 0 {
             out.push_str("#EXT-X-DISCONTINUITY\n");
         }
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
-            f.duration.as_secs_f64(),
-            f.len,
-            f.offset
+            "#EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{}@0\"",
+            track.init_len
         );
+        for (n, f) in track.fragments.iter().enumerate() {
+            if f.discontinuity && !(i > 0 && n == 0) {
+                out.push_str("#EXT-X-DISCONTINUITY\n");
+            }
+            let _ = write!(
+                out,
+                "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+                f.duration.as_secs_f64(),
+                f.len,
+                f.offset
+            );
+        }
     }
     out.push_str("#EXT-X-ENDLIST\n");
     out
+}
+
+/// The master playlist: video renditions as variants (highest first), audio as the one
+/// `EXT-X-MEDIA` rendition they refer to (§4.4.6.1); an audio-only recording is one variant.
+pub fn master(renditions: &[Rendition]) -> Option<String> {
+    let audio = renditions.iter().find(|r| r.info.audio);
+    let mut video: Vec<&Rendition> = renditions.iter().filter(|r| !r.info.audio).collect();
+    video.sort_by_key(|r| std::cmp::Reverse(r.peak));
+    let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    if let Some(a) = audio {
+        let _ = writeln!(
+            out,
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"{}\",DEFAULT=YES,AUTOSELECT=YES,URI=\"{}.m3u8\"",
+            a.name, a.name
+        );
+    }
+    for v in &video {
+        let (codecs, bandwidth, group) = match audio {
+            Some(a) => (
+                format!("{},{}", v.info.codecs, a.info.codecs),
+                v.peak + a.peak,
+                ",AUDIO=\"audio\"",
+            ),
+            None => (v.info.codecs.clone(), v.peak, ""),
+        };
+        let _ = writeln!(
+            out,
+            "#EXT-X-STREAM-INF:BANDWIDTH={bandwidth},CODECS=\"{codecs}\",RESOLUTION={}x{}{group}\n{}.m3u8",
+            v.info.width, v.info.height, v.name
+        );
+    }
+    if video.is_empty() {
+        let a = audio?;
+        let _ = writeln!(
+            out,
+            "#EXT-X-STREAM-INF:BANDWIDTH={},CODECS=\"{}\"\n{}.m3u8",
+            a.peak, a.info.codecs, a.name
+        );
+    }
+    Some(out)
+}
+
+fn xs_duration(d: Duration) -> String {
+    format!("PT{:.3}S", d.as_secs_f64())
+}
+
+/// The static MPD (ISO/IEC 23009-1 on-demand profile): one Period per track generation, each
+/// Representation one file with `SegmentBase` (its `sidx` as the index, its init as the
+/// initialization; `presentationTimeOffset` the file's first time).
+pub fn mpd(renditions: &[Rendition]) -> Option<String> {
+    let generations = renditions.iter().map(|r| r.tracks.len()).max()?;
+    let mut periods = String::new();
+    let mut start = Duration::ZERO;
+    for g in 0..generations {
+        let length = renditions
+            .iter()
+            .filter_map(|r| r.tracks.get(g))
+            .map(|(t, _)| t.duration())
+            .max()
+            .unwrap_or_default();
+        let _ = writeln!(
+            periods,
+            "  <Period id=\"{}\" start=\"{}\" duration=\"{}\">",
+            g + 1,
+            xs_duration(start),
+            xs_duration(length)
+        );
+        for (content, audio) in [("video", false), ("audio", true)] {
+            let members: Vec<(&Rendition, &Track, Sidx)> = renditions
+                .iter()
+                .filter(|r| r.info.audio == audio)
+                .filter_map(|r| {
+                    let (t, sidx) = r.tracks.get(g)?;
+                    Some((r, *t, (*sidx)?))
+                })
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                periods,
+                "    <AdaptationSet contentType=\"{content}\" mimeType=\"{content}/mp4\" segmentAlignment=\"true\" subsegmentAlignment=\"true\" subsegmentStartsWithSAP=\"1\">"
+            );
+            for (r, t, sidx) in members {
+                let size = if audio {
+                    String::new()
+                } else {
+                    format!(" width=\"{}\" height=\"{}\"", r.info.width, r.info.height)
+                };
+                let _ = writeln!(
+                    periods,
+                    "      <Representation id=\"{}\" codecs=\"{}\" bandwidth=\"{}\"{size}>\n        <BaseURL>{}.mp4</BaseURL>\n        <SegmentBase timescale=\"{}\" presentationTimeOffset=\"{}\" indexRange=\"{}-{}\">\n          <Initialization range=\"0-{}\"/>\n        </SegmentBase>\n      </Representation>",
+                    r.name,
+                    r.info.codecs,
+                    r.peak.max(1),
+                    t.name,
+                    sidx.timescale,
+                    sidx.earliest,
+                    t.init_len,
+                    t.init_len + sidx.len - 1,
+                    t.init_len.saturating_sub(1),
+                );
+            }
+            periods.push_str("    </AdaptationSet>\n");
+        }
+        periods.push_str("  </Period>\n");
+        start += length;
+    }
+    Some(format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"static\" \
+profiles=\"urn:mpeg:dash:profile:isoff-on-demand:2011\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n{periods}</MPD>\n",
+        xs_duration(start)
+    ))
 }
 
 #[cfg(test)]
@@ -79,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_vod_playlist_addresses_the_one_file_by_byte_ranges() {
-        let text = media_playlist(&track(), "720p.mp4");
+        let text = media_playlist(&[&track()]);
         let playlist = match m3u8_rs::parse_playlist_res(text.as_bytes()).unwrap() {
             m3u8_rs::Playlist::MediaPlaylist(p) => p,
             m3u8_rs::Playlist::MasterPlaylist(_) => panic!("a media playlist"),

@@ -38,14 +38,14 @@ pub struct VideoView {
     created_at: String,
     updated_at: String,
     origin_size: u64,
-    /// The single MP4 download of an origin recording: not assembled yet (`null`).
+    /// The single audio+video MP4 of an origin recording; `null` until it is assembled (at
+    /// the end of the recording) or when it could not be (a codec change mid-recording).
     origin_url: Option<String>,
     hls_url: String,
-    /// Not served yet: `null` until the static MPD, the JPEG and the player page for videos
-    /// exist (a URL that answers 404 would lie).
-    dash_url: Option<String>,
+    dash_url: String,
+    /// `null` when the recording ended before the stream had a screenshot.
     screenshot: Option<String>,
-    iframe_url: Option<String>,
+    iframe_url: String,
     client_user_id: Option<Value>,
     converted_videos: Vec<ConvertedVideo>,
 }
@@ -66,11 +66,20 @@ pub fn view(api: &Arc<Api>, v: &VideoRow) -> VideoView {
         created_at: iso8601(v.created_at),
         updated_at: iso8601(v.updated_at),
         origin_size: if origin { v.state.size } else { 0 },
-        origin_url: None,
+        origin_url: v
+            .state
+            .download
+            .then(|| format!("{base}/{}", crate::record::download::FILE)),
         hls_url: format!("{base}/master.m3u8"),
-        dash_url: None,
-        screenshot: None,
-        iframe_url: None,
+        dash_url: format!("{base}/index.mpd"),
+        screenshot: v
+            .state
+            .screenshot
+            .then(|| format!("{base}/{}", crate::record::manager::SCREENSHOT)),
+        iframe_url: format!(
+            "{}/player/videos/{}_{}",
+            api.endpoints.public_url, v.id, v.slug
+        ),
         client_user_id: v.settings.client_user_id.clone().map(Value::Number),
         converted_videos: v
             .state

@@ -18,6 +18,7 @@ use crate::package::hls::{self, Readiness};
 use crate::package::{Output, Package, PackageState, SegmentKey};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
+pub const MPD_TYPE: &str = "application/dash+xml";
 /// Parts and segments never change once published (sequence numbers are never reused).
 const IMMUTABLE: &str = "public, max-age=86400, immutable";
 /// Playlists change with every part; a blocking request's answer is fresh by construction.
@@ -226,7 +227,7 @@ pub async fn handle(
             match package.wait_for(timeout(&package), render).await {
                 Some(mpd) => with_common(
                     Response::builder()
-                        .header(header::CONTENT_TYPE, "application/dash+xml")
+                        .header(header::CONTENT_TYPE, MPD_TYPE)
                         .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
                         // One attribute depends on the client (see `DashClient`): caches must
                         // keep the variants apart.

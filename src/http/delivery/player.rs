@@ -104,6 +104,19 @@ impl Player {
         if let Some(name) = path.strip_prefix("/player/assets/") {
             return self.asset(name).await;
         }
+        let format = req
+            .uri()
+            .query()
+            .and_then(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .find(|(k, _)| k == "format")
+                    .map(|(_, v)| v.into_owned())
+            })
+            .filter(|f| f == "dash")
+            .unwrap_or_else(|| "hls".into());
+        if let Some(key) = path.strip_prefix("/player/videos/") {
+            return self.video_page(key, format).await;
+        }
         let Some((id, status)) = parse(path) else {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
@@ -122,41 +135,83 @@ impl Player {
             );
             return r;
         }
-        let format = req
-            .uri()
-            .query()
-            .and_then(|q| {
-                form_urlencoded::parse(q.as_bytes())
-                    .find(|(k, _)| k == "format")
-                    .map(|(_, v)| v.into_owned())
-            })
-            .filter(|f| f == "dash")
-            .unwrap_or_else(|| "hls".into());
-        let config = json!({
+        page(&json!({
             "id": id,
+            "vod": false,
             "hls": format!("/cmaf/{id}/master.m3u8"),
             "dash": format!("/cmaf/{id}/index.mpd"),
             "status": format!("/player/{id}/status.json"),
             "poster": format!("/screenshots/{id}/last.jpg"),
             "projection": row.settings.projection,
             "format": format,
-        });
-        // Inside <script>: no `</` may appear (the values are ours, but stay safe anyway).
-        let config = config.to_string().replace("</", "<\\/");
-        Response::builder()
-            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
-            .header(header::CACHE_CONTROL, "no-cache")
-            // Embeddable anywhere (it is an iframe player); scripts only from this origin.
-            .header(
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; \
-                 media-src 'self' blob:; connect-src 'self'; worker-src 'self' blob:; \
-                 style-src 'unsafe-inline'",
-            )
-            .body(full(PAGE.replace("{{CONFIG}}", &config)))
-            .expect("valid response")
+        }))
     }
 
+    /// `/player/videos/{id}_{slug}`: the same page playing a ready video (VOD, with controls),
+    /// its screenshot as the poster. A wrong slug is the same 404 as an unknown id.
+    async fn video_page(&self, key: &str, format: String) -> Response<Body> {
+        let Some((id, slug)) = key
+            .split_once('_')
+            .and_then(|(id, slug)| Some((id.parse::<i64>().ok().filter(|i| *i > 0)?, slug)))
+        else {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        };
+        let store = self.store.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let video = store.get_video(id)?;
+            let stream = match &video {
+                Some(v) => store.get_stream(v.stream_id)?,
+                None => None,
+            };
+            Ok::<_, crate::db::StoreError>((video, stream))
+        })
+        .await;
+        let (video, stream) = match found {
+            Ok(Ok(found)) => found,
+            _ => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        };
+        let Some(video) = video.filter(|v| {
+            crate::secret::constant_time_eq(v.slug.as_bytes(), slug.as_bytes())
+                && v.state.status == crate::db::VideoStatus::Ready
+        }) else {
+            return text(StatusCode::NOT_FOUND, "no such video\n");
+        };
+        let base = format!("/videos/{}_{}", video.id, video.slug);
+        page(&json!({
+            "id": video.id,
+            "vod": true,
+            "hls": format!("{base}/master.m3u8"),
+            "dash": format!("{base}/index.mpd"),
+            "poster": if video.state.screenshot {
+                format!("{base}/{}", crate::record::manager::SCREENSHOT)
+            } else {
+                String::new()
+            },
+            "projection": stream.map_or(crate::db::Projection::Regular, |s| s.settings.projection),
+            "format": format,
+        }))
+    }
+}
+
+/// The page with its configuration.
+fn page(config: &serde_json::Value) -> Response<Body> {
+    // Inside <script>: no `</` may appear (the values are ours, but stay safe anyway).
+    let config = config.to_string().replace("</", "<\\/");
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-cache")
+        // Embeddable anywhere (it is an iframe player); scripts only from this origin.
+        .header(
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                 media-src 'self' blob:; connect-src 'self'; worker-src 'self' blob:; \
+                 style-src 'unsafe-inline'",
+        )
+        .body(full(PAGE.replace("{{CONFIG}}", &config)))
+        .expect("valid response")
+}
+
+impl Player {
     async fn asset(&self, name: &str) -> Response<Body> {
         let Some((_, rel)) = ASSETS.iter().find(|(n, _)| *n == name) else {
             return text(StatusCode::NOT_FOUND, "not found\n");

@@ -3,7 +3,6 @@
 //! from disk with byte ranges. The slug makes the URLs unguessable (ids are sequential); a
 //! wrong slug is the same 404 as an unknown id.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,9 +12,9 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::{parse_range, with_common, RangeSpec, PLAYLIST_TYPE};
-use crate::db::{Store, VideoRow, VideoStatus};
+use crate::db::{Store, VideoStatus};
 use crate::http::listener::{channel_body, empty, full, Body};
-use crate::record::fragments::{self, Summary};
+use crate::record::fragments::{self, Track};
 use crate::record::{mp4, vod};
 
 /// A finished video never changes.
@@ -31,6 +30,8 @@ pub fn owns(path: &str) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 enum File {
     Master,
+    Mpd,
+    Screenshot,
     Playlist(String),
     Media(String),
 }
@@ -50,6 +51,8 @@ fn parse(path: &str) -> Option<(i64, &str, File)> {
     };
     let file = match file {
         "master.m3u8" => File::Master,
+        "index.mpd" => File::Mpd,
+        "screenshot.jpg" => File::Screenshot,
         f => match f.rsplit_once('.') {
             Some((name, "m3u8")) if plain(name) => File::Playlist(name.to_owned()),
             Some((name, "mp4")) if plain(name) => File::Media(name.to_owned()),
@@ -97,17 +100,27 @@ pub async fn handle(
     let head = req.method() == hyper::Method::HEAD;
     let resp = match file {
         File::Media(name) => {
-            file_body(&fragments::media_path(&dir, &name), range.as_ref(), head).await
+            let path = fragments::media_path(&dir, &name);
+            file_body(&path, "video/mp4", range.as_ref(), head).await
         }
-        File::Master | File::Playlist(_) => {
-            let text = tokio::task::spawn_blocking(move || playlist(&video, &dir, &file))
+        File::Screenshot => {
+            let path = dir.join(crate::record::manager::SCREENSHOT);
+            file_body(&path, "image/jpeg", range.as_ref(), head).await
+        }
+        File::Master | File::Mpd | File::Playlist(_) => {
+            let kind = if file == File::Mpd {
+                super::MPD_TYPE
+            } else {
+                PLAYLIST_TYPE
+            };
+            let text = tokio::task::spawn_blocking(move || playlist(&dir, &file))
                 .await
                 .ok()
                 .flatten();
             match text {
                 Some(text) => with_common(
                     Response::builder()
-                        .header(header::CONTENT_TYPE, PLAYLIST_TYPE)
+                        .header(header::CONTENT_TYPE, kind)
                         .header(header::CACHE_CONTROL, IMMUTABLE)
                         .body(if head { empty() } else { full(text) })
                         .expect("valid response"),
@@ -119,78 +132,69 @@ pub async fn handle(
     resp
 }
 
-/// The master or a media playlist of a ready video, from its index (read-only).
-fn playlist(video: &VideoRow, dir: &Path, file: &File) -> Option<String> {
+/// A playlist or the MPD of a ready video, from its index and its files' headers (read-only).
+fn playlist(dir: &Path, file: &File) -> Option<String> {
     let (summary, _) = fragments::read_index(dir).ok()?;
+    let renditions = summary.renditions();
     match file {
         File::Playlist(name) => {
-            let track = summary.tracks.get(name)?;
-            Some(vod::media_playlist(track, &format!("{name}.mp4")))
+            let (_, tracks) = renditions.iter().find(|(r, _)| r == name)?;
+            Some(vod::media_playlist(tracks))
         }
-        File::Master => master(video, dir, &summary),
-        File::Media(_) => None,
+        File::Master => vod::master(&described(dir, &renditions)?),
+        File::Mpd => vod::mpd(&described(dir, &renditions)?),
+        File::Media(_) | File::Screenshot => None,
     }
 }
 
-/// Video tracks as variants, audio as the one `EXT-X-MEDIA` audio rendition they refer to
-/// (RFC 8216bis §4.4.6.1); BANDWIDTH is the track's peak over its fragments (§4.4.6.2 asks
-/// for the peak segment bit rate).
-fn master(_video: &VideoRow, dir: &Path, summary: &Summary) -> Option<String> {
-    let mut audio = None;
-    let mut variants = Vec::new();
-    for track in summary.tracks.values().filter(|t| !t.fragments.is_empty()) {
-        let mut init = vec![0u8; track.init_len as usize];
-        let mut f = std::fs::File::open(fragments::media_path(dir, &track.name)).ok()?;
-        std::io::Read::read_exact(&mut f, &mut init).ok()?;
-        let info = mp4::describe(&init).ok()?;
-        let peak = track
-            .fragments
+/// Each rendition with what its first init declares and each file's `sidx`.
+fn described<'a>(
+    dir: &Path,
+    renditions: &[(&'a str, Vec<&'a Track>)],
+) -> Option<Vec<vod::Rendition<'a>>> {
+    let mut out = Vec::new();
+    for (name, tracks) in renditions {
+        let tracks: Vec<&Track> = tracks
             .iter()
-            .map(|f| (f.len as f64 * 8.0 / f.duration.as_secs_f64().max(0.001)) as u64)
-            .max()
-            .unwrap_or(0);
-        if info.audio {
-            audio.get_or_insert((track.name.clone(), info, peak));
-        } else {
-            variants.push((track.name.clone(), info, peak));
-        }
-    }
-    let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-INDEPENDENT-SEGMENTS\n");
-    if let Some((name, _, _)) = &audio {
-        let _ = writeln!(
-            out,
-            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"{name}\",DEFAULT=YES,AUTOSELECT=YES,URI=\"{name}.m3u8\""
-        );
-    }
-    variants.sort_by_key(|v| std::cmp::Reverse(v.2));
-    for (name, info, peak) in &variants {
-        let (codecs, bandwidth, group) = match &audio {
-            Some((_, a, audio_peak)) => (
-                format!("{},{}", info.codecs, a.codecs),
-                peak + audio_peak,
-                ",AUDIO=\"audio\"",
-            ),
-            None => (info.codecs.clone(), *peak, ""),
+            .copied()
+            .filter(|t| !t.fragments.is_empty())
+            .collect();
+        let Some(first) = tracks.first() else {
+            continue;
         };
-        let _ = writeln!(
-            out,
-            "#EXT-X-STREAM-INF:BANDWIDTH={bandwidth},CODECS=\"{codecs}\",RESOLUTION={}x{}{group}\n{name}.m3u8",
-            info.width, info.height
-        );
-    }
-    if variants.is_empty() {
-        let (name, info, peak) = audio?;
-        let _ = writeln!(
-            out,
-            "#EXT-X-STREAM-INF:BANDWIDTH={peak},CODECS=\"{}\"\n{name}.m3u8",
-            info.codecs
-        );
+        let head = |t: &Track, len: u64| -> Option<Vec<u8>> {
+            let mut f = std::fs::File::open(fragments::media_path(dir, &t.name)).ok()?;
+            let mut buf = vec![0u8; usize::try_from(len).ok()?];
+            std::io::Read::read_exact(&mut f, &mut buf).ok()?;
+            Some(buf)
+        };
+        let info = mp4::describe(&head(first, first.init_len)?).ok()?;
+        // The sidx header and the fields the MPD needs: 28 bytes after the init.
+        let with_sidx = tracks
+            .iter()
+            .map(|t| {
+                let sidx = head(t, t.init_len + 28)
+                    .and_then(|b| vod::Sidx::parse(&b[t.init_len as usize..]));
+                (*t, sidx)
+            })
+            .collect();
+        out.push(vod::Rendition {
+            name,
+            info,
+            peak: vod::peak(&tracks),
+            tracks: with_sidx,
+        });
     }
     Some(out)
 }
 
 /// A file from disk with an optional single byte range (RFC 9110 §14), streamed in chunks.
-async fn file_body(path: &Path, range: Option<&HeaderValue>, head: bool) -> Response<Body> {
+async fn file_body(
+    path: &Path,
+    content_type: &'static str,
+    range: Option<&HeaderValue>,
+    head: bool,
+) -> Response<Body> {
     let Ok(mut file) = tokio::fs::File::open(path).await else {
         return not_found();
     };
@@ -198,7 +202,7 @@ async fn file_body(path: &Path, range: Option<&HeaderValue>, head: bool) -> Resp
         return not_found();
     };
     let builder = Response::builder()
-        .header(header::CONTENT_TYPE, "video/mp4")
+        .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, IMMUTABLE)
         .header(header::ACCEPT_RANGES, "bytes");
     let (builder, start, end) = match range
