@@ -45,7 +45,9 @@ pub fn assemble(dir: &Path, tracks: &[&str]) -> Result<PathBuf, DownloadError> {
         .sum();
     // A remux reads and writes each byte once: allow a slow disk (20 MB/s) plus a margin.
     let limit = Duration::from_secs(60 + size / 20_000_000);
-    let result = run(dir, tracks, &tmp, limit);
+    let (summary, _) =
+        fragments::read_index(dir).map_err(|e| DownloadError::Pipeline(e.to_string()))?;
+    let result = run(dir, &summary, tracks, &tmp, limit);
     let result = result.and_then(|()| {
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -63,7 +65,24 @@ pub fn assemble(dir: &Path, tracks: &[&str]) -> Result<PathBuf, DownloadError> {
     result.map(|()| out)
 }
 
-fn run(dir: &Path, tracks: &[&str], tmp: &Path, limit: Duration) -> Result<(), DownloadError> {
+/// Whether a recorded track file holds audio (its init's handler; the init is the file's
+/// first `init_len` bytes).
+fn is_audio(path: &Path, init_len: u64) -> bool {
+    let mut init = vec![0u8; usize::try_from(init_len).unwrap_or(0)];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut init))
+        .ok()
+        .and_then(|()| super::mp4::describe(&init).ok())
+        .is_some_and(|i| i.audio)
+}
+
+fn run(
+    dir: &Path,
+    summary: &fragments::Summary,
+    tracks: &[&str],
+    tmp: &Path,
+    limit: Duration,
+) -> Result<(), DownloadError> {
     let err = |e: &dyn std::fmt::Display| DownloadError::Pipeline(e.to_string());
     let pipeline = gst::Pipeline::new();
     let make = |name: &str| {
@@ -78,41 +97,39 @@ fn run(dir: &Path, tracks: &[&str], tmp: &Path, limit: Duration) -> Result<(), D
     pipeline.add_many([&mux, &sink]).map_err(|e| err(&e))?;
     mux.link(&sink).map_err(|e| err(&e))?;
     for track in tracks {
+        let path = fragments::media_path(dir, track);
         let src = make("filesrc")?;
-        src.set_property(
-            "location",
-            fragments::media_path(dir, track)
-                .to_string_lossy()
-                .to_string(),
-        );
+        src.set_property("location", path.to_string_lossy().to_string());
         let demux = make("qtdemux")?;
         let queue = make("queue")?;
         pipeline
             .add_many([&src, &demux, &queue])
             .map_err(|e| err(&e))?;
         src.link(&demux).map_err(|e| err(&e))?;
-        // One track per file: its pad goes to a muxer pad of its kind (chosen by its caps,
-        // known only once the demuxer exposes the pad).
-        let (queue_weak, mux_weak) = (queue.downgrade(), mux.downgrade());
+        // The muxer's pad is requested now, of the track's kind (from its init), so the
+        // running aggregator never gains pads; only the demuxer's pad appears later.
+        let init_len = summary.tracks.get(*track).map_or(0, |t| t.init_len);
+        let template = if is_audio(&path, init_len) {
+            "audio_%u"
+        } else {
+            "video_%u"
+        };
+        let mux_pad = mux
+            .request_pad_simple(template)
+            .ok_or_else(|| err(&format!("mp4mux: no {template} pad")))?;
+        let queue_src = queue.static_pad("src").ok_or_else(|| err(&"queue pad"))?;
+        queue_src.link(&mux_pad).map_err(|e| err(&e))?;
+        let queue_weak = queue.downgrade();
         demux.connect_pad_added(move |_, pad| {
-            let (Some(queue), Some(mux)) = (queue_weak.upgrade(), mux_weak.upgrade()) else {
+            let Some(sinkpad) = queue_weak
+                .upgrade()
+                .and_then(|q| q.static_pad("sink"))
+                .filter(|p| !p.is_linked())
+            else {
                 return;
             };
-            let Some(sinkpad) = queue.static_pad("sink").filter(|p| !p.is_linked()) else {
-                return;
-            };
-            let caps = pad.current_caps();
-            if pad.link(&sinkpad).is_err()
-                || queue
-                    .link_pads_filtered(
-                        Some("src"),
-                        &mux,
-                        None,
-                        caps.as_ref().unwrap_or(&gst::Caps::new_any()),
-                    )
-                    .is_err()
-            {
-                tracing::warn!(?caps, "remux: cannot link a recorded track");
+            if let Err(e) = pad.link(&sinkpad) {
+                tracing::warn!(error = ?e, "remux: cannot link a recorded track");
             }
         });
     }

@@ -86,6 +86,60 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
         master.contains("#EXT-X-STREAM-INF") && master.contains("TYPE=AUDIO"),
         "{master}"
     );
+    // The static MPD (on-demand profile, each file's sidx as its index) plays in ffmpeg's
+    // DASH demuxer with every rung and the audio, the recorded duration.
+    let dash = video["dash_url"].as_str().unwrap();
+    let probed = media::ffprobe_with(
+        &["-show_entries", "stream=codec_name,height:format=duration"],
+        dash,
+    );
+    let heights: Vec<u64> = probed["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["height"].as_u64())
+        .collect();
+    let rungs = video["converted_videos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["height"].as_u64() > Some(0))
+        .count();
+    assert!(rungs >= 1 && heights.len() == rungs, "every rung: {probed}");
+    assert!(
+        probed["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["codec_name"] == "aac"),
+        "{probed}"
+    );
+    let secs: f64 = probed["format"]["duration"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (secs * 1000.0 - ms as f64).abs() < 1000.0,
+        "DASH {secs} s vs {ms} ms"
+    );
+    // The player page plays videos too; the screenshot is a JPEG of the stream.
+    let page = reqwest::get(video["iframe_url"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("master.m3u8"));
+    let shot = reqwest::get(video["screenshot"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        shot.headers()["content-type"],
+        "image/jpeg",
+        "{:?}",
+        shot.headers()
+    );
+    assert!(shot.bytes().await.unwrap().starts_with(&[0xff, 0xd8]));
+    assert!(video["origin_url"].is_null(), "transcoded: no origin MP4");
     // MP4 downloads honour byte ranges; a wrong slug is a plain 404.
     let mp4 = video["converted_videos"][0]["mp4_url"]
         .as_str()
@@ -268,6 +322,31 @@ async fn auto_record_origin_keeps_the_source_as_received() {
     assert_eq!(
         probed_audio["streams"][0]["codec_name"], "aac",
         "{probed_audio}"
+    );
+    // The download: one progressive MP4 with both source tracks, as pushed.
+    let download = media::ffprobe_with(
+        &[
+            "-show_entries",
+            "stream=codec_name,width,height:format=duration",
+        ],
+        video["origin_url"].as_str().unwrap(),
+    );
+    let mut got: Vec<&str> = download["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap())
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, ["aac", "h264"], "{download}");
+    let secs: f64 = download["format"]["duration"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (secs * 1000.0 - ms as f64).abs() < 1000.0,
+        "download {secs} s vs {ms} ms"
     );
     let video_stream = streams.iter().find(|s| s["codec_name"] == "h264").unwrap();
     assert_eq!(
