@@ -267,3 +267,74 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
             .display()
     );
 }
+
+/// A recorded video on its player page (`iframe_url`): hls.js (VOD master) and dash.js (static
+/// MPD, SegmentBase) play it from the start, the picture advances, a seek near the end reaches
+/// the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "vod", "auto_record": true, "record_type": "transcoded"}),
+        )
+        .await
+        .body;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
+    media::wait_record(&d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    drop(ffmpeg);
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
+    let video = r.body;
+    let recorded = video["duration"].as_f64().unwrap() / 1000.0;
+    let page = video["iframe_url"].as_str().unwrap().to_owned();
+    for format in ["hls", "dash"] {
+        let url = format!("{page}?format={format}");
+        let out = tokio::task::spawn_blocking(move || {
+            run_within(
+                Command::new("node")
+                    .current_dir(root())
+                    .arg("tests/browser/vod.mjs")
+                    .arg(&url),
+                "node (installed by scripts/test)",
+                Duration::from_secs(120),
+            )
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON line");
+        println!("{format} video page: {v}");
+        assert!(v["errors"].as_array().unwrap().is_empty(), "{format}: {v}");
+        let duration = v["duration"].as_f64().unwrap_or(0.0);
+        assert!(
+            (duration - recorded).abs() < 1.0,
+            "{format}: the player's duration {duration} vs {recorded} recorded: {v}"
+        );
+        assert!(
+            v["t1"].as_f64().unwrap() >= v["t0"].as_f64().unwrap() + 2.0,
+            "{format}: the picture advances: {v}"
+        );
+        assert!(v["w"].as_u64().unwrap() > 0, "{format}: {v}");
+        assert_eq!(
+            (v["ended"].as_bool(), v["state"].as_str()),
+            (Some(true), Some("ended")),
+            "{format}: a seek near the end reaches the end: {v}"
+        );
+    }
+}

@@ -1,0 +1,42 @@
+// Drives the player page of a recorded video (/player/videos/{id}_{slug}) in headless Debian
+// Chromium: waits until it plays, checks the picture advances, seeks near the end and waits
+// for the end. Prints one JSON line:
+//   {"duration", "t0", "t1", "seekTo", "ended", "state", "w", "errors"}
+// Usage: node tests/browser/vod.mjs PAGE_URL
+import { launch } from './chromium.mjs';
+
+const [url] = process.argv.slice(2);
+const browser = await launch();
+const errors = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 960, height: 540 } });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
+  await page.goto(url);
+  const state = () => page.evaluate(() => ({
+    state: document.getElementById('stage').dataset.state,
+    t: document.getElementById('video').currentTime,
+    duration: document.getElementById('video').duration,
+    ended: document.getElementById('video').ended,
+    w: document.getElementById('video').videoWidth,
+  }));
+  const until = async (ok, ms) => {
+    const deadline = Date.now() + ms;
+    let s = await state();
+    while (!ok(s) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      s = await state();
+    }
+    return s;
+  };
+  const first = await until((s) => s.state === 'playing', 30000);
+  const t0 = first.t;
+  const later = await until((s) => s.t >= t0 + 2, 10000);
+  const seekTo = Math.max(0, later.duration - 1.5);
+  await page.evaluate((t) => { document.getElementById('video').currentTime = t; }, seekTo);
+  const end = await until((s) => s.ended && s.state === 'ended', 15000);
+  console.log(JSON.stringify({ duration: later.duration, t0, t1: later.t, seekTo,
+    ended: end.ended, state: end.state, w: later.w, errors }));
+} finally {
+  await browser.close();
+}
