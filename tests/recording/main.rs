@@ -441,3 +441,66 @@ async fn the_quota_closes_a_recording_as_a_ready_video_and_refuses_the_next() {
         "{before:?} then {after:?}"
     );
 }
+
+/// The input leaves and comes back within `record_resume_secs`: one video holding both parts,
+/// with a discontinuity between them, playable through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_return_continues_the_same_video() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(
+        &d,
+        json!({"name": "resume", "auto_record": true, "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url"].as_str().unwrap().to_owned();
+    let first = push(&url, "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    drop(first);
+    wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _second = push(&url, "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let r = d
+        .call(
+            Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let video = r.body;
+    let videos = d.get(&format!("/streaming/videos?stream_id={id}")).await.body;
+    assert_eq!(videos.as_array().unwrap().len(), 1, "one video: {videos}");
+    let ms = video["duration"].as_u64().unwrap();
+    assert!((9000..=16000).contains(&ms), "both parts: {ms} ms");
+    // One media playlist per rendition, across the return, with a discontinuity.
+    let master = video["hls_url"].as_str().unwrap();
+    let (_, text) = media::text(master).await;
+    let variant = text
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.is_empty())
+        .unwrap();
+    let (_, media_playlist) =
+        media::text(&format!("{}{variant}", master.trim_end_matches("master.m3u8"))).await;
+    let parsed = m3u8_rs::parse_media_playlist_res(media_playlist.as_bytes()).unwrap();
+    assert_eq!(
+        parsed.segments.iter().filter(|s| s.discontinuity).count(),
+        1,
+        "{media_playlist}"
+    );
+    let probed = media::ffprobe_with(&["-show_entries", "format=duration"], master);
+    let secs: f64 = probed["format"]["duration"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (secs * 1000.0 - ms as f64).abs() < 1000.0,
+        "plays through: {secs} s vs {ms} ms"
+    );
+}
