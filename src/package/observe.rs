@@ -50,6 +50,11 @@ impl Observer {
         self.rx.recv().await
     }
 
+    /// The next event if one is queued now.
+    pub fn try_recv(&mut self) -> Option<PackageEvent> {
+        self.rx.try_recv().ok()
+    }
+
     /// Events lost because this consumer fell behind its queue.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

@@ -388,7 +388,8 @@ impl Recordings {
             screenshot,
             ..
         } = open;
-        let finished = recorder.stop().await;
+        // A split leaves the segment in progress to the next video.
+        let finished = recorder.stop(reason != EndReason::MaxDuration).await;
         if !screenshot {
             self.take_screenshot(video.id, &package).await;
         }
@@ -671,8 +672,8 @@ mod tests {
         let video = h.recordings.stop(id).await.unwrap().expect("a video");
         assert_eq!(videos(&h, id).len(), 1);
         assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
-        // Segments complete when the next starts: all but the last pushed.
-        let expected: Duration = frags[..frags.len() - 1].iter().map(|f| f.1).sum();
+        // stop_recording records the segment in progress too: everything pushed.
+        let expected: Duration = frags.iter().map(|f| f.1).sum();
         assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
         assert!(video.settings.name.starts_with("Stream Record: cam, "));
         assert_eq!(h.recordings.recording_duration(id), None);

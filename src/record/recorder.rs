@@ -49,7 +49,7 @@ pub struct Finished {
 }
 
 pub struct Recorder {
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Option<bool>>,
     /// Set by the writer thread when it stopped writing (out of space, a write error).
     failed: Arc<AtomicBool>,
     done: oneshot::Receiver<Finished>,
@@ -89,10 +89,14 @@ impl Recorder {
             path: PathBuf::from("recorder thread"),
             source,
         })?;
-        let (stop, mut stop_rx) = watch::channel(false);
+        // `Some(flush)` once stopped; `flush`: also record the segment in progress.
+        let (stop, mut stop_rx) = watch::channel(None::<bool>);
+        let package = package.clone();
         tokio::spawn(async move {
             let mut tracks = Tracks::default();
             let mut dropped = 0u64;
+            // Per rendition, the newest segment recorded.
+            let mut recorded: BTreeMap<String, u64> = BTreeMap::new();
             let mut send = |job: Job| {
                 if jobs.try_send(job).is_err() {
                     dropped += 1;
@@ -103,35 +107,59 @@ impl Recorder {
                     send(Job::Init { track, init });
                 }
             }
-            loop {
-                let event = tokio::select! {
-                    e = observer.recv() => e,
-                    _ = stop_rx.wait_for(|s| *s) => None,
-                };
-                match event {
-                    Some(PackageEvent::Init {
-                        output: from,
-                        rendition,
-                        init,
-                    }) if from == output => {
-                        if let (track, true) = tracks.open(&rendition, &init) {
-                            send(Job::Init { track, init });
-                        }
+            let mut handle = |event: PackageEvent, send: &mut dyn FnMut(Job)| match event {
+                PackageEvent::Init {
+                    output: from,
+                    rendition,
+                    init,
+                } if from == output => {
+                    if let (track, true) = tracks.open(&rendition, &init) {
+                        send(Job::Init { track, init });
                     }
-                    Some(PackageEvent::Segment(s)) if s.key.output == output => {
-                        let Some(track) = tracks.current(&s.key.rendition) else {
-                            continue;
-                        };
+                }
+                PackageEvent::Segment(s) if s.key.output == output => {
+                    let Some(track) = tracks.current(&s.key.rendition) else {
+                        return;
+                    };
+                    recorded.insert(s.key.rendition.clone(), s.key.msn);
+                    send(Job::Fragment {
+                        track,
+                        chunks: s.chunks,
+                        duration: s.duration,
+                        pdt: s.pdt,
+                        discontinuity: s.discontinuity,
+                    });
+                }
+                _ => {}
+            };
+            let flush = loop {
+                tokio::select! {
+                    e = observer.recv() => match e {
+                        Some(e) => handle(e, &mut send),
+                        None => break false,
+                    },
+                    s = stop_rx.wait_for(Option::is_some) => {
+                        break s.map(|s| *s == Some(true)).unwrap_or(false);
+                    }
+                };
+            };
+            // What the package completed before the stop is part of the recording.
+            while let Some(e) = observer.try_recv() {
+                handle(e, &mut send);
+            }
+            if flush && output != Output::Source {
+                // stop_recording: the segment in progress up to now (its parts are whole CMAF
+                // chunks) ends the video, so it holds everything until the request.
+                for (rendition, s) in in_progress(&package, output, &recorded) {
+                    if let Some(track) = tracks.current(&rendition) {
                         send(Job::Fragment {
                             track,
-                            chunks: s.chunks,
-                            duration: s.duration,
+                            chunks: s.parts.iter().map(|p| p.data.clone()).collect(),
+                            duration: s.duration(),
                             pdt: s.pdt,
                             discontinuity: s.discontinuity,
                         });
                     }
-                    Some(_) => {}
-                    None => break,
                 }
             }
             drop(demand);
@@ -158,11 +186,31 @@ impl Recorder {
         self.failed.load(Ordering::Relaxed)
     }
 
-    /// Stops, finalises the files and returns what was recorded.
-    pub async fn stop(self) -> Option<Finished> {
-        self.stop.send_replace(true);
+    /// Stops, finalises the files and returns what was recorded; `flush` also records each
+    /// rendition's segment in progress (a stop request: everything up to now), without it the
+    /// recording ends with the last complete segment (a split: the next video starts there).
+    pub async fn stop(self, flush: bool) -> Option<Finished> {
+        self.stop.send_replace(Some(flush));
         self.done.await.ok()
     }
+}
+
+/// Each rendition's segment in progress, newer than what was recorded, with parts.
+fn in_progress(
+    package: &Package,
+    output: Output,
+    recorded: &BTreeMap<String, u64>,
+) -> Vec<(String, crate::package::state::Segment)> {
+    package.read(|p| {
+        p.list(output)
+            .iter()
+            .filter_map(|r| {
+                let s = r.segments().back()?;
+                let newer = recorded.get(&r.name).is_none_or(|m| s.msn > *m);
+                (!s.complete && newer && !s.parts.is_empty()).then(|| (r.name.clone(), s.clone()))
+            })
+            .collect()
+    })
 }
 
 /// Track names per rendition: the rendition's name, then `-2`, `-3`… when a rebuilt pipeline
@@ -304,7 +352,7 @@ mod tests {
         }
         // The last pushed fragment is still open in the package (no next one closed it).
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let finished = recorder.stop().await.unwrap();
+        let finished = recorder.stop(false).await.unwrap();
         assert!(finished.error.is_none(), "{:?}", finished.error);
         assert_eq!(finished.dropped, 0);
         let track = &finished.summary.tracks["720p"];

@@ -474,7 +474,10 @@ async fn a_quick_return_continues_the_same_video() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let video = r.body;
-    let videos = d.get(&format!("/streaming/videos?stream_id={id}")).await.body;
+    let videos = d
+        .get(&format!("/streaming/videos?stream_id={id}"))
+        .await
+        .body;
     assert_eq!(videos.as_array().unwrap().len(), 1, "one video: {videos}");
     let ms = video["duration"].as_u64().unwrap();
     assert!((9000..=16000).contains(&ms), "both parts: {ms} ms");
@@ -485,8 +488,11 @@ async fn a_quick_return_continues_the_same_video() {
         .lines()
         .find(|l| !l.starts_with('#') && !l.is_empty())
         .unwrap();
-    let (_, media_playlist) =
-        media::text(&format!("{}{variant}", master.trim_end_matches("master.m3u8"))).await;
+    let (_, media_playlist) = media::text(&format!(
+        "{}{variant}",
+        master.trim_end_matches("master.m3u8")
+    ))
+    .await;
     let parsed = m3u8_rs::parse_media_playlist_res(media_playlist.as_bytes()).unwrap();
     assert_eq!(
         parsed.segments.iter().filter(|s| s.discontinuity).count(),
