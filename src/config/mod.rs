@@ -93,7 +93,7 @@ settings! {
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
     record_resume_secs: u64 = crate::record::manager::DEFAULT_RESUME.as_secs(), 0..=3600;
-    record_max_secs: u64 = crate::record::manager::DEFAULT_MAX.as_secs(), 60..=86_400;
+    record_max_secs: u64 = crate::record::manager::DEFAULT_MAX.as_secs(), 10..=86_400;
     /// Absent: no quota (the free-space floor still applies).
     recordings_max_bytes: u64, 1..;
     recordings_min_free_bytes: u64 = crate::record::manager::DEFAULT_MIN_FREE;

@@ -569,6 +569,10 @@ mod tests {
     }
 
     fn harness_with(resume: Duration, max_bytes: Option<u64>) -> Harness {
+        harness_full(resume, max_bytes, DEFAULT_MAX)
+    }
+
+    fn harness_full(resume: Duration, max_bytes: Option<u64>, max: Duration) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
         let recordings = Recordings::new(
@@ -578,7 +582,7 @@ mod tests {
                 min_free_bytes: 0,
                 root: dir.path().join("videos"),
                 resume,
-                max: DEFAULT_MAX,
+                max,
             },
         );
         let events = broadcast::Sender::new(16);
@@ -712,6 +716,44 @@ mod tests {
         })
         .await;
         assert!(ready.state.duration_ms > 0);
+    }
+
+    /// A recording longer than `record_max_secs` continues as a new video: the two hold every
+    /// segment once — the one in progress at the split goes to the second, none is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_recording_splits_into_videos_that_together_hold_everything() {
+        let (init, frags) = fragments::tests::cmaf(16);
+        let h = harness_full(Duration::from_secs(5), None, Duration::from_millis(1500));
+        let id = stream(&h, true);
+        let package = live_package(init);
+        h.events
+            .send(LiveEvent::Started {
+                id,
+                package: package.clone(),
+                resumed: false,
+            })
+            .ok();
+        until(|| h.recordings.recording_duration(id)).await;
+        feed(&package, &frags[..3]);
+        until(|| (videos(&h, id).len() == 2).then_some(())).await;
+        feed(&package, &frags[3..]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let second = h.recordings.stop(id).await.unwrap().expect("a video");
+        let all = videos(&h, id);
+        let first = all.iter().find(|v| v.id != second.id).unwrap();
+        assert_eq!(first.state.status, VideoStatus::Ready, "{:?}", first.state);
+        assert_eq!(
+            second.state.status,
+            VideoStatus::Ready,
+            "{:?}",
+            second.state
+        );
+        let ms = |frags: &[(Vec<Bytes>, Duration)]| {
+            frags.iter().map(|f| f.1).sum::<Duration>().as_millis() as u64
+        };
+        // The third fragment was in progress at the split: it starts the second video.
+        assert_eq!(first.state.duration_ms, ms(&frags[..2]));
+        assert_eq!(second.state.duration_ms, ms(&frags[2..]));
     }
 
     /// A recording that reaches `recordings_max_bytes` closes as a ready video with what fits

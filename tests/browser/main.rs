@@ -269,8 +269,8 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
 }
 
 /// A recorded video on its player page (`iframe_url`): hls.js (VOD master) and dash.js (static
-/// MPD, SegmentBase) play it from the start, the picture advances, a seek near the end reaches
-/// the end.
+/// MPD, SegmentBase) play it from the start, the picture advances, it plays on from a seek to
+/// its middle, and a seek near the end reaches the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
     let _g = ONE_AT_A_TIME.lock().await;
@@ -331,6 +331,14 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
             "{format}: the picture advances: {v}"
         );
         assert!(v["w"].as_u64().unwrap() > 0, "{format}: {v}");
+        let (middle, t) = (
+            v["middle"].as_f64().unwrap(),
+            v["tMiddle"].as_f64().unwrap(),
+        );
+        assert!(
+            t >= middle + 1.0 && t < middle + 5.0,
+            "{format}: plays on from the middle: {v}"
+        );
         assert_eq!(
             (v["ended"].as_bool(), v["state"].as_str()),
             (Some(true), Some("ended")),

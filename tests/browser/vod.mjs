@@ -1,7 +1,7 @@
 // Drives the player page of a recorded video (/player/videos/{id}_{slug}) in headless Debian
 // Chromium: waits until it plays, checks the picture advances, seeks near the end and waits
-// for the end. Prints one JSON line:
-//   {"duration", "t0", "t1", "seekTo", "ended", "state", "w", "errors"}
+// for the end, having seeked to the middle first. Prints one JSON line:
+//   {"duration", "t0", "t1", "middle", "tMiddle", "seekTo", "ended", "state", "w", "errors"}
 // Usage: node tests/browser/vod.mjs PAGE_URL
 import { launch } from './chromium.mjs';
 
@@ -32,10 +32,14 @@ try {
   const first = await until((s) => s.state === 'playing', 30000);
   const t0 = first.t;
   const later = await until((s) => s.t >= t0 + 2, 10000);
+  // The middle: the picture goes on from there.
+  const middle = later.duration / 2;
+  await page.evaluate((t) => { document.getElementById('video').currentTime = t; }, middle);
+  const mid = await until((s) => s.t >= middle + 1, 10000);
   const seekTo = Math.max(0, later.duration - 1.5);
   await page.evaluate((t) => { document.getElementById('video').currentTime = t; }, seekTo);
   const end = await until((s) => s.ended && s.state === 'ended', 15000);
-  console.log(JSON.stringify({ duration: later.duration, t0, t1: later.t, seekTo,
+  console.log(JSON.stringify({ duration: later.duration, t0, t1: later.t, middle, tMiddle: mid.t, seekTo,
     ended: end.ended, state: end.state, w: later.w, errors }));
 } finally {
   await browser.close();

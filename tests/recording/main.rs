@@ -1,4 +1,4 @@
-//! Recording end to end (work in progress, issue 19): ffmpeg pushes over RTMP, the API starts
+//! Recording end to end: ffmpeg pushes over RTMP, the API starts
 //! and stops recordings, and ffprobe reads the recorded files.
 
 #[path = "../common/mod.rs"]
@@ -323,6 +323,23 @@ async fn auto_record_origin_keeps_the_source_as_received() {
         probed_audio["streams"][0]["codec_name"], "aac",
         "{probed_audio}"
     );
+    // The VOD HLS (one variant) and the MPD of the origin recording, as pushed.
+    for url in [&video["hls_url"], &video["dash_url"]] {
+        let probed = media::ffprobe_with(
+            &["-show_entries", "stream=codec_name:format=duration"],
+            url.as_str().unwrap(),
+        );
+        let secs: f64 = probed["format"]["duration"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (secs * 1000.0 - ms as f64).abs() < 1000.0,
+            "{url}: {secs} s vs {ms} ms"
+        );
+        assert_eq!(probed["streams"].as_array().unwrap().len(), 2, "{probed}");
+    }
     // The download: one progressive MP4 with both source tracks, as pushed.
     let download = media::ffprobe_with(
         &[
@@ -509,4 +526,77 @@ async fn a_quick_return_continues_the_same_video() {
         (secs * 1000.0 - ms as f64).abs() < 1000.0,
         "plays through: {secs} s vs {ms} ms"
     );
+}
+
+/// `record_max_secs` splits a long recording into videos that follow each other; a pause
+/// longer than `record_resume_secs` ends the video and the return starts another
+/// (`auto_record`). Together the videos hold what was pushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_recording_splits_and_a_long_pause_starts_another_video() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_RECORD_MAX_SECS", "10"),
+            ("LIVEPACK_RECORD_RESUME_SECS", "1"),
+        ],
+    );
+    let rec = create(
+        &d,
+        json!({"name": "split", "auto_record": true, "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url"].as_str().unwrap().to_owned();
+    let first = push(&url, "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    drop(first);
+    // Gone for longer than the resume time: that video ends.
+    wait_record(&d, id, Duration::from_secs(15), |r| r["recording"] == false).await;
+    let second = push(&url, "av-720p.flv", 10);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let r = d
+        .call(
+            Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    drop(second);
+    let videos = d
+        .get(&format!("/streaming/videos?stream_id={id}"))
+        .await
+        .body;
+    let mut videos = videos.as_array().unwrap().clone();
+    videos.sort_by_key(|v| v["id"].as_i64());
+    assert_eq!(videos.len(), 3, "split + after the pause: {videos:?}");
+    let ms: Vec<u64> = videos
+        .iter()
+        .map(|v| {
+            assert_eq!(v["status"], "ready", "{v}");
+            v["duration"].as_u64().unwrap()
+        })
+        .collect();
+    // The split comes at record_max_secs (within a segment and a tick).
+    assert!((9000..=13000).contains(&ms[0]), "{ms:?}");
+    assert!(ms[1] >= 1000 && ms[2] >= 3000, "{ms:?}");
+    for (v, ms) in videos.iter().zip(&ms) {
+        let probed = media::ffprobe_with(
+            &["-show_entries", "format=duration"],
+            v["hls_url"].as_str().unwrap(),
+        );
+        let secs: f64 = probed["format"]["duration"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (secs * 1000.0 - *ms as f64).abs() < 1000.0,
+            "{secs} s vs {ms} ms"
+        );
+    }
 }
