@@ -275,6 +275,22 @@ pub struct VideoState {
     pub download: bool,
 }
 
+impl VideoState {
+    /// A video being recorded: nothing written yet.
+    pub fn pending(record_type: RecordType) -> VideoState {
+        VideoState {
+            record_type,
+            status: VideoStatus::Pending,
+            error: None,
+            duration_ms: 0,
+            size: 0,
+            renditions: Vec::new(),
+            screenshot: false,
+            download: false,
+        }
+    }
+}
+
 /// A recorded video as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoRow {

@@ -190,13 +190,7 @@ mod tests {
         let moov = bytes.windows(4).position(|w| w == b"moov").unwrap();
         let mdat = bytes.windows(4).position(|w| w == b"mdat").unwrap();
         assert!(moov < mdat, "faststart: moov first");
-        let probed = std::process::Command::new("ffprobe")
-            .args(["-v", "error", "-of", "json", "-show_entries"])
-            .arg("stream=codec_name:format=duration")
-            .arg(&out)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&probed.stdout).unwrap();
+        let v = fragments::tests::ffprobe(&out, "stream=codec_name:format=duration");
         let mut codecs: Vec<&str> = v["streams"]
             .as_array()
             .unwrap()

@@ -605,7 +605,8 @@ pub(crate) mod tests {
         w.summary().clone()
     }
 
-    fn ffprobe(path: &Path, entries: &str) -> serde_json::Value {
+    /// ffprobe's JSON of `entries` for a file (the tests' independent reader).
+    pub(crate) fn ffprobe(path: &Path, entries: &str) -> serde_json::Value {
         let out = std::process::Command::new("ffprobe")
             .args(["-v", "error", "-of", "json", "-show_entries", entries])
             .arg(path)
@@ -617,6 +618,15 @@ pub(crate) mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// A file's duration as ffprobe reads it, in seconds.
+    pub(crate) fn probed_secs(path: &Path) -> f64 {
+        let probed = ffprobe(path, "format=duration");
+        probed["format"]["duration"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no duration: {probed}"))
     }
 
     #[test]
@@ -805,12 +815,7 @@ pub(crate) mod tests {
                 .count()
         };
         assert_eq!(moofs_parsed(&media), 1);
-        let probed = ffprobe(&media, "format=duration");
-        let secs: f64 = probed["format"]["duration"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let secs = probed_secs(&media);
         assert!(
             (secs - expected.as_secs_f64()).abs() < 0.1,
             "ffprobe {secs} s, recorded {expected:?}"

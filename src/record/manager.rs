@@ -338,16 +338,7 @@ impl Recordings {
     async fn open_video(&self, id: i64, s: &StreamRec) -> Result<Open, RecordError> {
         let package = s.package.clone().ok_or(RecordError::NotLive(id))?;
         self.budget.check_start()?;
-        let state = VideoState {
-            record_type: s.record_type,
-            status: VideoStatus::Pending,
-            error: None,
-            duration_ms: 0,
-            size: 0,
-            renditions: Vec::new(),
-            screenshot: false,
-            download: false,
-        };
+        let state = VideoState::pending(s.record_type);
         let store = self.store.clone();
         let now = OffsetDateTime::now_utc();
         let slug = slug();
@@ -618,6 +609,17 @@ mod tests {
         package
     }
 
+    /// The stream goes live on `package` (a first publish, not a resume).
+    fn go_live(h: &Harness, id: i64, package: &Arc<Package>) {
+        h.events
+            .send(LiveEvent::Started {
+                id,
+                package: package.clone(),
+                resumed: false,
+            })
+            .ok();
+    }
+
     fn feed(package: &Arc<Package>, fragments: &[(Vec<Bytes>, Duration)]) {
         let sink = package.sink(Output::Cmaf, "720p").unwrap();
         for (chunks, d) in fragments {
@@ -697,13 +699,7 @@ mod tests {
             Err(RecordError::NotLive(_))
         ));
         let package = live_package(init);
-        h.events
-            .send(LiveEvent::Started {
-                id,
-                package: package.clone(),
-                resumed: false,
-            })
-            .ok();
+        go_live(&h, id, &package);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(videos(&h, id).is_empty(), "no auto_record");
         h.recordings.start(id).await.unwrap();
@@ -726,13 +722,7 @@ mod tests {
         let h = harness_full(Duration::from_secs(5), None, Duration::from_millis(1500));
         let id = stream(&h, true);
         let package = live_package(init);
-        h.events
-            .send(LiveEvent::Started {
-                id,
-                package: package.clone(),
-                resumed: false,
-            })
-            .ok();
+        go_live(&h, id, &package);
         until(|| h.recordings.recording_duration(id)).await;
         feed(&package, &frags[..3]);
         until(|| (videos(&h, id).len() == 2).then_some(())).await;
@@ -768,13 +758,7 @@ mod tests {
         let h = harness_with(Duration::from_secs(5), Some(quota));
         let id = stream(&h, false);
         let package = live_package(init);
-        h.events
-            .send(LiveEvent::Started {
-                id,
-                package: package.clone(),
-                resumed: false,
-            })
-            .ok();
+        go_live(&h, id, &package);
         tokio::time::sleep(Duration::from_millis(100)).await;
         h.recordings.start(id).await.unwrap();
         feed(&package, &frags);
@@ -807,16 +791,7 @@ mod tests {
         let h = harness(Duration::from_secs(5));
         let id = stream(&h, false);
         let now = OffsetDateTime::now_utc();
-        let pending = VideoState {
-            record_type: RecordType::Transcoded,
-            status: VideoStatus::Pending,
-            error: None,
-            duration_ms: 0,
-            size: 0,
-            renditions: Vec::new(),
-            screenshot: false,
-            download: false,
-        };
+        let pending = VideoState::pending(RecordType::Transcoded);
         let settings = VideoSettings {
             name: "Stream Record: cam".into(),
             ..VideoSettings::default()
@@ -846,19 +821,7 @@ mod tests {
         let expected: Duration = frags[..3].iter().map(|f| f.1).sum();
         assert_eq!(ready.state.duration_ms, expected.as_millis() as u64);
         assert!(ready.settings.name.starts_with("Stream Record: cam, "));
-        let out = std::process::Command::new("ffprobe")
-            .args([
-                "-v",
-                "error",
-                "-of",
-                "csv=p=0",
-                "-show_entries",
-                "format=duration",
-            ])
-            .arg(&media)
-            .output()
-            .unwrap();
-        let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let secs = fragments::tests::probed_secs(&media);
         assert!((secs - expected.as_secs_f64()).abs() < 0.1, "{secs}");
         assert_eq!(
             h.recordings.recover_pending().unwrap(),

@@ -360,19 +360,7 @@ mod tests {
         let expected: Duration = fragments[1..fragments.len() - 1].iter().map(|f| f.1).sum();
         assert_eq!(track.fragments.len(), fragments.len() - 2);
         assert_eq!(finished.summary.duration(), expected);
-        let out = std::process::Command::new("ffprobe")
-            .args([
-                "-v",
-                "error",
-                "-of",
-                "csv=p=0",
-                "-show_entries",
-                "format=duration",
-            ])
-            .arg(fragments::media_path(&dir, "720p"))
-            .output()
-            .unwrap();
-        let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let secs = fragments::tests::probed_secs(&fragments::media_path(&dir, "720p"));
         assert!(
             (secs - expected.as_secs_f64()).abs() < 0.1,
             "{secs} vs {expected:?}"

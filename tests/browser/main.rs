@@ -36,16 +36,22 @@ async fn live_stream(d: &Daemon) -> (Value, Proc) {
 }
 
 /// Runs a player driver (`tests/browser/*.mjs URL SECONDS [ARGS]`) and parses its JSON line.
-/// It plays 14 s; two minutes covers Chromium's start on a loaded machine.
+/// It plays 14 s.
 async fn play(script: &'static str, url: String, extra: Vec<String>) -> Value {
+    let mut args = vec![url, "14".to_owned()];
+    args.extend(extra);
+    driver(script, args).await
+}
+
+/// Runs a browser driver (`node tests/browser/*.mjs ARGS`) and parses its one JSON line; two
+/// minutes covers Chromium's start on a loaded machine.
+async fn driver(script: &'static str, args: Vec<String>) -> Value {
     let out = tokio::task::spawn_blocking(move || {
         run_within(
             Command::new("node")
                 .current_dir(root())
                 .arg(script)
-                .arg(&url)
-                .arg("14")
-                .args(&extra),
+                .args(&args),
             "node (installed by scripts/test)",
             Duration::from_secs(120),
         )
@@ -300,25 +306,11 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
     let recorded = video["duration"].as_f64().unwrap() / 1000.0;
     let page = video["iframe_url"].as_str().unwrap().to_owned();
     for format in ["hls", "dash"] {
-        let url = format!("{page}?format={format}");
-        let out = tokio::task::spawn_blocking(move || {
-            run_within(
-                Command::new("node")
-                    .current_dir(root())
-                    .arg("tests/browser/vod.mjs")
-                    .arg(&url),
-                "node (installed by scripts/test)",
-                Duration::from_secs(120),
-            )
-        })
-        .await
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "{format}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON line");
+        let v = driver(
+            "tests/browser/vod.mjs",
+            vec![format!("{page}?format={format}")],
+        )
+        .await;
         println!("{format} video page: {v}");
         assert!(v["errors"].as_array().unwrap().is_empty(), "{format}: {v}");
         let duration = v["duration"].as_f64().unwrap_or(0.0);

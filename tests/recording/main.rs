@@ -11,7 +11,66 @@ use std::time::Duration;
 use common::{data_dir, tempdir, Daemon};
 use media::{create, heavy, push, record, wait_record};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
+
+/// A stream with `auto_record` (transcoded, one rung) being pushed and recorded: its id, push
+/// URL and the pusher.
+async fn recording(d: &Daemon, name: &str) -> (i64, String, media::Proc) {
+    let rec = create(
+        d,
+        json!({"name": name, "auto_record": true, "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url"].as_str().unwrap().to_owned();
+    let pusher = push(&url, "av-720p.flv", 10);
+    wait_record(d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    (id, url, pusher)
+}
+
+/// `stop_recording` that stopped a recording: the video (200).
+async fn stop_recording(d: &Daemon, id: i64) -> Value {
+    let r = d
+        .call(
+            Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body
+}
+
+/// ffprobe's view of a URL or a file: its streams (codec, size) and `format` (duration, start).
+fn probe(url: impl AsRef<std::ffi::OsStr>) -> Value {
+    media::ffprobe_with(
+        &[
+            "-show_entries",
+            "stream=codec_name,width,height:format=start_time,duration",
+        ],
+        url.as_ref().to_str().unwrap(),
+    )
+}
+
+/// `format.duration` of a probe, in seconds.
+fn secs(probed: &Value) -> f64 {
+    probed["format"]["duration"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no duration: {probed}"))
+}
+
+/// Asserts that `url` plays for `ms` ± 1 s, and returns its probe.
+fn assert_plays_for(url: impl AsRef<std::ffi::OsStr>, ms: u64) -> Value {
+    let probed = probe(&url);
+    let got = secs(&probed);
+    assert!(
+        (got * 1000.0 - ms as f64).abs() < 1000.0,
+        "{:?}: {got} s vs {ms} ms",
+        url.as_ref()
+    );
+    probed
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_and_stop_recording_a_live_transcoded_stream() {
@@ -61,26 +120,7 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
     assert_eq!(record(&d, id).await["recording"], false);
     // The VOD HLS plays in ffmpeg with the recorded duration, from the daemon over HTTP.
     let hls = video["hls_url"].as_str().unwrap();
-    let out = std::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-of",
-            "csv=p=0",
-            "-show_entries",
-            "format=duration",
-        ])
-        .arg(hls)
-        .output()
-        .unwrap();
-    let secs: f64 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(-1.0);
-    assert!(
-        (secs * 1000.0 - ms as f64).abs() < 1000.0,
-        "VOD HLS {secs} s vs {ms} ms"
-    );
+    assert_plays_for(hls, ms);
     let master = reqwest::get(hls).await.unwrap().text().await.unwrap();
     assert!(
         master.contains("#EXT-X-STREAM-INF") && master.contains("TYPE=AUDIO"),
@@ -89,10 +129,7 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
     // The static MPD (on-demand profile, each file's sidx as its index) plays in ffmpeg's
     // DASH demuxer with every rung and the audio, the recorded duration.
     let dash = video["dash_url"].as_str().unwrap();
-    let probed = media::ffprobe_with(
-        &["-show_entries", "stream=codec_name,height:format=duration"],
-        dash,
-    );
+    let probed = assert_plays_for(dash, ms);
     let heights: Vec<u64> = probed["streams"]
         .as_array()
         .unwrap()
@@ -113,15 +150,6 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
             .iter()
             .any(|s| s["codec_name"] == "aac"),
         "{probed}"
-    );
-    let secs: f64 = probed["format"]["duration"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (secs * 1000.0 - ms as f64).abs() < 1000.0,
-        "DASH {secs} s vs {ms} ms"
     );
     // The player page plays videos too; the screenshot is a JPEG of the stream.
     let page = reqwest::get(video["iframe_url"].as_str().unwrap())
@@ -174,26 +202,13 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
     assert!(renditions.len() >= 2, "{video}");
     for r in renditions {
         let path = files.join(format!("{}.mp4", r["name"].as_str().unwrap()));
-        let out = std::process::Command::new("ffprobe")
-            .args([
-                "-v",
-                "error",
-                "-of",
-                "csv=p=0",
-                "-show_entries",
-                "format=start_time,duration",
-            ])
-            .arg(&path)
-            .output()
+        let probed = assert_plays_for(&path, ms);
+        let start: f64 = probed["format"]["start_time"]
+            .as_str()
+            .unwrap()
+            .parse()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let (start, secs) = text.trim().split_once(',').unwrap();
-        let (start, secs): (f64, f64) = (start.parse().unwrap(), secs.parse().unwrap());
         assert!(start.abs() < 0.1, "{path:?} starts at {start}");
-        assert!(
-            (secs * 1000.0 - ms as f64).abs() < 1000.0,
-            "{path:?}: {secs} s vs {ms} ms"
-        );
     }
 }
 
@@ -226,19 +241,7 @@ async fn a_recording_cut_by_kill_9_is_one_ready_video_after_the_restart() {
     let vid = video["id"].as_i64().unwrap();
     let files = data_dir(dir.path()).join("videos").join(vid.to_string());
     let top = files.join("720p.mp4");
-    let out = std::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-of",
-            "csv=p=0",
-            "-show_entries",
-            "format=duration",
-        ])
-        .arg(&top)
-        .output()
-        .unwrap();
-    let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let secs = secs(&probe(&top));
     // Up to one 2 s fragment lost, plus up to one segment not yet complete when recording began.
     assert!(
         secs >= elapsed.as_secs_f64() - 4.5 && secs <= elapsed.as_secs_f64() + 1.0,
@@ -282,15 +285,7 @@ async fn auto_record_origin_keeps_the_source_as_received() {
     let _push = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
     wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
     tokio::time::sleep(Duration::from_secs(9)).await;
-    let r = d
-        .call(
-            Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let video = r.body;
+    let video = stop_recording(&d, id).await;
     assert_eq!(video["record_type"], "origin");
     assert_eq!(video["status"], "ready", "{video}");
     let ms = video["duration"].as_u64().unwrap();
@@ -300,13 +295,7 @@ async fn auto_record_origin_keeps_the_source_as_received() {
         .join("videos")
         .join(video["id"].to_string())
         .join("source-video.mp4");
-    let probed = media::ffprobe_with(
-        &[
-            "-show_entries",
-            "stream=codec_name,width,height:format=duration",
-        ],
-        file.to_str().unwrap(),
-    );
+    let probed = assert_plays_for(&file, ms);
     let streams = probed["streams"].as_array().unwrap();
     let codecs: Vec<&str> = streams
         .iter()
@@ -315,39 +304,18 @@ async fn auto_record_origin_keeps_the_source_as_received() {
     assert_eq!(codecs, ["h264"], "{probed}");
     // The source audio is its own track file, as received.
     let audio = file.with_file_name("source-audio.mp4");
-    let probed_audio = media::ffprobe_with(
-        &["-show_entries", "stream=codec_name:format=duration"],
-        audio.to_str().unwrap(),
-    );
+    let probed_audio = probe(&audio);
     assert_eq!(
         probed_audio["streams"][0]["codec_name"], "aac",
         "{probed_audio}"
     );
     // The VOD HLS (one variant) and the MPD of the origin recording, as pushed.
     for url in [&video["hls_url"], &video["dash_url"]] {
-        let probed = media::ffprobe_with(
-            &["-show_entries", "stream=codec_name:format=duration"],
-            url.as_str().unwrap(),
-        );
-        let secs: f64 = probed["format"]["duration"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(
-            (secs * 1000.0 - ms as f64).abs() < 1000.0,
-            "{url}: {secs} s vs {ms} ms"
-        );
+        let probed = assert_plays_for(url.as_str().unwrap(), ms);
         assert_eq!(probed["streams"].as_array().unwrap().len(), 2, "{probed}");
     }
     // The download: one progressive MP4 with both source tracks, as pushed.
-    let download = media::ffprobe_with(
-        &[
-            "-show_entries",
-            "stream=codec_name,width,height:format=duration",
-        ],
-        video["origin_url"].as_str().unwrap(),
-    );
+    let download = assert_plays_for(video["origin_url"].as_str().unwrap(), ms);
     let mut got: Vec<&str> = download["streams"]
         .as_array()
         .unwrap()
@@ -356,15 +324,6 @@ async fn auto_record_origin_keeps_the_source_as_received() {
         .collect();
     got.sort_unstable();
     assert_eq!(got, ["aac", "h264"], "{download}");
-    let secs: f64 = download["format"]["duration"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (secs * 1000.0 - ms as f64).abs() < 1000.0,
-        "download {secs} s vs {ms} ms"
-    );
     let video_stream = streams.iter().find(|s| s["codec_name"] == "h264").unwrap();
     assert_eq!(
         (
@@ -372,15 +331,6 @@ async fn auto_record_origin_keeps_the_source_as_received() {
             video_stream["height"].as_u64()
         ),
         (Some(1280), Some(720))
-    );
-    let secs: f64 = probed["format"]["duration"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (secs * 1000.0 - ms as f64).abs() < 1000.0,
-        "{secs} s vs {ms} ms"
     );
 }
 
@@ -424,11 +374,7 @@ async fn the_quota_closes_a_recording_as_a_ready_video_and_refuses_the_next() {
     let size = video["origin_size"].as_u64().unwrap();
     assert!(size <= 3_000_000, "within the quota: {size}");
     // What was kept plays.
-    let probed = media::ffprobe_with(
-        &["-show_entries", "format=duration"],
-        video["hls_url"].as_str().unwrap(),
-    );
-    assert!(probed["format"]["duration"].as_str().is_some(), "{probed}");
+    assert!(secs(&probe(video["hls_url"].as_str().unwrap())) > 0.0);
     let r = d.call(Method::PUT, &start, None).await;
     assert_eq!(
         (r.status, r.code()),
@@ -466,15 +412,7 @@ async fn a_quick_return_continues_the_same_video() {
     let _g = heavy().await;
     let dir = tempdir();
     let d = Daemon::start(dir.path());
-    let rec = create(
-        &d,
-        json!({"name": "resume", "auto_record": true, "record_type": "transcoded", "quality_set_id": 3}),
-    )
-    .await;
-    let id = rec["id"].as_i64().unwrap();
-    let url = rec["push_url"].as_str().unwrap().to_owned();
-    let first = push(&url, "av-720p.flv", 10);
-    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    let (id, url, first) = recording(&d, "resume").await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     drop(first);
     wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
@@ -482,15 +420,7 @@ async fn a_quick_return_continues_the_same_video() {
     let _second = push(&url, "av-720p.flv", 10);
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let r = d
-        .call(
-            Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let video = r.body;
+    let video = stop_recording(&d, id).await;
     let videos = d
         .get(&format!("/streaming/videos?stream_id={id}"))
         .await
@@ -516,16 +446,7 @@ async fn a_quick_return_continues_the_same_video() {
         1,
         "{media_playlist}"
     );
-    let probed = media::ffprobe_with(&["-show_entries", "format=duration"], master);
-    let secs: f64 = probed["format"]["duration"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (secs * 1000.0 - ms as f64).abs() < 1000.0,
-        "plays through: {secs} s vs {ms} ms"
-    );
+    assert_plays_for(master, ms);
 }
 
 /// `record_max_secs` splits a long recording into videos that follow each other; a pause
@@ -542,15 +463,7 @@ async fn a_long_recording_splits_and_a_long_pause_starts_another_video() {
             ("LIVEPACK_RECORD_RESUME_SECS", "1"),
         ],
     );
-    let rec = create(
-        &d,
-        json!({"name": "split", "auto_record": true, "record_type": "transcoded", "quality_set_id": 3}),
-    )
-    .await;
-    let id = rec["id"].as_i64().unwrap();
-    let url = rec["push_url"].as_str().unwrap().to_owned();
-    let first = push(&url, "av-720p.flv", 10);
-    wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
+    let (id, url, first) = recording(&d, "split").await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     drop(first);
     // Gone for longer than the resume time: that video ends.
@@ -558,14 +471,7 @@ async fn a_long_recording_splits_and_a_long_pause_starts_another_video() {
     let second = push(&url, "av-720p.flv", 10);
     wait_record(&d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let r = d
-        .call(
-            Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    stop_recording(&d, id).await;
     drop(second);
     let videos = d
         .get(&format!("/streaming/videos?stream_id={id}"))
@@ -586,18 +492,6 @@ async fn a_long_recording_splits_and_a_long_pause_starts_another_video() {
     assert!((7000..=12000).contains(&ms[0]), "{ms:?}");
     assert!(ms[1] >= 1000 && ms[2] >= 3000, "{ms:?}");
     for (v, ms) in videos.iter().zip(&ms) {
-        let probed = media::ffprobe_with(
-            &["-show_entries", "format=duration"],
-            v["hls_url"].as_str().unwrap(),
-        );
-        let secs: f64 = probed["format"]["duration"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(
-            (secs * 1000.0 - *ms as f64).abs() < 1000.0,
-            "{secs} s vs {ms} ms"
-        );
+        assert_plays_for(v["hls_url"].as_str().unwrap(), *ms);
     }
 }
