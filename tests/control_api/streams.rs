@@ -44,6 +44,7 @@ fn assert_record_shape(rec: &Value) {
         "hls_mpegts_url",
         "screenshot",
         "transcoded_qualities",
+        "recording",
         "recording_duration",
         "transcoding_speed",
         "frame_rate",
@@ -56,6 +57,11 @@ fn assert_record_shape(rec: &Value) {
     for k in keys {
         assert!(obj.contains_key(k), "record lacks `{k}`: {rec}");
     }
+    assert_eq!(
+        (&rec["recording"], &rec["recording_duration"]),
+        (&json!(false), &json!(0.0)),
+        "nothing recording"
+    );
     assert_eq!(obj.len(), keys.len(), "unexpected extra keys in {rec}");
 }
 
