@@ -282,7 +282,10 @@ fn source_branch(
                 .buffer()
                 .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT));
             if !(wanted && keyframe) {
-                return gst::PadProbeReturn::Drop;
+                // Taken and handled here: returning `Drop` from this probe logged a
+                // GStreamer-CRITICAL per buffer (`gst_mini_object_unref` of NULL).
+                drop(info.data.take());
+                return gst::PadProbeReturn::Handled;
             }
             open.store(true, std::sync::atomic::Ordering::Relaxed);
         }
