@@ -9,7 +9,9 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-plugins-base
   gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
-  gstreamer1.0-libav)
+  gstreamer1.0-libav
+  # HTML overlays: WPE WebKit as a GStreamer source (wpevideosrc), rendered without a GPU.
+  gstreamer1.0-wpe)
 # What the tests drive the daemon with: ffmpeg/ffprobe, headless Chromium (Node.js for the
 # browser drivers comes with ensure_node_modules), srt-live-transmit, gst-launch-1.0, and nginx
 # with its RTMP module as an RTMP server for the PULL tests.

@@ -48,6 +48,7 @@ pub mod http;
 pub(crate) mod ingest;
 pub(crate) mod live;
 pub(crate) mod media;
+pub(crate) mod overlay;
 pub mod package;
 pub(crate) mod pipeline;
 pub(crate) mod quality;

@@ -291,6 +291,16 @@ impl VideoState {
     }
 }
 
+/// An HTML overlay of a stream as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverlayRow {
+    pub id: i64,
+    pub stream_id: i64,
+    pub spec: crate::overlay::OverlaySpec,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
 /// A recorded video as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoRow {
@@ -392,6 +402,28 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
     /// Removes the record; returns it (its media is removed by the caller).
     fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
+
+    /// A stream's overlays, oldest first.
+    fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError>;
+    /// Adds overlays to a stream in one transaction, unless it would then have more than
+    /// `max` (`Ok(None)`: nothing added) or the stream does not exist (`Ok(None)` too: the
+    /// caller looked it up first).
+    fn create_overlays(
+        &self,
+        stream_id: i64,
+        specs: &[crate::overlay::OverlaySpec],
+        max: usize,
+        now: OffsetDateTime,
+    ) -> Result<Option<Vec<OverlayRow>>, StoreError>;
+    /// Replaces overlays' specs in one transaction; `Ok(None)` (nothing changed) when one of
+    /// the ids is not an overlay of this stream.
+    fn update_overlays(
+        &self,
+        stream_id: i64,
+        updates: &[(i64, crate::overlay::OverlaySpec)],
+        now: OffsetDateTime,
+    ) -> Result<Option<Vec<OverlayRow>>, StoreError>;
+    fn delete_overlay(&self, stream_id: i64, id: i64) -> Result<bool, StoreError>;
 
     /// Small named settings (the default quality set, one-time seeding marks).
     fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;

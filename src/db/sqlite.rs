@@ -8,8 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 
 use super::{
-    AppFilter, AppOrderKey, AppRow, AppSettings, ProfileTemplate, Store, StoreError, StreamRow,
-    StreamSettings, Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
+    AppFilter, AppOrderKey, AppRow, AppSettings, OverlayRow, ProfileTemplate, Store, StoreError,
+    StreamRow, StreamSettings, Update, VideoFilter, VideoRow, VideoSettings, VideoState,
+    VideoStatus,
 };
 
 pub const DB_FILE_NAME: &str = "livepack.db";
@@ -66,6 +67,16 @@ CREATE TABLE videos (
     state TEXT NOT NULL
 );
 CREATE INDEX videos_by_stream ON videos (stream_id, id);
+"#,
+    r#"
+CREATE TABLE overlays (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream_id INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    spec TEXT NOT NULL
+);
+CREATE INDEX overlays_by_stream ON overlays (stream_id, id);
 "#,
 ];
 
@@ -258,6 +269,34 @@ fn get_video_in(conn: &Connection, id: i64) -> Result<Option<VideoRow>, StoreErr
     .optional()?
     .map(video_from_raw)
     .transpose()
+}
+
+fn list_overlays_in(conn: &Connection, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, created_at_ms, updated_at_ms, spec FROM overlays \
+         WHERE stream_id = ?1 ORDER BY id",
+    )?;
+    let raw = stmt
+        .query_map([stream_id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    raw.into_iter()
+        .map(|(id, created, updated, spec)| {
+            Ok(OverlayRow {
+                id,
+                stream_id,
+                spec: from_json("overlay", id, &spec)?,
+                created_at: from_ms("overlay", id, created)?,
+                updated_at: from_ms("overlay", id, updated)?,
+            })
+        })
+        .collect()
 }
 
 /// The client id as the filter compares it: the JSON number's text.
@@ -487,10 +526,88 @@ impl Store for SqliteStore {
     }
 
     fn delete_stream(&self, id: i64) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .execute("DELETE FROM streams WHERE id = ?1", [id])?
-            == 1)
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let deleted = tx.execute("DELETE FROM streams WHERE id = ?1", [id])? == 1;
+        tx.execute("DELETE FROM overlays WHERE stream_id = ?1", [id])?;
+        tx.commit()?;
+        Ok(deleted)
+    }
+
+    fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError> {
+        list_overlays_in(&self.conn(), stream_id)
+    }
+
+    fn create_overlays(
+        &self,
+        stream_id: i64,
+        specs: &[crate::overlay::OverlaySpec],
+        max: usize,
+        now: OffsetDateTime,
+    ) -> Result<Option<Vec<OverlayRow>>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let exists: bool = tx
+            .query_row("SELECT 1 FROM streams WHERE id = ?1", [stream_id], |_| {
+                Ok(())
+            })
+            .optional()?
+            .is_some();
+        let count: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM overlays WHERE stream_id = ?1",
+            [stream_id],
+            |r| r.get(0),
+        )?;
+        if !exists || count as usize + specs.len() > max {
+            return Ok(None);
+        }
+        let mut ids = Vec::with_capacity(specs.len());
+        for spec in specs {
+            tx.execute(
+                "INSERT INTO overlays (stream_id, created_at_ms, updated_at_ms, spec) \
+                 VALUES (?1, ?2, ?2, ?3)",
+                params![stream_id, to_ms(now), to_json(spec)],
+            )?;
+            ids.push(tx.last_insert_rowid());
+        }
+        let rows = list_overlays_in(&tx, stream_id)?;
+        tx.commit()?;
+        Ok(Some(
+            rows.into_iter().filter(|r| ids.contains(&r.id)).collect(),
+        ))
+    }
+
+    fn update_overlays(
+        &self,
+        stream_id: i64,
+        updates: &[(i64, crate::overlay::OverlaySpec)],
+        now: OffsetDateTime,
+    ) -> Result<Option<Vec<OverlayRow>>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for (id, spec) in updates {
+            let changed = tx.execute(
+                "UPDATE overlays SET spec = ?1, updated_at_ms = ?2 WHERE id = ?3 AND stream_id = ?4",
+                params![to_json(spec), to_ms(now), id, stream_id],
+            )?;
+            if changed != 1 {
+                return Ok(None); // dropped: rolls back
+            }
+        }
+        let rows = list_overlays_in(&tx, stream_id)?;
+        tx.commit()?;
+        Ok(Some(
+            rows.into_iter()
+                .filter(|r| updates.iter().any(|(id, _)| *id == r.id))
+                .collect(),
+        ))
+    }
+
+    fn delete_overlay(&self, stream_id: i64, id: i64) -> Result<bool, StoreError> {
+        Ok(self.conn().execute(
+            "DELETE FROM overlays WHERE id = ?1 AND stream_id = ?2",
+            [id, stream_id],
+        )? == 1)
     }
 
     fn set_stream_times(

@@ -7,4 +7,5 @@ mod auth;
 mod fastedge;
 mod lifecycle;
 mod openapi;
+mod overlays;
 mod streams;

@@ -30,6 +30,15 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
         .body["id"]
         .as_i64()
         .unwrap();
+    let overlay = d
+        .post(
+            &format!("/streaming/streams/{stream}/overlays"),
+            json!([{"url": "https://example.com/", "stretch": true}]),
+        )
+        .await
+        .body[0]["id"]
+        .as_i64()
+        .unwrap();
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 10, "suspiciously few paths");
     // DELETE last so the ids stay valid while the other operations are probed.
@@ -41,14 +50,17 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
             }
         }
     }
-    ops.sort_by_key(|(m, _)| (m == "delete") as u8);
+    // …and a sub-resource's DELETE before its parent's (deleting a stream deletes its overlays).
+    ops.sort_by_key(|(m, p)| ((m == "delete") as u8, std::cmp::Reverse(p.len())));
     for (m, path) in &ops {
         let id = if path.starts_with("/fastedge") {
             app
         } else {
             stream
         };
-        let concrete = path.replace("{id}", &id.to_string());
+        let concrete = path
+            .replace("{id}", &id.to_string())
+            .replace("{overlay_id}", &overlay.to_string());
         let method = Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
         let body = matches!(method, Method::POST | Method::PATCH | Method::PUT).then(|| json!({}));
         let r = d.call(method.clone(), &concrete, body).await;
@@ -83,7 +95,9 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
         );
     }
     for (path, item) in paths {
-        let concrete = path.replace("{id}", &stream.to_string());
+        let concrete = path
+            .replace("{id}", &stream.to_string())
+            .replace("{overlay_id}", &overlay.to_string());
         for m in METHODS.iter().filter(|m| item.get(**m).is_none()) {
             let method = Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
             let r = d.call(method, &concrete, None).await;

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod error;
 pub mod fastedge;
 pub mod fields;
+pub mod overlays;
 pub mod quality_sets;
 pub mod security;
 pub mod streams;
@@ -76,6 +77,8 @@ enum Route {
     StreamDvrCleanup,
     StreamStartRecording,
     StreamStopRecording,
+    StreamOverlays,
+    StreamOverlay,
     Videos,
     Video,
     QualitySets,
@@ -117,6 +120,16 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         "/streaming/streams/{id}/playlist.m3u8",
         Route::StreamPlaylist,
         &[Method::GET],
+    ),
+    (
+        "/streaming/streams/{id}/overlays",
+        Route::StreamOverlays,
+        &[Method::GET, Method::POST, Method::PATCH],
+    ),
+    (
+        "/streaming/streams/{id}/overlays/{overlay_id}",
+        Route::StreamOverlay,
+        &[Method::GET, Method::PATCH, Method::DELETE],
     ),
     ("/streaming/videos", Route::Videos, &[Method::GET]),
     (
@@ -166,15 +179,20 @@ pub fn owns(path: &str) -> bool {
         || API_PREFIXES.iter().any(|p| path == &p[..p.len() - 1])
 }
 
-/// Matches `path` against a route pattern, returning the `{id}` value if any.
-fn match_route(pattern: &str, path: &str) -> Option<Option<i64>> {
-    let mut id = None;
+/// Matches `path` against a route pattern, returning its `{…}` ids in order (`{id}`, then
+/// a sub-resource's, e.g. `{overlay_id}`).
+fn match_route(pattern: &str, path: &str) -> Option<[Option<i64>; 2]> {
+    let mut ids = [None; 2];
+    let mut n = 0;
     let mut pat = pattern.split('/');
     let mut got = path.split('/');
     loop {
         match (pat.next(), got.next()) {
-            (None, None) => return Some(id),
-            (Some("{id}"), Some(seg)) => id = Some(parse_id(seg)?),
+            (None, None) => return Some(ids),
+            (Some(p), Some(seg)) if p.starts_with('{') => {
+                *ids.get_mut(n)? = Some(parse_id(seg)?);
+                n += 1;
+            }
             (Some(p), Some(seg)) if p == seg => {}
             _ => return None,
         }
@@ -218,7 +236,7 @@ impl Api {
     async fn route(self: &Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
         let path = req.uri().path().to_owned();
         for (pattern, route, methods) in ROUTES {
-            let Some(id) = match_route(pattern, &path) else {
+            let Some([id, sub]) = match_route(pattern, &path) else {
                 continue;
             };
             if !methods.contains(req.method()) {
@@ -235,6 +253,7 @@ impl Api {
                 return Ok(resp);
             }
             let id = id.unwrap_or_default();
+            let sub = sub.unwrap_or_default();
             let method = req.method().clone();
             return match (route, method) {
                 (Route::Streams, Method::GET) => streams::list(self, req.uri().query()).await,
@@ -248,6 +267,18 @@ impl Api {
                 (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
                 (Route::StreamStartRecording, _) => streams::start_recording(self, id).await,
                 (Route::StreamStopRecording, _) => streams::stop_recording(self, id).await,
+                (Route::StreamOverlays, Method::GET) => overlays::list(self, id).await,
+                (Route::StreamOverlays, Method::POST) => {
+                    overlays::create(self, id, read_json(req).await?).await
+                }
+                (Route::StreamOverlays, _) => {
+                    overlays::update_many(self, id, read_json(req).await?).await
+                }
+                (Route::StreamOverlay, Method::GET) => overlays::get(self, id, sub).await,
+                (Route::StreamOverlay, Method::PATCH) => {
+                    overlays::update(self, id, sub, read_json(req).await?).await
+                }
+                (Route::StreamOverlay, _) => overlays::delete(self, id, sub).await,
                 (Route::Videos, _) => videos::list(self, req.uri().query()).await,
                 (Route::Video, Method::GET) => videos::get(self, id).await,
                 (Route::Video, Method::PATCH) => {
@@ -445,7 +476,14 @@ mod tests {
     fn routes_match_ids_strictly() {
         assert_eq!(
             match_route("/streaming/streams/{id}", "/streaming/streams/42"),
-            Some(Some(42))
+            Some([Some(42), None])
+        );
+        assert_eq!(
+            match_route(
+                "/streaming/streams/{id}/overlays/{overlay_id}",
+                "/streaming/streams/42/overlays/7"
+            ),
+            Some([Some(42), Some(7)])
         );
         for bad in [
             "0",
@@ -472,7 +510,7 @@ mod tests {
         );
         assert_eq!(
             match_route("/streaming/streams", "/streaming/streams"),
-            Some(None)
+            Some([None, None])
         );
     }
 

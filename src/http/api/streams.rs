@@ -91,7 +91,7 @@ pub struct StreamView {
     frame_rate: Option<f64>,
     video_height: Option<u32>,
     video_width: Option<u32>,
-    html_overlays: Vec<Value>,
+    html_overlays: Vec<super::overlays::OverlayView>,
     storage_error: Option<String>,
 }
 
@@ -101,7 +101,12 @@ pub fn iso8601(t: OffsetDateTime) -> String {
 }
 
 impl Api {
-    pub fn stream_view(&self, row: StreamRow, live: LiveStatus) -> StreamView {
+    pub fn stream_view(
+        &self,
+        row: StreamRow,
+        live: LiveStatus,
+        overlays: &[crate::db::OverlayRow],
+    ) -> StreamView {
         let e = &self.endpoints;
         let (id, token, base) = (row.id, &row.token, &e.public_url);
         let push = !row.settings.pull;
@@ -148,15 +153,27 @@ impl Api {
             frame_rate: live.frame_rate,
             video_height: live.video_height,
             video_width: live.video_width,
-            html_overlays: Vec::new(),
+            html_overlays: overlays.iter().map(super::overlays::view).collect(),
             storage_error: live.storage_error,
             settings: row.settings,
         }
     }
 
-    fn render(&self, status: StatusCode, row: StreamRow) -> Response<Body> {
+    /// The record with its live state and overlays.
+    async fn render(&self, status: StatusCode, row: StreamRow) -> Result<Response<Body>, ApiError> {
+        let id = row.id;
+        let overlays = self.db(move |s| s.list_overlays(id)).await?;
+        Ok(self.render_with(status, row, &overlays))
+    }
+
+    fn render_with(
+        &self,
+        status: StatusCode,
+        row: StreamRow,
+        overlays: &[crate::db::OverlayRow],
+    ) -> Response<Body> {
         let live = self.registry.status(row.id);
-        json_response(status, &self.stream_view(row, live))
+        json_response(status, &self.stream_view(row, live, overlays))
     }
 }
 
@@ -373,7 +390,7 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .await?;
     tracing::info!(stream = row.id, name = %row.settings.name, "stream created");
     api.registry.stream_changed(row.id);
-    Ok(api.render(StatusCode::CREATED, row))
+    api.render(StatusCode::CREATED, row).await
 }
 
 async fn load(api: &Api, id: i64) -> Result<StreamRow, ApiError> {
@@ -383,7 +400,7 @@ async fn load(api: &Api, id: i64) -> Result<StreamRow, ApiError> {
 }
 
 pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
-    Ok(api.render(StatusCode::OK, load(api, id).await?))
+    api.render(StatusCode::OK, load(api, id).await?).await
 }
 
 pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>, ApiError> {
@@ -394,14 +411,22 @@ pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>,
         }
     }
     let offset = (page - 1) * u64::from(STREAMS_PAGE_SIZE);
-    let (rows, total) = api
-        .db(move |s| s.list_streams(offset, STREAMS_PAGE_SIZE))
+    let (rows, total, overlays) = api
+        .db(move |s| {
+            let (rows, total) = s.list_streams(offset, STREAMS_PAGE_SIZE)?;
+            let overlays = rows
+                .iter()
+                .map(|r| s.list_overlays(r.id))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((rows, total, overlays))
+        })
         .await?;
     let views: Vec<StreamView> = rows
         .into_iter()
-        .map(|r| {
+        .zip(&overlays)
+        .map(|(r, o)| {
             let live = api.registry.status(r.id);
-            api.stream_view(r, live)
+            api.stream_view(r, live, o)
         })
         .collect();
     let mut resp = json_response(StatusCode::OK, &views);
@@ -450,7 +475,7 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
         // A deactivated stream (or one turned into a PULL) stops receiving pushes at once.
         api.registry.kick(id);
     }
-    Ok(api.render(StatusCode::OK, row))
+    api.render(StatusCode::OK, row).await
 }
 
 pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
@@ -516,7 +541,10 @@ pub async fn stop_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, A
 /// Deprecated path kept for old clients: a permanent redirect to the MPEG-TS HLS playlist.
 pub async fn legacy_playlist(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
     let row = load(api, id).await?;
-    super::redirect(&api.stream_view(row, LiveStatus::default()).hls_mpegts_url)
+    super::redirect(
+        &api.stream_view(row, LiveStatus::default(), &[])
+            .hls_mpegts_url,
+    )
 }
 
 #[cfg(test)]
