@@ -1,0 +1,338 @@
+//! HTML overlays burned into the transcoded picture. Each overlay page renders in a pipeline of
+//! its own (`wpevideosrc` → BGRA at the box's size, a few frames a second → appsink keeping
+//! the newest frame); the live pipeline holds one `overlaycomposition` element that, for every
+//! video frame, blends the newest frame of each overlay into its box (scaled from the
+//! 1920×1080 overlay space to the picture). So the live pipeline never waits for a page: a page
+//! that is slow, hangs or fails only leaves its box empty, and adding, moving or removing an
+//! overlay changes a list, not the pipeline.
+
+use std::sync::{Arc, Mutex};
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app::AppSink;
+use gstreamer_video as gst_video;
+
+use crate::overlay::{OverlaySpec, SPACE_HEIGHT, SPACE_WIDTH};
+
+/// Frames a second each page is rendered at (the cloud API promises 1).
+pub const RENDER_FPS: i32 = 2;
+
+/// The newest frame of one page.
+type Latest = Arc<Mutex<Option<gst::Buffer>>>;
+
+/// One overlay page rendering in its own pipeline.
+pub struct PageRenderer {
+    pipeline: gst::Pipeline,
+    latest: Latest,
+}
+
+impl PageRenderer {
+    /// Starts rendering `spec.url` at the box's size (the full space for `stretch`).
+    pub fn start(spec: &OverlaySpec) -> Result<PageRenderer, String> {
+        super::init().map_err(|e| e.to_string())?;
+        let (w, h) = render_size(spec);
+        let make = |name: &str| {
+            gst::ElementFactory::make(name)
+                .build()
+                .map_err(|e| format!("{name}: {e} (is gstreamer1.0-wpe installed?)"))
+        };
+        let src = make("wpevideosrc")?;
+        src.set_property("location", &spec.url);
+        src.set_property("draw-background", false);
+        let caps = gst::Caps::builder("video/x-raw")
+            .field("format", "BGRA")
+            .field("width", w as i32)
+            .field("height", h as i32)
+            .field("framerate", gst::Fraction::new(RENDER_FPS, 1))
+            .build();
+        let sink = AppSink::builder()
+            .caps(&caps)
+            .sync(false)
+            .max_buffers(1)
+            .drop(true)
+            .build();
+        let latest: Latest = Arc::default();
+        let keep = latest.clone();
+        sink.set_callbacks(
+            gstreamer_app::AppSinkCallbacks::builder()
+                .new_sample(move |sink| {
+                    let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                    if let Some(mut buffer) = sample.buffer_owned() {
+                        // Overlay rectangles need the frame's layout as a meta.
+                        if buffer.meta::<gst_video::VideoMeta>().is_none() {
+                            let _ = gst_video::VideoMeta::add(
+                                buffer.make_mut(),
+                                gst_video::VideoFrameFlags::empty(),
+                                gst_video::VideoFormat::Bgra,
+                                w,
+                                h,
+                            );
+                        }
+                        *keep.lock().unwrap_or_else(|p| p.into_inner()) = Some(buffer);
+                    }
+                    Ok(gst::FlowSuccess::Ok)
+                })
+                .build(),
+        );
+        let pipeline = gst::Pipeline::new();
+        pipeline
+            .add_many([&src, sink.upcast_ref()])
+            .map_err(|e| e.to_string())?;
+        src.link(&sink).map_err(|e| e.to_string())?;
+        pipeline
+            .set_state(gst::State::Playing)
+            .map_err(|e| format!("overlay page: {e}"))?;
+        Ok(PageRenderer { pipeline, latest })
+    }
+
+    /// The newest rendered frame, if the page rendered one yet.
+    pub fn latest(&self) -> Option<gst::Buffer> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The renderer's bus (errors: a page that failed to load).
+    pub fn bus(&self) -> Option<gst::Bus> {
+        self.pipeline.bus()
+    }
+}
+
+impl Drop for PageRenderer {
+    fn drop(&mut self) {
+        let _ = self.pipeline.set_state(gst::State::Null);
+    }
+}
+
+/// The size a page renders at: its box in the overlay space.
+fn render_size(spec: &OverlaySpec) -> (u32, u32) {
+    if spec.stretch {
+        (SPACE_WIDTH, SPACE_HEIGHT)
+    } else {
+        (spec.width, spec.height)
+    }
+}
+
+/// Where a box lands on a `width`×`height` picture: (x, y, w, h), scaled from the overlay
+/// space and never empty.
+pub fn placement(spec: &OverlaySpec, width: u32, height: u32) -> (i32, i32, u32, u32) {
+    if spec.stretch {
+        return (0, 0, width, height);
+    }
+    let sx = |v: u32| (u64::from(v) * u64::from(width) / u64::from(SPACE_WIDTH)) as u32;
+    let sy = |v: u32| (u64::from(v) * u64::from(height) / u64::from(SPACE_HEIGHT)) as u32;
+    (
+        sx(spec.x) as i32,
+        sy(spec.y) as i32,
+        sx(spec.width).max(1),
+        sy(spec.height).max(1),
+    )
+}
+
+/// What the live pipeline's `overlaycomposition` draws: the current overlays, each with its
+/// renderer. Shared with whoever applies overlay changes.
+#[derive(Default)]
+pub struct OverlaySet {
+    items: Mutex<Vec<(OverlaySpec, Arc<PageRenderer>)>>,
+}
+
+impl OverlaySet {
+    /// Replaces the set (renderers of unchanged overlays are kept by the caller).
+    pub fn set(&self, items: Vec<(OverlaySpec, Arc<PageRenderer>)>) {
+        *self.items.lock().unwrap_or_else(|p| p.into_inner()) = items;
+    }
+
+    /// The composition for a `width`×`height` frame; `None` when nothing has rendered.
+    pub fn composition(
+        &self,
+        width: u32,
+        height: u32,
+    ) -> Option<gst_video::VideoOverlayComposition> {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let rects: Vec<gst_video::VideoOverlayRectangle> = items
+            .iter()
+            .filter_map(|(spec, renderer)| {
+                let buffer = renderer.latest()?;
+                buffer.meta::<gst_video::VideoMeta>()?;
+                let (x, y, w, h) = placement(spec, width, height);
+                Some(gst_video::VideoOverlayRectangle::new_raw(
+                    &buffer,
+                    x,
+                    y,
+                    w,
+                    h,
+                    gst_video::VideoOverlayFormatFlags::empty(),
+                ))
+            })
+            .collect();
+        if rects.is_empty() {
+            return None;
+        }
+        gst_video::VideoOverlayComposition::new(rects.iter()).ok()
+    }
+}
+
+/// The live pipeline's element: blends `set` into every frame passing through.
+pub fn element(set: Arc<OverlaySet>) -> Result<gst::Element, String> {
+    let overlay = gst::ElementFactory::make("overlaycomposition")
+        .build()
+        .map_err(|e| format!("overlaycomposition: {e}"))?;
+    let size = Arc::new(Mutex::new((0u32, 0u32)));
+    let on_caps = size.clone();
+    overlay.connect("caps-changed", false, move |args| {
+        let w = args.get(2).and_then(|v| v.get::<u32>().ok()).unwrap_or(0);
+        let h = args.get(3).and_then(|v| v.get::<u32>().ok()).unwrap_or(0);
+        *on_caps.lock().unwrap_or_else(|p| p.into_inner()) = (w, h);
+        None
+    });
+    overlay.connect("draw", false, move |_args| {
+        let (w, h) = *size.lock().unwrap_or_else(|p| p.into_inner());
+        let composition = (w > 0 && h > 0).then(|| set.composition(w, h)).flatten();
+        Some(composition.to_value())
+    });
+    Ok(overlay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gstreamer_video::prelude::*;
+
+    /// Serves one HTML page on 127.0.0.1 (every request gets it); returns its URL.
+    fn serve(html: &'static str) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/page.html", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten().take(50) {
+                let mut conn = conn;
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                    html.len()
+                );
+            }
+        });
+        url
+    }
+
+    /// The Y, U and V of one pixel of an I420 frame.
+    fn yuv_at(
+        frame: &gst_video::VideoFrameRef<&gst::BufferRef>,
+        x: usize,
+        y: usize,
+    ) -> (u8, u8, u8) {
+        let plane = |i: u32, x: usize, y: usize| {
+            let stride = frame.plane_stride()[i as usize] as usize;
+            frame.plane_data(i).unwrap()[y * stride + x]
+        };
+        (
+            plane(0, x, y),
+            plane(1, x / 2, y / 2),
+            plane(2, x / 2, y / 2),
+        )
+    }
+
+    /// A real page (a solid red body) rendered by WPE into the bottom-right quarter of the
+    /// 1920×1080 space lands in the bottom-right quarter of a 640×360 picture, and nowhere else.
+    #[test]
+    fn a_page_is_blended_into_its_box_and_only_there() {
+        super::super::init().unwrap();
+        std::env::set_var("LIBGL_ALWAYS_SOFTWARE", "1");
+        let url = serve(
+            "<!doctype html><html><body style=\"margin:0;background:#ff0000\"></body></html>",
+        );
+        let spec = OverlaySpec {
+            url,
+            width: 960,
+            height: 540,
+            x: 960,
+            y: 540,
+            stretch: false,
+        };
+        let renderer = Arc::new(PageRenderer::start(&spec).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // The first frames are blank (the page is still loading): wait for the painted one.
+        let painted = |b: &gst::Buffer| {
+            let map = b.map_readable().unwrap();
+            let center = (270 * 960 + 480) * 4;
+            map.get(center + 3).is_some_and(|a| *a > 0)
+        };
+        while !renderer.latest().is_some_and(|b| painted(&b)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the page never painted"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let set = Arc::new(OverlaySet::default());
+        set.set(vec![(spec, renderer)]);
+        let pipeline = gst::Pipeline::new();
+        let src = gst::ElementFactory::make("videotestsrc")
+            .property_from_str("pattern", "black")
+            .property("num-buffers", 5)
+            .build()
+            .unwrap();
+        let caps = gst::ElementFactory::make("capsfilter")
+            .property(
+                "caps",
+                gst::Caps::builder("video/x-raw")
+                    .field("format", "I420")
+                    .field("width", 640)
+                    .field("height", 360)
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        let overlay = element(set).unwrap();
+        let sink = AppSink::builder().sync(false).build();
+        pipeline
+            .add_many([&src, &caps, &overlay, sink.upcast_ref()])
+            .unwrap();
+        gst::Element::link_many([&src, &caps, &overlay, sink.upcast_ref()]).unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let sample = sink.pull_sample().unwrap();
+        let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+        let frame =
+            gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().unwrap(), &info)
+                .unwrap();
+        let (y, _, v) = yuv_at(&frame, 480, 270);
+        // Red: Y 63 in BT.709, 82 in BT.601; V near 240.
+        assert!(
+            (55..=90).contains(&y) && v > 200,
+            "red in the box: Y {y} V {v}"
+        );
+        for (x, yy) in [(160, 90), (480, 90), (160, 270), (310, 170)] {
+            let (y, u, v) = yuv_at(&frame, x, yy);
+            assert!(
+                y < 30 && (118..=138).contains(&u) && (118..=138).contains(&v),
+                "black at ({x},{yy}): {y} {u} {v}"
+            );
+        }
+        drop(frame);
+        pipeline.set_state(gst::State::Null).unwrap();
+    }
+
+    #[test]
+    fn boxes_scale_from_the_overlay_space_to_the_picture() {
+        let spec = OverlaySpec {
+            url: String::new(),
+            width: 960,
+            height: 540,
+            x: 960,
+            y: 540,
+            stretch: false,
+        };
+        assert_eq!(placement(&spec, 640, 360), (320, 180, 320, 180));
+        assert_eq!(placement(&spec, 1920, 1080), (960, 540, 960, 540));
+        let full = OverlaySpec {
+            stretch: true,
+            ..spec
+        };
+        assert_eq!(placement(&full, 1280, 720), (0, 0, 1280, 720));
+    }
+}
