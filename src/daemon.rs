@@ -205,10 +205,19 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         let root = media_root.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
     }
+    // HTML overlays need GStreamer's WPE WebKit plugin; without it the daemon runs and
+    // refuses `html_overlay: true`.
+    let overlays = pipeline::overlay::OverlayHub::available()
+        .then(|| pipeline::overlay::OverlayHub::new(store.clone()));
+    if overlays.is_none() {
+        tracing::warn!("HTML overlays unavailable: GStreamer's wpevideosrc is not installed (Debian: gstreamer1.0-wpe)");
+    }
     let registry = Registry::new(
         store.clone(),
         quality_sets.clone(),
-        Arc::new(pipeline::GstPipelines),
+        Arc::new(pipeline::GstPipelines {
+            overlays: overlays.clone(),
+        }),
         LiveConfig {
             packaging: config.packaging,
             grace: config.grace_period,
@@ -289,7 +298,11 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
         recordings: recordings.clone(),
+        overlays: overlays.clone(),
     });
+    if let Some(hub) = &overlays {
+        hub.spawn(registry.events());
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let limits = HttpLimits {
         max_connections: config.http_max_connections,

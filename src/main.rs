@@ -90,6 +90,7 @@ fn log_filter(env: Option<String>) -> String {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     reexec_with_malloc_tunables();
+    software_gl_for_overlays();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
             std::env::var("RUST_LOG").ok(),
@@ -177,6 +178,19 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 /// 1.1 GB resident once every stream had ended. A fixed 256 KiB threshold maps big buffers and
 /// returns them on free: 650 MB peak, 250 MB after. glibc reads it only at process start, hence
 /// the re-exec (before any thread exists); an operator's own setting is respected.
+/// HTML overlays render with WPE WebKit on Mesa's software GL (no GPU needed). Set while the
+/// process is still single-threaded. `1`, not `true`: GStreamer 1.22's `wpevideosrc` treats
+/// the exact string `true` as a cue to fix its output at 1920×1080, 30 fps, whatever is asked;
+/// Mesa reads both as true.
+fn software_gl_for_overlays() {
+    const VAR: &str = "LIBGL_ALWAYS_SOFTWARE";
+    match std::env::var(VAR).as_deref() {
+        Ok("0") | Ok("false") => {} // the operator wants the GPU
+        Ok("1") => {}
+        _ => std::env::set_var(VAR, "1"),
+    }
+}
+
 fn reexec_with_malloc_tunables() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

@@ -215,6 +215,21 @@ pub fn redact(uri: &str) -> String {
     }
 }
 
+/// Names resolve only to addresses the URL policy allows; IP literals never reach a
+/// resolver, so callers check those with [`check`]. For outbound HTTP clients (PULL's gateway,
+/// the overlay pages' pre-check).
+pub struct GuardedResolver;
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs = resolve(&host, 0).await?;
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

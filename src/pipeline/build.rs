@@ -59,6 +59,9 @@ pub struct Plan {
     pub wall_base: OffsetDateTime,
     /// Remux the source (see [`Ladder::source`]).
     pub source: bool,
+    /// HTML overlays blended into the decoded picture before the ladder (so every rung, the
+    /// screenshots and transcoded recordings carry them; the source remux does not).
+    pub overlays: Option<Arc<super::overlay::OverlaySet>>,
 }
 
 impl Plan {
@@ -109,6 +112,7 @@ impl Plan {
             audio_kbps: ladder.audio_kbps(),
             wall_base,
             source: ladder.source,
+            overlays: None,
         }
     }
 
@@ -375,7 +379,13 @@ pub fn build(
         let src = appsrc(video_caps(v))?;
         let [parse, decode] = video_decoder(v)?;
         let source_tee = make("tee")?;
-        let head = [
+        let overlay = plan
+            .overlays
+            .clone()
+            .map(super::overlay::element)
+            .transpose()
+            .map_err(PipelineError::Build)?;
+        let head: Vec<gst::Element> = [
             src.clone().upcast::<gst::Element>(),
             source_tee.clone(),
             parse,
@@ -388,8 +398,11 @@ pub fn build(
                     .field("framerate", gst::Fraction::new(plan.fps as i32, 1))
                     .build(),
             )?,
-            make("tee")?,
-        ];
+        ]
+        .into_iter()
+        .chain(overlay)
+        .chain([make("tee")?])
+        .collect();
         link(&pipeline, &head)?;
         let tee = head.last().expect("tee").clone();
         for (i, rung) in plan.video_rungs.iter().enumerate() {

@@ -5,8 +5,6 @@
 
 mod build;
 mod ladder;
-// Not wired into the live pipeline yet (issue 20, in progress on this branch).
-#[allow(dead_code)]
 pub(crate) mod overlay;
 mod sink;
 
@@ -101,7 +99,10 @@ impl Probe {
 }
 
 /// The daemon's [`PipelineFactory`]: a GStreamer pipeline per session.
-pub struct GstPipelines;
+pub struct GstPipelines {
+    /// Where each stream's HTML overlays are drawn from; `None`: no overlays (no WPE plugin).
+    pub overlays: Option<Arc<overlay::OverlayHub>>,
+}
 
 impl PipelineFactory for GstPipelines {
     fn run(
@@ -112,8 +113,9 @@ impl PipelineFactory for GstPipelines {
             source: job.record_source,
             ..Ladder::from_set(&job.quality_set)
         };
+        let overlays = self.overlays.as_ref().map(|h| h.set_for(job.stream.id));
         Box::pin(async move {
-            run(job.stream, ladder, job.media, job.stop)
+            run(job.stream, ladder, overlays, job.media, job.stop)
                 .await
                 .map_err(PipelineFailure::from)
         })
@@ -263,6 +265,7 @@ pub fn measure_fps(dts: impl Iterator<Item = u64>) -> Option<f64> {
 pub async fn run(
     stream: StreamHandles,
     ladder: Ladder,
+    overlays: Option<Arc<overlay::OverlaySet>>,
     mut rx: mpsc::Receiver<MediaMessage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
@@ -271,7 +274,16 @@ pub async fn run(
         let Some(probe) = probe(&mut rx, std::mem::take(&mut seed)).await? else {
             return Ok(());
         };
-        match run_one(&stream, &ladder, probe, &mut rx, &mut stop).await? {
+        match run_one(
+            &stream,
+            &ladder,
+            overlays.clone(),
+            probe,
+            &mut rx,
+            &mut stop,
+        )
+        .await?
+        {
             Pumped::Ended => return Ok(()),
             Pumped::Rebuild(carried) => {
                 tracing::info!(
@@ -297,6 +309,7 @@ enum Pumped {
 async fn run_one(
     stream: &StreamHandles,
     ladder: &Ladder,
+    overlays: Option<Arc<overlay::OverlaySet>>,
     probe: Probe,
     rx: &mut mpsc::Receiver<MediaMessage>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
@@ -309,15 +322,18 @@ async fn run_one(
     } = stream.clone();
     init()?;
     let base = probe.frames.iter().map(|f| f.dts).min().unwrap_or(0);
-    let plan = build::Plan::new(
-        stream_id,
-        ladder,
-        probe.video.as_ref(),
-        probe.audio.as_ref(),
-        probe.fps,
-        package.read(|p| p.config),
-        probe.wall_time_of(base),
-    );
+    let plan = build::Plan {
+        overlays,
+        ..build::Plan::new(
+            stream_id,
+            ladder,
+            probe.video.as_ref(),
+            probe.audio.as_ref(),
+            probe.fps,
+            package.read(|p| p.config),
+            probe.wall_time_of(base),
+        )
+    };
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
         // The receiving states belong to the registry's input switch.
@@ -690,7 +706,7 @@ mod tests {
             counters: Arc::<Counters>::default(),
         };
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
-        let task = tokio::spawn(run(stream, ladder, rx, stop));
+        let task = tokio::spawn(run(stream, ladder, None, rx, stop));
         let config = crate::media::codec::parse_avcc(avcc).unwrap();
         tx.send(MediaMessage::VideoConfig(config)).await.unwrap();
         // Nothing declared, video only for 3 s: the pipeline starts without audio.
@@ -771,7 +787,7 @@ mod tests {
             status: status.clone(),
             counters: counters.clone(),
         };
-        let task = tokio::spawn(run(stream, ladder, rx, stop));
+        let task = tokio::spawn(run(stream, ladder, None, rx, stop));
         let send_all = |avcc: bytes::Bytes, frames: Vec<(u64, bool, bytes::Bytes)>, offset: u64| {
             let config = crate::media::codec::parse_avcc(avcc).unwrap();
             tx.try_send(MediaMessage::VideoConfig(config)).unwrap();

@@ -6,14 +6,21 @@
 //! that is slow, hangs or fails only leaves its box empty, and adding, moving or removing an
 //! overlay changes a list, not the pipeline.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
 
 use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use gstreamer_video as gst_video;
 
+use crate::live::LiveEvent;
 use crate::overlay::{OverlaySpec, SPACE_HEIGHT, SPACE_WIDTH};
+
+/// How long a page may take to answer the pre-check before it is skipped.
+const PAGE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Frames a second each page is rendered at (the cloud API promises 1).
 pub const RENDER_FPS: i32 = 2;
@@ -25,6 +32,8 @@ type Latest = Arc<Mutex<Option<gst::Buffer>>>;
 pub struct PageRenderer {
     pipeline: gst::Pipeline,
     latest: Latest,
+    /// The page failed after it started (WebKit then draws its error text: not shown).
+    failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PageRenderer {
@@ -80,23 +89,37 @@ impl PageRenderer {
             .add_many([&src, sink.upcast_ref()])
             .map_err(|e| e.to_string())?;
         src.link(&sink).map_err(|e| e.to_string())?;
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(bus) = pipeline.bus() {
+            let (failed, url) = (failed.clone(), crate::url_policy::redact(&spec.url));
+            bus.set_sync_handler(move |_, msg| {
+                if let gst::MessageView::Error(e) = msg.view() {
+                    if !failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(url = %url, error = %e.error(), "overlay page failed; not shown");
+                    }
+                }
+                gst::BusSyncReply::Drop
+            });
+        }
         pipeline
             .set_state(gst::State::Playing)
             .map_err(|e| format!("overlay page: {e}"))?;
-        Ok(PageRenderer { pipeline, latest })
+        Ok(PageRenderer {
+            pipeline,
+            latest,
+            failed,
+        })
     }
 
-    /// The newest rendered frame, if the page rendered one yet.
+    /// The newest rendered frame, if the page rendered one yet and has not failed.
     pub fn latest(&self) -> Option<gst::Buffer> {
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         self.latest
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-
-    /// The renderer's bus (errors: a page that failed to load).
-    pub fn bus(&self) -> Option<gst::Bus> {
-        self.pipeline.bus()
     }
 }
 
@@ -136,6 +159,13 @@ pub fn placement(spec: &OverlaySpec, width: u32, height: u32) -> (i32, i32, u32,
 #[derive(Default)]
 pub struct OverlaySet {
     items: Mutex<Vec<(OverlaySpec, Arc<PageRenderer>)>>,
+}
+
+impl std::fmt::Debug for OverlaySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.items.lock().map(|i| i.len()).unwrap_or(0);
+        write!(f, "OverlaySet({n} overlays)")
+    }
 }
 
 impl OverlaySet {
@@ -193,6 +223,161 @@ pub fn element(set: Arc<OverlaySet>) -> Result<gst::Element, String> {
         Some(composition.to_value())
     });
     Ok(overlay)
+}
+
+/// An overlay's spec and the renderer rendering it.
+type Rendering = (OverlaySpec, Arc<PageRenderer>);
+
+/// Every stream's overlay set, and the renderers behind them: rendering runs while a stream is
+/// live with `html_overlay: true`; changes through the API apply at once (`changed`).
+pub struct OverlayHub {
+    store: Arc<dyn crate::db::Store>,
+    /// Fetches each page once before rendering it (WebKit would render a 404's body, and
+    /// waits without a bound for a server that never answers).
+    client: reqwest::Client,
+    /// Sets by stream id: the pipeline built for a stream draws its set.
+    sets: Mutex<HashMap<i64, Arc<OverlaySet>>>,
+    /// Running renderers by (stream, overlay id), with the spec they render.
+    renderers: Mutex<HashMap<(i64, i64), Rendering>>,
+    /// Streams live now.
+    live: Mutex<HashSet<i64>>,
+}
+
+impl OverlayHub {
+    pub fn new(store: Arc<dyn crate::db::Store>) -> Arc<OverlayHub> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(PAGE_CHECK_TIMEOUT)
+            .dns_resolver(Arc::new(crate::url_policy::GuardedResolver))
+            .user_agent("livepack-overlay")
+            .build()
+            .unwrap_or_default();
+        Arc::new(OverlayHub {
+            store,
+            client,
+            sets: Mutex::default(),
+            renderers: Mutex::default(),
+            live: Mutex::default(),
+        })
+    }
+
+    /// Whether this GStreamer has the WPE WebKit source.
+    pub fn available() -> bool {
+        super::init().is_ok() && gst::ElementFactory::find("wpevideosrc").is_some()
+    }
+
+    /// The set a stream's pipeline draws (created empty on first use).
+    pub fn set_for(&self, stream: i64) -> Arc<OverlaySet> {
+        lock(&self.sets).entry(stream).or_default().clone()
+    }
+
+    /// Follows streams going live and ending.
+    pub fn spawn(self: &Arc<Self>, mut events: broadcast::Receiver<LiveEvent>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let id = match events.recv().await {
+                    Ok(LiveEvent::Started { id, .. }) => {
+                        lock(&this.live).insert(id);
+                        id
+                    }
+                    Ok(LiveEvent::Ended { id }) => {
+                        lock(&this.live).remove(&id);
+                        id
+                    }
+                    Ok(LiveEvent::InputsGone { .. }) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                this.changed(id).await;
+            }
+        });
+    }
+
+    /// A stream's overlays or its `html_overlay` changed (or it went live or ended): renders
+    /// what it should now show.
+    pub async fn changed(&self, stream: i64) {
+        let store = self.store.clone();
+        let wanted = tokio::task::spawn_blocking(move || {
+            let on = store
+                .get_stream(stream)?
+                .is_some_and(|r| r.settings.html_overlay);
+            let overlays = if on {
+                store.list_overlays(stream)?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, crate::db::StoreError>(overlays)
+        })
+        .await;
+        let overlays = match wanted {
+            Ok(Ok(o)) if lock(&self.live).contains(&stream) => o,
+            Ok(Ok(_)) => Vec::new(),
+            Ok(Err(e)) => {
+                tracing::warn!(stream, error = %e, "cannot read the stream's overlays");
+                return;
+            }
+            Err(_) => return,
+        };
+        let mut items = Vec::with_capacity(overlays.len());
+        for o in overlays {
+            // A move keeps the page; a new URL or box size renders it anew.
+            let running = lock(&self.renderers)
+                .get(&(stream, o.id))
+                .filter(|(spec, _)| {
+                    spec.url == o.spec.url && render_size(spec) == render_size(&o.spec)
+                })
+                .map(|(_, r)| r.clone());
+            let renderer = match running {
+                Some(r) => r,
+                None => match self.start_page(stream, o.id, &o.spec).await {
+                    Some(r) => r,
+                    None => continue,
+                },
+            };
+            lock(&self.renderers).insert((stream, o.id), (o.spec.clone(), renderer.clone()));
+            items.push((o.id, o.spec, renderer));
+        }
+        let keep: HashSet<i64> = items.iter().map(|(id, _, _)| *id).collect();
+        self.set_for(stream)
+            .set(items.into_iter().map(|(_, spec, r)| (spec, r)).collect());
+        // This stream's renderers whose overlay is gone (or not shown now) stop.
+        lock(&self.renderers).retain(|(s, id), _| *s != stream || keep.contains(id));
+    }
+}
+
+impl OverlayHub {
+    /// Checks that the page answers 2xx in time, then starts rendering it; `None` (logged)
+    /// when it does not.
+    async fn start_page(
+        &self,
+        stream: i64,
+        overlay: i64,
+        spec: &OverlaySpec,
+    ) -> Option<Arc<PageRenderer>> {
+        let why = match self.client.get(&spec.url).send().await {
+            Ok(r) if r.status().is_success() => None,
+            Ok(r) => Some(format!("HTTP {}", r.status())),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            tracing::warn!(stream, overlay, url = %crate::url_policy::redact(&spec.url), reason = %why, "overlay page skipped");
+            return None;
+        }
+        let spec = spec.clone();
+        match tokio::task::spawn_blocking(move || PageRenderer::start(&spec)).await {
+            Ok(Ok(r)) => Some(Arc::new(r)),
+            Ok(Err(e)) => {
+                tracing::warn!(stream, overlay, error = %e, "overlay page skipped");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -66,6 +66,8 @@ pub struct Api {
     pub fastedge_app_domain: String,
     pub registry: Arc<crate::live::Registry>,
     pub recordings: Arc<crate::record::manager::Recordings>,
+    /// `None` without the WPE plugin: `html_overlay: true` is refused.
+    pub overlays: Option<Arc<crate::pipeline::overlay::OverlayHub>>,
 }
 
 /// What a path names; dispatch matches on it and the method.

@@ -285,6 +285,14 @@ fn apply(mut f: Fields, s: &mut StreamSettings, mode: Mode) -> Result<(), ApiErr
 
 /// Rules over the merged record (after a PATCH the combination must still hold).
 fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
+    if s.html_overlay && api.overlays.is_none() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "overlays_unavailable",
+            "HTML overlays need GStreamer's WPE plugin (wpevideosrc), not installed on this server",
+        )
+        .at("html_overlay"));
+    }
     let name_len = char_len(s.name.trim());
     if name_len == 0 {
         return Err(ApiError::required("name", " and must not be blank"));
@@ -469,7 +477,8 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     )
     .await?;
     tracing::info!(stream = id, "stream updated");
-    api.registry.stream_changed(id);
+    // `html_overlay` may have changed: render (or stop rendering) the overlays.
+    super::overlays::changed(api, id);
     api.registry.apply_settings(id, &row.settings);
     if !row.settings.active || row.settings.pull {
         // A deactivated stream (or one turned into a PULL) stops receiving pushes at once.

@@ -136,7 +136,7 @@ impl Gateway {
             .read_timeout(IDLE_TIMEOUT)
             .user_agent("livepack-pull");
         if !limits.allow_link_local {
-            builder = builder.dns_resolver(Arc::new(GuardedResolver));
+            builder = builder.dns_resolver(Arc::new(url_policy::GuardedResolver));
         }
         let client = builder.build().map_err(GatewayError::Client)?;
         Ok(Arc::new(Gateway { client, limits }))
@@ -160,20 +160,6 @@ impl Gateway {
         });
         let local = inner.local_url(source)?;
         Ok((Session { inner, shutdown }, local))
-    }
-}
-
-/// Names resolve only to addresses the URL policy allows; IP literals never reach a
-/// resolver, so [`check_target`] checks those.
-struct GuardedResolver;
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let addrs = url_policy::resolve(&host, 0).await?;
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
     }
 }
 

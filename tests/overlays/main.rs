@@ -1,0 +1,268 @@
+//! HTML overlays end to end: a local page with a solid red body is rendered by WPE WebKit and
+//! burned into the transcoded picture; ffmpeg decodes the lowest rung and the screenshot and
+//! finds red in the box (scaled from the 1920×1080 space) and not elsewhere; PATCH moves it,
+//! DELETE removes it, and pages that 404 or never answer leave the stream live at speed.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/media.rs"]
+mod media;
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::{tempdir, Daemon};
+use media::{push, wait_record};
+
+/// A page server on 127.0.0.1: `/red` a solid red page, `/missing` a 404, `/hang` accepts and
+/// never answers.
+fn pages() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten().take(500) {
+            let mut conn = conn;
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let (status, body) = if req.starts_with("GET /red") {
+                (
+                    "200 OK",
+                    "<!doctype html><html><body style=\"margin:0\"><div style=\"position:absolute;inset:0;background:#ff0000\"></div></body></html>",
+                )
+            } else if req.starts_with("GET /hang") {
+                held.push(conn); // never answered
+                continue;
+            } else {
+                ("404 Not Found", "not here")
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    base
+}
+
+/// RGB of the pixels at `points` in the first frame of the newest complete segment of
+/// `rendition`, decoded by ffmpeg.
+async fn pixels(d: &Daemon, id: i64, rendition: &str, points: &[(u32, u32)]) -> Vec<[u8; 3]> {
+    let base = format!("{}/cmaf/{id}/{rendition}/", d.base);
+    let (_, playlist) = media::text(&format!("{base}index.m3u8")).await;
+    let init = playlist
+        .lines()
+        .rev()
+        .filter_map(|l| l.split("URI=\"").nth(1))
+        .find(|u| u.starts_with("init_"))
+        .map(|u| u.trim_end_matches('"').to_owned())
+        .expect("an EXT-X-MAP");
+    let seg = playlist
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("seg_"))
+        .expect("a complete segment")
+        .to_owned();
+    let mut bytes = reqwest::get(format!("{base}{init}"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    bytes.extend_from_slice(
+        &reqwest::get(format!("{base}{seg}"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    );
+    decode_points(&bytes, points)
+}
+
+/// ffmpeg decodes the first frame of `media` to RGB; the pixels at `points`.
+fn decode_points(media: &[u8], points: &[(u32, u32)]) -> Vec<[u8; 3]> {
+    let dir = tempdir();
+    let path = dir.path().join("frame.in");
+    std::fs::write(&path, media).unwrap();
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(&path)
+        .args(["-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let probe = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v",
+            "-show_entries",
+            "stream=width",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let width: usize = String::from_utf8_lossy(&probe.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    points
+        .iter()
+        .map(|&(x, y)| {
+            let at = (y as usize * width + x as usize) * 3;
+            [out.stdout[at], out.stdout[at + 1], out.stdout[at + 2]]
+        })
+        .collect()
+}
+
+fn red(p: [u8; 3]) -> bool {
+    p[0] > 180 && p[1] < 90 && p[2] < 90
+}
+
+/// A 4×4 grid of points inside a box of a `w`×`h` picture given in the 1920×1080 space.
+fn grid(x: u32, y: u32, bw: u32, bh: u32, w: u32, h: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for i in 1..=4 {
+        for j in 1..=4 {
+            let px = (x + bw * i / 5) * w / 1920;
+            let py = (y + bh * j / 5) * h / 1080;
+            out.push((px, py));
+        }
+    }
+    out
+}
+
+/// Polls until `ok` holds for the newest segment of `rendition` (bounded).
+async fn until_pixels(
+    d: &Daemon,
+    id: i64,
+    rendition: &str,
+    points: &[(u32, u32)],
+    what: &str,
+    ok: impl Fn(&[[u8; 3]]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let px = pixels(d, id, rendition, points).await;
+        if ok(&px) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {px:?}");
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
+    let _g = media::heavy().await;
+    let pages = pages();
+    let dir = tempdir();
+    // Loopback pages: the test's own server (the URL policy refuses only link-local/metadata).
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "ov", "html_overlay": true}),
+        )
+        .await;
+    assert_eq!(rec.status, reqwest::StatusCode::CREATED, "{}", rec.body);
+    let id = rec.body["id"].as_i64().unwrap();
+    let _push = push(rec.body["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let created = d
+        .post(
+            &format!("/streaming/streams/{id}/overlays"),
+            json!([{"url": format!("{pages}/red"), "x": 960, "y": 540, "width": 960, "height": 540}]),
+        )
+        .await;
+    assert_eq!(
+        created.status,
+        reqwest::StatusCode::CREATED,
+        "{}",
+        created.body
+    );
+    let overlay = created.body[0]["id"].as_i64().unwrap();
+    // The lowest rung (640×360): red in the bottom-right quarter, not in the top-left one.
+    let inside = grid(960, 540, 960, 540, 640, 360);
+    let outside = grid(0, 0, 960, 540, 640, 360);
+    until_pixels(&d, id, "360p", &inside, "red in the box", |px| {
+        px.iter().all(|p| red(*p))
+    })
+    .await;
+    let px = pixels(&d, id, "360p", &outside).await;
+    assert!(
+        px.iter().filter(|p| red(**p)).count() < px.len() / 2,
+        "not elsewhere: {px:?}"
+    );
+    // Moved to the top-left quarter, live.
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}/overlays/{overlay}"),
+            json!({"x": 0, "y": 0}),
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
+    until_pixels(&d, id, "360p", &outside, "moved to the top-left", |px| {
+        px.iter().all(|p| red(*p))
+    })
+    .await;
+    // The screenshot shows it too (renewed every 10 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let jpeg = reqwest::get(format!("{}/screenshots/{id}/last.jpg", d.base))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let w_points = grid(0, 0, 960, 540, 1280, 720);
+        let px = decode_points(&jpeg, &w_points);
+        if px.iter().all(|p| red(*p)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the screenshot carries the overlay: {px:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Deleted: gone from the picture.
+    let r = d
+        .delete(&format!("/streaming/streams/{id}/overlays/{overlay}"))
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::NO_CONTENT);
+    until_pixels(&d, id, "360p", &outside, "gone after DELETE", |px| {
+        px.iter().filter(|p| red(**p)).count() < px.len() / 2
+    })
+    .await;
+    // Pages that 404 or never answer: skipped, the stream stays live at speed.
+    let r = d
+        .post(
+            &format!("/streaming/streams/{id}/overlays"),
+            json!([
+                {"url": format!("{pages}/missing"), "stretch": true},
+                {"url": format!("{pages}/hang"), "x": 0, "y": 0, "width": 100, "height": 100}
+            ]),
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::CREATED, "{}", r.body);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let rec: Value = d.get(&format!("/streaming/streams/{id}")).await.body;
+    assert_eq!(rec["live"], true, "{rec}");
+    let speed = rec["transcoding_speed"].as_f64().unwrap_or(0.0);
+    assert!(speed >= 0.95, "speed {speed} with failing pages");
+}
