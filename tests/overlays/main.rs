@@ -50,9 +50,8 @@ fn pages() -> String {
     base
 }
 
-/// RGB of the pixels at `points` in the first frame of the newest complete segment of
-/// `rendition`, decoded by ffmpeg.
-async fn pixels(d: &Daemon, id: i64, rendition: &str, points: &[(u32, u32)]) -> Vec<[u8; 3]> {
+/// The first frame of the newest complete segment of `rendition`, decoded by ffmpeg.
+async fn newest_frame(d: &Daemon, id: i64, rendition: &str) -> (Vec<u8>, u32, u32) {
     let base = format!("{}/cmaf/{id}/{rendition}/", d.base);
     let (_, playlist) = media::text(&format!("{base}index.m3u8")).await;
     let init = playlist
@@ -83,14 +82,29 @@ async fn pixels(d: &Daemon, id: i64, rendition: &str, points: &[(u32, u32)]) -> 
             .await
             .unwrap(),
     );
-    decode_points(&bytes, points)
+    decode(&bytes)
 }
 
-/// ffmpeg decodes the first frame of `media` to RGB; the pixels at `points`.
-fn decode_points(media: &[u8], points: &[(u32, u32)]) -> Vec<[u8; 3]> {
+/// ffmpeg decodes the first frame of `media` to RGB: (pixels, width, height).
+fn decode(media: &[u8]) -> (Vec<u8>, u32, u32) {
     let dir = tempdir();
     let path = dir.path().join("frame.in");
     std::fs::write(&path, media).unwrap();
+    let probe = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v",
+            "-show_entries",
+            "stream=width,height",
+        ])
+        .args(["-of", "csv=p=0"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let dims = String::from_utf8_lossy(&probe.stdout).trim().to_owned();
+    let (w, h) = dims.split_once(',').expect("a picture size");
     let out = Command::new("ffmpeg")
         .args(["-v", "error", "-i"])
         .arg(&path)
@@ -102,62 +116,37 @@ fn decode_points(media: &[u8], points: &[(u32, u32)]) -> Vec<[u8; 3]> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let probe = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v",
-            "-show_entries",
-            "stream=width",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let width: usize = String::from_utf8_lossy(&probe.stdout)
-        .trim()
-        .parse()
-        .unwrap();
-    points
-        .iter()
-        .map(|&(x, y)| {
-            let at = (y as usize * width + x as usize) * 3;
-            [out.stdout[at], out.stdout[at + 1], out.stdout[at + 2]]
-        })
-        .collect()
+    (out.stdout, w.parse().unwrap(), h.parse().unwrap())
+}
+
+/// The pixels of a decoded frame at the 4×4 grid inside a box given in the 1920×1080 space.
+fn grid_pixels(frame: &(Vec<u8>, u32, u32), x: u32, y: u32, bw: u32, bh: u32) -> Vec<[u8; 3]> {
+    let (data, w, h) = frame;
+    let mut out = Vec::new();
+    for i in 1..=4 {
+        for j in 1..=4 {
+            let px = ((x + bw * i / 5) * w / 1920) as usize;
+            let py = ((y + bh * j / 5) * h / 1080) as usize;
+            let at = (py * *w as usize + px) * 3;
+            out.push([data[at], data[at + 1], data[at + 2]]);
+        }
+    }
+    out
 }
 
 fn red(p: [u8; 3]) -> bool {
     p[0] > 180 && p[1] < 90 && p[2] < 90
 }
 
-/// A 4×4 grid of points inside a box of a `w`×`h` picture given in the 1920×1080 space.
-fn grid(x: u32, y: u32, bw: u32, bh: u32, w: u32, h: u32) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    for i in 1..=4 {
-        for j in 1..=4 {
-            let px = (x + bw * i / 5) * w / 1920;
-            let py = (y + bh * j / 5) * h / 1080;
-            out.push((px, py));
-        }
-    }
-    out
-}
+/// A box in the 1920×1080 space: x, y, width, height.
+type Boxed = (u32, u32, u32, u32);
 
-/// Polls until `ok` holds for the newest segment of `rendition` (bounded).
-async fn until_pixels(
-    d: &Daemon,
-    id: i64,
-    rendition: &str,
-    points: &[(u32, u32)],
-    what: &str,
-    ok: impl Fn(&[[u8; 3]]) -> bool,
-) {
+/// Polls until `ok` holds for the box's pixels in the newest segment of the lowest rung.
+async fn until_pixels(d: &Daemon, id: i64, b: Boxed, what: &str, ok: impl Fn(&[[u8; 3]]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let px = pixels(d, id, rendition, points).await;
+        let frame = newest_frame(d, id, "360p").await;
+        let px = grid_pixels(&frame, b.0, b.1, b.2, b.3);
         if ok(&px) {
             return;
         }
@@ -196,14 +185,14 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
         created.body
     );
     let overlay = created.body[0]["id"].as_i64().unwrap();
-    // The lowest rung (640×360): red in the bottom-right quarter, not in the top-left one.
-    let inside = grid(960, 540, 960, 540, 640, 360);
-    let outside = grid(0, 0, 960, 540, 640, 360);
-    until_pixels(&d, id, "360p", &inside, "red in the box", |px| {
+    // The lowest rung: red in the bottom-right quarter, not in the top-left one.
+    let (inside, outside) = ((960, 540, 960, 540), (0, 0, 960, 540));
+    until_pixels(&d, id, inside, "red in the box", |px| {
         px.iter().all(|p| red(*p))
     })
     .await;
-    let px = pixels(&d, id, "360p", &outside).await;
+    let frame = newest_frame(&d, id, "360p").await;
+    let px = grid_pixels(&frame, 0, 0, 960, 540);
     assert!(
         px.iter().filter(|p| red(**p)).count() < px.len() / 2,
         "not elsewhere: {px:?}"
@@ -216,7 +205,7 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
         )
         .await;
     assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
-    until_pixels(&d, id, "360p", &outside, "moved to the top-left", |px| {
+    until_pixels(&d, id, outside, "moved to the top-left", |px| {
         px.iter().all(|p| red(*p))
     })
     .await;
@@ -229,8 +218,7 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
             .bytes()
             .await
             .unwrap();
-        let w_points = grid(0, 0, 960, 540, 1280, 720);
-        let px = decode_points(&jpeg, &w_points);
+        let px = grid_pixels(&decode(&jpeg), 0, 0, 960, 540);
         if px.iter().all(|p| red(*p)) {
             break;
         }
@@ -245,7 +233,7 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
         .delete(&format!("/streaming/streams/{id}/overlays/{overlay}"))
         .await;
     assert_eq!(r.status, reqwest::StatusCode::NO_CONTENT);
-    until_pixels(&d, id, "360p", &outside, "gone after DELETE", |px| {
+    until_pixels(&d, id, outside, "gone after DELETE", |px| {
         px.iter().filter(|p| red(**p)).count() < px.len() / 2
     })
     .await;
