@@ -196,3 +196,47 @@ async fn bad_overlays_are_refused_naming_the_field_and_nothing_is_created() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// Without GStreamer's WPE plugin (every system plugin but it, linked into a private plugin
+/// directory) the daemon still serves the API and refuses `html_overlay: true`, naming the
+/// field.
+#[tokio::test]
+async fn without_the_wpe_plugin_html_overlay_is_refused() {
+    let dir = tempdir();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let out = std::process::Command::new("pkg-config")
+        .args(["--variable=pluginsdir", "gstreamer-1.0"])
+        .output()
+        .unwrap();
+    let system = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    for entry in std::fs::read_dir(&system).unwrap().flatten() {
+        if entry.file_name() != "libgstwpe.so" {
+            std::os::unix::fs::symlink(entry.path(), plugins.join(entry.file_name())).unwrap();
+        }
+    }
+    let registry = dir.path().join("registry.bin");
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("GST_PLUGIN_SYSTEM_PATH_1_0", plugins.to_str().unwrap()),
+            ("GST_REGISTRY_1_0", registry.to_str().unwrap()),
+        ],
+    );
+    let r = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "x", "html_overlay": true}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code(), r.field()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "overlays_unavailable",
+            Some("html_overlay")
+        ),
+        "{}",
+        r.body
+    );
+}
