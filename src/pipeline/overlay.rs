@@ -341,8 +341,20 @@ impl OverlayHub {
         let keep: HashSet<i64> = items.iter().map(|(id, _, _)| *id).collect();
         self.set_for(stream)
             .set(items.into_iter().map(|(_, spec, r)| (spec, r)).collect());
-        // This stream's renderers whose overlay is gone (or not shown now) stop.
-        lock(&self.renderers).retain(|(s, id), _| *s != stream || keep.contains(id));
+        // This stream's renderers whose overlay is gone (or not shown now) stop — off the
+        // async workers: stopping a WebKit pipeline waits for its threads.
+        let stopped: Vec<Rendering> = {
+            let mut renderers = lock(&self.renderers);
+            let gone: Vec<(i64, i64)> = renderers
+                .keys()
+                .filter(|(s, id)| *s == stream && !keep.contains(id))
+                .copied()
+                .collect();
+            gone.iter().filter_map(|k| renderers.remove(k)).collect()
+        };
+        if !stopped.is_empty() {
+            tokio::task::spawn_blocking(move || drop(stopped));
+        }
     }
 }
 
