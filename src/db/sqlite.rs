@@ -921,14 +921,8 @@ mod tests {
         let store = SqliteStore::open_in(dir.path()).unwrap();
         let now = OffsetDateTime::now_utc();
         let state = |status| VideoState {
-            record_type: RecordType::Transcoded,
             status,
-            error: None,
-            duration_ms: 0,
-            size: 0,
-            renditions: Vec::new(),
-            screenshot: false,
-            download: false,
+            ..VideoState::pending(RecordType::Transcoded)
         };
         let settings = |name: &str, client: Option<i64>| VideoSettings {
             name: name.into(),
