@@ -79,6 +79,8 @@ pub enum DaemonError {
     Pull(#[from] crate::ingest::pull::PullError),
     #[error(transparent)]
     WhipMux(#[from] crate::ingest::whip::MuxError),
+    #[error("overlay page proxy: {0}")]
+    PageProxy(std::io::Error),
 }
 
 /// Where the API key in use came from, so the banner prints a generated key but never one the
@@ -168,7 +170,13 @@ fn public_url(config: &Config, bound: SocketAddr) -> Url {
     Url::parse(&format!("http://{host}")).expect("a socket address makes a valid URL")
 }
 
-pub async fn start(config: Config) -> Result<Running, DaemonError> {
+/// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
+/// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
+/// to the operator's own proxy, or unguarded.
+pub async fn start(
+    config: Config,
+    page_proxy: Option<std::net::TcpListener>,
+) -> Result<Running, DaemonError> {
     let data_dir = config.data_dir.clone();
     let templates_file = config.profile_templates_file.clone();
     let need_key = config.api_keys.is_empty();
@@ -211,6 +219,10 @@ pub async fn start(config: Config) -> Result<Running, DaemonError> {
         .then(|| pipeline::overlay::OverlayHub::new(store.clone()));
     if overlays.is_none() {
         tracing::warn!("HTML overlays unavailable: GStreamer's wpevideosrc is not installed (Debian: gstreamer1.0-wpe)");
+    } else if let Some(listener) = page_proxy {
+        crate::page_proxy::serve(listener).map_err(DaemonError::PageProxy)?;
+    } else {
+        tracing::warn!("overlay pages fetch through the operator's proxy (http_proxy is set): the URL policy does not check what they load");
     }
     let registry = Registry::new(
         store.clone(),

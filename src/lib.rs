@@ -50,6 +50,7 @@ pub(crate) mod live;
 pub(crate) mod media;
 pub(crate) mod overlay;
 pub mod package;
+pub mod page_proxy;
 pub(crate) mod pipeline;
 pub(crate) mod quality;
 pub(crate) mod record;

@@ -91,6 +91,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     reexec_with_malloc_tunables();
     software_gl_for_overlays();
+    // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
+    let page_proxy =
+        livepack::page_proxy::install().context("cannot bind the overlay page proxy")?;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
             std::env::var("RUST_LOG").ok(),
@@ -110,11 +113,11 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run(config))
+    runtime.block_on(run(config, page_proxy))
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
-    let running = daemon::start(config).await?;
+async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyhow::Result<()> {
+    let running = daemon::start(config, page_proxy).await?;
     // The banner is the contract with scripts/run and the tests: one `key: value` per line.
     println!("livepack {} ready", env!("CARGO_PKG_VERSION"));
     println!("http: {}", running.http_addr);
@@ -172,12 +175,6 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// glibc's mmap threshold follows the largest block freed, so after the first decoded frame
-/// (1.4 MB at 720p) every frame and encoder buffer comes from the per-thread arenas, which keep
-/// what a torn-down pipeline freed: `scripts/soak`'s churn of 8 streams peaked at 1.6 GB and kept
-/// 1.1 GB resident once every stream had ended. A fixed 256 KiB threshold maps big buffers and
-/// returns them on free: 650 MB peak, 250 MB after. glibc reads it only at process start, hence
-/// the re-exec (before any thread exists); an operator's own setting is respected.
 /// HTML overlays render with WPE WebKit on Mesa's software GL (no GPU needed). Set while the
 /// process is still single-threaded. `1`, not `true`: GStreamer 1.22's `wpevideosrc` treats
 /// the exact string `true` as a cue to fix its output at 1920×1080, 30 fps, whatever is asked;
@@ -191,6 +188,12 @@ fn software_gl_for_overlays() {
     }
 }
 
+/// glibc's mmap threshold follows the largest block freed, so after the first decoded frame
+/// (1.4 MB at 720p) every frame and encoder buffer comes from the per-thread arenas, which keep
+/// what a torn-down pipeline freed: `scripts/soak`'s churn of 8 streams peaked at 1.6 GB and kept
+/// 1.1 GB resident once every stream had ended. A fixed 256 KiB threshold maps big buffers and
+/// returns them on free: 650 MB peak, 250 MB after. glibc reads it only at process start, hence
+/// the re-exec (before any thread exists); an operator's own setting is respected.
 fn reexec_with_malloc_tunables() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

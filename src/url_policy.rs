@@ -1,4 +1,4 @@
-//! The one policy for outbound URLs — PULL sources now, HTML overlay pages and webhooks later:
+//! The one policy for outbound URLs — PULL sources and HTML overlay pages (and what they load):
 //! which schemes each use may name, which hosts are refused (link-local and cloud-metadata
 //! addresses, unless `pull_allow_link_local`), the DNS guard run right before connecting, and
 //! `redact` for logging a URL without its credentials. Inputs: a URL (text or parsed) and, for
@@ -27,7 +27,7 @@ pub enum Purpose {
     /// A URL an HTTP(S) PULL source leads to: a playlist entry or a redirect. The gateway
     /// fetches it over HTTP, so nothing else can be followed.
     PullHttpHop,
-    /// An HTML page rendered into the picture (overlays); nothing checks one yet.
+    /// An HTML page rendered into the picture (overlays), and what it loads (`page_proxy`).
     WebPage,
 }
 

@@ -62,8 +62,6 @@ pub struct StreamHandles {
 pub struct PipelineJob {
     pub stream: StreamHandles,
     pub quality_set: QualitySet,
-    /// Also remux the source for `origin` recordings (the record's `record_type` at start).
-    pub record_source: bool,
     pub media: mpsc::Receiver<MediaMessage>,
     pub stop: watch::Receiver<bool>,
 }
@@ -397,7 +395,6 @@ impl Registry {
         let pipeline = self.factory.run(PipelineJob {
             stream: handles,
             quality_set,
-            record_source: row.settings.record_type == crate::db::RecordType::Origin,
             media: pipe_rx,
             stop,
         });

@@ -110,7 +110,9 @@ impl PipelineFactory for GstPipelines {
         job: PipelineJob,
     ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>> {
         let ladder = Ladder {
-            source: job.record_source,
+            // Always built: its gate keeps it idle until an origin recording starts, and the
+            // record's `record_type` may change while the stream is live.
+            source: true,
             ..Ladder::from_set(&job.quality_set)
         };
         let overlays = self.overlays.as_ref().map(|h| h.set_for(job.stream.id));

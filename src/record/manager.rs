@@ -65,7 +65,6 @@ struct Open {
 struct StreamRec {
     policy: Policy,
     package: Option<Arc<Package>>,
-    record_type: RecordType,
     open: Option<Open>,
 }
 
@@ -222,11 +221,9 @@ impl Recordings {
                 let s = streams.entry(id).or_insert_with(|| StreamRec {
                     policy: Policy::new(false, self.config.resume, self.config.max),
                     package: None,
-                    record_type: row.settings.record_type,
                     open: None,
                 });
                 s.policy.auto_record = row.settings.auto_record;
-                s.record_type = row.settings.record_type;
                 s.package = Some(package);
                 let mut actions = Vec::new();
                 s.policy.live_started(now, &mut actions);
@@ -338,25 +335,28 @@ impl Recordings {
     async fn open_video(&self, id: i64, s: &StreamRec) -> Result<Open, RecordError> {
         let package = s.package.clone().ok_or(RecordError::NotLive(id))?;
         self.budget.check_start()?;
-        let state = VideoState::pending(s.record_type);
         let store = self.store.clone();
         let now = OffsetDateTime::now_utc();
         let slug = slug();
+        // The record as it is now: a `record_type` changed while live applies to the next video.
         let video = tokio::task::spawn_blocking(move || {
-            let name = store
-                .get_stream(id)?
-                .map(|r| r.settings.name)
-                .unwrap_or_default();
+            let Some(stream) = store.get_stream(id)? else {
+                return Ok(None); // deleted meanwhile
+            };
             let settings = VideoSettings {
-                name: format!("Stream Record: {name}"),
+                name: format!("Stream Record: {}", stream.settings.name),
                 ..VideoSettings::default()
             };
-            store.create_video(id, &slug, &settings, &state, now, now)
+            let state = VideoState::pending(stream.settings.record_type);
+            store
+                .create_video(id, &slug, &settings, &state, now, now)
+                .map(Some)
         })
         .await
-        .map_err(|_| RecordError::NotLive(id))??;
+        .map_err(|_| RecordError::NotLive(id))??
+        .ok_or(RecordError::NotLive(id))?;
         let dir = self.config.root.join(video.id.to_string());
-        let output = match s.record_type {
+        let output = match video.state.record_type {
             RecordType::Origin => crate::package::Output::Source,
             RecordType::Transcoded => crate::package::Output::Cmaf,
         };

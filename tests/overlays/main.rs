@@ -1,7 +1,9 @@
 //! HTML overlays end to end: a local page with a solid red body is rendered by WPE WebKit and
 //! burned into the transcoded picture; ffmpeg decodes the lowest rung and the screenshot and
 //! finds red in the box (scaled from the 1920×1080 space) and not elsewhere; PATCH moves it,
-//! DELETE removes it, and pages that 404 or never answer leave the stream live at speed.
+//! DELETE removes it, and pages that 404 or never answer leave the stream live at speed. What a
+//! page loads goes through the daemon's guarded proxy: a sub-resource at a blocked address is
+//! never fetched. Transcoded recordings carry the overlay; origin recordings do not.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,6 +12,7 @@ mod media;
 
 use std::io::{Read, Write};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -17,11 +20,22 @@ use serde_json::{json, Value};
 use common::{tempdir, Daemon};
 use media::{push, wait_record};
 
-/// A page server on 127.0.0.1: `/red` a solid red page, `/missing` a 404, `/hang` accepts and
-/// never answers.
-fn pages() -> String {
+/// Request lines a page server has seen.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A page server on 127.0.0.1: `/red` a solid red page that also loads two images, `/pixel`
+/// (allowed) and `/secret` at 0.0.0.0 (which Linux routes to this listener; the URL policy
+/// refuses it); `/missing` a 404; `/hang` accepts and never answers.
+fn pages() -> (String, Seen) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let port = listener.local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let seen = Seen::default();
+    let log = seen.clone();
+    let red = format!(
+        "<!doctype html><html><body style=\"margin:0\"><div style=\"position:absolute;inset:0;background:#ff0000\"></div>\
+         <img src=\"{base}/pixel\" style=\"opacity:0\"><img src=\"http://0.0.0.0:{port}/secret\" style=\"opacity:0\"></body></html>"
+    );
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for conn in listener.incoming().flatten().take(500) {
@@ -29,11 +43,11 @@ fn pages() -> String {
             let mut buf = [0u8; 4096];
             let n = conn.read(&mut buf).unwrap_or(0);
             let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            log.lock()
+                .unwrap()
+                .push(req.lines().next().unwrap_or_default().to_owned());
             let (status, body) = if req.starts_with("GET /red") {
-                (
-                    "200 OK",
-                    "<!doctype html><html><body style=\"margin:0\"><div style=\"position:absolute;inset:0;background:#ff0000\"></div></body></html>",
-                )
+                ("200 OK", red.as_str())
             } else if req.starts_with("GET /hang") {
                 held.push(conn); // never answered
                 continue;
@@ -47,7 +61,7 @@ fn pages() -> String {
             );
         }
     });
-    base
+    (base, seen)
 }
 
 /// The first frame of the newest complete segment of `rendition`, decoded by ffmpeg; `None`
@@ -158,7 +172,7 @@ async fn until_pixels(d: &Daemon, id: i64, b: Boxed, what: &str, ok: impl Fn(&[[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
     let _g = media::heavy().await;
-    let pages = pages();
+    let (pages, seen) = pages();
     let dir = tempdir();
     // Loopback pages: the test's own server (the URL policy refuses only link-local/metadata).
     let d = Daemon::start(dir.path());
@@ -197,6 +211,13 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
         px.iter().filter(|p| red(**p)).count() < px.len() / 2,
         "not elsewhere: {px:?}"
     );
+    // The page loaded its allowed image; the one at a blocked address never left the daemon.
+    let lines = seen.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.starts_with("GET /pixel")),
+        "{lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("/secret")), "{lines:?}");
     // Moved to the top-left quarter, live.
     let r = d
         .patch(
@@ -253,4 +274,101 @@ async fn an_overlay_is_burned_into_its_box_moves_and_goes() {
     assert_eq!(rec["live"], true, "{rec}");
     let speed = rec["transcoding_speed"].as_f64().unwrap_or(0.0);
     assert!(speed >= 0.95, "speed {speed} with failing pages");
+}
+
+/// The bytes of a URL.
+async fn fetch(url: &str) -> Vec<u8> {
+    let r = reqwest::get(url).await.unwrap();
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    r.bytes().await.unwrap().to_vec()
+}
+
+/// Records the live stream for a few seconds as `record_type`: the video.
+async fn record_for_a_while(d: &Daemon, id: i64, record_type: &str) -> Value {
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"record_type": record_type}}),
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/start_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::NO_CONTENT, "{}", r.body);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["record_type"], record_type, "{}", r.body);
+    r.body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transcoded_recordings_carry_overlays_and_origin_recordings_do_not() {
+    let _g = media::heavy().await;
+    let (pages, _) = pages();
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "ovrec", "html_overlay": true}),
+        )
+        .await;
+    let id = rec.body["id"].as_i64().unwrap();
+    let _push = push(rec.body["push_url"].as_str().unwrap(), "av-720p.flv", 40);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let r = d
+        .post(
+            &format!("/streaming/streams/{id}/overlays"),
+            json!([{"url": format!("{pages}/red"), "stretch": true}]),
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::CREATED, "{}", r.body);
+    let full = (0, 0, 1920, 1080);
+    until_pixels(&d, id, full, "red over the whole picture", |px| {
+        px.iter().all(|p| red(*p))
+    })
+    .await;
+
+    let transcoded = record_for_a_while(&d, id, "transcoded").await;
+    let renditions: Vec<&Value> = transcoded["converted_videos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["height"].as_u64() > Some(0)) // not the audio
+        .collect();
+    assert!(renditions.len() >= 2, "{transcoded}");
+    for rendition in renditions {
+        let mp4 = fetch(rendition["mp4_url"].as_str().unwrap()).await;
+        let px = grid_pixels(&decode(&mp4), 0, 0, 1920, 1080);
+        assert!(
+            px.iter().all(|p| red(*p)),
+            "{} carries the overlay: {px:?}",
+            rendition["name"]
+        );
+    }
+
+    let origin = record_for_a_while(&d, id, "origin").await;
+    let url = origin["origin_url"].as_str().expect("an origin MP4");
+    let px = grid_pixels(&decode(&fetch(url).await), 0, 0, 1920, 1080);
+    assert!(
+        px.iter().filter(|p| red(**p)).count() < px.len() / 2,
+        "the origin recording is the source as received: {px:?}"
+    );
+    // The live output still carries it.
+    until_pixels(&d, id, full, "still red live", |px| {
+        px.iter().all(|p| red(*p))
+    })
+    .await;
 }
