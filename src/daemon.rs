@@ -170,6 +170,25 @@ fn public_url(config: &Config, bound: SocketAddr) -> Url {
     Url::parse(&format!("http://{host}")).expect("a socket address makes a valid URL")
 }
 
+/// Prunes source statistics past their retention, at start and then hourly.
+fn spawn_statistics_pruning(store: Arc<dyn crate::db::Store>, retention: Duration) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            let before = time::OffsetDateTime::now_utc() - retention;
+            let before_ms = (before.unix_timestamp_nanos() / 1_000_000) as i64;
+            let store = store.clone();
+            match tokio::task::spawn_blocking(move || store.prune_source_samples(before_ms)).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!(samples = n, "old source statistics pruned"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot prune source statistics"),
+                Err(_) => {}
+            }
+        }
+    });
+}
+
 /// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
 /// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
 /// to the operator's own proxy, or unguarded.
@@ -236,6 +255,7 @@ pub async fn start(
             linger: crate::live::ENDED_LINGER,
             switch_timeout: config.backup_switch,
             media_root,
+            stats_period: config.statistics_sample,
         },
     );
     let tls = {
@@ -302,6 +322,7 @@ pub async fn start(
         }
     }
     recordings.spawn(registry.events());
+    spawn_statistics_pruning(store.clone(), config.statistics_retention);
     let api = Arc::new(Api {
         store: store.clone(),
         keys,

@@ -97,6 +97,8 @@ settings! {
     /// Absent: no quota (the free-space floor still applies).
     recordings_max_bytes: u64, 1..;
     recordings_min_free_bytes: u64 = crate::record::manager::DEFAULT_MIN_FREE;
+    statistics_sample_secs: u64 = crate::live::stats::DEFAULT_SAMPLE_PERIOD.as_secs(), 1..=60;
+    statistics_retention_days: u64 = crate::live::stats::DEFAULT_RETENTION_DAYS, 1..=3650;
 
     // WHIP's network (absent: `WhipConfig::default()`), PULL, the player.
     whip_udp_addrs: Vec<SocketAddr>, ingest::non_empty;
@@ -180,6 +182,10 @@ pub struct Config {
     pub recordings_max_bytes: Option<u64>,
     /// Recording stops (and does not start) below this much free disk.
     pub recordings_min_free_bytes: u64,
+    /// How often a live stream's source statistics are sampled.
+    pub statistics_sample: std::time::Duration,
+    /// Samples older than this are pruned.
+    pub statistics_retention: std::time::Duration,
     pub rtmp: crate::ingest::rtmp::RtmpConfig,
     pub srt: crate::ingest::srt::SrtConfig,
     pub whip: crate::ingest::whip::WhipConfig,
@@ -224,6 +230,8 @@ impl Config {
             record_max: Duration::from_secs(s.record_max_secs),
             recordings_max_bytes: s.recordings_max_bytes,
             recordings_min_free_bytes: s.recordings_min_free_bytes,
+            statistics_sample: Duration::from_secs(s.statistics_sample_secs),
+            statistics_retention: Duration::from_secs(s.statistics_retention_days * 86_400),
             player_assets_dir: s.player_assets_dir,
         })
     }

@@ -301,6 +301,37 @@ pub struct OverlayRow {
     pub updated_at: OffsetDateTime,
 }
 
+/// What the source of a stream looked like over one sampling window, as received (after the
+/// main/backup switch): the figures behind `GET /streaming/statistics/ffprobe`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSample {
+    /// Start of the window.
+    pub time: OffsetDateTime,
+    /// Video bitrate, kbit/s.
+    pub bitrate_kbps: f64,
+    /// Video frames received.
+    pub frames: u64,
+    /// Video height (0: no video).
+    pub height: u32,
+    pub fps: f64,
+    /// Longest keyframe interval seen, seconds (0: not known yet).
+    pub keyframe_interval: f64,
+}
+
+/// Samples of one stream aggregated over one time bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceBucket {
+    /// Start of the bucket, ms since the epoch.
+    pub time_ms: i64,
+    /// Samples in the bucket (weights for merging buckets).
+    pub samples: u64,
+    pub avg_bitrate_kbps: f64,
+    pub sum_frames: u64,
+    pub max_height: u32,
+    pub max_fps: f64,
+    pub max_keyframe_interval: f64,
+}
+
 /// A recorded video as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoRow {
@@ -424,6 +455,22 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Vec<OverlayRow>>, StoreError>;
     fn delete_overlay(&self, stream_id: i64, id: i64) -> Result<bool, StoreError>;
+
+    /// Adds one window's source statistics of a stream.
+    fn add_source_sample(&self, stream_id: i64, sample: &SourceSample) -> Result<(), StoreError>;
+    /// A stream's samples in `[from_ms, to_ms)` aggregated per bucket of `bucket_ms`, buckets
+    /// starting at `offset_ms` plus a multiple of `bucket_ms`; oldest first, empty buckets
+    /// absent.
+    fn source_buckets(
+        &self,
+        stream_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        bucket_ms: i64,
+        offset_ms: i64,
+    ) -> Result<Vec<SourceBucket>, StoreError>;
+    /// Removes every stream's samples older than `before_ms`; returns how many.
+    fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError>;
 
     /// Small named settings (the default quality set, one-time seeding marks).
     fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;

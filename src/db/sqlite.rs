@@ -8,9 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 
 use super::{
-    AppFilter, AppOrderKey, AppRow, AppSettings, OverlayRow, ProfileTemplate, Store, StoreError,
-    StreamRow, StreamSettings, Update, VideoFilter, VideoRow, VideoSettings, VideoState,
-    VideoStatus,
+    AppFilter, AppOrderKey, AppRow, AppSettings, OverlayRow, ProfileTemplate, SourceBucket,
+    SourceSample, Store, StoreError, StreamRow, StreamSettings, Update, VideoFilter, VideoRow,
+    VideoSettings, VideoState, VideoStatus,
 };
 
 pub const DB_FILE_NAME: &str = "livepack.db";
@@ -77,6 +77,19 @@ CREATE TABLE overlays (
     spec TEXT NOT NULL
 );
 CREATE INDEX overlays_by_stream ON overlays (stream_id, id);
+"#,
+    r#"
+CREATE TABLE source_samples (
+    stream_id INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    bitrate_kbps REAL NOT NULL,
+    frames INTEGER NOT NULL,
+    height INTEGER NOT NULL,
+    fps REAL NOT NULL,
+    keyframe_interval REAL NOT NULL
+);
+CREATE INDEX source_samples_by_stream ON source_samples (stream_id, time_ms);
+CREATE INDEX source_samples_by_time ON source_samples (time_ms);
 "#,
 ];
 
@@ -530,8 +543,66 @@ impl Store for SqliteStore {
         let tx = conn.transaction()?;
         let deleted = tx.execute("DELETE FROM streams WHERE id = ?1", [id])? == 1;
         tx.execute("DELETE FROM overlays WHERE stream_id = ?1", [id])?;
+        tx.execute("DELETE FROM source_samples WHERE stream_id = ?1", [id])?;
         tx.commit()?;
         Ok(deleted)
+    }
+
+    fn add_source_sample(&self, stream_id: i64, sample: &SourceSample) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO source_samples \
+             (stream_id, time_ms, bitrate_kbps, frames, height, fps, keyframe_interval) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                stream_id,
+                to_ms(sample.time),
+                sample.bitrate_kbps,
+                sample.frames as i64,
+                sample.height,
+                sample.fps,
+                sample.keyframe_interval
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn source_buckets(
+        &self,
+        stream_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        bucket_ms: i64,
+        offset_ms: i64,
+    ) -> Result<Vec<SourceBucket>, StoreError> {
+        let conn = self.conn();
+        // Samples are never before the epoch, so `time_ms - offset` (offset < a week) divides
+        // the same way in SQLite and PostgreSQL only once shifted non-negative: + one bucket.
+        let mut stmt = conn.prepare_cached(
+            "SELECT ((time_ms - ?5 + ?4) / ?4) * ?4 + ?5 - ?4 AS bucket, COUNT(*), \
+             AVG(bitrate_kbps), SUM(frames), MAX(height), MAX(fps), MAX(keyframe_interval) \
+             FROM source_samples WHERE stream_id = ?1 AND time_ms >= ?2 AND time_ms < ?3 \
+             GROUP BY bucket ORDER BY bucket",
+        )?;
+        let args = params![stream_id, from_ms, to_ms, bucket_ms.max(1), offset_ms];
+        let rows = stmt.query_map(args, |r| {
+            Ok(SourceBucket {
+                time_ms: r.get(0)?,
+                samples: r.get::<_, i64>(1)?.max(0) as u64,
+                avg_bitrate_kbps: r.get(2)?,
+                sum_frames: r.get::<_, i64>(3)?.max(0) as u64,
+                max_height: r.get(4)?,
+                max_fps: r.get(5)?,
+                max_keyframe_interval: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let n = self
+            .conn()
+            .execute("DELETE FROM source_samples WHERE time_ms < ?1", [before_ms])?;
+        Ok(n as u64)
     }
 
     fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError> {
@@ -830,6 +901,73 @@ mod tests {
             plan_id,
             plan: "basic".into(),
         }
+    }
+
+    #[test]
+    fn source_samples_aggregate_per_bucket_prune_and_go_with_their_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let settings = StreamSettings {
+            name: "cam".into(),
+            ..StreamSettings::default()
+        };
+        let id = store.create_stream(&settings, "t", now).unwrap().id;
+        let other = store.create_stream(&settings, "u", now).unwrap().id;
+        let sample = |secs: i64, kbps: f64, height: u32| SourceSample {
+            time: OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(secs),
+            bitrate_kbps: kbps,
+            frames: 300,
+            height,
+            fps: 30.0,
+            keyframe_interval: 2.0,
+        };
+        // 10 s samples at 0, 10, 20 s, then a gap, then 70 s; one of another stream.
+        for (t, kbps, h) in [
+            (0, 1000.0, 720),
+            (10, 2000.0, 1080),
+            (20, 3000.0, 720),
+            (70, 500.0, 360),
+        ] {
+            store.add_source_sample(id, &sample(t, kbps, h)).unwrap();
+        }
+        store
+            .add_source_sample(other, &sample(0, 9999.0, 2160))
+            .unwrap();
+        // 30 s buckets: [0,30) and [60,90); [30,60) is absent.
+        let b = store.source_buckets(id, 0, 100_000, 30_000, 0).unwrap();
+        assert_eq!(b.iter().map(|b| b.time_ms).collect::<Vec<_>>(), [0, 60_000]);
+        assert_eq!(
+            (b[0].samples, b[0].sum_frames, b[0].max_height),
+            (3, 900, 1080)
+        );
+        assert_eq!(b[0].avg_bitrate_kbps, 2000.0);
+        assert_eq!((b[1].samples, b[1].max_height), (1, 360));
+        // The window is half-open and buckets may start at an offset.
+        let b = store
+            .source_buckets(id, 10_000, 70_000, 30_000, 5_000)
+            .unwrap();
+        assert_eq!(
+            b.iter().map(|b| (b.time_ms, b.samples)).collect::<Vec<_>>(),
+            [(5_000, 2)]
+        );
+        assert_eq!(
+            store.prune_source_samples(15_000).unwrap(),
+            3,
+            "two of ours, one other"
+        );
+        assert!(store.delete_stream(id).unwrap());
+        assert!(store
+            .source_buckets(id, 0, 100_000, 30_000, 0)
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            store
+                .source_buckets(other, 0, 100_000, 30_000, 0)
+                .unwrap()
+                .len(),
+            0
+        );
     }
 
     #[test]

@@ -8,10 +8,13 @@ use tokio::sync::mpsc;
 
 use super::publisher::Slot;
 use super::sessions::{Attach, Control};
+use super::stats::SourceStats;
 use super::status::Counters;
 use super::switch::{Switch, SwitchEvent};
 use super::{Registry, StreamHandles, SWITCH_TICK};
+use crate::db::SourceSample;
 use crate::media::MediaMessage;
+use time::OffsetDateTime;
 
 impl Registry {
     /// Runs until both publishers have left or the pipeline ends.
@@ -42,6 +45,10 @@ impl Registry {
         let mut out = Vec::new();
         let mut dropped = 0u64;
         let mut shown = (false, false);
+        let mut stats = SourceStats::new(
+            tokio::time::Instant::now().into_std(),
+            OffsetDateTime::now_utc(),
+        );
         inputs[first.0.index()] = Some(first.1);
         switch.attach(first.0, tokio::time::Instant::now());
         loop {
@@ -72,7 +79,13 @@ impl Registry {
                     switch.detach(slot, now, &mut out);
                     self.slot_left(id, epoch, slot);
                 }
-                Got::Tick => switch.tick(now, &mut out),
+                Got::Tick => {
+                    switch.tick(now, &mut out);
+                    if stats.due(now.into_std(), self.config.stats_period) {
+                        let sample = stats.cut(now.into_std(), OffsetDateTime::now_utc());
+                        self.save_sample(id, sample);
+                    }
+                }
                 Got::PipelineGone => break,
             }
             for event in out.drain(..) {
@@ -100,6 +113,7 @@ impl Registry {
                     }
                 };
                 let frame = matches!(msg, MediaMessage::Frame(_));
+                stats.observe(&msg);
                 if pipe.try_send(msg).is_err() {
                     dropped += 1;
                     if frame {
@@ -129,6 +143,11 @@ impl Registry {
                 }
             }
         }
+        let sample = stats.cut(
+            tokio::time::Instant::now().into_std(),
+            OffsetDateTime::now_utc(),
+        );
+        self.save_sample(id, sample);
         if dropped > 0 || switch.overlapped() > 0 {
             tracing::warn!(
                 stream = id,
@@ -137,5 +156,16 @@ impl Registry {
                 "input switch dropped media"
             );
         }
+    }
+
+    /// Stores a window's source statistics, off the input task (a slow disk never holds media).
+    fn save_sample(&self, id: i64, sample: Option<SourceSample>) {
+        let Some(sample) = sample else { return };
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = store.add_source_sample(id, &sample) {
+                tracing::warn!(stream = id, error = %e, "cannot store source statistics");
+            }
+        });
     }
 }

@@ -9,12 +9,14 @@
 //! - [`lifecycle`]: grace period and linger after the inputs are gone.
 //! - [`changes`]: the record-change feed for the PULL fetcher.
 //! - [`status`]: the live status and counters shared with the pipeline and the API.
+//! - [`stats`]: the source's statistics, sampled into the store.
 
 mod changes;
 mod inputs;
 mod lifecycle;
 mod publisher;
 mod sessions;
+pub mod stats;
 pub mod status;
 pub mod switch;
 
@@ -110,6 +112,8 @@ pub struct LiveConfig {
     pub switch_timeout: Duration,
     /// `DATA_DIR/media`: each live stream's segments under `{id}/`.
     pub media_root: PathBuf,
+    /// How often the source's statistics are sampled into the store.
+    pub stats_period: Duration,
 }
 
 pub struct Registry {

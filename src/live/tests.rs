@@ -85,6 +85,7 @@ impl Harness {
                 linger: LINGER,
                 switch_timeout: SWITCH,
                 media_root: dir.path().join("media"),
+                stats_period: crate::live::stats::DEFAULT_SAMPLE_PERIOD,
             },
         );
         Harness {

@@ -837,3 +837,166 @@ async fn gstreamer_dash_client_renders_our_ll_dash() {
     println!("GStreamer 1.22 dashdemux2: first frame rendered {rendered:?} after start");
     assert!(rendered < Duration::from_secs(10), "{rendered:?}");
 }
+
+/// The fixture as ffprobe reads it: (height, frame rate, keyframe interval s, video kbit/s).
+fn fixture_facts(name: &str) -> (u64, f64, f64, f64) {
+    let path = fixture(name);
+    let p = ffprobe_with(
+        &[
+            "-select_streams",
+            "v",
+            "-show_entries",
+            "stream=height,r_frame_rate",
+        ],
+        path.to_str().unwrap(),
+    );
+    let height = p["streams"][0]["height"].as_u64().unwrap();
+    let (n, d) = p["streams"][0]["r_frame_rate"]
+        .as_str()
+        .unwrap()
+        .split_once('/')
+        .unwrap();
+    let fps = n.parse::<f64>().unwrap() / d.parse::<f64>().unwrap();
+    let p = ffprobe_with(
+        &[
+            "-select_streams",
+            "v",
+            "-show_entries",
+            "packet=pts_time,size,flags",
+        ],
+        path.to_str().unwrap(),
+    );
+    let packets = p["packets"].as_array().unwrap();
+    let time = |p: &serde_json::Value| p["pts_time"].as_str().unwrap().parse::<f64>().unwrap();
+    let keys: Vec<f64> = packets
+        .iter()
+        .filter(|p| p["flags"].as_str().unwrap().starts_with('K'))
+        .map(time)
+        .collect();
+    let gop = keys[1] - keys[0];
+    let bytes: u64 = packets
+        .iter()
+        .map(|p| p["size"].as_str().unwrap().parse::<u64>().unwrap())
+        .sum();
+    let kbps = bytes as f64 * 8.0 / 1000.0 / (packets.len() as f64 / fps);
+    (height, fps, gop, kbps)
+}
+
+#[tokio::test]
+async fn statistics_describe_the_source_and_show_when_it_was_off() {
+    let _g = heavy().await;
+    let (height, fps, gop, kbps) = fixture_facts("av-720p.flv");
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", common::KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            ("LIVEPACK_STATISTICS_SAMPLE_SECS", "2"),
+        ],
+    );
+    let from = time::OffsetDateTime::now_utc() - Duration::from_secs(60);
+    // One rung keeps the test light; the figures are the source's, not the rung's.
+    let rec = create(&d, json!({"name": "stats", "quality_set_id": 3})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let url = rec["push_url"].as_str().unwrap().to_owned();
+    for (round, pause) in [(0, 12), (1, 0)] {
+        let _ffmpeg = push(&url, "av-720p.flv", 1);
+        wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+        // The pusher ends by itself after two plays of the fixture.
+        wait_record(&d, id, Duration::from_secs(40), |r| r["live"] == false).await;
+        if round == 0 {
+            tokio::time::sleep(Duration::from_secs(pause)).await;
+        }
+    }
+    let fmt = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let to = time::OffsetDateTime::now_utc() + Duration::from_secs(60);
+    let query = format!(
+        "/streaming/statistics/ffprobe?stream_id={id}&date_from={}&date_to={}&interval=2",
+        fmt(from),
+        fmt(to)
+    );
+    let r = d.get(&query).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let items = r.body["data"].as_array().unwrap().clone();
+    let times: Vec<time::OffsetDateTime> = items
+        .iter()
+        .map(|i| {
+            time::OffsetDateTime::parse(
+                i["time"].as_str().unwrap(),
+                &time::format_description::well_known::Rfc3339,
+            )
+            .unwrap()
+        })
+        .collect();
+    // Two pushes of ~12 s in 2 s buckets, with a gap of more than 12 s between them.
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_seconds_f64())
+        .collect();
+    assert!(items.len() >= 8, "{items:?}");
+    assert_eq!(
+        gaps.iter().filter(|g| **g > 2.0).count(),
+        1,
+        "one gap, while nothing was pushed: {gaps:?}"
+    );
+    assert!(gaps.iter().any(|g| *g >= 10.0), "{gaps:?}");
+    let max = |k: &str| {
+        items
+            .iter()
+            .map(|i| i[k].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    };
+    assert_eq!(max("max_height") as u64, height);
+    assert!(
+        (max("max_fps") - fps).abs() <= 1.0,
+        "{} vs {fps}",
+        max("max_fps")
+    );
+    assert!(
+        (max("max_keyframe_interval") - gop).abs() <= 0.1,
+        "{} vs {gop}",
+        max("max_keyframe_interval")
+    );
+    // Whole buckets (not the first or last of a push) carry the source's bitrate and frames.
+    let inner: Vec<&serde_json::Value> = items[1..items.len() - 1].iter().collect();
+    let median_kbps = {
+        let mut v: Vec<f64> = inner
+            .iter()
+            .map(|i| i["avg_bitrate"].as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    assert!(
+        (median_kbps / kbps - 1.0).abs() < 0.35,
+        "{median_kbps} kbit/s vs the fixture's {kbps}"
+    );
+    let frames: u64 = items
+        .iter()
+        .map(|i| i["sum_frames"].as_u64().unwrap())
+        .sum();
+    let pushed = (4.0 * 6.0 * fps) as u64;
+    assert!(
+        frames as f64 >= pushed as f64 * 0.9 && frames <= pushed + 10,
+        "{frames} frames counted, {pushed} pushed"
+    );
+
+    // Bad parameters name themselves; an unknown stream is 404.
+    let r = d
+        .get(&format!(
+            "/streaming/statistics/ffprobe?stream_id={id}&date_from=x&date_to=y"
+        ))
+        .await;
+    assert_eq!(
+        (r.status, r.field()),
+        (StatusCode::BAD_REQUEST, Some("date_from"))
+    );
+    let r = d
+        .get("/streaming/statistics/ffprobe?stream_id=999&date_from=2026-01-01&date_to=2026-01-02")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}

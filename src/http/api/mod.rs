@@ -8,6 +8,7 @@ pub mod fields;
 pub mod overlays;
 pub mod quality_sets;
 pub mod security;
+pub mod statistics;
 pub mod streams;
 pub mod videos;
 
@@ -88,6 +89,7 @@ enum Route {
     Apps,
     App,
     ProfileTemplates,
+    StatisticsFfprobe,
 }
 
 /// The route table: (path pattern, route, methods). `{id}` is a positive integer. The OpenAPI
@@ -134,6 +136,11 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         &[Method::GET, Method::PATCH, Method::DELETE],
     ),
     ("/streaming/videos", Route::Videos, &[Method::GET]),
+    (
+        "/streaming/statistics/ffprobe",
+        Route::StatisticsFfprobe,
+        &[Method::GET],
+    ),
     (
         "/streaming/videos/{id}",
         Route::Video,
@@ -299,6 +306,7 @@ impl Api {
                 }
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
+                (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
             };
         }
         Err(ApiError::not_found("resource"))

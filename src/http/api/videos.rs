@@ -1,5 +1,4 @@
 //! Videos (`/streaming/videos`): the recordings of live streams as the cloud API shows them.
-//! (Work in progress: the media delivery behind the URLs comes next.)
 
 use std::sync::Arc;
 
