@@ -205,7 +205,9 @@ impl Table {
             None => {
                 let handles = StreamHandles {
                     id,
-                    package: Arc::new(Package::new(PackageState::new(packaging, vec![]))),
+                    package: Arc::new(Package::new(
+                        PackageState::new(packaging, vec![]).starting_at(wall_msn(&packaging)),
+                    )),
                     status: SharedStatus::default(),
                     counters: Arc::default(),
                 };
@@ -348,4 +350,12 @@ impl Table {
         all.sort_by_key(|m| m.id);
         all
     }
+}
+
+/// The wall clock in segment durations: where a new package's numbering starts.
+fn wall_msn(packaging: &crate::package::PackagingConfig) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_millis() / packaging.segment.as_millis().max(1)) as u64
 }

@@ -21,8 +21,16 @@ pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
 pub const MPD_TYPE: &str = "application/dash+xml";
 /// Parts and segments never change once published (sequence numbers are never reused).
 const IMMUTABLE: &str = "public, max-age=86400, immutable";
-/// Playlists change with every part; a blocking request's answer is fresh by construction.
-const PLAYLIST_CACHE: &str = "no-cache";
+/// Playlists without delivery directives (and the master, the MPD, TS playlists) change with
+/// every part: a cache in front may keep one a second (AWS MediaPackage's LL-HLS figure), which
+/// collapses a crowd's polls into one origin request per second; LL-HLS clients then ask with
+/// directives anyway.
+const PLAYLIST_CACHE: &str = "public, max-age=1";
+/// The answer to a blocking request (`_HLS_msn`, `_HLS_part`) holds the asked part whatever
+/// comes later, and sequence numbers are never reused (not even by a later session of the
+/// stream), so the same URL is correctly answered from a cache: every viewer at the live edge
+/// asks the same URL, and a CDN keyed on the query collapses them into one.
+const BLOCKING_PLAYLIST_CACHE: &str = "public, max-age=60";
 /// Longest rendition name accepted in a path; real ones are like `1080p` or `audio`.
 const MAX_NAME: usize = 32;
 
@@ -199,10 +207,12 @@ pub async fn handle(
         Target::Playlist(name) => playlist(&package, &name, req.uri().query()).await,
         Target::Init(name, v) => {
             let init = package.read(|p| p.rendition(&name).and_then(|r| r.init(v).cloned()));
+            // Init versions restart with each session of the stream (its encoder may differ):
+            // a cache keeps one no longer than a playlist.
             media_body(
                 init,
                 mp4_type(&package, &name),
-                "public, max-age=60",
+                PLAYLIST_CACHE,
                 range.as_ref(),
             )
         }
@@ -500,6 +510,14 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
         .wait_for(timeout(package), |p| media_playlist_now(p, name, &q))
         .await
     {
+        Some(Ok(text)) if q.msn.is_some() => {
+            let mut resp = playlist_response(text);
+            resp.headers_mut().insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static(BLOCKING_PLAYLIST_CACHE),
+            );
+            resp
+        }
         Some(Ok(text)) => playlist_response(text),
         Some(Err(_)) => plain(
             StatusCode::BAD_REQUEST,
