@@ -327,7 +327,11 @@ pub async fn start(
         store: store.clone(),
         keys,
         quality_sets,
-        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), srt_addr.port()),
+        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), srt_addr.port()).with(
+            &public_url,
+            &config.cdn_resources,
+            &config.ingest_regions,
+        ),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
         recordings: recordings.clone(),

@@ -31,3 +31,145 @@ pub(super) fn dns_name(key: &'static str, domain: String) -> Result<String, Conf
     }
     Ok(domain)
 }
+
+/// A CDN resource in front of the daemon: a stream whose `cdn_id` names it gets its playback
+/// URLs (and its videos') on `base_url`, so viewers fetch through the CDN.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdnResource {
+    pub id: i64,
+    /// `https://cdn.example.com` (a path prefix is kept; no trailing slash once checked).
+    pub base_url: String,
+}
+
+/// An ingest region: its own host for the push endpoints (`multi_region_push_urls`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestRegion {
+    pub name: String,
+    /// A DNS name or an IP address (IPv6 in brackets once checked), without a port.
+    pub host: String,
+}
+
+/// At most this many of each: more is a configuration mistake.
+const MAX_ENTRIES: usize = 1000;
+
+/// `name=value,name=value`, as the environment writes these lists.
+fn pairs(name: &str, v: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    super::split_keys(v)
+        .into_iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(a, b)| (a.trim().to_owned(), b.trim().to_owned()))
+                .ok_or_else(|| ConfigError::Invalid {
+                    origin: "environment",
+                    key: name.to_owned(),
+                    value: v.to_owned(),
+                    reason: format!("`{item}` is not `key=value`"),
+                })
+        })
+        .collect()
+}
+
+impl super::setting::FromEnv for Vec<CdnResource> {
+    fn from_env(name: &str, v: String) -> Result<Self, ConfigError> {
+        pairs(name, &v)?
+            .into_iter()
+            .map(|(id, base_url)| {
+                let id = id.parse().map_err(|_| ConfigError::Invalid {
+                    origin: "environment",
+                    key: name.to_owned(),
+                    value: v.clone(),
+                    reason: format!("CDN resource id `{id}` is not an integer"),
+                })?;
+                Ok(CdnResource { id, base_url })
+            })
+            .collect()
+    }
+}
+
+impl super::setting::FromEnv for Vec<IngestRegion> {
+    fn from_env(name: &str, v: String) -> Result<Self, ConfigError> {
+        Ok(pairs(name, &v)?
+            .into_iter()
+            .map(|(name, host)| IngestRegion { name, host })
+            .collect())
+    }
+}
+
+/// Ids are positive and distinct; base URLs are http(s) with a host, no query or fragment.
+pub(super) fn cdn_resources(
+    key: &'static str,
+    list: Vec<CdnResource>,
+) -> Result<Vec<CdnResource>, ConfigError> {
+    if list.len() > MAX_ENTRIES {
+        return Err(invalid(key, "", format!("at most {MAX_ENTRIES} entries")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    list.into_iter()
+        .map(|r| {
+            if r.id < 1 || !seen.insert(r.id) {
+                return Err(invalid(
+                    key,
+                    r.id.to_string(),
+                    "ids must be positive and distinct",
+                ));
+            }
+            let bad = |reason: &str| invalid(key, r.base_url.clone(), reason);
+            let url = Url::parse(r.base_url.trim()).map_err(|e| bad(&e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return Err(bad("base_url must be an http(s) URL with a host"));
+            }
+            if url.query().is_some() || url.fragment().is_some() {
+                return Err(bad("base_url must not carry a query or fragment"));
+            }
+            Ok(CdnResource {
+                id: r.id,
+                base_url: url.as_str().trim_end_matches('/').to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Names are short identifiers, distinct; hosts are DNS names or IP addresses.
+pub(super) fn ingest_regions(
+    key: &'static str,
+    list: Vec<IngestRegion>,
+) -> Result<Vec<IngestRegion>, ConfigError> {
+    if list.len() > MAX_ENTRIES {
+        return Err(invalid(key, "", format!("at most {MAX_ENTRIES} entries")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    list.into_iter()
+        .map(|r| {
+            let name_ok = (1..=64).contains(&r.name.len())
+                && r.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !name_ok || !seen.insert(r.name.clone()) {
+                return Err(invalid(
+                    key,
+                    r.name,
+                    "region names must be distinct, 1..=64 of A-Z a-z 0-9 - _",
+                ));
+            }
+            let raw = r.host.trim();
+            let unbracketed = raw.trim_start_matches('[').trim_end_matches(']');
+            let host = match unbracketed.parse::<std::net::Ipv6Addr>() {
+                Ok(v6) => format!("[{v6}]"),
+                Err(_) => match url::Host::parse(raw) {
+                    Ok(url::Host::Domain(d)) if !d.is_empty() && !d.contains(':') => d,
+                    Ok(url::Host::Ipv4(v4)) => v4.to_string(),
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            r.host,
+                            "hosts must be DNS names or IP addresses, without a port",
+                        ))
+                    }
+                },
+            };
+            Ok(IngestRegion { name: r.name, host })
+        })
+        .collect()
+}

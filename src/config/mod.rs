@@ -17,6 +17,7 @@ mod http;
 mod ingest;
 mod packaging;
 
+pub use http::{CdnResource, IngestRegion};
 use setting::{default_addr, invalid};
 pub use setting::{parse_addr, split_keys};
 
@@ -80,6 +81,10 @@ settings! {
     quality_sets_file: PathBuf;
     profile_templates_file: PathBuf;
     fastedge_app_domain: String = DEFAULT_FASTEDGE_APP_DOMAIN.to_owned(), http::dns_name;
+    /// `[[cdn_resources]] id, base_url`; env `7=https://cdn.example.com,8=…`.
+    cdn_resources: Vec<CdnResource> = Vec::new(), http::cdn_resources;
+    /// `[[ingest_regions]] name, host`; env `eu=ingest-eu.example.com,us=…`.
+    ingest_regions: Vec<IngestRegion> = Vec::new(), http::ingest_regions;
     http_max_connections: usize = DEFAULT_HTTP_MAX_CONNECTIONS, 1..;
     http_header_timeout_secs: u64 = DEFAULT_HTTP_HEADER_TIMEOUT_SECS, 1..=300;
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
@@ -165,6 +170,10 @@ pub struct Config {
     pub quality_sets_file: Option<PathBuf>,
     pub profile_templates_file: Option<PathBuf>,
     pub fastedge_app_domain: String,
+    /// CDN resources streams may name in `cdn_id`.
+    pub cdn_resources: Vec<CdnResource>,
+    /// Ingest regions listed in each record's `multi_region_push_urls`.
+    pub ingest_regions: Vec<IngestRegion>,
     pub http_max_connections: usize,
     pub http_header_timeout_secs: u64,
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
@@ -220,6 +229,8 @@ impl Config {
             quality_sets_file: s.quality_sets_file,
             profile_templates_file: s.profile_templates_file,
             fastedge_app_domain: s.fastedge_app_domain,
+            cdn_resources: s.cdn_resources,
+            ingest_regions: s.ingest_regions,
             http_max_connections: s.http_max_connections,
             http_header_timeout_secs: s.http_header_timeout_secs,
             rtmps_cert_file: s.rtmps_cert_file,
@@ -328,6 +339,68 @@ mod tests {
             let err = Config::from_layer(layer).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains(value), "{err}");
         }
+    }
+
+    #[test]
+    fn cdn_resources_and_ingest_regions_from_file_and_environment() {
+        let file: Layer = toml::from_str(
+            "[[cdn_resources]]\nid = 7\nbase_url = \"https://cdn.example.com/live/\"\n\
+             [[ingest_regions]]\nname = \"eu\"\nhost = \"ingest-eu.example.com\"\n\
+             [[ingest_regions]]\nname = \"v6\"\nhost = \"2001:db8::1\"\n",
+        )
+        .unwrap();
+        let c = Config::from_layer(file).unwrap();
+        assert_eq!(
+            c.cdn_resources,
+            [CdnResource {
+                id: 7,
+                base_url: "https://cdn.example.com/live".into()
+            }]
+        );
+        let hosts: Vec<&str> = c.ingest_regions.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(hosts, ["ingest-eu.example.com", "[2001:db8::1]"]);
+        let env = Layer::from_env(env(&[
+            (
+                "LIVEPACK_CDN_RESOURCES",
+                "7=https://a.example, 8=http://b.example:8080",
+            ),
+            (
+                "LIVEPACK_INGEST_REGIONS",
+                "eu=ingest-eu.example.com,us=10.0.0.1",
+            ),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(env).unwrap();
+        assert_eq!(c.cdn_resources.len(), 2);
+        assert_eq!(c.cdn_resources[1].base_url, "http://b.example:8080");
+        assert_eq!(c.ingest_regions[1].host, "10.0.0.1");
+        assert!(Layer::from_env(env_bad("LIVEPACK_CDN_RESOURCES", "https://a.example")).is_err());
+        assert!(Layer::from_env(env_bad("LIVEPACK_CDN_RESOURCES", "x=https://a.example")).is_err());
+        for (var, value) in [
+            (
+                "LIVEPACK_CDN_RESOURCES",
+                "7=https://a.example,7=https://b.example",
+            ),
+            ("LIVEPACK_CDN_RESOURCES", "0=https://a.example"),
+            ("LIVEPACK_CDN_RESOURCES", "7=ftp://a.example"),
+            ("LIVEPACK_CDN_RESOURCES", "7=https://a.example/?token=1"),
+            ("LIVEPACK_INGEST_REGIONS", "eu=a.example,eu=b.example"),
+            ("LIVEPACK_INGEST_REGIONS", "e u=a.example"),
+            ("LIVEPACK_INGEST_REGIONS", "eu=a.example:1935"),
+            ("LIVEPACK_INGEST_REGIONS", "eu=http://a.example"),
+        ] {
+            let layer = Layer::from_env(env_bad(var, value)).unwrap();
+            let err = Config::from_layer(layer)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            let key = var.trim_start_matches("LIVEPACK_").to_ascii_lowercase();
+            assert!(err.contains(&key), "{value}: {err}");
+        }
+    }
+
+    fn env_bad(var: &'static str, value: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |k| (k == var).then(|| value.to_owned())
     }
 
     #[test]

@@ -3,7 +3,17 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{tempdir, Daemon};
+use crate::common::{tempdir, Daemon, KEY};
+
+/// CDN resources the tests name in `cdn_id`.
+const CDN: &str = "1=https://cdn-one.example,5=https://cdn-five.example/live/,7=http://127.0.0.1:9";
+
+/// A daemon with the CDN resources above, and `env` on top.
+fn cdn_daemon(dir: &std::path::Path, env: &[(&str, &str)]) -> Daemon {
+    let mut all = vec![("LIVEPACK_API_KEYS", KEY), ("LIVEPACK_CDN_RESOURCES", CDN)];
+    all.extend_from_slice(env);
+    Daemon::start_with(dir, &all)
+}
 
 fn assert_record_shape(rec: &Value) {
     let keys = [
@@ -151,7 +161,7 @@ async fn create_returns_defaults_urls_and_computed_fields() {
 #[tokio::test]
 async fn every_writable_field_round_trips() {
     let dir = tempdir();
-    let d = Daemon::start(dir.path());
+    let d = cdn_daemon(dir.path(), &[]);
     let body = json!({
         "name": "all", "active": false, "pull": true,
         "uri": "rtmp://src.example/live/a srt://10.0.0.1:9000 https://cdn.example/x.m3u8",
@@ -468,7 +478,7 @@ impl Daemon {
 #[tokio::test]
 async fn patch_changes_only_given_fields() {
     let dir = tempdir();
-    let d = Daemon::start(dir.path());
+    let d = cdn_daemon(dir.path(), &[]);
     let created = d
         .post(
             "/streaming/streams",
@@ -564,7 +574,7 @@ async fn patch_changes_only_given_fields() {
 #[tokio::test]
 async fn concurrent_patches_to_different_fields_all_land() {
     let dir = tempdir();
-    let d = Daemon::start(dir.path());
+    let d = cdn_daemon(dir.path(), &[]);
     let id = d
         .post("/streaming/streams", json!({"name": "a"}))
         .await
@@ -677,4 +687,98 @@ async fn delete_and_legacy_playlist_redirect() {
         .await
         .body;
     assert!(next["id"].as_i64().unwrap() > id);
+}
+
+#[tokio::test]
+async fn cdn_resources_and_ingest_regions_shape_the_urls() {
+    let dir = tempdir();
+    let d = cdn_daemon(
+        dir.path(),
+        &[(
+            "LIVEPACK_INGEST_REGIONS",
+            "eu=ingest-eu.example.com,v6=2001:db8::7",
+        )],
+    );
+    let r = d
+        .post("/streaming/streams", json!({"name": "cdn", "cdn_id": 5}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (rec, id) = (r.body.clone(), r.body["id"].as_i64().unwrap());
+    let cdn = "https://cdn-five.example/live";
+    for (k, path) in [
+        ("hls_cmaf_url", format!("/cmaf/{id}/master.m3u8")),
+        ("dash_url", format!("/cmaf/{id}/index.mpd")),
+        ("hls_mpegts_url", format!("/mpegts/{id}/master_mpegts.m3u8")),
+        ("iframe_url", format!("/player/{id}")),
+        ("screenshot", format!("/screenshots/{id}/last.jpg")),
+    ] {
+        assert_eq!(rec[k], format!("{cdn}{path}"), "{k}");
+    }
+    // Pushing stays on this server; each region gets the same endpoints on its host.
+    let token = rec["token"].as_str().unwrap();
+    assert!(rec["push_url_whip"].as_str().unwrap().starts_with(&d.base));
+    let regions = rec["multi_region_push_urls"].as_array().unwrap();
+    assert_eq!(regions.len(), 2, "{rec}");
+    let eu = &regions[0];
+    assert_eq!(eu["region"], "eu");
+    let rtmp_port = url::Url::parse(rec["push_url"].as_str().unwrap())
+        .unwrap()
+        .port()
+        .unwrap();
+    assert_eq!(
+        eu["push_url"],
+        format!("rtmp://ingest-eu.example.com:{rtmp_port}/in/{id}?{token}")
+    );
+    assert_eq!(
+        eu["backup_push_url"],
+        format!("rtmp://ingest-eu.example.com:{rtmp_port}/in/{id}b?{token}")
+    );
+    assert!(eu["push_url_srt"]
+        .as_str()
+        .unwrap()
+        .starts_with("srt://ingest-eu.example.com:"));
+    assert!(eu["backup_push_url_srt"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("?streamid={id}b#{token}")));
+    let whip = url::Url::parse(eu["push_url_whip"].as_str().unwrap()).unwrap();
+    assert_eq!(whip.host_str(), Some("ingest-eu.example.com"));
+    assert_eq!(whip.path(), format!("/whip/{id}"));
+    assert!(regions[1]["push_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("rtmp://[2001:db8::7]:"));
+
+    // An unknown resource is refused naming the field; null goes back to this server.
+    for body in [
+        json!({"name": "x", "cdn_id": 6}),
+        json!({"name": "x", "cdn_id": 0}),
+    ] {
+        let r = d.post("/streaming/streams", body).await;
+        assert_eq!(
+            (r.status, r.code(), r.field()),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_cdn_resource",
+                Some("cdn_id")
+            ),
+            "{}",
+            r.body
+        );
+    }
+    let path = format!("/streaming/streams/{id}");
+    let r = d.patch(&path, json!({"stream": {"cdn_id": 6}})).await;
+    assert_eq!(r.code(), "unknown_cdn_resource");
+    let r = d.patch(&path, json!({"stream": {"cdn_id": null}})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body["hls_cmaf_url"]
+        .as_str()
+        .unwrap()
+        .starts_with(&d.base));
+
+    // Without regions configured the field is absent.
+    let dir2 = tempdir();
+    let plain = Daemon::start(dir2.path());
+    let r = plain.post("/streaming/streams", json!({"name": "p"})).await;
+    assert!(r.body.get("multi_region_push_urls").is_none(), "{}", r.body);
 }

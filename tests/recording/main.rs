@@ -76,12 +76,27 @@ fn assert_plays_for(url: impl AsRef<std::ffi::OsStr>, ms: u64) -> Value {
 async fn start_and_stop_recording_a_live_transcoded_stream() {
     let _g = heavy().await;
     let dir = tempdir();
-    let d = Daemon::start(dir.path());
+    // The stream delivers through a "CDN" that is this daemon under another name: the videos'
+    // URLs must be on it, and still work.
+    let port = common::free_port(false);
+    let cdn = format!("http://localhost:{port}");
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", common::KEY),
+            ("LIVEPACK_HTTP_ADDR", &format!("127.0.0.1:{port}")),
+            ("LIVEPACK_CDN_RESOURCES", &format!("3={cdn}")),
+        ],
+    );
     let rec = create(
         &d,
-        json!({"name": "rec", "record_type": "transcoded", "quality_set_id": 3}),
+        json!({"name": "rec", "record_type": "transcoded", "quality_set_id": 3, "cdn_id": 3}),
     )
     .await;
+    assert!(
+        rec["hls_cmaf_url"].as_str().unwrap().starts_with(&cdn),
+        "{rec}"
+    );
     let id = rec["id"].as_i64().unwrap();
     let start = format!("/streaming/streams/{id}/start_recording");
     let stop = format!("/streaming/streams/{id}/stop_recording");
@@ -115,6 +130,12 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
     assert_eq!(video["status"], "ready", "{video}");
     assert_eq!(video["stream_id"], id);
     assert_eq!(video["record_type"], "transcoded");
+    for k in ["hls_url", "dash_url", "iframe_url", "screenshot"] {
+        assert!(video[k].as_str().unwrap().starts_with(&cdn), "{k}: {video}");
+    }
+    for r in video["converted_videos"].as_array().unwrap() {
+        assert!(r["mp4_url"].as_str().unwrap().starts_with(&cdn), "{r}");
+    }
     let ms = video["duration"].as_u64().unwrap();
     assert!((6000..=11000).contains(&ms), "{ms} ms recorded of ~9 s");
     assert_eq!(record(&d, id).await["recording"], false);

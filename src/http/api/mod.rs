@@ -45,6 +45,10 @@ pub struct Endpoints {
     pub ingest_host: String,
     pub rtmp_port: u16,
     pub srt_port: u16,
+    /// CDN base URLs by `cdn_id` (no trailing slash).
+    pub cdn: std::collections::HashMap<i64, String>,
+    /// Ingest regions: (name, host, `public_url` on that host for WHIP).
+    pub regions: Vec<(String, String, String)>,
 }
 
 impl Endpoints {
@@ -54,7 +58,37 @@ impl Endpoints {
             ingest_host: public_url.host_str().unwrap_or("127.0.0.1").to_owned(),
             rtmp_port,
             srt_port,
+            cdn: Default::default(),
+            regions: Vec::new(),
         }
+    }
+
+    /// With the operator's CDN resources and ingest regions.
+    pub fn with(
+        mut self,
+        public_url: &Url,
+        cdn: &[crate::config::CdnResource],
+        regions: &[crate::config::IngestRegion],
+    ) -> Endpoints {
+        self.cdn = cdn.iter().map(|r| (r.id, r.base_url.clone())).collect();
+        self.regions = regions
+            .iter()
+            .map(|r| {
+                let mut url = public_url.clone();
+                // Checked at start: a DNS name or an address, which a URL host accepts.
+                let _ = url.set_host(Some(&r.host));
+                let whip = url.as_str().trim_end_matches('/').to_owned();
+                (r.name.clone(), r.host.clone(), whip)
+            })
+            .collect();
+        self
+    }
+
+    /// Where a stream's media is fetched: its CDN resource, or this server.
+    pub fn playback_base(&self, cdn_id: Option<i64>) -> &str {
+        cdn_id
+            .and_then(|id| self.cdn.get(&id))
+            .map_or(&self.public_url, |b| b)
     }
 }
 

@@ -58,6 +58,7 @@ const READ_ONLY: &[&str] = &[
     "video_width",
     "html_overlays",
     "storage_error",
+    "multi_region_push_urls",
 ];
 
 /// The record as the API returns it; field order is the documented one.
@@ -93,6 +94,20 @@ pub struct StreamView {
     video_width: Option<u32>,
     html_overlays: Vec<super::overlays::OverlayView>,
     storage_error: Option<String>,
+    /// One entry per configured ingest region; absent when none is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    multi_region_push_urls: Option<Vec<RegionPushUrls>>,
+}
+
+/// A stream's push endpoints on one ingest region's host.
+#[derive(Debug, Serialize)]
+pub struct RegionPushUrls {
+    region: String,
+    push_url: Option<String>,
+    backup_push_url: Option<String>,
+    push_url_srt: Option<String>,
+    backup_push_url_srt: Option<String>,
+    push_url_whip: Option<String>,
 }
 
 pub fn iso8601(t: OffsetDateTime) -> String {
@@ -108,41 +123,52 @@ impl Api {
         overlays: &[crate::db::OverlayRow],
     ) -> StreamView {
         let e = &self.endpoints;
-        let (id, token, base) = (row.id, &row.token, &e.public_url);
+        let (id, token) = (row.id, &row.token);
+        let play = e.playback_base(row.settings.cdn_id);
         let push = !row.settings.pull;
         let when_push = |url: String| push.then_some(url);
+        // The push endpoints on one host (this server's, or an ingest region's).
+        let pushes = |host: &str, http_base: &str| RegionPushUrls {
+            region: String::new(),
+            push_url: when_push(format!("rtmp://{host}:{}/in/{id}?{token}", e.rtmp_port)),
+            backup_push_url: when_push(format!("rtmp://{host}:{}/in/{id}b?{token}", e.rtmp_port)),
+            push_url_srt: when_push(format!("srt://{host}:{}?streamid={id}#{token}", e.srt_port)),
+            backup_push_url_srt: when_push(format!(
+                "srt://{host}:{}?streamid={id}b#{token}",
+                e.srt_port
+            )),
+            push_url_whip: when_push(format!("{http_base}/whip/{id}?token={token}")),
+        };
+        let here = pushes(&e.ingest_host, &e.public_url);
+        let regions = (!e.regions.is_empty()).then(|| {
+            e.regions
+                .iter()
+                .map(|(name, host, http_base)| RegionPushUrls {
+                    region: name.clone(),
+                    ..pushes(host, http_base)
+                })
+                .collect()
+        });
         StreamView {
             id,
             low_latency_enabled: true,
             token: token.clone(),
             live: live.live,
             backup_live: live.backup_live,
-            push_url: when_push(format!(
-                "rtmp://{}:{}/in/{id}?{token}",
-                e.ingest_host, e.rtmp_port
-            )),
-            backup_push_url: when_push(format!(
-                "rtmp://{}:{}/in/{id}b?{token}",
-                e.ingest_host, e.rtmp_port
-            )),
-            push_url_srt: when_push(format!(
-                "srt://{}:{}?streamid={id}#{token}",
-                e.ingest_host, e.srt_port
-            )),
-            backup_push_url_srt: when_push(format!(
-                "srt://{}:{}?streamid={id}b#{token}",
-                e.ingest_host, e.srt_port
-            )),
-            push_url_whip: when_push(format!("{base}/whip/{id}?token={token}")),
+            push_url: here.push_url,
+            backup_push_url: here.backup_push_url,
+            push_url_srt: here.push_url_srt,
+            backup_push_url_srt: here.backup_push_url_srt,
+            push_url_whip: here.push_url_whip,
             created_at: iso8601(row.created_at),
             started_at_primary: row.started_at_primary.map(iso8601),
             started_at_backup: row.started_at_backup.map(iso8601),
             finished_at_primary: row.finished_at_primary.map(iso8601),
-            iframe_url: format!("{base}/player/{id}"),
-            dash_url: format!("{base}/cmaf/{id}/index.mpd"),
-            hls_cmaf_url: format!("{base}/cmaf/{id}/master.m3u8"),
-            hls_mpegts_url: format!("{base}/mpegts/{id}/master_mpegts.m3u8"),
-            screenshot: format!("{base}/screenshots/{id}/last.jpg"),
+            iframe_url: format!("{play}/player/{id}"),
+            dash_url: format!("{play}/cmaf/{id}/index.mpd"),
+            hls_cmaf_url: format!("{play}/cmaf/{id}/master.m3u8"),
+            hls_mpegts_url: format!("{play}/mpegts/{id}/master_mpegts.m3u8"),
+            screenshot: format!("{play}/screenshots/{id}/last.jpg"),
             transcoded_qualities: live.transcoded_qualities,
             recording: self.recordings.recording_duration(id).is_some(),
             recording_duration: self
@@ -155,6 +181,7 @@ impl Api {
             video_width: live.video_width,
             html_overlays: overlays.iter().map(super::overlays::view).collect(),
             storage_error: live.storage_error,
+            multi_region_push_urls: regions,
             settings: row.settings,
         }
     }
@@ -335,11 +362,15 @@ fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
             format!("`broadcast_ids` must hold at most {MAX_BROADCAST_IDS} positive integers"),
         ));
     }
-    if s.cdn_id.is_some_and(|c| c < 0) {
-        return Err(ApiError::invalid_value(
-            "cdn_id",
-            "`cdn_id` must not be negative",
-        ));
+    if let Some(c) = s.cdn_id.filter(|c| !api.endpoints.cdn.contains_key(c)) {
+        let mut known: Vec<i64> = api.endpoints.cdn.keys().copied().collect();
+        known.sort_unstable();
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_cdn_resource",
+            format!("CDN resource {c} is not configured (cdn_resources: {known:?})"),
+        )
+        .at("cdn_id"));
     }
     if let Some(q) = s.quality_set_id {
         if api.quality_sets.get(q).is_none() {
@@ -537,7 +568,7 @@ pub async fn stop_recording(api: &Arc<Api>, id: i64) -> Result<Response<Body>, A
     match api.recordings.stop(id).await {
         Ok(Some(video)) => Ok(json_response(
             StatusCode::OK,
-            &super::videos::view(api, &video),
+            &super::videos::view_one(api, video).await?,
         )),
         Ok(None) => Ok(super::no_content()),
         Err(e) => {

@@ -49,8 +49,35 @@ pub struct VideoView {
     converted_videos: Vec<ConvertedVideo>,
 }
 
-pub fn view(api: &Arc<Api>, v: &VideoRow) -> VideoView {
-    let base = format!("{}/videos/{}_{}", api.endpoints.public_url, v.id, v.slug);
+/// Views of videos, their URLs on their stream's playback base (its CDN resource, if any).
+pub async fn views(api: &Arc<Api>, rows: &[VideoRow]) -> Result<Vec<VideoView>, ApiError> {
+    let mut streams: Vec<i64> = rows.iter().map(|v| v.stream_id).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let cdn: std::collections::HashMap<i64, Option<i64>> = api
+        .db(move |s| {
+            streams
+                .into_iter()
+                .map(|id| Ok((id, s.get_stream(id)?.and_then(|r| r.settings.cdn_id))))
+                .collect()
+        })
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|v| {
+            let cdn_id = cdn.get(&v.stream_id).copied().flatten();
+            view(v, api.endpoints.playback_base(cdn_id))
+        })
+        .collect())
+}
+
+pub async fn view_one(api: &Arc<Api>, v: VideoRow) -> Result<VideoView, ApiError> {
+    let mut one = views(api, std::slice::from_ref(&v)).await?;
+    one.pop().ok_or_else(ApiError::internal)
+}
+
+fn view(v: &VideoRow, play: &str) -> VideoView {
+    let base = format!("{play}/videos/{}_{}", v.id, v.slug);
     let origin = v.state.record_type == RecordType::Origin;
     VideoView {
         id: v.id,
@@ -75,10 +102,7 @@ pub fn view(api: &Arc<Api>, v: &VideoRow) -> VideoView {
             .state
             .screenshot
             .then(|| format!("{base}/{}", crate::record::manager::SCREENSHOT)),
-        iframe_url: format!(
-            "{}/player/videos/{}_{}",
-            api.endpoints.public_url, v.id, v.slug
-        ),
+        iframe_url: format!("{play}/player/videos/{}_{}", v.id, v.slug),
         client_user_id: v.settings.client_user_id.clone().map(Value::Number),
         converted_videos: v
             .state
@@ -112,7 +136,7 @@ async fn load(api: &Arc<Api>, id: i64) -> Result<VideoRow, ApiError> {
 pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
     Ok(json_response(
         StatusCode::OK,
-        &view(api, &load(api, id).await?),
+        &view_one(api, load(api, id).await?).await?,
     ))
 }
 
@@ -148,8 +172,7 @@ pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>,
     filter.limit = per_page;
     filter.offset = (page - 1) * u64::from(per_page);
     let (rows, total) = api.db(move |s| s.list_videos(&filter)).await?;
-    let views: Vec<VideoView> = rows.iter().map(|r| view(api, r)).collect();
-    let mut resp = json_response(StatusCode::OK, &views);
+    let mut resp = json_response(StatusCode::OK, &views(api, &rows).await?);
     resp.headers_mut()
         .insert("x-total-count", hyper::header::HeaderValue::from(total));
     Ok(resp)
@@ -221,7 +244,7 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
         },
     )
     .await?;
-    Ok(json_response(StatusCode::OK, &view(api, &row)))
+    Ok(json_response(StatusCode::OK, &view_one(api, row).await?))
 }
 
 /// Removes the record, then its media (a failed removal leaves files no record names, which
