@@ -302,6 +302,7 @@ pub async fn start(
         }
     }
     recordings.spawn(registry.events());
+    let spectators = Arc::new(crate::broadcast::Spectators::default());
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
@@ -311,6 +312,7 @@ pub async fn start(
         registry: registry.clone(),
         recordings: recordings.clone(),
         overlays: overlays.clone(),
+        spectators: spectators.clone(),
     });
     if let Some(hub) = &overlays {
         hub.spawn(registry.events());
@@ -332,6 +334,7 @@ pub async fn start(
         registry.clone(),
         store.clone(),
         config.player_assets_dir.clone(),
+        spectators,
     );
     let handler = {
         let whip = whip.clone();
