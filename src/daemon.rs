@@ -323,6 +323,7 @@ pub async fn start(
     }
     recordings.spawn(registry.events());
     spawn_statistics_pruning(store.clone(), config.statistics_retention);
+    let spectators = Arc::new(crate::broadcast::Spectators::default());
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
@@ -336,6 +337,7 @@ pub async fn start(
         registry: registry.clone(),
         recordings: recordings.clone(),
         overlays: overlays.clone(),
+        spectators: spectators.clone(),
     });
     if let Some(hub) = &overlays {
         hub.spawn(registry.events());
@@ -357,6 +359,7 @@ pub async fn start(
         registry.clone(),
         store.clone(),
         config.player_assets_dir.clone(),
+        spectators,
     );
     let handler = {
         let whip = whip.clone();

@@ -29,6 +29,8 @@
 //!   delivery ([`http::delivery`]: blocking reload, chunked DASH, the player page, metrics).
 //! - `url_policy`: the one policy for outbound URLs (schemes per use, host rules, the DNS
 //!   guard, redaction for logs); PULL sources now, overlay pages and webhooks later.
+//! - `broadcast`: spectator counting for broadcasts' player pages (records in `db`, API in
+//!   `http::api::broadcasts`, page in `http::delivery::player`).
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
 //!   comparison of tokens and keys.
 //! - [`daemon`]: wires them together (the GStreamer pipeline factory into `live`, stores into
@@ -38,6 +40,7 @@
 //! dead code.
 #![forbid(unsafe_code)]
 
+pub(crate) mod broadcast;
 pub mod config;
 pub mod daemon;
 pub(crate) mod db;

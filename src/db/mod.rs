@@ -1,5 +1,5 @@
-//! Persistence of the control-plane records (streams, FastEdge apps, profile templates, settings)
-//! behind the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded default backend.
+//! Persistence of the control-plane records (streams, broadcasts, FastEdge apps, profile
+//! templates, settings) behind the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded default backend.
 //!
 //! The trait is synchronous on purpose: callers run it on the blocking pool, and a PostgreSQL
 //! backend for several nodes can implement it with a sync client without an async-trait layer.
@@ -28,6 +28,15 @@ pub enum StoreError {
     },
     #[error("database schema version {found} is newer than this build knows ({known})")]
     SchemaTooNew { found: i64, known: i64 },
+    /// A write names a record that does not exist (checked in the write's transaction, so a
+    /// concurrent delete cannot slip in between); nothing was written.
+    #[error("{kind} {id} does not exist")]
+    UnknownReference {
+        /// The field that names it (`broadcast_ids`, `stream_ids`).
+        field: &'static str,
+        kind: &'static str,
+        id: i64,
+    },
 }
 
 /// Outcome of a compare-and-set update: the caller re-reads and re-applies on `Stale`.
@@ -79,6 +88,9 @@ pub struct StreamSettings {
     pub client_entity_data: Option<String>,
     pub html_overlay: bool,
     pub quality_set_id: Option<i64>,
+    /// The broadcasts this stream belongs to, ascending. Kept in the `broadcast_streams` link
+    /// table, not in the settings document: the link is one fact, also read as a broadcast's
+    /// `stream_ids`, so it is stored once.
     pub broadcast_ids: Vec<i64>,
     pub projection: Projection,
     /// SRT encryption passphrase; when set, SRT publishers must use it.
@@ -291,6 +303,56 @@ impl VideoState {
     }
 }
 
+/// Where a broadcast is in its life; it decides what its player page shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BroadcastStatus {
+    Pending,
+    Live,
+    Paused,
+    Finished,
+}
+
+/// The writable part of a broadcast.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BroadcastSettings {
+    pub name: String,
+    pub status: BroadcastStatus,
+    /// Its streams, ascending; stored in the `broadcast_streams` link table (see
+    /// [`StreamSettings::broadcast_ids`]), never in the settings document.
+    pub stream_ids: Vec<i64>,
+    pub show_dvr_after_finish: bool,
+    pub pending_message: Option<String>,
+    pub poster: Option<String>,
+    pub share_url: Option<String>,
+    pub custom_iframe_url: Option<String>,
+}
+
+impl Default for BroadcastSettings {
+    fn default() -> Self {
+        BroadcastSettings {
+            name: String::new(),
+            status: BroadcastStatus::Pending,
+            stream_ids: Vec::new(),
+            show_dvr_after_finish: false,
+            pending_message: None,
+            poster: None,
+            share_url: None,
+            custom_iframe_url: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BroadcastRow {
+    pub id: i64,
+    pub revision: i64,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub settings: BroadcastSettings,
+}
+
 /// An HTML overlay of a stream as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverlayRow {
@@ -361,6 +423,8 @@ pub struct VideoFilter {
 /// Everything the control plane persists. Every mutating call is atomic and durable when it
 /// returns `Ok`: the API acknowledges a write only after this.
 pub trait Store: Send + Sync + 'static {
+    /// `settings.broadcast_ids` must name existing broadcasts ([`StoreError::UnknownReference`]
+    /// otherwise), here and in `update_stream`.
     fn create_stream(
         &self,
         settings: &StreamSettings,
@@ -433,6 +497,32 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
     /// Removes the record; returns it (its media is removed by the caller).
     fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
+
+    /// `settings.stream_ids` must name existing streams ([`StoreError::UnknownReference`]
+    /// otherwise), here and in `update_broadcast`. Changing the links also moves the linked
+    /// streams' revisions (and a stream's links move the broadcasts'), so a compare-and-set on
+    /// either side never writes back links it read before the other side changed them.
+    fn create_broadcast(
+        &self,
+        settings: &BroadcastSettings,
+        now: OffsetDateTime,
+    ) -> Result<BroadcastRow, StoreError>;
+    fn get_broadcast(&self, id: i64) -> Result<Option<BroadcastRow>, StoreError>;
+    /// Newest first; returns the page and the total number of broadcasts.
+    fn list_broadcasts(
+        &self,
+        offset: u64,
+        limit: u32,
+    ) -> Result<(Vec<BroadcastRow>, u64), StoreError>;
+    fn update_broadcast(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &BroadcastSettings,
+        now: OffsetDateTime,
+    ) -> Result<Update<BroadcastRow>, StoreError>;
+    /// Removes the broadcast and its links (the streams stay).
+    fn delete_broadcast(&self, id: i64) -> Result<bool, StoreError>;
 
     /// A stream's overlays, oldest first.
     fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError>;

@@ -8,9 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 
 use super::{
-    AppFilter, AppOrderKey, AppRow, AppSettings, OverlayRow, ProfileTemplate, SourceBucket,
-    SourceSample, Store, StoreError, StreamRow, StreamSettings, Update, VideoFilter, VideoRow,
-    VideoSettings, VideoState, VideoStatus,
+    AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, OverlayRow,
+    ProfileTemplate, SourceBucket, SourceSample, Store, StoreError, StreamRow, StreamSettings,
+    Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
 };
 
 pub const DB_FILE_NAME: &str = "livepack.db";
@@ -90,6 +90,26 @@ CREATE TABLE source_samples (
 );
 CREATE INDEX source_samples_by_stream ON source_samples (stream_id, time_ms);
 CREATE INDEX source_samples_by_time ON source_samples (time_ms);
+"#,
+    // Broadcasts, and which streams belong to which: `broadcast_streams` is the one record of
+    // that link, read both as a stream's `broadcast_ids` and as a broadcast's `stream_ids`.
+    // Until now `broadcast_ids` sat in the stream's settings document with no broadcast behind
+    // it; such ids named nothing and are dropped.
+    r#"
+CREATE TABLE broadcasts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    revision INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE broadcast_streams (
+    broadcast_id INTEGER NOT NULL REFERENCES broadcasts (id) ON DELETE CASCADE,
+    stream_id INTEGER NOT NULL REFERENCES streams (id) ON DELETE CASCADE,
+    PRIMARY KEY (broadcast_id, stream_id)
+) WITHOUT ROWID;
+CREATE INDEX broadcast_streams_by_stream ON broadcast_streams (stream_id, broadcast_id);
+UPDATE streams SET settings = json_remove(settings, '$.broadcast_ids');
 "#,
 ];
 
@@ -235,7 +255,194 @@ fn get_stream_in(conn: &Connection, id: i64) -> Result<Option<StreamRow>, StoreE
         raw_stream,
     )
     .optional()?
-    .map(stream_from_raw)
+    .map(|raw| stream_with_links(conn, raw))
+    .transpose()
+}
+
+fn stream_with_links(conn: &Connection, raw: RawStream) -> Result<StreamRow, StoreError> {
+    let mut row = stream_from_raw(raw)?;
+    row.settings.broadcast_ids = linked(conn, Side::Stream, row.id)?;
+    Ok(row)
+}
+
+/// A settings document without its link field: the link table holds that (one fact, one
+/// place).
+fn doc_without<T: serde::Serialize>(value: &T, link_field: &str) -> String {
+    let mut doc = serde_json::to_value(value).expect("record types always serialize");
+    if let Some(map) = doc.as_object_mut() {
+        map.remove(link_field);
+    }
+    doc.to_string()
+}
+
+/// Which end of a broadcast–stream link a record is.
+#[derive(Clone, Copy)]
+enum Side {
+    Stream,
+    Broadcast,
+}
+
+impl Side {
+    /// (this side's column, the other side's column, the other side's table, the field that
+    /// names the other side, its kind)
+    fn names(
+        self,
+    ) -> (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
+        match self {
+            Side::Stream => (
+                "stream_id",
+                "broadcast_id",
+                "broadcasts",
+                "broadcast_ids",
+                "broadcast",
+            ),
+            Side::Broadcast => (
+                "broadcast_id",
+                "stream_id",
+                "streams",
+                "stream_ids",
+                "stream",
+            ),
+        }
+    }
+}
+
+/// The other side's ids linked to record `id`, ascending.
+fn linked(conn: &Connection, side: Side, id: i64) -> Result<Vec<i64>, StoreError> {
+    let (this, other, ..) = side.names();
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {other} FROM broadcast_streams WHERE {this} = ?1 ORDER BY {other}"
+    ))?;
+    let ids = stmt
+        .query_map([id], |r| r.get(0))?
+        .collect::<Result<Vec<i64>, _>>()?;
+    Ok(ids)
+}
+
+/// Makes record `id`'s links exactly `wanted` (inside the caller's transaction): every wanted
+/// id must exist; the records on the other side that gain or lose a link get a new revision
+/// (broadcasts also a new `updated_at`), as their list changed.
+fn set_links(
+    conn: &Connection,
+    side: Side,
+    id: i64,
+    wanted: &[i64],
+    now: OffsetDateTime,
+) -> Result<(), StoreError> {
+    let (this, other, other_table, field, kind) = side.names();
+    let mut wanted = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let current = linked(conn, side, id)?;
+    if current == wanted {
+        return Ok(());
+    }
+    for &w in &wanted {
+        let exists = conn
+            .query_row(
+                &format!("SELECT 1 FROM {other_table} WHERE id = ?1"),
+                [w],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if !exists {
+            return Err(StoreError::UnknownReference { field, kind, id: w });
+        }
+    }
+    conn.execute(
+        &format!("DELETE FROM broadcast_streams WHERE {this} = ?1"),
+        [id],
+    )?;
+    for &w in &wanted {
+        conn.execute(
+            &format!("INSERT INTO broadcast_streams ({this}, {other}) VALUES (?1, ?2)"),
+            [id, w],
+        )?;
+    }
+    let touched = current
+        .iter()
+        .filter(|c| !wanted.contains(c))
+        .chain(wanted.iter().filter(|w| !current.contains(w)));
+    for &t in touched {
+        bump(conn, side, t, now)?;
+    }
+    Ok(())
+}
+
+/// A new revision for a record on the other side of `side` whose links changed.
+fn bump(
+    conn: &Connection,
+    side: Side,
+    other_id: i64,
+    now: OffsetDateTime,
+) -> Result<(), StoreError> {
+    match side {
+        Side::Stream => conn.execute(
+            "UPDATE broadcasts SET revision = revision + 1, updated_at_ms = ?2 WHERE id = ?1",
+            params![other_id, to_ms(now)],
+        )?,
+        Side::Broadcast => conn.execute(
+            "UPDATE streams SET revision = revision + 1 WHERE id = ?1",
+            [other_id],
+        )?,
+    };
+    Ok(())
+}
+
+/// Drops every link of record `id` (it is being deleted), moving the other side's revisions.
+fn unlink_all(
+    conn: &Connection,
+    side: Side,
+    id: i64,
+    now: OffsetDateTime,
+) -> Result<(), StoreError> {
+    let (this, ..) = side.names();
+    for other in linked(conn, side, id)? {
+        bump(conn, side, other, now)?;
+    }
+    conn.execute(
+        &format!("DELETE FROM broadcast_streams WHERE {this} = ?1"),
+        [id],
+    )?;
+    Ok(())
+}
+
+const BROADCAST_COLUMNS: &str = "id, revision, created_at_ms, updated_at_ms, settings";
+
+type RawBroadcast = (i64, i64, i64, i64, String);
+
+fn raw_broadcast(r: &Row<'_>) -> rusqlite::Result<RawBroadcast> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn broadcast_with_links(conn: &Connection, raw: RawBroadcast) -> Result<BroadcastRow, StoreError> {
+    let (id, revision, created, updated, settings) = raw;
+    let mut settings: BroadcastSettings = from_json("broadcast", id, &settings)?;
+    settings.stream_ids = linked(conn, Side::Broadcast, id)?;
+    Ok(BroadcastRow {
+        id,
+        revision,
+        created_at: from_ms("broadcast", id, created)?,
+        updated_at: from_ms("broadcast", id, updated)?,
+        settings,
+    })
+}
+
+fn get_broadcast_in(conn: &Connection, id: i64) -> Result<Option<BroadcastRow>, StoreError> {
+    conn.query_row(
+        &format!("SELECT {BROADCAST_COLUMNS} FROM broadcasts WHERE id = ?1"),
+        [id],
+        raw_broadcast,
+    )
+    .optional()?
+    .map(|raw| broadcast_with_links(conn, raw))
     .transpose()
 }
 
@@ -484,17 +691,21 @@ impl Store for SqliteStore {
         token: &str,
         now: OffsetDateTime,
     ) -> Result<StreamRow, StoreError> {
-        let conn = self.conn();
-        conn.execute(
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
             "INSERT INTO streams (revision, token, created_at_ms, settings) VALUES (1, ?1, ?2, ?3)",
-            params![token, to_ms(now), to_json(settings)],
+            params![token, to_ms(now), doc_without(settings, "broadcast_ids")],
         )?;
-        let id = conn.last_insert_rowid();
-        get_stream_in(&conn, id)?.ok_or(StoreError::Corrupt {
+        let id = tx.last_insert_rowid();
+        set_links(&tx, Side::Stream, id, &settings.broadcast_ids, now)?;
+        let row = get_stream_in(&tx, id)?.ok_or(StoreError::Corrupt {
             kind: "stream",
             id,
             reason: "vanished after insert".into(),
-        })
+        })?;
+        tx.commit()?;
+        Ok(row)
     }
 
     fn get_stream(&self, id: i64) -> Result<Option<StreamRow>, StoreError> {
@@ -515,7 +726,7 @@ impl Store for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         let rows = raws
             .into_iter()
-            .map(stream_from_raw)
+            .map(|raw| stream_with_links(&conn, raw))
             .collect::<Result<_, _>>()?;
         Ok((rows, total as u64))
     }
@@ -526,21 +737,35 @@ impl Store for SqliteStore {
         revision: i64,
         settings: &StreamSettings,
     ) -> Result<Update<StreamRow>, StoreError> {
-        let conn = self.conn();
-        let changed = conn.execute(
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
             "UPDATE streams SET settings = ?1, revision = revision + 1 WHERE id = ?2 AND revision = ?3",
-            params![to_json(settings), id, revision],
+            params![doc_without(settings, "broadcast_ids"), id, revision],
         )?;
-        Ok(match (changed, get_stream_in(&conn, id)?) {
+        if changed == 1 {
+            // An unknown broadcast drops the transaction: nothing of the update is kept.
+            set_links(
+                &tx,
+                Side::Stream,
+                id,
+                &settings.broadcast_ids,
+                OffsetDateTime::now_utc(),
+            )?;
+        }
+        let outcome = match (changed, get_stream_in(&tx, id)?) {
             (1, Some(row)) => Update::Done(row),
             (_, None) => Update::NotFound,
             _ => Update::Stale,
-        })
+        };
+        tx.commit()?;
+        Ok(outcome)
     }
 
     fn delete_stream(&self, id: i64) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
+        unlink_all(&tx, Side::Stream, id, OffsetDateTime::now_utc())?;
         let deleted = tx.execute("DELETE FROM streams WHERE id = ?1", [id])? == 1;
         tx.execute("DELETE FROM overlays WHERE stream_id = ?1", [id])?;
         tx.execute("DELETE FROM source_samples WHERE stream_id = ?1", [id])?;
@@ -603,6 +828,96 @@ impl Store for SqliteStore {
             .conn()
             .execute("DELETE FROM source_samples WHERE time_ms < ?1", [before_ms])?;
         Ok(n as u64)
+    }
+
+    fn create_broadcast(
+        &self,
+        settings: &BroadcastSettings,
+        now: OffsetDateTime,
+    ) -> Result<BroadcastRow, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO broadcasts (revision, created_at_ms, updated_at_ms, settings) \
+             VALUES (1, ?1, ?1, ?2)",
+            params![to_ms(now), doc_without(settings, "stream_ids")],
+        )?;
+        let id = tx.last_insert_rowid();
+        set_links(&tx, Side::Broadcast, id, &settings.stream_ids, now)?;
+        let row = get_broadcast_in(&tx, id)?.ok_or(StoreError::Corrupt {
+            kind: "broadcast",
+            id,
+            reason: "vanished after insert".into(),
+        })?;
+        tx.commit()?;
+        Ok(row)
+    }
+
+    fn get_broadcast(&self, id: i64) -> Result<Option<BroadcastRow>, StoreError> {
+        get_broadcast_in(&self.conn(), id)
+    }
+
+    fn list_broadcasts(
+        &self,
+        offset: u64,
+        limit: u32,
+    ) -> Result<(Vec<BroadcastRow>, u64), StoreError> {
+        let conn = self.conn();
+        let total: i64 = conn.query_row("SELECT COUNT(*) FROM broadcasts", [], |r| r.get(0))?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {BROADCAST_COLUMNS} FROM broadcasts ORDER BY id DESC LIMIT ?1 OFFSET ?2"
+        ))?;
+        let raws = stmt
+            .query_map(
+                params![limit, offset.min(i64::MAX as u64) as i64],
+                raw_broadcast,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = raws
+            .into_iter()
+            .map(|raw| broadcast_with_links(&conn, raw))
+            .collect::<Result<_, _>>()?;
+        Ok((rows, total as u64))
+    }
+
+    fn update_broadcast(
+        &self,
+        id: i64,
+        revision: i64,
+        settings: &BroadcastSettings,
+        now: OffsetDateTime,
+    ) -> Result<Update<BroadcastRow>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE broadcasts SET settings = ?1, updated_at_ms = ?2, revision = revision + 1 \
+             WHERE id = ?3 AND revision = ?4",
+            params![
+                doc_without(settings, "stream_ids"),
+                to_ms(now),
+                id,
+                revision
+            ],
+        )?;
+        if changed == 1 {
+            set_links(&tx, Side::Broadcast, id, &settings.stream_ids, now)?;
+        }
+        let outcome = match (changed, get_broadcast_in(&tx, id)?) {
+            (1, Some(row)) => Update::Done(row),
+            (_, None) => Update::NotFound,
+            _ => Update::Stale,
+        };
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    fn delete_broadcast(&self, id: i64) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        unlink_all(&tx, Side::Broadcast, id, OffsetDateTime::now_utc())?;
+        let deleted = tx.execute("DELETE FROM broadcasts WHERE id = ?1", [id])? == 1;
+        tx.commit()?;
+        Ok(deleted)
     }
 
     fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError> {
@@ -1163,5 +1478,146 @@ mod tests {
         );
         assert!(store.get_video(a.id).unwrap().is_none());
         assert!(!store.set_video_state(a.id, &ready, now).unwrap());
+    }
+
+    #[test]
+    fn broadcast_links_are_one_fact_seen_from_both_sides() {
+        use super::super::{BroadcastSettings, BroadcastStatus};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path()).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let stream = |name: &str, broadcast_ids: Vec<i64>| StreamSettings {
+            name: name.into(),
+            broadcast_ids,
+            ..StreamSettings::default()
+        };
+        let s1 = store
+            .create_stream(&stream("s1", vec![]), "t", now)
+            .unwrap();
+        let s2 = store
+            .create_stream(&stream("s2", vec![]), "t", now)
+            .unwrap();
+        let b = store
+            .create_broadcast(
+                &BroadcastSettings {
+                    name: "b".into(),
+                    stream_ids: vec![s2.id, s1.id, s2.id],
+                    ..BroadcastSettings::default()
+                },
+                now,
+            )
+            .unwrap();
+        assert_eq!(
+            b.settings.stream_ids,
+            vec![s1.id, s2.id],
+            "a set, ascending"
+        );
+        assert_eq!(b.settings.status, BroadcastStatus::Pending);
+        let s1_now = store.get_stream(s1.id).unwrap().unwrap();
+        assert_eq!(s1_now.settings.broadcast_ids, vec![b.id]);
+        assert_eq!(s1_now.revision, s1.revision + 1, "its links changed");
+        // A stream PATCH read before the link changed cannot write the old links back.
+        assert!(matches!(
+            store
+                .update_stream(s1.id, s1.revision, &s1.settings)
+                .unwrap(),
+            Update::Stale
+        ));
+        // From the stream's side: leave the broadcast.
+        let Update::Done(s1_left) = store
+            .update_stream(s1.id, s1_now.revision, &stream("s1", vec![]))
+            .unwrap()
+        else {
+            panic!("current revision applies")
+        };
+        assert!(s1_left.settings.broadcast_ids.is_empty());
+        let b_now = store.get_broadcast(b.id).unwrap().unwrap();
+        assert_eq!(b_now.settings.stream_ids, vec![s2.id]);
+        assert_eq!(b_now.revision, b.revision + 1);
+        // Unknown ids: refused, nothing written on either side.
+        let e = store
+            .update_stream(s1.id, s1_left.revision, &stream("renamed", vec![b.id, 999]))
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            StoreError::UnknownReference {
+                field: "broadcast_ids",
+                id: 999,
+                ..
+            }
+        ));
+        let s1_after = store.get_stream(s1.id).unwrap().unwrap();
+        assert_eq!(
+            (s1_after.settings.name.as_str(), s1_after.revision),
+            ("s1", s1_left.revision)
+        );
+        let mut bad = b_now.settings.clone();
+        bad.stream_ids = vec![12345];
+        assert!(matches!(
+            store
+                .update_broadcast(b.id, b_now.revision, &bad, now)
+                .unwrap_err(),
+            StoreError::UnknownReference {
+                field: "stream_ids",
+                id: 12345,
+                ..
+            }
+        ));
+        assert!(store
+            .create_stream(&stream("x", vec![777]), "t", now)
+            .is_err());
+        assert_eq!(store.list_streams(0, 10).unwrap().1, 2, "nothing created");
+        // Deleting a stream removes it from its broadcasts; deleting a broadcast from streams.
+        assert!(store.delete_stream(s2.id).unwrap());
+        assert!(store
+            .get_broadcast(b.id)
+            .unwrap()
+            .unwrap()
+            .settings
+            .stream_ids
+            .is_empty());
+        let Update::Done(_) = store
+            .update_stream(s1.id, s1_left.revision, &stream("s1", vec![b.id]))
+            .unwrap()
+        else {
+            panic!("applies")
+        };
+        assert!(store.delete_broadcast(b.id).unwrap());
+        assert!(!store.delete_broadcast(b.id).unwrap());
+        assert!(store
+            .get_stream(s1.id)
+            .unwrap()
+            .unwrap()
+            .settings
+            .broadcast_ids
+            .is_empty());
+        let (page, total) = store.list_broadcasts(0, 10).unwrap();
+        assert_eq!((page.len(), total), (0, 0));
+    }
+
+    #[test]
+    fn migration_drops_broadcast_ids_that_named_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE_NAME);
+        {
+            // A database as the previous build left it: schema 3, ids in the document.
+            let mut conn = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            let tx = conn.transaction().unwrap();
+            tx.execute(
+                "INSERT INTO streams (revision, token, created_at_ms, settings) \
+                 VALUES (1, 't', 0, '{\"name\":\"old\",\"broadcast_ids\":[5,6]}')",
+                [],
+            )
+            .unwrap();
+            tx.commit().unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let (rows, _) = store.list_streams(0, 10).unwrap();
+        assert_eq!(rows[0].settings.name, "old");
+        assert!(rows[0].settings.broadcast_ids.is_empty());
     }
 }

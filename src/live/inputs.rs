@@ -45,10 +45,7 @@ impl Registry {
         let mut out = Vec::new();
         let mut dropped = 0u64;
         let mut shown = (false, false);
-        let mut stats = SourceStats::new(
-            tokio::time::Instant::now().into_std(),
-            OffsetDateTime::now_utc(),
-        );
+        let mut stats = SourceStats::new(OffsetDateTime::now_utc(), self.config.stats_period);
         inputs[first.0.index()] = Some(first.1);
         switch.attach(first.0, tokio::time::Instant::now());
         loop {
@@ -81,9 +78,9 @@ impl Registry {
                 }
                 Got::Tick => {
                     switch.tick(now, &mut out);
-                    if stats.due(now.into_std(), self.config.stats_period) {
-                        let sample = stats.cut(now.into_std(), OffsetDateTime::now_utc());
-                        self.save_sample(id, sample);
+                    let wall = OffsetDateTime::now_utc();
+                    if stats.due(wall) {
+                        self.save_sample(id, stats.cut(wall));
                     }
                 }
                 Got::PipelineGone => break,
@@ -143,11 +140,7 @@ impl Registry {
                 }
             }
         }
-        let sample = stats.cut(
-            tokio::time::Instant::now().into_std(),
-            OffsetDateTime::now_utc(),
-        );
-        self.save_sample(id, sample);
+        self.save_sample(id, stats.cut(OffsetDateTime::now_utc()));
         if dropped > 0 || switch.overlapped() > 0 {
             tracing::warn!(
                 stream = id,

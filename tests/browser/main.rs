@@ -338,3 +338,147 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
         );
     }
 }
+
+/// The broadcast page driver (`tests/browser/broadcast.mjs`): one JSON line per state shown.
+struct BroadcastPage {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    _child: AsyncProc,
+}
+
+impl BroadcastPage {
+    fn open(url: &str) -> BroadcastPage {
+        use tokio::io::AsyncBufReadExt;
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("broadcast");
+        let mut child = AsyncProc::spawn(
+            tokio::process::Command::new("node")
+                .current_dir(root())
+                .arg("tests/browser/broadcast.mjs")
+                .arg(url)
+                .arg(&out)
+                .stdout(Stdio::piped()),
+            "node (installed by scripts/test)",
+        );
+        let lines = tokio::io::BufReader::new(child.child().stdout.take().unwrap()).lines();
+        BroadcastPage {
+            lines,
+            _child: child,
+        }
+    }
+
+    /// The next line reporting `state`, skipping transitional ones (connecting, waiting, …).
+    async fn until(&mut self, state: &str, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("the page did not show `{state}` in time"))
+                .unwrap()
+                .expect("the broadcast driver ended early");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            println!("broadcast page: {v}");
+            if v["event"] == state {
+                return v;
+            }
+        }
+    }
+}
+
+/// A broadcast's player page through its life: pending (its message), live (the pushed
+/// stream plays), paused, finished with `show_dvr_after_finish` (the DVR window replays from
+/// its start), finished without (a message), pending again with a poster; the open page
+/// counts as one spectator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_page_goes_from_pending_to_live_to_a_dvr_replay() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "stage cam", "dvr_enabled": true, "dvr_duration": 60}),
+        )
+        .await
+        .body;
+    let sid = rec["id"].as_i64().unwrap();
+    let b = d
+        .post(
+            "/streaming/broadcasts",
+            json!({"broadcast": {"name": "launch", "stream_ids": [sid],
+                "pending_message": "Starts at eight"}}),
+        )
+        .await;
+    assert_eq!(b.status, reqwest::StatusCode::CREATED, "{}", b.body);
+    let id = b.body["id"].as_i64().unwrap();
+    let path = format!("/streaming/broadcasts/{id}");
+    let set = |fields: Value| {
+        let (d, path) = (&d, &path);
+        async move {
+            let r = d.patch(path, json!({ "broadcast": fields })).await;
+            assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
+        }
+    };
+
+    let mut p = BroadcastPage::open(b.body["iframe_url"].as_str().unwrap());
+    let pending = p.until("pending", Duration::from_secs(60)).await;
+    assert_eq!(pending["text"], "Starts at eight", "{pending}");
+    let spectators = d.get(&format!("{path}/spectators")).await.body;
+    assert_eq!(spectators, json!({"spectators_count": 1}));
+
+    // Live: the pushed stream plays on the page.
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.get(&format!("/streaming/streams/{sid}")).await.body["transcoding_speed"].is_null() {
+        assert!(Instant::now() < deadline, "stream never went live");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    set(json!({"status": "live"})).await;
+    let live = p.until("live", Duration::from_secs(60)).await;
+    assert!(
+        live["t1"].as_f64().unwrap() >= live["t0"].as_f64().unwrap() + 2.0,
+        "the live picture advances: {live}"
+    );
+    assert!(live["w"].as_u64().unwrap() > 0, "{live}");
+
+    set(json!({"status": "paused"})).await;
+    let paused = p.until("paused", Duration::from_secs(20)).await;
+    assert_eq!(paused["text"], "The broadcast is paused");
+
+    // Finished with the DVR shown: the window replays from its start.
+    set(json!({"status": "finished", "show_dvr_after_finish": true})).await;
+    let replay = p.until("playing", Duration::from_secs(60)).await;
+    drop(ffmpeg);
+    assert_eq!(
+        (replay["broadcast"].as_str(), replay["replay"].as_str()),
+        (Some("finished"), Some("dvr")),
+        "{replay}"
+    );
+    assert!(
+        replay["t1"].as_f64().unwrap() >= replay["t0"].as_f64().unwrap() + 2.0,
+        "the replay advances: {replay}"
+    );
+    assert!(
+        replay["t0"].as_f64().unwrap() < 10.0,
+        "the replay starts at the window's start: {replay}"
+    );
+
+    // Without the DVR: a message.
+    set(json!({"show_dvr_after_finish": false})).await;
+    let finished = p.until("finished", Duration::from_secs(20)).await;
+    assert_eq!(finished["text"], "The broadcast has finished");
+
+    // Back to pending with a poster (any http(s) image; here the stream's last screenshot,
+    // still served while its outputs linger): the page shows it behind the message.
+    let poster = rec["screenshot"].as_str().unwrap().to_owned();
+    set(json!({"status": "pending", "poster": poster})).await;
+    let pending = p.until("pending", Duration::from_secs(20)).await;
+    assert!(
+        pending["poster"].as_str().unwrap().contains("last.jpg"),
+        "{pending}"
+    );
+    println!(
+        "screenshots: {}",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("broadcast")
+            .display()
+    );
+}

@@ -4,6 +4,7 @@
 mod common;
 
 mod auth;
+mod broadcasts;
 mod fastedge;
 mod lifecycle;
 mod openapi;

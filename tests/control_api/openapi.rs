@@ -39,6 +39,12 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
         .body[0]["id"]
         .as_i64()
         .unwrap();
+    let broadcast = d
+        .post("/streaming/broadcasts", json!({"broadcast": {"name": "x"}}))
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 10, "suspiciously few paths");
     // DELETE last so the ids stay valid while the other operations are probed.
@@ -55,6 +61,8 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
     for (m, path) in &ops {
         let id = if path.starts_with("/fastedge") {
             app
+        } else if path.starts_with("/streaming/broadcasts") {
+            broadcast
         } else {
             stream
         };

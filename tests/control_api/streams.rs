@@ -162,18 +162,34 @@ async fn create_returns_defaults_urls_and_computed_fields() {
 async fn every_writable_field_round_trips() {
     let dir = tempdir();
     let d = cdn_daemon(dir.path(), &[]);
+    // `broadcast_ids` must name broadcasts; it is a set, returned ascending.
+    let mut broadcasts = Vec::new();
+    for n in 0..3 {
+        let r = d
+            .post(
+                "/streaming/broadcasts",
+                json!({"broadcast": {"name": format!("b{n}")}}),
+            )
+            .await;
+        broadcasts.push(r.body["id"].as_i64().unwrap());
+    }
+    let (b1, b2, b3) = (broadcasts[0], broadcasts[1], broadcasts[2]);
     let body = json!({
         "name": "all", "active": false, "pull": true,
         "uri": "rtmp://src.example/live/a srt://10.0.0.1:9000 https://cdn.example/x.m3u8",
         "auto_record": true, "dvr_enabled": true, "record_type": "transcoded",
         "hls_mpegts_endlist_tag": false, "dvr_duration": 30, "cdn_id": 7,
         "client_user_id": 18446744073709551615u64, "client_entity_data": "ü".repeat(4096),
-        "html_overlay": true, "quality_set_id": 2, "broadcast_ids": [3, 1, 2], "projection": "vr360tb",
+        "html_overlay": true, "quality_set_id": 2, "broadcast_ids": [b3, b1, b2, b1], "projection": "vr360tb",
         "srt_passphrase": " !~ten chars~ with spaces ~ "
     });
     let r = d.post("/streaming/streams", body.clone()).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     for (k, v) in body.as_object().unwrap() {
+        if k == "broadcast_ids" {
+            assert_eq!(r.body[k], json!([b1, b2, b3]));
+            continue;
+        }
         assert_eq!(&r.body[k], v, "field {k}");
     }
     // client_user_id comes back as the exact integer text sent.

@@ -162,6 +162,32 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
         blocked.contains(&format!("part_{next_msn}_0.m4s")),
         "{blocked}"
     );
+    // What a CDN in front needs (README "Delivery through a CDN"): a blocking answer is
+    // cacheable under its query, a plain playlist for a second, a part that is not there yet
+    // not at all.
+    let cache = |r: &reqwest::Response| {
+        r.headers()
+            .get("cache-control")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let r = reqwest::get(format!(
+        "{base}720p/index.m3u8?_HLS_msn={next_msn}&_HLS_part=0"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(cache(&r), "public, max-age=60");
+    let r = reqwest::get(format!("{base}720p/index.m3u8"))
+        .await
+        .unwrap();
+    assert_eq!(cache(&r), "public, max-age=1");
+    let r = reqwest::get(format!("{base}720p/part_{}_0.m4s", next_msn + 40))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status(), cache(&r).as_str()),
+        (StatusCode::NOT_FOUND, "no-store")
+    );
     for bad in [
         "_HLS_part=1",
         "_HLS_msn=18446744073709551615",
@@ -198,8 +224,8 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     // A session numbers its segments from the wall clock in 2 s units at its start (never
     // reusing a number, for caches in front): the publish time gives that first number, give
     // or take the one boundary it may straddle.
-    let base = (started.unix_timestamp_nanos() / 2_000_000_000) as u64;
-    let offsets: Vec<f64> = [base - 1, base, base + 1]
+    let numbered_from = (started.unix_timestamp_nanos() / 2_000_000_000) as u64;
+    let offsets: Vec<f64> = [numbered_from - 1, numbered_from, numbered_from + 1]
         .iter()
         .filter(|b| **b <= pl.media_sequence)
         .map(|b| {

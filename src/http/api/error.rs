@@ -142,6 +142,19 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        if let StoreError::UnknownReference { field, kind, id } = e {
+            // The client's mistake, found inside the write's transaction.
+            let code = match kind {
+                "broadcast" => "unknown_broadcast",
+                _ => "unknown_stream",
+            };
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code,
+                format!("`{field}`: {kind} {id} does not exist"),
+            )
+            .at(field);
+        }
         // The details go to the log, not to the client: they can name files and SQL.
         tracing::error!(error = %e, "store failure");
         ApiError::internal()

@@ -2,6 +2,7 @@
 //! and `/security/iaas/*` over a [`Store`]; every response is JSON, every error an [`ApiError`].
 
 pub mod auth;
+pub mod broadcasts;
 pub mod error;
 pub mod fastedge;
 pub mod fields;
@@ -103,6 +104,8 @@ pub struct Api {
     pub recordings: Arc<crate::record::manager::Recordings>,
     /// `None` without the WPE plugin: `html_overlay: true` is refused.
     pub overlays: Option<Arc<crate::pipeline::overlay::OverlayHub>>,
+    /// Viewers of broadcasts' player pages (counted by the player, reported here).
+    pub spectators: Arc<crate::broadcast::Spectators>,
 }
 
 /// What a path names; dispatch matches on it and the method.
@@ -118,6 +121,9 @@ enum Route {
     StreamOverlay,
     Videos,
     Video,
+    Broadcasts,
+    Broadcast,
+    BroadcastSpectators,
     QualitySets,
     QualitySetDefault,
     Apps,
@@ -179,6 +185,21 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         "/streaming/videos/{id}",
         Route::Video,
         &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/streaming/broadcasts",
+        Route::Broadcasts,
+        &[Method::GET, Method::POST],
+    ),
+    (
+        "/streaming/broadcasts/{id}",
+        Route::Broadcast,
+        &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/streaming/broadcasts/{id}/spectators",
+        Route::BroadcastSpectators,
+        &[Method::GET],
     ),
     (
         "/streaming/quality_sets",
@@ -328,6 +349,14 @@ impl Api {
                     videos::update(self, id, read_json(req).await?).await
                 }
                 (Route::Video, _) => videos::delete(self, id).await,
+                (Route::Broadcasts, Method::GET) => broadcasts::list(self, req.uri().query()).await,
+                (Route::Broadcasts, _) => broadcasts::create(self, read_json(req).await?).await,
+                (Route::Broadcast, Method::GET) => broadcasts::get(self, id).await,
+                (Route::Broadcast, Method::PATCH) => {
+                    broadcasts::update(self, id, read_json(req).await?).await
+                }
+                (Route::Broadcast, _) => broadcasts::delete(self, id).await,
+                (Route::BroadcastSpectators, _) => broadcasts::spectators(self, id).await,
                 (Route::QualitySets, _) => quality_sets::list(self).await,
                 (Route::QualitySetDefault, _) => {
                     quality_sets::set_default(self, read_json(req).await?).await

@@ -1,17 +1,23 @@
 //! The embeddable player page (`iframe_url` = `/player/{id}`): LL-HLS through hls.js (native
 //! HLS where only that exists), LL-DASH through dash.js with `?format=dash`, a poster and an
-//! "offline" state that recovers by itself, and a WebGL sphere for 360° projections. The
-//! player libraries come from the npm packages the set-up scripts install; no CDN.
+//! "offline" state that recovers by itself, and a WebGL sphere for 360° projections. The same
+//! page serves a broadcast (`/player/broadcasts/{id}`): it polls the broadcast's state and shows
+//! its pending message and poster, its live stream(s), a paused notice, or after the finish its
+//! DVR or recording. The player libraries come from the npm packages the set-up scripts
+//! install; no CDN.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::db::Store;
+use crate::broadcast::{Spectators, POLL_INTERVAL};
+use crate::db::{BroadcastStatus, Store, StoreError, VideoFilter, VideoStatus};
 use crate::http::listener::{full, json_response, Body};
 use crate::live::Registry;
 
@@ -23,6 +29,11 @@ const ASSETS: [(&str, &str); 2] = [
 ];
 /// Player libraries change only with a new install; the page itself is small and re-fetched.
 const ASSET_CACHE: &str = "public, max-age=3600";
+/// Every open broadcast page polls its state: within this age a computed state is reused, so
+/// the store sees at most one computation per broadcast per second however many viewers poll.
+const STATE_CACHE_TTL: Duration = Duration::from_secs(1);
+/// Broadcast states cached at once; past it the cache starts over (ids are client-chosen).
+const MAX_CACHED_STATES: usize = 4096;
 
 pub fn owns(path: &str) -> bool {
     path.starts_with("/player/")
@@ -33,6 +44,9 @@ pub struct Player {
     store: Arc<dyn Store>,
     /// Where `hls.js/` and `dashjs/` are (`node_modules`, filled by `npm ci`).
     assets: PathBuf,
+    spectators: Arc<Spectators>,
+    /// Broadcast id → (when computed, its state).
+    states: Mutex<HashMap<i64, (Instant, serde_json::Value)>>,
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Body> {
@@ -44,11 +58,11 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
         .expect("static response")
 }
 
-/// `/player/{id}[/status.json]` → the id and whether the status is asked for.
-fn parse(path: &str) -> Option<(i64, bool)> {
+/// `/player/{id}[/{sub}]` → the id and whether `sub` is asked for.
+fn parse(path: &str, sub: &str) -> Option<(i64, bool)> {
     let rest = path.strip_prefix("/player/")?;
     let (id, status) = match rest.split_once('/') {
-        Some((id, "status.json")) => (id, true),
+        Some((id, s)) if s == sub => (id, true),
         Some(_) => return None,
         None => (rest, false),
     };
@@ -66,7 +80,12 @@ impl Player {
     /// A relative `assets` directory that does not hold the libraries is also looked for in the
     /// checkout the binary was built in (`target/{profile}/livepack` → `../../`), so the daemon
     /// finds them whatever its working directory.
-    pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>, assets: PathBuf) -> Arc<Player> {
+    pub fn new(
+        registry: Arc<Registry>,
+        store: Arc<dyn Store>,
+        assets: PathBuf,
+        spectators: Arc<Spectators>,
+    ) -> Arc<Player> {
         let has_libs = |dir: &std::path::Path| dir.join(ASSETS[0].1).is_file();
         let assets = if assets.is_relative() && !has_libs(&assets) {
             // The checkout the binary was built from: next to its target dir, or where cargo
@@ -90,6 +109,8 @@ impl Player {
             registry,
             store,
             assets,
+            spectators,
+            states: Mutex::new(HashMap::new()),
         })
     }
 
@@ -117,7 +138,21 @@ impl Player {
         if let Some(key) = path.strip_prefix("/player/videos/") {
             return self.video_page(key, format).await;
         }
-        let Some((id, status)) = parse(path) else {
+        if let Some(rest) = path.strip_prefix("/player/broadcasts/") {
+            let Some((id, state)) = parse(&format!("/player/{rest}"), "state") else {
+                return text(StatusCode::NOT_FOUND, "not found\n");
+            };
+            if !state {
+                return self.broadcast_page(id, format).await;
+            }
+            let viewer = req.uri().query().and_then(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .find(|(k, _)| k == "viewer")
+                    .map(|(_, v)| v.into_owned())
+            });
+            return self.broadcast_state(id, viewer.as_deref()).await;
+        }
+        let Some((id, status)) = parse(path, "status.json") else {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
         let store = self.store.clone();
@@ -193,6 +228,163 @@ impl Player {
     }
 }
 
+impl Player {
+    /// `/player/broadcasts/{id}`: the page in broadcast mode; what it shows comes from its
+    /// polls of [`Player::broadcast_state`].
+    async fn broadcast_page(&self, id: i64, format: String) -> Response<Body> {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.get_broadcast(id)).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => return text(StatusCode::NOT_FOUND, "no such broadcast\n"),
+            _ => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        }
+        let mut resp = page(&json!({
+            "id": id,
+            "broadcast": true,
+            "vod": false,
+            "hls": "",
+            "dash": "",
+            "state": format!("/player/broadcasts/{id}/state"),
+            "poll_ms": POLL_INTERVAL.as_millis() as u64,
+            "poster": "",
+            "projection": crate::db::Projection::Regular,
+            "format": format,
+        }));
+        // The poster is the client's URL, on any host: images (only) may come from anywhere.
+        resp.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; script-src 'self' 'unsafe-inline'; \
+                 img-src 'self' data: http: https:; media-src 'self' blob:; connect-src 'self'; \
+                 worker-src 'self' blob:; style-src 'unsafe-inline'",
+            ),
+        );
+        resp
+    }
+
+    /// `/player/broadcasts/{id}/state?viewer=…`: what the page should show. A valid `viewer`
+    /// (the page's random id) counts the page as a spectator; no cookie is read or set.
+    async fn broadcast_state(&self, id: i64, viewer: Option<&str>) -> Response<Body> {
+        let now = Instant::now();
+        let cached = {
+            let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            states
+                .get(&id)
+                .filter(|(at, _)| now.saturating_duration_since(*at) < STATE_CACHE_TTL)
+                .map(|(_, v)| v.clone())
+        };
+        let state = match cached {
+            Some(state) => state,
+            None => {
+                let (store, registry) = (self.store.clone(), self.registry.clone());
+                let computed =
+                    tokio::task::spawn_blocking(move || compute_state(&*store, &registry, id))
+                        .await;
+                let state = match computed {
+                    Ok(Ok(Some(state))) => state,
+                    Ok(Ok(None)) => {
+                        // A deleted broadcast's pages stop counting at once.
+                        self.spectators.forget(id);
+                        return text(StatusCode::NOT_FOUND, "no such broadcast\n");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(broadcast = id, error = %e, "broadcast state");
+                        return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n");
+                    }
+                    Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+                };
+                let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+                if states.len() >= MAX_CACHED_STATES {
+                    states.clear();
+                }
+                states.insert(id, (now, state.clone()));
+                state
+            }
+        };
+        if let Some(v) = viewer.filter(|v| crate::broadcast::valid_viewer_id(v)) {
+            self.spectators.seen(id, v, now);
+        }
+        json_response(StatusCode::OK, &state)
+    }
+}
+
+/// A broadcast's state for its page: status, message, poster, its streams with their live
+/// flags and URLs, and after the finish (with `show_dvr_after_finish`) what to replay: a DVR
+/// window that still exists, else the newest ready recording of its streams.
+fn compute_state(
+    store: &dyn Store,
+    registry: &Registry,
+    id: i64,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let Some(b) = store.get_broadcast(id)? else {
+        return Ok(None);
+    };
+    let s = &b.settings;
+    let mut streams = Vec::with_capacity(s.stream_ids.len());
+    let mut dvr = None;
+    for &sid in &s.stream_ids {
+        let Some(row) = store.get_stream(sid)? else {
+            continue;
+        };
+        streams.push(json!({
+            "id": sid,
+            "name": row.settings.name,
+            "live": registry.status(sid).live,
+            "hls": format!("/cmaf/{sid}/master.m3u8"),
+            "dash": format!("/cmaf/{sid}/index.mpd"),
+        }));
+        if dvr.is_none() && row.settings.dvr_enabled && registry.package(sid).is_some() {
+            dvr = Some(sid);
+        }
+    }
+    let replay = if s.status == BroadcastStatus::Finished && s.show_dvr_after_finish {
+        match dvr {
+            Some(sid) => Some(json!({
+                "kind": "dvr",
+                "stream_id": sid,
+                "hls": format!("/cmaf/{sid}/master.m3u8"),
+                "dash": format!("/cmaf/{sid}/index.mpd"),
+            })),
+            None => {
+                let mut newest: Option<crate::db::VideoRow> = None;
+                for &sid in &s.stream_ids {
+                    let filter = VideoFilter {
+                        stream_id: Some(sid),
+                        status: Some(VideoStatus::Ready),
+                        limit: 1,
+                        ..VideoFilter::default()
+                    };
+                    if let Some(v) = store.list_videos(&filter)?.0.into_iter().next() {
+                        if newest.as_ref().is_none_or(|n| v.id > n.id) {
+                            newest = Some(v);
+                        }
+                    }
+                }
+                newest.map(|v| {
+                    let base = format!("/videos/{}_{}", v.id, v.slug);
+                    json!({
+                        "kind": "video",
+                        "video_id": v.id,
+                        "hls": format!("{base}/master.m3u8"),
+                        "dash": format!("{base}/index.mpd"),
+                    })
+                })
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Some(json!({
+        "id": b.id,
+        "name": s.name,
+        "status": s.status,
+        "message": s.pending_message,
+        "poster": s.poster,
+        "streams": streams,
+        "replay": replay,
+    })))
+}
+
 /// The page with its configuration.
 fn page(config: &serde_json::Value) -> Response<Body> {
     // Inside <script>: no `</` may appear (the values are ours, but stay safe anyway).
@@ -240,8 +432,13 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(parse("/player/12"), Some((12, false)));
-        assert_eq!(parse("/player/12/status.json"), Some((12, true)));
+        assert_eq!(parse("/player/12", "status.json"), Some((12, false)));
+        assert_eq!(
+            parse("/player/12/status.json", "status.json"),
+            Some((12, true))
+        );
+        assert_eq!(parse("/player/12/state", "state"), Some((12, true)));
+        assert_eq!(parse("/player/12/status.json", "state"), None);
         for bad in [
             "/player/",
             "/player/012",
@@ -249,7 +446,7 @@ mod tests {
             "/player/..%2f",
             "/player/-1",
         ] {
-            assert_eq!(parse(bad), None, "{bad}");
+            assert_eq!(parse(bad, "status.json"), None, "{bad}");
         }
     }
 }
