@@ -205,9 +205,7 @@ impl Table {
             None => {
                 let handles = StreamHandles {
                     id,
-                    package: Arc::new(Package::new(
-                        PackageState::new(packaging, vec![]).starting_at(wall_msn(&packaging)),
-                    )),
+                    package: Arc::new(Package::new(PackageState::new(packaging, vec![]))),
                     status: SharedStatus::default(),
                     counters: Arc::default(),
                 };
@@ -350,12 +348,4 @@ impl Table {
         all.sort_by_key(|m| m.id);
         all
     }
-}
-
-/// The wall clock in segment durations: where a new package's numbering starts.
-fn wall_msn(packaging: &crate::package::PackagingConfig) -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (now.as_millis() / packaging.segment.as_millis().max(1)) as u64
 }

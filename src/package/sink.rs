@@ -96,8 +96,8 @@ impl Package {
         self.update(|p| {
             p.config.segment = layout.segment;
             p.config.part = layout.part;
-            install(&mut p.renditions, layout.cmaf, p.first_msn);
-            install(&mut p.ts_renditions, layout.ts, p.first_msn);
+            install(&mut p.renditions, layout.cmaf);
+            install(&mut p.ts_renditions, layout.ts);
         });
         (cmaf, ts)
     }
@@ -183,7 +183,7 @@ impl Package {
     }
 }
 
-fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>, first: u64) {
+fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
     let next = current.iter().map(|r| r.next_msn()).max().unwrap_or(0);
     let mut old = std::mem::take(current);
     for mut r in fresh {
@@ -198,11 +198,9 @@ fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>, first: u64) {
                 current.push(kept);
             }
             None => {
-                if next > first {
+                if next > 0 {
                     r.continue_after(next - 1);
                     r.mark_discontinuity();
-                } else {
-                    r.start_at(first);
                 }
                 current.push(r);
             }

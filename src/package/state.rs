@@ -337,12 +337,6 @@ impl Rendition {
         self.next_msn
     }
 
-    /// Numbers this rendition's first segment `msn` (see [`PackageState::first_msn`]).
-    pub fn start_at(&mut self, msn: u64) {
-        self.next_msn = msn;
-        self.epoch_msn = msn;
-    }
-
     /// Appends a part. Returns the segment it completed (to be written to disk) and the
     /// sequence numbers dropped from the store (their files are to be deleted).
     pub fn push_part(&mut self, part: PartIn, retention: Retention) -> PushOutcome {
@@ -511,10 +505,6 @@ pub struct PackageState {
     pub storage_error: Option<(time::OffsetDateTime, String)>,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
     pub version: u64,
-    /// The first sequence number of this package. A live package starts at the wall clock in
-    /// segment durations, so a stream that restarts (a new package) never reuses a number: a
-    /// CDN holding `seg_N.m4s` of an earlier session never serves it for this one.
-    pub first_msn: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
     /// of a rendition at once and they all need the same text: the first renders it, the others
     /// share it (a DVR hour is ~1 ms to render; 1000 players would cost 1 s of CPU per part).
@@ -542,15 +532,8 @@ impl PackageState {
             dvr_window: None,
             storage_error: None,
             version: 0,
-            first_msn: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }
-    }
-
-    /// The package numbering its segments from `msn`.
-    pub fn starting_at(mut self, msn: u64) -> Self {
-        self.first_msn = msn;
-        self
     }
 
     /// `render`'s text for `r`, rendered once per package version (the HLS renderer's cache).

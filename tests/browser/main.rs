@@ -293,16 +293,8 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
     let ffmpeg = push(rec["push_url"].as_str().unwrap());
     media::wait_record(&d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let r = d
-        .call(
-            reqwest::Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
+    let video = media::stop_recording(&d, id).await;
     drop(ffmpeg);
-    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
-    let video = r.body;
     let recorded = video["duration"].as_f64().unwrap() / 1000.0;
     let page = video["iframe_url"].as_str().unwrap().to_owned();
     for format in ["hls", "dash"] {

@@ -275,3 +275,16 @@ pub fn files_on_disk(dir: &std::path::Path, ext: &str) -> Vec<u64> {
     msns.sort();
     msns
 }
+
+/// `PUT …/stop_recording` that stopped a recording: the video (asserts the 200).
+pub async fn stop_recording(d: &Daemon, id: i64) -> Value {
+    let r = d
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/stop_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body
+}

@@ -301,16 +301,9 @@ async fn record_for_a_while(d: &Daemon, id: i64, record_type: &str) -> Value {
         .await;
     assert_eq!(r.status, reqwest::StatusCode::NO_CONTENT, "{}", r.body);
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let r = d
-        .call(
-            reqwest::Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.body);
-    assert_eq!(r.body["record_type"], record_type, "{}", r.body);
-    r.body
+    let video = media::stop_recording(d, id).await;
+    assert_eq!(video["record_type"], record_type, "{video}");
+    video
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ mod media;
 use std::time::Duration;
 
 use common::{data_dir, tempdir, Daemon};
-use media::{create, heavy, push, record, wait_record};
+use media::{create, heavy, push, record, stop_recording, wait_record};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -26,19 +26,6 @@ async fn recording(d: &Daemon, name: &str) -> (i64, String, media::Proc) {
     let pusher = push(&url, "av-720p.flv", 10);
     wait_record(d, id, Duration::from_secs(20), |r| r["recording"] == true).await;
     (id, url, pusher)
-}
-
-/// `stop_recording` that stopped a recording: the video (200).
-async fn stop_recording(d: &Daemon, id: i64) -> Value {
-    let r = d
-        .call(
-            Method::PUT,
-            &format!("/streaming/streams/{id}/stop_recording"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    r.body
 }
 
 /// ffprobe's view of a URL or a file: its streams (codec, size) and `format` (duration, start).

@@ -19,18 +19,22 @@ use crate::package::{Output, Package, PackageState, SegmentKey};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
 pub const MPD_TYPE: &str = "application/dash+xml";
-/// Parts and segments never change once published (sequence numbers are never reused).
-const IMMUTABLE: &str = "public, max-age=86400, immutable";
-/// Playlists without delivery directives (and the master, the MPD, TS playlists) change with
-/// every part: a cache in front may keep one a second (AWS MediaPackage's LL-HLS figure), which
-/// collapses a crowd's polls into one origin request per second; LL-HLS clients then ask with
-/// directives anyway.
-const PLAYLIST_CACHE: &str = "public, max-age=1";
+/// Parts and segments never change once published, and a stream's package never reuses a
+/// sequence number. A later package of the same stream numbers from 0 again, but it can only
+/// start once the old one has lingered ([`crate::live::ENDED_LINGER`], 30 s) after its grace
+/// period: so a cache may keep them that long and never serve one session's segment for the
+/// next (checked by a test below).
+const IMMUTABLE: &str = "public, max-age=30, immutable";
+/// Playlists without delivery directives (and the master, the MPD, TS playlists, inits) change
+/// with every part: a shared cache in front may keep one a second (AWS MediaPackage's LL-HLS
+/// figure), which collapses a crowd's polls into one origin request per second; a player's own
+/// cache keeps none (`max-age=0`), so a player that reloads after an error gets the news.
+const PLAYLIST_CACHE: &str = "public, max-age=0, s-maxage=1";
 /// The answer to a blocking request (`_HLS_msn`, `_HLS_part`) holds the asked part whatever
-/// comes later, and sequence numbers are never reused (not even by a later session of the
-/// stream), so the same URL is correctly answered from a cache: every viewer at the live edge
+/// comes later, and within the caching bound of [`IMMUTABLE`] no other session reuses the
+/// number, so the same URL is correctly answered from a cache: every viewer at the live edge
 /// asks the same URL, and a CDN keyed on the query collapses them into one.
-const BLOCKING_PLAYLIST_CACHE: &str = "public, max-age=60";
+const BLOCKING_PLAYLIST_CACHE: &str = "public, max-age=30";
 /// Longest rendition name accepted in a path; real ones are like `1080p` or `audio`.
 const MAX_NAME: usize = 32;
 
@@ -640,6 +644,20 @@ fn timeout(package: &Package) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn live_media_is_cached_no_longer_than_a_stream_lingers() {
+        let secs = |v: &str| -> u64 {
+            v.split(", ")
+                .find_map(|d| d.strip_prefix("max-age="))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let linger = crate::live::ENDED_LINGER.as_secs();
+        assert!(secs(super::IMMUTABLE) <= linger);
+        assert!(secs(super::BLOCKING_PLAYLIST_CACHE) <= linger);
+    }
+
     use super::*;
 
     #[test]
