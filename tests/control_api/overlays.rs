@@ -86,7 +86,16 @@ async fn overlays_are_created_moved_listed_and_deleted() {
             Some(json!([{"id": a["id"], "width": 100}, {"id": 999, "width": 100}])),
         )
         .await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(
+        (r.status, r.code(), r.field()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_overlay",
+            Some("id")
+        ),
+        "{}",
+        r.body
+    );
     assert_eq!(d.get(&one).await.body["width"], 300, "nothing applied");
     // Delete.
     assert_eq!(d.delete(&one).await.status, StatusCode::NO_CONTENT);

@@ -208,13 +208,16 @@ pub async fn update_many(
         let id = f
             .int("id")?
             .ok_or_else(|| ApiError::required("id", ": each item names the overlay it updates"))?;
+        // The collection exists; an id in the body that names none of its overlays is a
+        // bad body (422), not a missing resource.
         let row = current
             .iter()
             .find(|r| r.id == id)
-            .ok_or_else(|| ApiError::not_found("overlay"))?;
+            .ok_or_else(|| unknown_overlay(stream, id))?;
         updates.push((id, read(f, Some(&row.spec))?));
     }
-    let saved = save(api, stream, updates).await?;
+    let first = updates.first().map_or(0, |(id, _)| *id);
+    let saved = save(api, stream, updates, || unknown_overlay(stream, first)).await?;
     Ok(json_response(StatusCode::OK, &views(&saved)))
 }
 
@@ -233,24 +236,37 @@ pub async fn update(
 ) -> Result<Response<Body>, ApiError> {
     let row = load(api, stream, id).await?;
     let spec = read(Fields::new(body, "overlay")?, Some(&row.spec))?;
-    let saved = save(api, stream, vec![(id, spec)]).await?;
+    let saved = save(api, stream, vec![(id, spec)], || {
+        ApiError::not_found("overlay")
+    })
+    .await?;
     let row = saved
         .first()
         .ok_or_else(|| ApiError::not_found("overlay"))?;
     Ok(json_response(StatusCode::OK, &view(row)))
 }
 
-/// Stores updated specs, all or none (404 when an overlay went away meanwhile).
+fn unknown_overlay(stream: i64, id: i64) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_overlay",
+        format!("{id} is not an overlay of stream {stream}"),
+    )
+    .at("id")
+}
+
+/// Stores updated specs, all or none (`missing` when an overlay went away meanwhile).
 async fn save(
     api: &Arc<Api>,
     stream: i64,
     updates: Vec<(i64, OverlaySpec)>,
+    missing: impl FnOnce() -> ApiError,
 ) -> Result<Vec<OverlayRow>, ApiError> {
     let now = time::OffsetDateTime::now_utc();
     let saved = api
         .db(move |s| s.update_overlays(stream, &updates, now))
         .await?
-        .ok_or_else(|| ApiError::not_found("overlay"))?;
+        .ok_or_else(missing)?;
     tracing::info!(stream, count = saved.len(), "overlays updated");
     changed(api, stream);
     Ok(saved)
