@@ -50,7 +50,10 @@ pub struct Plan {
     pub stream_id: i64,
     pub fps: u32,
     pub segment: Duration,
+    /// cmafmux's chunk duration.
     pub part: Duration,
+    /// The longest part (PART-TARGET): `part` rounded up to whole frames.
+    pub part_target: Duration,
     pub video: Option<VideoConfig>,
     pub audio: Option<AudioConfig>,
     pub video_rungs: Vec<VideoRung>,
@@ -96,16 +99,20 @@ impl Plan {
                     .collect()
             })
             .unwrap_or_default();
-        let part = if video.is_some() {
+        let parts = if video.is_some() {
             part_duration(fps, packaging.segment, packaging.part)
         } else {
-            packaging.part
+            crate::pipeline::ladder::Parts {
+                chunk: packaging.part,
+                target: packaging.part,
+            }
         };
         Plan {
             stream_id,
             fps,
             segment: packaging.segment,
-            part,
+            part: parts.chunk,
+            part_target: parts.target,
             video: video.cloned(),
             audio: audio.cloned(),
             video_rungs,
@@ -362,7 +369,7 @@ pub fn build(
     let renditions = plan.renditions();
     let (sinks, ts_sinks) = package.install(Layout {
         segment: plan.segment,
-        part: plan.part,
+        part: plan.part_target,
         cmaf: renditions,
         ts: plan.ts_renditions(),
     });

@@ -91,21 +91,34 @@ pub fn output_fps(measured: Option<f64>) -> u32 {
         .expect("non-empty")
 }
 
-/// The part length for `fps`: a whole number of frames that divides the segment exactly (cmafmux
-/// closes a fragment only on a chunk boundary) and lies in 0.5–1.0 s, nearest the target.
-pub fn part_duration(fps: u32, segment: Duration, target: Duration) -> Duration {
-    let seg_frames = (segment.as_secs_f64() * f64::from(fps)).round() as u32;
-    let lo = fps.div_ceil(2);
-    let target_frames = target.as_secs_f64() * f64::from(fps);
-    let frames = (lo..=fps)
-        .filter(|p| seg_frames % p == 0)
-        .min_by(|a, b| {
-            (f64::from(*a) - target_frames)
-                .abs()
-                .total_cmp(&(f64::from(*b) - target_frames).abs())
-        })
-        .unwrap_or(fps);
-    Duration::from_nanos(u64::from(frames) * 1_000_000_000 / u64::from(fps))
+/// How a rendition is cut into parts: the `chunk` duration cmafmux is given and the
+/// `target` the playlists announce (PART-TARGET, and what the MPD's latency figures build on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    pub chunk: Duration,
+    pub target: Duration,
+}
+
+/// The parts for `fps`. cmafmux starts each chunk where the last one ended and closes it at the
+/// first frame at or after its start plus the chunk duration, so a part is ⌈n⌉ frames for
+/// n = chunk × fps — 13 at 25 fps for 0.5 s (0.52 s), exactly 15 at 30 — and the fragment,
+/// closed at the segment duration, ends with a shorter one (0.44 s at 25 fps). The announced
+/// target is ⌈n⌉ frames: RFC 8216bis §4.4.4.9 wants every part at most PART-TARGET and, but for
+/// a segment's last, at least 85 % of it.
+pub fn part_duration(fps: u32, segment: Duration, chunk: Duration) -> Parts {
+    let fps = u64::from(fps.max(1));
+    let frame_ns = |frames: u64| Duration::from_nanos(frames * 1_000_000_000 / fps);
+    let n = chunk.as_nanos() as u64 * fps;
+    let whole = n.div_ceil(1_000_000_000);
+    debug_assert!(segment.as_nanos() % chunk.as_nanos().max(1) == 0);
+    Parts {
+        chunk,
+        target: if n % 1_000_000_000 == 0 {
+            chunk
+        } else {
+            frame_ns(whole)
+        },
+    }
 }
 
 #[cfg(test)]
@@ -141,13 +154,29 @@ mod tests {
         assert_eq!(output_fps(None), 30);
         let seg = Duration::from_secs(2);
         let half = Duration::from_millis(500);
-        assert_eq!(part_duration(30, seg, half), half);
-        assert_eq!(part_duration(24, seg, half), half);
-        assert_eq!(part_duration(60, seg, half), half);
-        assert_eq!(part_duration(25, seg, half), Duration::from_secs(1));
+        let exact = |d| Parts {
+            chunk: d,
+            target: d,
+        };
+        for fps in [24, 30, 48, 50, 60] {
+            assert_eq!(part_duration(fps, seg, half), exact(half), "{fps} fps");
+        }
+        // 25 fps: parts of 13 and 12 frames, announced as 13 (0.52 s), not 1 s parts.
+        let p25 = part_duration(25, seg, half);
+        assert_eq!(p25.chunk, half);
+        assert_eq!(p25.target, Duration::from_millis(520));
         assert_eq!(
             part_duration(30, Duration::from_secs(3), Duration::from_secs(1)),
-            Duration::from_secs(1)
+            exact(Duration::from_secs(1))
+        );
+        assert_eq!(
+            part_duration(24, Duration::from_secs(3), Duration::from_millis(750)).target,
+            Duration::from_millis(750)
+        );
+        // 48 fps, 0.75 s: 36 frames exactly; 25 fps, 0.75 s: 18.75 → 19 frames = 0.76 s.
+        assert_eq!(
+            part_duration(25, Duration::from_secs(3), Duration::from_millis(750)).target,
+            Duration::from_millis(760)
         );
     }
 }

@@ -1027,3 +1027,67 @@ async fn statistics_describe_the_source_and_show_when_it_was_off() {
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
+
+/// A 25 fps source: parts of 13 frames (0.52 s) and a shorter last one tile each 2 s segment,
+/// and the playlists announce what they hold — PART-TARGET 0.52, PART-HOLD-BACK three of it, the MPD's
+/// latency target and availabilityTimeOffset from the same — instead of 1 s parts.
+#[tokio::test]
+async fn parts_are_half_a_second_at_25_fps() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "pal", "quality_set_id": 3})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let _ffmpeg = push(rec["push_url"].as_str().unwrap(), "longgop-720p25.ts", 2);
+    wait_record(&d, id, Duration::from_secs(30), |r| r["live"] == true).await;
+    let master = rec["hls_cmaf_url"].as_str().unwrap();
+    wait_segments(master, 3).await;
+    let (_, playlist) = text(&master.replace("master.m3u8", "720p/index.m3u8")).await;
+    assert!(
+        playlist.contains("#EXT-X-PART-INF:PART-TARGET=0.520\n"),
+        "{playlist}"
+    );
+    assert!(playlist.contains("PART-HOLD-BACK=1.560"), "{playlist}");
+    // Every complete segment: 2 s; its parts 13 frames but the last (RFC 8216bis §4.4.4.9 lets
+    // a segment's final part be shorter than 85 % of the target), adding up to it.
+    let pl = hls::media(&playlist);
+    let complete: Vec<f32> = pl.segments.iter().map(|s| s.duration).collect();
+    assert!(complete.len() >= 2, "{playlist}");
+    for d in &complete {
+        assert!((d - 2.0).abs() < 0.001, "segment of {d} s: {playlist}");
+    }
+    let mut parts: Vec<Vec<f64>> = vec![Vec::new()];
+    for line in playlist.lines() {
+        if let Some(attrs) = line.strip_prefix("#EXT-X-PART:") {
+            let d: f64 = attrs
+                .split(',')
+                .find_map(|a| a.strip_prefix("DURATION="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            parts.last_mut().unwrap().push(d);
+        } else if line.starts_with("seg_") {
+            parts.push(Vec::new());
+        }
+    }
+    let whole: Vec<&Vec<f64>> = parts[..parts.len() - 1]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    assert!(!whole.is_empty(), "{playlist}");
+    for seg in whole {
+        assert_eq!(seg.len(), 4, "{seg:?}");
+        assert!((seg.iter().sum::<f64>() - 2.0).abs() < 0.01, "{seg:?}");
+        let (last, rest) = seg.split_last().unwrap();
+        for d in rest {
+            assert!((d - 0.52).abs() < 0.002, "a part of {d} s: {seg:?}");
+        }
+        assert!((0.04..=0.52).contains(last), "{seg:?}");
+    }
+    let (_, mpd) = text(&master.replace("master.m3u8", "index.mpd")).await;
+    assert!(
+        mpd.contains("<Latency referenceId=\"0\" target=\"1560\""),
+        "{mpd}"
+    );
+    assert!(mpd.contains("availabilityTimeOffset=\"1.480\""), "{mpd}");
+}

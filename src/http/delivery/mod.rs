@@ -483,7 +483,9 @@ pub fn media_playlist_now(
     q: &hls::MediaQuery,
 ) -> Option<Result<Bytes, StatusCode>> {
     let r = p.rendition(name)?;
-    let pps = (p.config.segment.as_nanos() / p.config.part.as_nanos().max(1)) as u64;
+    // Parts per segment; `part` is the longest part (whole frames), so round up.
+    let part = p.config.part.as_nanos().max(1);
+    let pps = p.config.segment.as_nanos().div_ceil(part) as u64;
     match hls::readiness(r, p.ended, q, pps.max(1)) {
         Readiness::Ready => Some(Ok(hls::media_playlist(
             p,
