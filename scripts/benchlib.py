@@ -105,14 +105,36 @@ class Daemon:
             self.proc.wait()
 
 
+def clip(fps, seconds, gop_seconds=2):
+    """A test card with a tone as MPEG-TS at `fps`, `seconds` long, generated once into
+    target/bench-clips. The fixtures loop every few seconds and each loop leaves a ~20 ms hole
+    (audio and video do not end together), which a player crosses with a small stall: over a
+    minute of playback that alone adds 0.1-0.2 s of latency, so player benches push one long
+    clip instead. Returns a path for `push`."""
+    out = os.path.join(ROOT, "target", "bench-clips", f"card-{fps}fps-{seconds}s.ts")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        gop = str(fps * gop_seconds)
+        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
+                        "-f", "lavfi", "-i", f"testsrc2=size=1280x720:rate={fps},format=yuv420p",
+                        "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000,aformat=channel_layouts=stereo",
+                        "-t", str(seconds), "-c:v", "libx264", "-preset", "veryfast", "-profile:v", "high",
+                        "-g", gop, "-keyint_min", gop, "-sc_threshold", "0", "-b:v", "1500k",
+                        "-maxrate", "1500k", "-bufsize", "3000k", "-c:a", "aac", "-b:a", "128k",
+                        "-f", "mpegts", out + ".tmp"], check=True)
+        os.rename(out + ".tmp", out)
+    return out
+
+
 def push(url, fixture, seconds):
-    """ffmpeg replaying fixtures/{fixture}.flv over RTMP or .ts over SRT at real-time speed for at
-    least `seconds` (the clip loops)."""
+    """ffmpeg replaying fixtures/{fixture}.flv over RTMP or .ts over SRT (or the file at the path
+    `fixture`, e.g. a `clip`) at real-time speed for at least `seconds` (the clip loops)."""
     srt = url.startswith("srt://")
-    path = os.path.join(ROOT, "fixtures", fixture + (".ts" if srt else ".flv"))
-    clip = float(subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
-                                 "csv=p=0", path], capture_output=True, text=True, check=True).stdout)
-    loops = int(seconds / clip) + 1
+    path = fixture if os.path.isabs(fixture) else \
+        os.path.join(ROOT, "fixtures", fixture + (".ts" if srt else ".flv"))
+    length = float(subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
+                                   "csv=p=0", path], capture_output=True, text=True, check=True).stdout)
+    loops = int(seconds / length) + 1
     return subprocess.Popen(["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop",
                              str(loops), "-i", path, "-c", "copy", "-f", "mpegts" if srt else "flv", url],
                             stdin=subprocess.DEVNULL)

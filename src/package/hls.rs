@@ -64,10 +64,17 @@ pub enum Readiness {
     Bad(BadRequest),
 }
 
-/// Decides a blocking playlist request (§6.2.5.2) against the rendition's current state.
+/// Decides a playlist request against the rendition's current state: a blocking one (§6.2.5.2)
+/// waits for its part; a plain one waits for the first complete segment, because hls.js counts
+/// a playlist of parts alone as empty (`levelEmptyError`), retries a second later and then
+/// starts behind its target latency with a stall on its record (MediaMTX holds it the same way).
 pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: u64) -> Readiness {
     let Some(msn) = q.msn else {
-        return Readiness::Ready;
+        return if ended || r.last_complete_msn().is_some() {
+            Readiness::Ready
+        } else {
+            Readiness::Wait
+        };
     };
     let Some((last_msn, last_part)) = r.last_part() else {
         return if ended {
@@ -186,6 +193,17 @@ pub fn render_master(pkg: &PackageState) -> String {
     out
 }
 
+/// PART-HOLD-BACK, where LL-HLS players start and hold (hls.js with its defaults exactly there):
+/// two and a half parts. §4.4.3.8 says it "MUST be at least twice the Part Target Duration" and
+/// "SHOULD be at least three times"; three put hls.js 2.0–2.1 s behind a live 30 fps source
+/// (it starts half a part later than it aims, from a playlist up to a part old, and never catches
+/// up by default). A part here is fetchable within 150 ms of its last frame (p99,
+/// `scripts/bench-latency`) and every request is answered as soon as its part exists, so half a
+/// part of the margin is not needed; MediaMTX announces the same 2.5.
+pub fn part_hold_back(part_target: Duration) -> Duration {
+    part_target * 5 / 2
+}
+
 /// [`render_media`], rendered once per package version: a part landing wakes every held
 /// blocking request of a rendition at once and they all need the same text.
 pub fn media_playlist(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool) -> Bytes {
@@ -216,12 +234,11 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
         "#EXT-X-TARGETDURATION:{}",
         cfg.target_duration_for(segments.range(first_listed..))
     );
-    // §4.4.3.8: PART-HOLD-BACK "MUST be at least three times the Part Target Duration".
     let _ = writeln!(
         out,
         "#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL={:.1},PART-HOLD-BACK={:.3}",
         skip_until.as_secs_f64(),
-        part_target.as_secs_f64() * 3.0
+        part_hold_back(part_target).as_secs_f64()
     );
     let _ = writeln!(
         out,
@@ -370,7 +387,7 @@ mod tests {
         assert_eq!(
             text,
             "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-TARGETDURATION:2\n\
-#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL=12.0,PART-HOLD-BACK=1.500\n\
+#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL=12.0,PART-HOLD-BACK=1.250\n\
 #EXT-X-PART-INF:PART-TARGET=0.500\n#EXT-X-MEDIA-SEQUENCE:2\n\
 #EXT-X-MAP:URI=\"init_0.mp4\"\n#EXT-X-PROGRAM-DATE-TIME:2027-01-15T08:00:04.000Z\n\
 #EXTINF:2.00000,\nseg_2.m4s\n\
@@ -475,6 +492,21 @@ mod tests {
         // After the end nothing blocks.
         assert_eq!(
             readiness(r, true, &q(Some(6), Some(0)), 4),
+            Readiness::Ready
+        );
+        // Parts of the first segment only: a plain request waits for it to complete (hls.js
+        // reads such a playlist as empty), unless the stream has ended.
+        let young = package(3);
+        let r = &young.renditions[0];
+        assert_eq!(readiness(r, false, &q(None, None), 4), Readiness::Wait);
+        assert_eq!(
+            readiness(r, false, &q(Some(0), Some(2)), 4),
+            Readiness::Ready
+        );
+        assert_eq!(readiness(r, true, &q(None, None), 4), Readiness::Ready);
+        let grown = package(5);
+        assert_eq!(
+            readiness(&grown.renditions[0], false, &q(None, None), 4),
             Readiness::Ready
         );
     }

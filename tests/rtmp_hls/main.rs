@@ -96,7 +96,7 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     for tag in [
         "#EXT-X-PART-INF:PART-TARGET=0.500",
         "CAN-BLOCK-RELOAD=YES",
-        "PART-HOLD-BACK=1.500",
+        "PART-HOLD-BACK=1.250",
         "#EXT-X-PRELOAD-HINT:TYPE=PART",
         "#EXT-X-RENDITION-REPORT:URI=\"../480p/index.m3u8\"",
         "INDEPENDENT=YES",
@@ -111,6 +111,17 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
         pl.segments.iter().all(|s| (s.duration - 2.0).abs() < 0.05),
         "{t720}"
     );
+    // A plain request is answered with a part that was not there when it arrived, so two in a
+    // row end on different parts (a tuning-in player then starts from a fresh live edge).
+    let last_part = |t: &str| {
+        t.lines()
+            .rfind(|l| l.starts_with("#EXT-X-PART:"))
+            .map(str::to_owned)
+    };
+    let (_, first) = text(&format!("{base}720p/index.m3u8")).await;
+    let (_, second) = text(&format!("{base}720p/index.m3u8")).await;
+    assert!(last_part(&first).is_some(), "{first}");
+    assert_ne!(last_part(&first), last_part(&second), "{second}");
     let (_, t360) = text(&format!("{base}360p/index.m3u8")).await;
     let pl360 = hls::media(&t360);
     assert_eq!(
@@ -1029,8 +1040,8 @@ async fn statistics_describe_the_source_and_show_when_it_was_off() {
 }
 
 /// A 25 fps source: parts of 13 frames (0.52 s) and a shorter last one tile each 2 s segment,
-/// and the playlists announce what they hold — PART-TARGET 0.52, PART-HOLD-BACK three of it, the MPD's
-/// latency target and availabilityTimeOffset from the same — instead of 1 s parts.
+/// and the playlists announce what they hold — PART-TARGET 0.52, PART-HOLD-BACK 2.5 of it, the MPD's
+/// latency target (three parts) and availabilityTimeOffset from the same — instead of 1 s parts.
 #[tokio::test]
 async fn parts_are_half_a_second_at_25_fps() {
     let _g = heavy().await;
@@ -1047,7 +1058,7 @@ async fn parts_are_half_a_second_at_25_fps() {
         playlist.contains("#EXT-X-PART-INF:PART-TARGET=0.520\n"),
         "{playlist}"
     );
-    assert!(playlist.contains("PART-HOLD-BACK=1.560"), "{playlist}");
+    assert!(playlist.contains("PART-HOLD-BACK=1.300"), "{playlist}");
     // Every complete segment: 2 s; its parts 13 frames but the last (RFC 8216bis §4.4.4.9 lets
     // a segment's final part be shorter than 85 % of the target), adding up to it.
     let pl = hls::media(&playlist);

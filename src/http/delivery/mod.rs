@@ -509,8 +509,22 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
             );
         }
     };
-    if package.read(|p| p.rendition(name).is_none()) {
+    let Some((seen, part)) =
+        package.read(|p| p.rendition(name).map(|r| (r.last_part(), p.config.part)))
+    else {
         return not_found();
+    };
+    if q.msn.is_none() {
+        // A plain request is answered when the next part lands (at most a part and a half
+        // later): a player tuning in aims PART-HOLD-BACK behind the edge of the playlist it
+        // got, and without blocking reload that edge is up to a part old — which hls.js, not
+        // catching up by default, keeps as latency for the whole session.
+        package
+            .wait_for(part * 3 / 2, |p| {
+                let r = p.rendition(name)?;
+                (p.ended || r.last_part() != seen).then_some(())
+            })
+            .await;
     }
     match package
         .wait_for(timeout(package), |p| media_playlist_now(p, name, &q))
@@ -529,6 +543,15 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
             StatusCode::BAD_REQUEST,
             "_HLS_msn/_HLS_part beyond the live edge\n",
         ),
+        // A plain request waited for a first complete segment that did not come in time (a
+        // passthrough source with long GOPs): the parts there are beat a 503.
+        None if q.msn.is_none() => match package.read(|p| {
+            p.rendition(name)
+                .map(|r| hls::media_playlist(p, r, q.skip, p.ended && p.endlist_tag))
+        }) {
+            Some(text) => playlist_response(text),
+            None => not_found(),
+        },
         // §6.2.5.2: a request held longer than three target durations gets 503.
         None => plain(
             StatusCode::SERVICE_UNAVAILABLE,
