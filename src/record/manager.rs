@@ -728,22 +728,20 @@ mod tests {
         until(|| (videos(&h, id).len() == 2).then_some(())).await;
         feed(&package, &frags[3..]);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let second = h.recordings.stop(id).await.unwrap().expect("a video");
-        let all = videos(&h, id);
-        let first = all.iter().find(|v| v.id != second.id).unwrap();
-        assert_eq!(first.state.status, VideoStatus::Ready, "{:?}", first.state);
-        assert_eq!(
-            second.state.status,
-            VideoStatus::Ready,
-            "{:?}",
-            second.state
-        );
+        h.recordings.stop(id).await.unwrap().expect("a video");
+        let mut all = videos(&h, id);
+        all.sort_by_key(|v| v.id);
+        for v in &all {
+            assert_eq!(v.state.status, VideoStatus::Ready, "{:?}", v.state);
+        }
         let ms = |frags: &[(Vec<Bytes>, Duration)]| {
             frags.iter().map(|f| f.1).sum::<Duration>().as_millis() as u64
         };
-        // The third fragment was in progress at the split: it starts the second video.
-        assert_eq!(first.state.duration_ms, ms(&frags[..2]));
-        assert_eq!(second.state.duration_ms, ms(&frags[2..]));
+        // The third fragment was in progress at the split: it starts the second video. (A slow
+        // machine may split the rest once more — 1.5 s of wall clock — which loses nothing.)
+        assert_eq!(all[0].state.duration_ms, ms(&frags[..2]));
+        let rest: u64 = all[1..].iter().map(|v| v.state.duration_ms).sum();
+        assert_eq!(rest, ms(&frags[2..]), "{all:?}");
     }
 
     /// A recording that reaches `recordings_max_bytes` closes as a ready video with what fits
