@@ -359,6 +359,101 @@ fn cmafmux(plan: &Plan) -> Result<gst::Element, PipelineError> {
     Ok(mux)
 }
 
+/// The video's segment grid, for the audio to follow. cmafmux starts each fragment where the last
+/// one ended and closes it at the last whole frame within its duration; video fragments start on
+/// forced keyframes exactly every segment, but an AAC frame (1024 samples, 21.3 ms) does not
+/// divide 2 s, so audio segments were 93 frames (1.984 s) each and drifted 16 ms per segment from
+/// the video's — 29 s an hour — and hls.js, starting a stream at go-live where the audio ended
+/// before the video, re-loaded the last part in a loop and stalled. The audio muxer is asked to
+/// split at every video boundary instead (its own duration is only a fallback, a frame longer),
+/// so each audio segment ends with the first frame that reaches the boundary: within one AAC
+/// frame of the video's, never drifting.
+#[derive(Clone, Default)]
+struct VideoGrid {
+    /// Running time of the first buffer the top rung's muxer receives: its first fragment start.
+    start: Arc<Mutex<Option<gst::ClockTime>>>,
+}
+
+impl VideoGrid {
+    fn watch(video_mux_queue: &gst::Element) -> VideoGrid {
+        let grid = VideoGrid::default();
+        let start = grid.start.clone();
+        if let Some(pad) = video_mux_queue.static_pad("src") {
+            pad.add_probe(
+                gst::PadProbeType::BUFFER,
+                move |pad, info| match running_time(pad, info) {
+                    Some(rt) => {
+                        *start.lock().unwrap_or_else(|e| e.into_inner()) = Some(rt);
+                        gst::PadProbeReturn::Remove
+                    }
+                    None => gst::PadProbeReturn::Ok,
+                },
+            );
+        }
+        grid
+    }
+
+    /// Requests the audio muxer's splits, each before the audio reaches it.
+    fn align(&self, audio_mux_queue: &gst::Element, audio_mux: &gst::Element, segment: Duration) {
+        let segment = gst::ClockTime::from_nseconds(segment.as_nanos() as u64);
+        // A frame longer than a segment: the requested split always comes first.
+        audio_mux.set_property(
+            "fragment-duration",
+            segment + gst::ClockTime::from_mseconds(100),
+        );
+        let start = self.start.clone();
+        let mux = audio_mux.downgrade();
+        let next: Mutex<Option<gst::ClockTime>> = Mutex::new(None);
+        let Some(pad) = audio_mux_queue.static_pad("src") else {
+            return;
+        };
+        pad.add_probe(gst::PadProbeType::BUFFER, move |pad, info| {
+            let (Some(rt), Some(first)) = (
+                running_time(pad, info),
+                *start.lock().unwrap_or_else(|e| e.into_inner()),
+            ) else {
+                return gst::PadProbeReturn::Ok;
+            };
+            let Some(mux) = mux.upgrade() else {
+                return gst::PadProbeReturn::Remove;
+            };
+            let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
+            // The first video boundary after the first audio buffer — never the video's start
+            // itself: the audio begins with it, give or take a frame, and a split there would
+            // leave a sliver of a segment and number the audio one ahead.
+            let boundary = next.get_or_insert_with(|| {
+                let n = rt
+                    .saturating_sub(first)
+                    .nseconds()
+                    .div_ceil(segment.nseconds())
+                    .max(1);
+                first + segment * n
+            });
+            // Split at the first frame that starts at or after the boundary, exactly at its start:
+            // the muxer closes a fragment with the last frame that ends by the split time, so a
+            // time between two frames would leave a one-frame fragment behind it.
+            if rt >= *boundary {
+                mux.emit_by_name::<()>("split-at-running-time", &[&rt]);
+                while *boundary <= rt {
+                    *boundary += segment;
+                }
+            }
+            gst::PadProbeReturn::Ok
+        });
+    }
+}
+
+/// A buffer's running time on `pad`'s current segment.
+fn running_time(pad: &gst::Pad, info: &gst::PadProbeInfo) -> Option<gst::ClockTime> {
+    let Some(gst::PadProbeData::Buffer(buffer)) = &info.data else {
+        return None;
+    };
+    let pts = buffer.pts()?;
+    let segment = pad.sticky_event::<gst::event::Segment>(0)?;
+    let segment = segment.segment().downcast_ref::<gst::ClockTime>()?;
+    segment.to_running_time(pts)
+}
+
 /// Builds the pipeline (state NULL) and installs the plan's renditions in the package.
 pub fn build(
     plan: &Plan,
@@ -382,6 +477,7 @@ pub fn build(
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut video_src = None;
+    let mut video_grid = None;
     if let Some(v) = &plan.video {
         let src = appsrc(video_caps(v))?;
         let [parse, decode] = video_decoder(v)?;
@@ -462,6 +558,9 @@ pub fn build(
             encoded
                 .link(&cmaf[0])
                 .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
+            if i == 0 {
+                video_grid = Some(VideoGrid::watch(&cmaf[0]));
+            }
             // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
             let parse = make("h264parse")?;
             parse.set_property("config-interval", -1i32);
@@ -548,6 +647,9 @@ pub fn build(
         encoded
             .link(&cmaf[0])
             .map_err(|e| PipelineError::Build(format!("audio cmaf branch: {e}")))?;
+        if let Some(grid) = &video_grid {
+            grid.align(&cmaf[0], &cmaf[1], plan.segment);
+        }
         for mux in &ts_muxes {
             let queue = make("queue")?;
             pipeline

@@ -1095,6 +1095,30 @@ async fn parts_are_half_a_second_at_25_fps() {
         }
         assert!((0.04..=0.52).contains(last), "{seg:?}");
     }
+    // The audio's segments start where the video's do, within one AAC frame (1024 samples at
+    // 48 kHz, 21.3 ms), whatever their number: they used to be 1.984 s each and drift 16 ms a
+    // segment.
+    let (_, audio) = text(&master.replace("master.m3u8", "audio/index.m3u8")).await;
+    let starts = |pl: &m3u8_rs::MediaPlaylist| {
+        pl.segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((pl.media_sequence + i as u64, s.program_date_time?)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (video_starts, audio_starts) = (starts(&pl), starts(&hls::media(&audio)));
+    let mut compared = 0;
+    for (msn, v) in &video_starts {
+        if let Some(a) = audio_starts.get(msn) {
+            let ms = (*a - *v).num_milliseconds();
+            assert!(
+                (-1..=22).contains(&ms),
+                "segment {msn}: audio starts {ms} ms after the video\n{audio}\n{playlist}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 2, "{audio}\n{playlist}");
     let (_, mpd) = text(&master.replace("master.m3u8", "index.mpd")).await;
     assert!(
         mpd.contains("<Latency referenceId=\"0\" target=\"1560\""),
