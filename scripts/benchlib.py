@@ -105,6 +105,26 @@ class Daemon:
             self.proc.wait()
 
 
+# The default ladder for a 720p source (height, video kbit/s), as the daemon encodes it.
+LADDER = [(720, 3000), (480, 1500), (360, 800)]
+
+
+def ladder_graph(ladder=LADDER):
+    """ffmpeg's filter graph for the ladder: 30 fps, I420, split, one scale per rung ([o0]...)."""
+    split = "".join(f"[v{i}]" for i in range(len(ladder)))
+    return f"[0:v]fps=30,format=yuv420p,split={len(ladder)}{split};" + ";".join(
+        f"[v{i}]scale=-2:{h}[o{i}]" for i, (h, _) in enumerate(ladder))
+
+
+def x264_args(kbps, spec=""):
+    """libx264 with the daemon's x264enc settings (veryfast, zerolatency, High, 2 s GOPs, no scene
+    cuts, CBR with a 0.6 s VBV buffer as `pass=cbr` does); `spec` is a stream specifier (":0")."""
+    return [f"-c:v{spec}", "libx264", f"-preset:v{spec}", "veryfast", f"-tune:v{spec}", "zerolatency",
+            f"-profile:v{spec}", "high", f"-b:v{spec}", f"{kbps}k", f"-maxrate:v{spec}", f"{kbps}k",
+            f"-bufsize:v{spec}", f"{kbps * 6 // 10}k", f"-g:v{spec}", "60",
+            f"-x264-params:v{spec}", "scenecut=0"]
+
+
 def clip(fps, seconds, gop_seconds=2):
     """A test card with a tone as MPEG-TS at `fps`, `seconds` long, generated once into
     target/bench-clips. The fixtures loop every few seconds and each loop leaves a ~20 ms hole
