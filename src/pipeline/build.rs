@@ -499,6 +499,13 @@ pub fn build(
                 gst::Caps::builder("video/x-raw")
                     .field("format", "I420")
                     .field("framerate", gst::Fraction::new(plan.fps as i32, 1))
+                    // Decoders leave the colorimetry out when the stream does not signal it, and
+                    // GStreamer then guesses it from each picture's size: BT.709 at 720p, BT.601
+                    // below. Each SD rung's scaler converted the matrix for nothing (12 % of the
+                    // ladder's CPU, and a rounding loss). Stated here, the guess is made once at
+                    // the source (an SD or BT.601 source is converted once, correctly) and every
+                    // rung keeps it: the scalers only scale and x264 tags the streams BT.709.
+                    .field("colorimetry", "bt709")
                     .build(),
             )?,
         ]

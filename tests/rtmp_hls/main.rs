@@ -86,6 +86,21 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
         .iter()
         .filter(|s| s["codec_type"] == "video")
         .all(|s| s["codec_name"] == "h264" && s["pix_fmt"] == "yuv420p"));
+    // The fixture does not signal its colorimetry: every rung, SD ones included, carries the one
+    // the daemon assumed for the source (a rung tagged otherwise was converted on the way).
+    for s in streams.iter().filter(|s| s["codec_type"] == "video") {
+        assert_eq!(
+            (
+                &s["color_space"],
+                &s["color_primaries"],
+                &s["color_transfer"]
+            ),
+            (&json!("bt709"), &json!("bt709"), &json!("bt709")),
+            "{}x{}",
+            s["width"],
+            s["height"]
+        );
+    }
 
     // Media playlist: LL-HLS tags, parts of 0.5 s, segments of 2 s aligned across renditions.
     let base = master_url.trim_end_matches("master.m3u8").to_owned();
