@@ -144,6 +144,28 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
         "renditions share segment numbering"
     );
 
+    // Rungs up to 720p30 are encoded on one thread, one slice a frame: x264 states its settings
+    // in an SEI of the stream's first frame.
+    assert_eq!(pl.media_sequence, 0, "{t720}");
+    let first = &pl.segments[0].uri;
+    for rung in ["720p", "480p", "360p"] {
+        let seg = reqwest::get(format!("{base}{rung}/{first}"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let sei = String::from_utf8_lossy(&seg);
+        let opts = sei
+            .find("x264 - core")
+            .map(|at| &sei[at..(at + 600).min(sei.len())])
+            .unwrap_or_else(|| panic!("{rung}: no x264 SEI in {first}"));
+        assert!(
+            opts.contains(" threads=1 ") && opts.contains(" sliced_threads=0 "),
+            "{rung}: {opts}"
+        );
+    }
+
     // A segment (init + fragment) decodes in ffprobe with the advertised duration.
     let seg_uri = &pl.segments.last().unwrap().uri;
     let init = reqwest::get(format!("{base}720p/init_0.mp4"))
