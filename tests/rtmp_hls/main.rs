@@ -24,7 +24,8 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     let d = short_grace_daemon(dir.path());
     let rec = create(&d, json!({"name": "spine"})).await;
     let id = rec["id"].as_i64().unwrap();
-    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 1);
+    // Three plays of the 6 s fixture: the checks below need the stream live until /metrics.
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 2);
 
     let live = wait_record(&d, id, Duration::from_secs(20), |r| {
         r["live"] == true && r["transcoding_speed"].is_number()
