@@ -4,7 +4,10 @@
 //! The trait is synchronous on purpose: callers run it on the blocking pool, and a PostgreSQL
 //! backend for several nodes can implement it with a sync client without an async-trait layer.
 
+mod codec;
 pub mod sqlite;
+#[cfg(test)]
+mod tests;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
