@@ -1,5 +1,7 @@
-//! The store's behaviour stated once, to run against each backend (SQLite for now). Tests of
-//! one backend's own machinery (SQLite's file and migrations) sit beside that backend.
+//! The store's behaviour stated once and run against each backend: every test here runs on
+//! SQLite and on PostgreSQL (a real server: `tests/common/pg.rs`, one per test process, a
+//! database per test). Tests of one backend's own machinery (SQLite's file, PostgreSQL's
+//! migrations under concurrency and its pool) sit beside that backend.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -7,11 +9,15 @@ use time::OffsetDateTime;
 
 use super::codec::to_ms;
 use super::{
-    ApiType, AppFilter, AppOrderKey, AppSettings, ProfileTemplate,
+    ApiType, AppFilter, AppOrderKey, AppSettings, PostgresStore, ProfileTemplate,
     ProfileTemplateField, Projection, RecordType, SourceSample, SqliteStore, Store, StoreError,
     StreamSettings, Update, VideoFilter, VideoSettings, VideoState, VideoStatus,
 };
 use crate::overlay::OverlaySpec;
+
+#[path = "../../tests/common/pg.rs"]
+#[allow(dead_code)] // shared with the end-to-end suites, which use the rest
+pub(crate) mod pg_server;
 
 /// A fresh, empty store of one backend, and a side door to its database.
 pub(crate) struct Backend {
@@ -50,11 +56,34 @@ fn sqlite_backend() -> Backend {
     }
 }
 
-/// Each named test, once per backend: `db::tests::sqlite::NAME`.
+/// A new database on this process's test server.
+pub(crate) fn postgres_database() -> String {
+    pg_server::PgServer::shared().create_database()
+}
+
+fn postgres_backend() -> Backend {
+    let url = postgres_database();
+    let store = PostgresStore::connect(&url).unwrap();
+    Backend {
+        store: Box::new(store),
+        exec: Box::new(move |sql| {
+            ::postgres::Client::connect(&url, ::postgres::NoTls)
+                .unwrap()
+                .batch_execute(sql)
+                .unwrap()
+        }),
+        _dir: None,
+    }
+}
+
+/// Each named test, once per backend: `db::tests::sqlite::NAME`, `db::tests::postgres::NAME`.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $( #[test] fn $name() { super::$name(&super::sqlite_backend()); } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(&super::postgres_backend()); } )*
         }
     };
 }
