@@ -60,9 +60,20 @@ ensure_node_modules() {
   fi
 }
 
+# PostgreSQL server binaries: the store tests and tests/postgres run each store test on a
+# throwaway server they start themselves (tests/common/pg.rs: initdb, postgres on a free
+# loopback port). Installed only when no initdb is on PATH or in Debian's versioned directory.
+ensure_postgres() {
+  if command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    return 0
+  fi
+  ensure_apt postgresql
+}
+
 ensure_test_deps() {
   ensure_deps
   ensure_apt "${TEST_APT_PACKAGES[@]}"
+  ensure_postgres
   ensure_node_modules
 }
 

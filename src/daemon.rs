@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use url::Url;
 
 use crate::config::Config;
-use crate::db::{SqliteStore, Store, StoreError};
+use crate::db::{Store, StoreError};
 use crate::http::api::{self, Api, ApiError, ApiKeys, Endpoints};
 use crate::http::delivery;
 use crate::http::listener::{self, json_response, Body, HttpLimits};
@@ -52,6 +52,10 @@ pub const API_KEY_FILE: &str = "api_key";
 pub enum DaemonError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(
+        "cannot open the PostgreSQL store at {url} (database_url, LIVEPACK_DATABASE_URL): {source}"
+    )]
+    Database { url: String, source: StoreError },
     #[error(transparent)]
     Quality(#[from] QualityError),
     #[error(transparent)]
@@ -60,6 +64,11 @@ pub enum DaemonError {
     Bind {
         what: &'static str,
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot prepare data dir {path}: {source}")]
+    DataDir {
+        path: PathBuf,
         source: std::io::Error,
     },
     #[error("API key file {path}: {source}")]
@@ -199,15 +208,29 @@ pub async fn start(
     let data_dir = config.data_dir.clone();
     let templates_file = config.profile_templates_file.clone();
     let need_key = config.api_keys.is_empty();
+    let database_url = config.database_url.clone();
     let (store, key) = tokio::task::spawn_blocking(move || {
-        let store = SqliteStore::open_in(&data_dir)?;
-        tracing::info!(db = %store.path().display(), "store opened");
-        api::security::seed_templates(&store, templates_file.as_deref())?;
+        // Keys, certificates and media live here whichever store holds the records.
+        std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let store =
+            crate::db::open(database_url.as_ref(), &data_dir).map_err(
+                |source| match &database_url {
+                    Some(url) => DaemonError::Database {
+                        url: url.redacted(),
+                        source,
+                    },
+                    None => source.into(),
+                },
+            )?;
+        api::security::seed_templates(&*store, templates_file.as_deref())?;
         let key = need_key.then(|| data_dir_key(&data_dir)).transpose()?;
         Ok::<_, DaemonError>((store, key))
     })
     .await??;
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store: Arc<dyn Store> = Arc::from(store);
     let (keys, key_source) = match key {
         Some((path, key)) => (
             ApiKeys::new(std::slice::from_ref(&key)),

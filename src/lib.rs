@@ -11,7 +11,8 @@
 //! ```
 //!
 //! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
-//! - `db`: persistence of the control-plane records behind the `Store` trait (SQLite).
+//! - `db`: persistence of the control-plane records behind the `Store` trait (SQLite by
+//!   default; PostgreSQL, which several daemons can share, with `database_url`).
 //! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
 //!   pipeline; the timestamp unwrap (`timeline`) and the one re-timer (`retime`).
 //! - `formats`: container parsers shared by ingest and package (MPEG-TS).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::db::DatabaseUrl;
 use crate::ingest::{pull, rtmp, srt, whip};
 use crate::package::PackagingConfig;
 
@@ -76,6 +77,9 @@ settings! {
     rtmps_addr: SocketAddr = default_addr(DEFAULT_RTMPS_ADDR);
     srt_addr: SocketAddr = default_addr(DEFAULT_SRT_ADDR);
     data_dir: PathBuf = PathBuf::from(DEFAULT_DATA_DIR);
+    /// `postgres://…` or `postgresql://…`: the records in PostgreSQL, which several daemons
+    /// may share; absent or empty: SQLite in the data dir.
+    database_url: String;
     api_keys: Vec<String> = Vec::new();
     public_url: String;
     quality_sets_file: PathBuf;
@@ -163,6 +167,8 @@ pub struct Config {
     pub rtmps_addr: SocketAddr,
     pub srt_addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// The PostgreSQL database holding the records; `None`: SQLite in `data_dir`.
+    pub database_url: Option<DatabaseUrl>,
     /// Empty means "generate one into the data dir" (done by the daemon at start).
     pub api_keys: Vec<String>,
     /// Base of every returned URL; `None` means derived from the bound HTTP address.
@@ -224,6 +230,7 @@ impl Config {
             rtmp_addr: s.rtmp_addr,
             rtmps_addr: s.rtmps_addr,
             srt_addr: s.srt_addr,
+            database_url: database_url(s.database_url.as_deref())?,
             data_dir: s.data_dir,
             api_keys: s.api_keys,
             quality_sets_file: s.quality_sets_file,
@@ -245,6 +252,16 @@ impl Config {
             statistics_retention: Duration::from_secs(s.statistics_retention_days * 86_400),
             player_assets_dir: s.player_assets_dir,
         })
+    }
+}
+
+/// Absent or blank: SQLite. The value is echoed without credentials: it may hold a password.
+fn database_url(v: Option<&str>) -> Result<Option<DatabaseUrl>, ConfigError> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => DatabaseUrl::parse(v)
+            .map(Some)
+            .map_err(|reason| invalid("database_url", crate::url_policy::redact(v), reason)),
     }
 }
 
@@ -401,6 +418,52 @@ mod tests {
 
     fn env_bad(var: &'static str, value: &'static str) -> impl Fn(&str) -> Option<String> {
         move |k| (k == var).then(|| value.to_owned())
+    }
+
+    #[test]
+    fn database_url_selects_postgres_and_refuses_other_urls_without_echoing_passwords() {
+        let d = Config::from_layer(Layer::default()).unwrap();
+        assert!(d.database_url.is_none(), "SQLite unless told otherwise");
+        for blank in ["", "  "] {
+            let layer = Layer::from_env(env(&[("LIVEPACK_DATABASE_URL", blank)])).unwrap();
+            assert!(Config::from_layer(layer).unwrap().database_url.is_none());
+        }
+        for (good, shown) in [
+            (
+                "postgres://livepack:pw@db.example:5433/livepack",
+                "postgres://db.example:5433/livepack",
+            ),
+            (
+                "postgresql://db.example/livepack?connect_timeout=3&password=pw",
+                "postgres://db.example:5432/livepack",
+            ),
+            (
+                "postgresql://u:pw@/livepack?host=/run/postgresql",
+                "postgres:///run/postgresql/livepack",
+            ),
+            (
+                "postgres://u:pw@[::1]:5433,10.0.0.2:5434/x",
+                "postgres://[::1]:5433,10.0.0.2:5434/x",
+            ),
+        ] {
+            let layer = Layer::from_env(env(&[("LIVEPACK_DATABASE_URL", good)])).unwrap();
+            let url = Config::from_layer(layer).unwrap().database_url.unwrap();
+            assert_eq!(url.redacted(), shown);
+            assert!(!format!("{url:?}").contains("pw"), "{url:?}");
+        }
+        for bad in [
+            "mysql://u:secret@db.example/x",
+            "postgres://u:secret@db.example:notaport/x",
+            "host=db.example password=secret",
+            "sqlite:///var/lib/livepack.db",
+        ] {
+            let layer: Layer = toml::from_str(&format!("database_url = {bad:?}")).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(
+                err.contains("database_url") && !err.contains("secret"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -1,20 +1,33 @@
 //! Persistence of the control-plane records (streams, broadcasts, FastEdge apps, profile
-//! templates, settings) behind the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded default backend.
+//! templates, settings) behind the [`Store`] trait: [`sqlite::SqliteStore`] is the embedded
+//! default backend, [`postgres::PostgresStore`] the one several daemons share. [`open`] picks
+//! one from the configuration (`database_url`).
 //!
-//! The trait is synchronous on purpose: callers run it on the blocking pool, and a PostgreSQL
-//! backend for several nodes can implement it with a sync client without an async-trait layer.
+//! The trait is synchronous on purpose: callers run it on the blocking pool, and both backends
+//! implement it with sync clients without an async-trait layer.
 
+mod codec;
+pub mod postgres;
 pub mod sqlite;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-pub use sqlite::SqliteStore;
+pub use self::postgres::PostgresStore;
+pub use self::sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
+    #[error("PostgreSQL: {}", postgres_detail(.0))]
+    Postgres(#[from] ::postgres::Error),
+    #[error("invalid PostgreSQL URL: {0}")]
+    BadUrl(String),
     #[error("stored record {kind} {id} is corrupt: {reason}")]
     Corrupt {
         kind: &'static str,
@@ -37,6 +50,92 @@ pub enum StoreError {
         kind: &'static str,
         id: i64,
     },
+}
+
+/// `postgres::Error` displays only its kind ("db error"); what the server said is its source.
+fn postgres_detail(e: &::postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        );
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+/// Where the records live when not in SQLite: a PostgreSQL URL, checked when the configuration
+/// is read. Shown (`Debug`, [`DatabaseUrl::redacted`]) without its credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// A `postgres://` or `postgresql://` URL the client accepts; the reason if not.
+    pub fn parse(url: &str) -> Result<DatabaseUrl, String> {
+        let url = url.trim();
+        self::postgres::check_url(url)?;
+        Ok(DatabaseUrl(url.to_owned()))
+    }
+
+    /// Hosts (or socket directories), ports and database: no user, password or parameters.
+    pub fn redacted(&self) -> String {
+        use std::str::FromStr;
+        let Ok(c) = ::postgres::Config::from_str(&self.0) else {
+            return "<invalid URL>".into();
+        };
+        let ports = c.get_ports();
+        let hosts: Vec<String> = c
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let host = match host {
+                    ::postgres::config::Host::Tcp(name) if name.contains(':') => {
+                        format!("[{name}]")
+                    }
+                    ::postgres::config::Host::Tcp(name) => name.clone(),
+                    ::postgres::config::Host::Unix(dir) => dir.display().to_string(),
+                };
+                // One port for every host, or one each.
+                match ports.get(if ports.len() == 1 { 0 } else { i }) {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host,
+                }
+            })
+            .collect();
+        format!(
+            "postgres://{}/{}",
+            hosts.join(","),
+            c.get_dbname().unwrap_or_default()
+        )
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({})", self.redacted())
+    }
+}
+
+/// Opens the configured store: PostgreSQL at `url`, else (the zero-setup default) SQLite in
+/// `data_dir`. Blocking: call it off the async workers.
+pub fn open(url: Option<&DatabaseUrl>, data_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+    match url {
+        Some(url) => {
+            let store = PostgresStore::connect(&url.0)?;
+            tracing::info!(db = %url.redacted(), "store opened (PostgreSQL)");
+            Ok(Box::new(store))
+        }
+        None => {
+            let store = SqliteStore::open_in(data_dir)?;
+            tracing::info!(db = %store.path().display(), "store opened");
+            Ok(Box::new(store))
+        }
+    }
 }
 
 /// Outcome of a compare-and-set update: the caller re-reads and re-applies on `Stale`.

@@ -7,6 +7,12 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 
+use super::codec::{
+    app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, id_set,
+    overlay_from_raw, stream_from_raw, to_json, to_ms, touched, video_from_raw, RawBroadcast,
+    RawStream, RawVideo, Side, SideNames, APP_COLUMNS, BROADCAST_COLUMNS, OVERLAY_COLUMNS,
+    STREAM_COLUMNS, VIDEO_COLUMNS,
+};
 use super::{
     AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, OverlayRow,
     ProfileTemplate, SourceBucket, SourceSample, Store, StoreError, StreamRow, StreamSettings,
@@ -168,58 +174,10 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn to_ms(t: OffsetDateTime) -> i64 {
-    (t.unix_timestamp_nanos() / 1_000_000) as i64
-}
-
-fn from_ms(kind: &'static str, id: i64, ms: i64) -> Result<OffsetDateTime, StoreError> {
-    OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).map_err(|e| {
-        StoreError::Corrupt {
-            kind,
-            id,
-            reason: e.to_string(),
-        }
-    })
-}
-
-fn opt_from_ms(id: i64, ms: Option<i64>) -> Result<Option<OffsetDateTime>, StoreError> {
-    ms.map(|ms| from_ms("stream", id, ms)).transpose()
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(
-    kind: &'static str,
-    id: i64,
-    text: &str,
-) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-        kind,
-        id,
-        reason: e.to_string(),
-    })
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("record types always serialize")
-}
-
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _)
         if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
 }
-
-const STREAM_COLUMNS: &str = "id, revision, token, created_at_ms, started_at_primary_ms, \
-     started_at_backup_ms, finished_at_primary_ms, settings";
-
-type RawStream = (
-    i64,
-    i64,
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    String,
-);
 
 fn raw_stream(r: &Row<'_>) -> rusqlite::Result<RawStream> {
     Ok((
@@ -234,20 +192,6 @@ fn raw_stream(r: &Row<'_>) -> rusqlite::Result<RawStream> {
     ))
 }
 
-fn stream_from_raw(raw: RawStream) -> Result<StreamRow, StoreError> {
-    let (id, revision, token, created, started_p, started_b, finished_p, settings) = raw;
-    Ok(StreamRow {
-        id,
-        revision,
-        token,
-        created_at: from_ms("stream", id, created)?,
-        started_at_primary: opt_from_ms(id, started_p)?,
-        started_at_backup: opt_from_ms(id, started_b)?,
-        finished_at_primary: opt_from_ms(id, finished_p)?,
-        settings: from_json("stream", id, &settings)?,
-    })
-}
-
 fn get_stream_in(conn: &Connection, id: i64) -> Result<Option<StreamRow>, StoreError> {
     conn.query_row(
         &format!("SELECT {STREAM_COLUMNS} FROM streams WHERE id = ?1"),
@@ -260,62 +204,13 @@ fn get_stream_in(conn: &Connection, id: i64) -> Result<Option<StreamRow>, StoreE
 }
 
 fn stream_with_links(conn: &Connection, raw: RawStream) -> Result<StreamRow, StoreError> {
-    let mut row = stream_from_raw(raw)?;
-    row.settings.broadcast_ids = linked(conn, Side::Stream, row.id)?;
-    Ok(row)
-}
-
-/// A settings document without its link field: the link table holds that (one fact, one
-/// place).
-fn doc_without<T: serde::Serialize>(value: &T, link_field: &str) -> String {
-    let mut doc = serde_json::to_value(value).expect("record types always serialize");
-    if let Some(map) = doc.as_object_mut() {
-        map.remove(link_field);
-    }
-    doc.to_string()
-}
-
-/// Which end of a broadcast–stream link a record is.
-#[derive(Clone, Copy)]
-enum Side {
-    Stream,
-    Broadcast,
-}
-
-impl Side {
-    /// (this side's column, the other side's column, the other side's table, the field that
-    /// names the other side, its kind)
-    fn names(
-        self,
-    ) -> (
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static str,
-    ) {
-        match self {
-            Side::Stream => (
-                "stream_id",
-                "broadcast_id",
-                "broadcasts",
-                "broadcast_ids",
-                "broadcast",
-            ),
-            Side::Broadcast => (
-                "broadcast_id",
-                "stream_id",
-                "streams",
-                "stream_ids",
-                "stream",
-            ),
-        }
-    }
+    let links = linked(conn, Side::Stream, raw.0)?;
+    stream_from_raw(raw, links)
 }
 
 /// The other side's ids linked to record `id`, ascending.
 fn linked(conn: &Connection, side: Side, id: i64) -> Result<Vec<i64>, StoreError> {
-    let (this, other, ..) = side.names();
+    let SideNames { this, other, .. } = side.names();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {other} FROM broadcast_streams WHERE {this} = ?1 ORDER BY {other}"
     ))?;
@@ -335,10 +230,14 @@ fn set_links(
     wanted: &[i64],
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
-    let (this, other, other_table, field, kind) = side.names();
-    let mut wanted = wanted.to_vec();
-    wanted.sort_unstable();
-    wanted.dedup();
+    let SideNames {
+        this,
+        other,
+        other_table,
+        field,
+        kind,
+    } = side.names();
+    let wanted = id_set(wanted);
     let current = linked(conn, side, id)?;
     if current == wanted {
         return Ok(());
@@ -366,11 +265,7 @@ fn set_links(
             [id, w],
         )?;
     }
-    let touched = current
-        .iter()
-        .filter(|c| !wanted.contains(c))
-        .chain(wanted.iter().filter(|w| !current.contains(w)));
-    for &t in touched {
+    for t in touched(&current, &wanted) {
         bump(conn, side, t, now)?;
     }
     Ok(())
@@ -403,7 +298,7 @@ fn unlink_all(
     id: i64,
     now: OffsetDateTime,
 ) -> Result<(), StoreError> {
-    let (this, ..) = side.names();
+    let SideNames { this, .. } = side.names();
     for other in linked(conn, side, id)? {
         bump(conn, side, other, now)?;
     }
@@ -414,25 +309,13 @@ fn unlink_all(
     Ok(())
 }
 
-const BROADCAST_COLUMNS: &str = "id, revision, created_at_ms, updated_at_ms, settings";
-
-type RawBroadcast = (i64, i64, i64, i64, String);
-
 fn raw_broadcast(r: &Row<'_>) -> rusqlite::Result<RawBroadcast> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
 }
 
 fn broadcast_with_links(conn: &Connection, raw: RawBroadcast) -> Result<BroadcastRow, StoreError> {
-    let (id, revision, created, updated, settings) = raw;
-    let mut settings: BroadcastSettings = from_json("broadcast", id, &settings)?;
-    settings.stream_ids = linked(conn, Side::Broadcast, id)?;
-    Ok(BroadcastRow {
-        id,
-        revision,
-        created_at: from_ms("broadcast", id, created)?,
-        updated_at: from_ms("broadcast", id, updated)?,
-        settings,
-    })
+    let links = linked(conn, Side::Broadcast, raw.0)?;
+    broadcast_from_raw(raw, links)
 }
 
 fn get_broadcast_in(conn: &Connection, id: i64) -> Result<Option<BroadcastRow>, StoreError> {
@@ -445,11 +328,6 @@ fn get_broadcast_in(conn: &Connection, id: i64) -> Result<Option<BroadcastRow>, 
     .map(|raw| broadcast_with_links(conn, raw))
     .transpose()
 }
-
-const VIDEO_COLUMNS: &str = "id, revision, stream_id, slug, created_at_ms, updated_at_ms, \
-     started_at_ms, settings, state";
-
-type RawVideo = (i64, i64, i64, String, i64, i64, i64, String, String);
 
 fn raw_video(r: &Row<'_>) -> rusqlite::Result<RawVideo> {
     Ok((
@@ -465,21 +343,6 @@ fn raw_video(r: &Row<'_>) -> rusqlite::Result<RawVideo> {
     ))
 }
 
-fn video_from_raw(raw: RawVideo) -> Result<VideoRow, StoreError> {
-    let (id, revision, stream_id, slug, created, updated, started, settings, state) = raw;
-    Ok(VideoRow {
-        id,
-        revision,
-        stream_id,
-        slug,
-        created_at: from_ms("video", id, created)?,
-        updated_at: from_ms("video", id, updated)?,
-        recording_started_at: from_ms("video", id, started)?,
-        settings: from_json("video", id, &settings)?,
-        state: from_json("video", id, &state)?,
-    })
-}
-
 fn get_video_in(conn: &Connection, id: i64) -> Result<Option<VideoRow>, StoreError> {
     conn.query_row(
         &format!("SELECT {VIDEO_COLUMNS} FROM videos WHERE id = ?1"),
@@ -492,10 +355,9 @@ fn get_video_in(conn: &Connection, id: i64) -> Result<Option<VideoRow>, StoreErr
 }
 
 fn list_overlays_in(conn: &Connection, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, created_at_ms, updated_at_ms, spec FROM overlays \
-         WHERE stream_id = ?1 ORDER BY id",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {OVERLAY_COLUMNS} FROM overlays WHERE stream_id = ?1 ORDER BY id"
+    ))?;
     let raw = stmt
         .query_map([stream_id], |r| {
             Ok((
@@ -507,31 +369,8 @@ fn list_overlays_in(conn: &Connection, stream_id: i64) -> Result<Vec<OverlayRow>
         })?
         .collect::<Result<Vec<_>, _>>()?;
     raw.into_iter()
-        .map(|(id, created, updated, spec)| {
-            Ok(OverlayRow {
-                id,
-                stream_id,
-                spec: from_json("overlay", id, &spec)?,
-                created_at: from_ms("overlay", id, created)?,
-                updated_at: from_ms("overlay", id, updated)?,
-            })
-        })
+        .map(|raw| overlay_from_raw(stream_id, raw))
         .collect()
-}
-
-/// The client id as the filter compares it: the JSON number's text.
-fn client_key(n: &Option<serde_json::Number>) -> Option<String> {
-    n.as_ref().map(ToString::to_string)
-}
-
-const APP_COLUMNS: &str = "id, revision, settings";
-
-fn app_from_raw((id, revision, settings): (i64, i64, String)) -> Result<AppRow, StoreError> {
-    Ok(AppRow {
-        id,
-        revision,
-        settings: from_json("app", id, &settings)?,
-    })
 }
 
 fn get_app_in(conn: &Connection, id: i64) -> Result<Option<AppRow>, StoreError> {
@@ -543,11 +382,6 @@ fn get_app_in(conn: &Connection, id: i64) -> Result<Option<AppRow>, StoreError> 
     .optional()?
     .map(app_from_raw)
     .transpose()
-}
-
-/// Unicode-aware folding done here rather than by SQLite's ASCII-only `lower()`.
-fn fold(name: &str) -> String {
-    name.to_lowercase()
 }
 
 fn order_column(key: AppOrderKey) -> &'static str {
@@ -1199,121 +1033,6 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{ApiType, Projection};
-
-    fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
-        AppSettings {
-            name: name.into(),
-            status,
-            binary: Some(1),
-            comment: String::new(),
-            api_type: ApiType::WasiHttp,
-            debug_until: None,
-            template: None,
-            template_name: None,
-            networks: vec![],
-            upgradeable_to: None,
-            plan_id,
-            plan: "basic".into(),
-        }
-    }
-
-    #[test]
-    fn source_samples_aggregate_per_bucket_prune_and_go_with_their_stream() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_in(dir.path()).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let settings = StreamSettings {
-            name: "cam".into(),
-            ..StreamSettings::default()
-        };
-        let id = store.create_stream(&settings, "t", now).unwrap().id;
-        let other = store.create_stream(&settings, "u", now).unwrap().id;
-        let sample = |secs: i64, kbps: f64, height: u32| SourceSample {
-            time: OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(secs),
-            bitrate_kbps: kbps,
-            frames: 300,
-            height,
-            fps: 30.0,
-            keyframe_interval: 2.0,
-        };
-        // 10 s samples at 0, 10, 20 s, then a gap, then 70 s; one of another stream.
-        for (t, kbps, h) in [
-            (0, 1000.0, 720),
-            (10, 2000.0, 1080),
-            (20, 3000.0, 720),
-            (70, 500.0, 360),
-        ] {
-            store.add_source_sample(id, &sample(t, kbps, h)).unwrap();
-        }
-        store
-            .add_source_sample(other, &sample(0, 9999.0, 2160))
-            .unwrap();
-        // 30 s buckets: [0,30) and [60,90); [30,60) is absent.
-        let b = store.source_buckets(id, 0, 100_000, 30_000, 0).unwrap();
-        assert_eq!(b.iter().map(|b| b.time_ms).collect::<Vec<_>>(), [0, 60_000]);
-        assert_eq!(
-            (b[0].samples, b[0].sum_frames, b[0].max_height),
-            (3, 900, 1080)
-        );
-        assert_eq!(b[0].avg_bitrate_kbps, 2000.0);
-        assert_eq!((b[1].samples, b[1].max_height), (1, 360));
-        // The window is half-open and buckets may start at an offset.
-        let b = store
-            .source_buckets(id, 10_000, 70_000, 30_000, 5_000)
-            .unwrap();
-        assert_eq!(
-            b.iter().map(|b| (b.time_ms, b.samples)).collect::<Vec<_>>(),
-            [(5_000, 2)]
-        );
-        assert_eq!(
-            store.prune_source_samples(15_000).unwrap(),
-            3,
-            "two of ours, one other"
-        );
-        assert!(store.delete_stream(id).unwrap());
-        assert!(store
-            .source_buckets(id, 0, 100_000, 30_000, 0)
-            .unwrap()
-            .is_empty());
-        assert_eq!(
-            store
-                .source_buckets(other, 0, 100_000, 30_000, 0)
-                .unwrap()
-                .len(),
-            0
-        );
-    }
-
-    #[test]
-    fn stream_round_trip_and_compare_and_set() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_in(dir.path()).unwrap();
-        let mut s = StreamSettings {
-            name: "a".into(),
-            projection: Projection::Vr180,
-            ..StreamSettings::default()
-        };
-        let now = OffsetDateTime::now_utc();
-        let row = store.create_stream(&s, "tok", now).unwrap();
-        assert_eq!(row.settings, s);
-        assert_eq!(to_ms(row.created_at), to_ms(now));
-        s.name = "b".into();
-        let Update::Done(updated) = store.update_stream(row.id, row.revision, &s).unwrap() else {
-            panic!("first update must apply")
-        };
-        assert_eq!(updated.revision, row.revision + 1);
-        assert!(matches!(
-            store.update_stream(row.id, row.revision, &s).unwrap(),
-            Update::Stale
-        ));
-        assert!(matches!(
-            store.update_stream(999, 1, &s).unwrap(),
-            Update::NotFound
-        ));
-        assert!(store.delete_stream(row.id).unwrap());
-        assert!(!store.delete_stream(row.id).unwrap());
-    }
 
     #[test]
     fn reopening_keeps_data_and_schema_version() {
@@ -1329,270 +1048,6 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(v, MIGRATIONS.len() as i64);
-    }
-
-    #[test]
-    fn app_names_are_unique_and_filters_fold_unicode() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_in(dir.path()).unwrap();
-        assert!(matches!(
-            store.create_app(&app("straße-1", 1, 1)).unwrap(),
-            Update::Done(_)
-        ));
-        assert!(matches!(
-            store.create_app(&app("straße-1", 1, 1)).unwrap(),
-            Update::NameTaken
-        ));
-        store.create_app(&app("other", 2, 2)).unwrap();
-        let filter = AppFilter {
-            name: Some("STRASSE".into()),
-            limit: 10,
-            ..AppFilter::default()
-        };
-        // to_lowercase does not map ß to ss: only a case fold, not full normalisation.
-        assert_eq!(store.list_apps(&filter).unwrap().1, 0);
-        let filter = AppFilter {
-            name: Some("STRAßE".into()),
-            limit: 10,
-            ..AppFilter::default()
-        };
-        assert_eq!(store.list_apps(&filter).unwrap().1, 1);
-        let filter = AppFilter {
-            order: Some((AppOrderKey::Status, true)),
-            limit: 1,
-            ..AppFilter::default()
-        };
-        let (page, count) = store.list_apps(&filter).unwrap();
-        assert_eq!(count, 2);
-        assert_eq!(page[0].settings.name, "other");
-    }
-
-    #[test]
-    fn videos_filter_page_edit_and_delete() {
-        use super::super::{RecordType, VideoRendition};
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_in(dir.path()).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let state = |status| VideoState {
-            status,
-            ..VideoState::pending(RecordType::Transcoded)
-        };
-        let settings = |name: &str, client: Option<i64>| VideoSettings {
-            name: name.into(),
-            description: String::new(),
-            client_user_id: client.map(serde_json::Number::from),
-        };
-        let a = store
-            .create_video(
-                1,
-                "s1",
-                &settings("Stream Record: Ünïcode", Some(7)),
-                &state(VideoStatus::Pending),
-                now,
-                now,
-            )
-            .unwrap();
-        let b = store
-            .create_video(
-                2,
-                "s2",
-                &settings("other", None),
-                &state(VideoStatus::Pending),
-                now,
-                now,
-            )
-            .unwrap();
-        let ready = VideoState {
-            duration_ms: 8000,
-            size: 12345,
-            renditions: vec![VideoRendition {
-                name: "720p".into(),
-                width: 1280,
-                height: 720,
-                size: 12345,
-            }],
-            ..state(VideoStatus::Ready)
-        };
-        assert!(store.set_video_state(a.id, &ready, now).unwrap());
-        let list = |f: VideoFilter| {
-            let (rows, total) = store.list_videos(&VideoFilter { limit: 10, ..f }).unwrap();
-            (rows.iter().map(|r| r.id).collect::<Vec<_>>(), total)
-        };
-        assert_eq!(list(VideoFilter::default()), (vec![b.id, a.id], 2));
-        assert_eq!(
-            list(VideoFilter {
-                stream_id: Some(1),
-                ..Default::default()
-            }),
-            (vec![a.id], 1)
-        );
-        assert_eq!(
-            list(VideoFilter {
-                status: Some(VideoStatus::Pending),
-                ..Default::default()
-            }),
-            (vec![b.id], 1)
-        );
-        assert_eq!(
-            list(VideoFilter {
-                search: Some("ÜNÏ".into()),
-                ..Default::default()
-            }),
-            (vec![a.id], 1)
-        );
-        assert_eq!(
-            list(VideoFilter {
-                client_user_id: Some(7.into()),
-                ..Default::default()
-            }),
-            (vec![a.id], 1)
-        );
-        let (page, total) = store
-            .list_videos(&VideoFilter {
-                limit: 1,
-                offset: 1,
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!((page[0].id, total), (a.id, 2));
-        assert_eq!(store.get_video(a.id).unwrap().unwrap().state, ready);
-        let Update::Done(edited) = store
-            .update_video(a.id, a.revision, &settings("renamed", None), now)
-            .unwrap()
-        else {
-            panic!("first edit applies")
-        };
-        assert_eq!(
-            edited.state, ready,
-            "the owner's edit keeps the recorder's fields"
-        );
-        assert!(matches!(
-            store
-                .update_video(a.id, a.revision, &settings("x", None), now)
-                .unwrap(),
-            Update::Stale
-        ));
-        assert_eq!(
-            store.delete_video(a.id).unwrap().map(|r| r.slug),
-            Some("s1".into())
-        );
-        assert!(store.get_video(a.id).unwrap().is_none());
-        assert!(!store.set_video_state(a.id, &ready, now).unwrap());
-    }
-
-    #[test]
-    fn broadcast_links_are_one_fact_seen_from_both_sides() {
-        use super::super::{BroadcastSettings, BroadcastStatus};
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_in(dir.path()).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let stream = |name: &str, broadcast_ids: Vec<i64>| StreamSettings {
-            name: name.into(),
-            broadcast_ids,
-            ..StreamSettings::default()
-        };
-        let s1 = store
-            .create_stream(&stream("s1", vec![]), "t", now)
-            .unwrap();
-        let s2 = store
-            .create_stream(&stream("s2", vec![]), "t", now)
-            .unwrap();
-        let b = store
-            .create_broadcast(
-                &BroadcastSettings {
-                    name: "b".into(),
-                    stream_ids: vec![s2.id, s1.id, s2.id],
-                    ..BroadcastSettings::default()
-                },
-                now,
-            )
-            .unwrap();
-        assert_eq!(
-            b.settings.stream_ids,
-            vec![s1.id, s2.id],
-            "a set, ascending"
-        );
-        assert_eq!(b.settings.status, BroadcastStatus::Pending);
-        let s1_now = store.get_stream(s1.id).unwrap().unwrap();
-        assert_eq!(s1_now.settings.broadcast_ids, vec![b.id]);
-        assert_eq!(s1_now.revision, s1.revision + 1, "its links changed");
-        // A stream PATCH read before the link changed cannot write the old links back.
-        assert!(matches!(
-            store
-                .update_stream(s1.id, s1.revision, &s1.settings)
-                .unwrap(),
-            Update::Stale
-        ));
-        // From the stream's side: leave the broadcast.
-        let Update::Done(s1_left) = store
-            .update_stream(s1.id, s1_now.revision, &stream("s1", vec![]))
-            .unwrap()
-        else {
-            panic!("current revision applies")
-        };
-        assert!(s1_left.settings.broadcast_ids.is_empty());
-        let b_now = store.get_broadcast(b.id).unwrap().unwrap();
-        assert_eq!(b_now.settings.stream_ids, vec![s2.id]);
-        assert_eq!(b_now.revision, b.revision + 1);
-        // Unknown ids: refused, nothing written on either side.
-        let e = store
-            .update_stream(s1.id, s1_left.revision, &stream("renamed", vec![b.id, 999]))
-            .unwrap_err();
-        assert!(matches!(
-            e,
-            StoreError::UnknownReference {
-                field: "broadcast_ids",
-                id: 999,
-                ..
-            }
-        ));
-        let s1_after = store.get_stream(s1.id).unwrap().unwrap();
-        assert_eq!(
-            (s1_after.settings.name.as_str(), s1_after.revision),
-            ("s1", s1_left.revision)
-        );
-        let mut bad = b_now.settings.clone();
-        bad.stream_ids = vec![12345];
-        assert!(matches!(
-            store
-                .update_broadcast(b.id, b_now.revision, &bad, now)
-                .unwrap_err(),
-            StoreError::UnknownReference {
-                field: "stream_ids",
-                id: 12345,
-                ..
-            }
-        ));
-        assert!(store
-            .create_stream(&stream("x", vec![777]), "t", now)
-            .is_err());
-        assert_eq!(store.list_streams(0, 10).unwrap().1, 2, "nothing created");
-        // Deleting a stream removes it from its broadcasts; deleting a broadcast from streams.
-        assert!(store.delete_stream(s2.id).unwrap());
-        assert!(store
-            .get_broadcast(b.id)
-            .unwrap()
-            .unwrap()
-            .settings
-            .stream_ids
-            .is_empty());
-        let Update::Done(_) = store
-            .update_stream(s1.id, s1_left.revision, &stream("s1", vec![b.id]))
-            .unwrap()
-        else {
-            panic!("applies")
-        };
-        assert!(store.delete_broadcast(b.id).unwrap());
-        assert!(!store.delete_broadcast(b.id).unwrap());
-        assert!(store
-            .get_stream(s1.id)
-            .unwrap()
-            .unwrap()
-            .settings
-            .broadcast_ids
-            .is_empty());
-        let (page, total) = store.list_broadcasts(0, 10).unwrap();
-        assert_eq!((page.len(), total), (0, 0));
     }
 
     #[test]

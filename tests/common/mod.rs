@@ -4,6 +4,7 @@
 
 pub mod hls;
 pub mod metrics;
+pub mod pg;
 pub mod proc;
 
 use std::io::{BufRead, BufReader};
