@@ -209,6 +209,32 @@ impl PostgresStore {
     }
 
     /// Reads of several statements (a count and a page) from one snapshot.
+    /// One page of `table`'s rows (`columns`), newest first, and how many rows it has, read in
+    /// one snapshot so the count and the page agree.
+    fn newest_first<T>(
+        &self,
+        table: &str,
+        columns: &str,
+        offset: u64,
+        limit: u32,
+        row: fn(&Row) -> Result<T, StoreError>,
+    ) -> Result<(Vec<T>, u64), StoreError> {
+        self.snapshot(|tx| {
+            let total: i64 = tx
+                .query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])?
+                .try_get(0)?;
+            let rows = tx
+                .query(
+                    &format!("SELECT {columns} FROM {table} ORDER BY id DESC LIMIT $1 OFFSET $2"),
+                    &[&i64::from(limit), &sql_offset(offset)],
+                )?
+                .iter()
+                .map(row)
+                .collect::<Result<_, _>>()?;
+            Ok((rows, total as u64))
+        })
+    }
+
     fn snapshot<T>(
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
@@ -627,23 +653,13 @@ impl Store for PostgresStore {
     }
 
     fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError> {
-        self.snapshot(|tx| {
-            let total: i64 = tx
-                .query_one("SELECT COUNT(*) FROM streams", &[])?
-                .try_get(0)?;
-            let rows = tx
-                .query(
-                    &format!(
-                        "SELECT {STREAM_COLUMNS}, {STREAM_LINKS} FROM streams \
-                         ORDER BY id DESC LIMIT $1 OFFSET $2"
-                    ),
-                    &[&i64::from(limit), &sql_offset(offset)],
-                )?
-                .iter()
-                .map(stream_row)
-                .collect::<Result<_, _>>()?;
-            Ok((rows, total as u64))
-        })
+        self.newest_first(
+            "streams",
+            &format!("{STREAM_COLUMNS}, {STREAM_LINKS}"),
+            offset,
+            limit,
+            stream_row,
+        )
     }
 
     fn update_stream(
@@ -1037,23 +1053,13 @@ impl Store for PostgresStore {
         offset: u64,
         limit: u32,
     ) -> Result<(Vec<BroadcastRow>, u64), StoreError> {
-        self.snapshot(|tx| {
-            let total: i64 = tx
-                .query_one("SELECT COUNT(*) FROM broadcasts", &[])?
-                .try_get(0)?;
-            let rows = tx
-                .query(
-                    &format!(
-                        "SELECT {BROADCAST_COLUMNS}, {BROADCAST_LINKS} FROM broadcasts \
-                         ORDER BY id DESC LIMIT $1 OFFSET $2"
-                    ),
-                    &[&i64::from(limit), &sql_offset(offset)],
-                )?
-                .iter()
-                .map(broadcast_row)
-                .collect::<Result<_, _>>()?;
-            Ok((rows, total as u64))
-        })
+        self.newest_first(
+            "broadcasts",
+            &format!("{BROADCAST_COLUMNS}, {BROADCAST_LINKS}"),
+            offset,
+            limit,
+            broadcast_row,
+        )
     }
 
     fn update_broadcast(

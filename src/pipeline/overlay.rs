@@ -123,9 +123,36 @@ impl PageRenderer {
     }
 }
 
+/// How long a page renderer gets to stop.
+const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for PageRenderer {
+    /// Stops the page's pipeline, waiting at most [`STOP_TIMEOUT`]: wpevideosrc (1.22) waits for
+    /// WebKit's next frame without a way to be woken, so when the page's web process is gone the
+    /// stop never returns (seen once in the unit test: the drop hung in `gst_pad_stop_task`).
+    /// Its thread is then left behind with a warning rather than taking its caller with it.
     fn drop(&mut self) {
-        let _ = self.pipeline.set_state(gst::State::Null);
+        let pipeline = self.pipeline.clone();
+        let (done, stopped) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("overlay-stop".into())
+            .spawn(move || {
+                let _ = pipeline.set_state(gst::State::Null);
+                let _ = done.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                if stopped.recv_timeout(STOP_TIMEOUT).is_err() {
+                    tracing::warn!(
+                        timeout = ?STOP_TIMEOUT,
+                        "an overlay page renderer did not stop (its WebKit process is gone?); left behind"
+                    );
+                }
+            }
+            Err(_) => {
+                let _ = self.pipeline.set_state(gst::State::Null);
+            }
+        }
     }
 }
 
