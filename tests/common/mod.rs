@@ -149,6 +149,9 @@ impl Daemon {
             banner,
             client: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
+                // An API call the daemon never answers fails the test instead of hanging the
+                // suite (a tests/browser run once waited > 15 min with nothing on the wire).
+                .timeout(Duration::from_secs(120))
                 .build()
                 .unwrap(),
         }
