@@ -6,6 +6,7 @@
 mod build;
 mod ladder;
 pub(crate) mod overlay;
+mod recycle;
 mod sink;
 
 use std::collections::VecDeque;
