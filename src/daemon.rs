@@ -56,6 +56,8 @@ pub enum DaemonError {
         "cannot open the PostgreSQL store at {url} (database_url, LIVEPACK_DATABASE_URL): {source}"
     )]
     Database { url: String, source: StoreError },
+    #[error("cannot register this node in the store (node_id, node_url): {0}")]
+    Cluster(crate::cluster::ClusterError),
     #[error(transparent)]
     Quality(#[from] QualityError),
     #[error(transparent)]
@@ -177,6 +179,18 @@ fn public_url(config: &Config, bound: SocketAddr) -> Url {
     };
     let host = SocketAddr::new(ip, bound.port());
     Url::parse(&format!("http://{host}")).expect("a socket address makes a valid URL")
+}
+
+/// Where the other nodes reach this one: `node_url`, or the bound address (the host name when
+/// bound to every interface).
+fn node_url(config: &Config, bound: SocketAddr) -> String {
+    if let Some(url) = &config.node_url {
+        return url.as_str().trim_end_matches('/').to_owned();
+    }
+    if bound.ip().is_unspecified() {
+        return format!("http://{}:{}", crate::cluster::host_name(), bound.port());
+    }
+    format!("http://{bound}")
 }
 
 /// Prunes source statistics past their retention, at start and then hourly.
@@ -324,6 +338,25 @@ pub async fn start(
             source,
         })?;
     let public_url = public_url(&config, http_addr);
+    let node_id = config
+        .node_id
+        .clone()
+        .unwrap_or_else(crate::cluster::host_name);
+    // This node among the daemons sharing the store: registered (first heartbeat) before any
+    // publish is accepted, so its leases are never those of a node the others think dead.
+    let cluster = crate::cluster::Cluster::new(
+        crate::cluster::ClusterConfig {
+            node_id: node_id.clone(),
+            node_url: node_url(&config, http_addr),
+            dead_after: config.node_dead_after,
+        },
+        store.clone(),
+    );
+    registry.set_leases(cluster.clone());
+    cluster
+        .start(&registry)
+        .await
+        .map_err(DaemonError::Cluster)?;
     let recordings = crate::record::manager::Recordings::new(
         store.clone(),
         crate::record::manager::RecordConfig {
@@ -332,6 +365,7 @@ pub async fn start(
             max: config.record_max,
             max_bytes: config.recordings_max_bytes,
             min_free_bytes: config.recordings_min_free_bytes,
+            node_id: node_id.clone(),
         },
     );
     {
@@ -358,6 +392,8 @@ pub async fn start(
         ),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
+        relay: crate::cluster::relay::Relay::new(cluster.clone(), store.clone()),
+        cluster: cluster.clone(),
         recordings: recordings.clone(),
         overlays: overlays.clone(),
         spectators: spectators.clone(),
@@ -380,6 +416,7 @@ pub async fn start(
     let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone(), muxes);
     let player = crate::http::delivery::player::Player::new(
         registry.clone(),
+        cluster.clone(),
         store.clone(),
         config.player_assets_dir.clone(),
         spectators,
@@ -481,9 +518,19 @@ async fn route(
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.handle(req).await,
-        p if delivery::owns(p) => delivery::handle(api.registry.clone(), req).await,
+        p if delivery::owns(p) => {
+            let owner = match delivery::parse_path(p) {
+                Some((id, _)) => api.relay.stream_owner(id, &req).await,
+                None => None,
+            };
+            match owner {
+                Some(node) => api.relay.forward(req, &node).await,
+                None => delivery::handle(api.registry.clone(), req).await,
+            }
+        }
         p if delivery::videos::owns(p) => {
-            delivery::videos::handle(api.store.clone(), api.recordings.root(), req).await
+            delivery::videos::handle(api.store.clone(), api.recordings.root(), &api.relay, req)
+                .await
         }
         p if crate::ingest::whip::owns(p) => whip.handle(req).await,
         p if delivery::player::owns(p) => player.handle(req).await,

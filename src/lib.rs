@@ -13,6 +13,8 @@
 //! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
 //! - `db`: persistence of the control-plane records behind the `Store` trait (SQLite by
 //!   default; PostgreSQL, which several daemons can share, with `database_url`).
+//! - `cluster`: this daemon as one node of several on one store — heartbeat, the leases on
+//!   the streams it serves (refusals elsewhere), the live state other nodes wrote.
 //! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
 //!   pipeline; the timestamp unwrap (`timeline`) and the one re-timer (`retime`).
 //! - `formats`: container parsers shared by ingest and package (MPEG-TS).
@@ -42,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod broadcast;
+pub(crate) mod cluster;
 pub mod config;
 pub mod daemon;
 pub(crate) mod db;

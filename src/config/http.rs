@@ -6,10 +6,15 @@ use super::{invalid, ConfigError};
 
 /// Base of every returned URL; absent or blank: derived from the bound HTTP address.
 pub(super) fn public_url(u: Option<&str>) -> Result<Option<Url>, ConfigError> {
+    base_url("public_url", u)
+}
+
+/// An http(s) base URL with a host and nothing after the path; blank is `None`.
+pub(super) fn base_url(key: &'static str, u: Option<&str>) -> Result<Option<Url>, ConfigError> {
     let Some(u) = u.filter(|u| !u.trim().is_empty()) else {
         return Ok(None);
     };
-    let bad = |reason: String| invalid("public_url", u, reason);
+    let bad = |reason: String| invalid(key, u, reason);
     let url = Url::parse(u.trim()).map_err(|e| bad(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(bad("must be an http(s) URL with a host".into()));
@@ -172,4 +177,22 @@ pub(super) fn ingest_regions(
             Ok(IngestRegion { name: r.name, host })
         })
         .collect()
+}
+
+/// A node id names the node in the store and in logs: 1–64 of `A–Z a–z 0–9 . _ -`.
+pub(super) fn node_id(v: Option<&str>) -> Result<Option<String>, ConfigError> {
+    let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let ok = v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err(invalid(
+            "node_id",
+            v,
+            "must be 1-64 characters of A-Z a-z 0-9 . _ -",
+        ));
+    }
+    Ok(Some(v.to_owned()))
 }

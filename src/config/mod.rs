@@ -82,6 +82,12 @@ settings! {
     database_url: String;
     api_keys: Vec<String> = Vec::new();
     public_url: String;
+    /// This daemon's name among the nodes sharing the store; absent: the host name.
+    node_id: String;
+    /// Where the other nodes reach this one; absent: from the bound HTTP address.
+    node_url: String;
+    /// A node silent this long is dead: its streams go off air and may be taken over.
+    node_dead_secs: u64 = crate::cluster::DEFAULT_DEAD_AFTER.as_secs(), 2..=300;
     quality_sets_file: PathBuf;
     profile_templates_file: PathBuf;
     fastedge_app_domain: String = DEFAULT_FASTEDGE_APP_DOMAIN.to_owned(), http::dns_name;
@@ -173,6 +179,11 @@ pub struct Config {
     pub api_keys: Vec<String>,
     /// Base of every returned URL; `None` means derived from the bound HTTP address.
     pub public_url: Option<Url>,
+    /// `None`: the host name.
+    pub node_id: Option<String>,
+    /// `None`: derived from the bound HTTP address.
+    pub node_url: Option<Url>,
+    pub node_dead_after: Duration,
     pub quality_sets_file: Option<PathBuf>,
     pub profile_templates_file: Option<PathBuf>,
     pub fastedge_app_domain: String,
@@ -221,6 +232,9 @@ impl Config {
         }
         Ok(Config {
             public_url: http::public_url(s.public_url.as_deref())?,
+            node_id: http::node_id(s.node_id.as_deref())?,
+            node_url: http::base_url("node_url", s.node_url.as_deref())?,
+            node_dead_after: Duration::from_secs(s.node_dead_secs),
             packaging: packaging::config(&s)?,
             rtmp: ingest::rtmp(&s),
             srt: ingest::srt(&s),

@@ -384,6 +384,10 @@ pub struct VideoState {
     /// `origin.mp4` (the single audio+video download of an origin recording) is there.
     #[serde(default)]
     pub download: bool,
+    /// The node whose disk holds the files (daemons sharing a store); `None`: recorded before
+    /// nodes were named, by the only node there was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl VideoState {
@@ -398,6 +402,7 @@ impl VideoState {
             renditions: Vec::new(),
             screenshot: false,
             download: false,
+            node: None,
         }
     }
 }
@@ -517,6 +522,55 @@ pub struct VideoFilter {
     pub client_user_id: Option<serde_json::Number>,
     pub limit: u32,
     pub offset: u64,
+}
+
+/// One daemon of a cluster as its heartbeats describe it (`cluster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub id: String,
+    /// Where the other nodes reach it (relayed requests).
+    pub url: String,
+    pub started_at: OffsetDateTime,
+    /// Since its last heartbeat, by the store's clock.
+    pub silent: std::time::Duration,
+}
+
+/// What a node's heartbeat says about itself.
+#[derive(Debug, Clone)]
+pub struct NodeBeat<'a> {
+    pub id: &'a str,
+    pub url: &'a str,
+    pub started_at: OffsetDateTime,
+}
+
+/// The state a node writes on a lease it holds at each heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    pub stream_id: i64,
+    /// A publisher (or the PULL fetcher) feeds the stream now; `false` in the grace period.
+    pub publishing: bool,
+    /// The stream's live status as the API shows it (JSON, written and read by `cluster`).
+    pub status: String,
+}
+
+/// Who serves a live stream: the node that took its lease on accepting the publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub stream_id: i64,
+    pub node_id: String,
+    /// The holder's URL (empty when the holder never sent a heartbeat).
+    pub node_url: String,
+    pub publishing: bool,
+    pub status: String,
+}
+
+/// How [`Store::take_lease`] may take a lease another node holds.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTake {
+    /// A holder silent this long is dead: its leases are free.
+    pub dead_after: std::time::Duration,
+    /// A holder that no longer publishes the stream (grace period) gives it up.
+    pub from_idle: bool,
 }
 
 /// Everything the control plane persists. Every mutating call is atomic and durable when it
@@ -664,4 +718,31 @@ pub trait Store: Send + Sync + 'static {
     /// Small named settings (the default quality set, one-time seeding marks).
     fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
     fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
+
+    // The cluster: nodes and leases (one per live stream, held by the node serving it).
+    /// Records `node`'s heartbeat (registering it), writes `leases`' state where `node` still
+    /// holds them, and returns the ids of every stream `node` holds a lease on, ascending.
+    fn heartbeat(&self, node: &NodeBeat<'_>, leases: &[LeaseState])
+        -> Result<Vec<i64>, StoreError>;
+    /// Takes `stream_id`'s lease for `node` (marked publishing, its status reset unless `node`
+    /// held it already) when nobody holds it, `node` does, its holder is dead, or (`from_idle`)
+    /// its holder no longer publishes. Otherwise `Ok(Err(holder))`. Atomic: of nodes taking
+    /// one lease at once, one wins.
+    fn take_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        take: LeaseTake,
+    ) -> Result<Result<(), LeaseRow>, StoreError>;
+    /// Gives up `stream_id`'s lease if `node` holds it; `true` if it did.
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError>;
+    /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
+    /// ascending by stream id.
+    fn live_leases(
+        &self,
+        stream_id: Option<i64>,
+        dead_after: std::time::Duration,
+    ) -> Result<Vec<LeaseRow>, StoreError>;
+    /// Every node that ever sent a heartbeat, by id.
+    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError>;
 }

@@ -22,14 +22,15 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::codec::{
-    app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, id_set,
+    app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, from_ms, id_set,
     overlay_from_raw, stream_from_raw, to_json, to_ms, touched, video_from_raw, RawStream, Side,
     SideNames, APP_COLUMNS, BROADCAST_COLUMNS, OVERLAY_COLUMNS, STREAM_COLUMNS, VIDEO_COLUMNS,
 };
 use super::{
-    AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, OverlayRow,
-    ProfileTemplate, SourceBucket, SourceSample, Store, StoreError, StreamRow, StreamSettings,
-    Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
+    AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, LeaseRow,
+    LeaseState, LeaseTake, NodeBeat, NodeRow, OverlayRow, ProfileTemplate, SourceBucket,
+    SourceSample, Store, StoreError, StreamRow, StreamSettings, Update, VideoFilter, VideoRow,
+    VideoSettings, VideoState, VideoStatus,
 };
 
 /// Each entry moves the schema from version `index` to `index + 1` (stored in
@@ -135,6 +136,24 @@ CREATE INDEX broadcast_streams_by_stream ON broadcast_streams (stream_id, broadc
 UPDATE streams SET settings = (settings::jsonb - 'broadcast_ids')::text
     WHERE strpos(settings, '"broadcast_ids"') > 0;
 "#,
+    // The cluster: daemons sharing the store, and which one serves each live stream. Times
+    // are the server's clock, so the nodes' own clocks may differ.
+    r#"
+CREATE TABLE nodes (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    started_at_ms BIGINT NOT NULL,
+    heartbeat_ms BIGINT NOT NULL
+);
+CREATE TABLE leases (
+    stream_id BIGINT PRIMARY KEY REFERENCES streams (id) ON DELETE CASCADE,
+    node_id TEXT NOT NULL,
+    publishing BOOLEAN NOT NULL,
+    status TEXT NOT NULL,
+    taken_at_ms BIGINT NOT NULL
+);
+CREATE INDEX leases_by_node ON leases (node_id);
+"#,
 ];
 
 /// Advisory lock keys (`pg_advisory_xact_lock`, per database): ASCII "livepack" and the next.
@@ -152,6 +171,27 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// partition, a stopped process) would hold the write lock until the server noticed, so the
 /// server ends such a session after 30 s, and no statement waits longer than that for a lock.
 const SESSION_OPTIONS: &str = "-c idle_in_transaction_session_timeout=30000 -c lock_timeout=30000";
+
+/// The server's clock in ms: every node's heartbeat and every lease check read this one clock.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";
+
+/// A lease and its holder's URL (left join: a holder that never beat has none).
+const LEASE_SELECT: &str = "SELECT l.stream_id, l.node_id, COALESCE(n.url, ''), l.publishing, \
+    l.status FROM leases l LEFT JOIN nodes n ON n.id = l.node_id";
+
+fn lease_row(r: &Row) -> Result<LeaseRow, StoreError> {
+    Ok(LeaseRow {
+        stream_id: r.try_get(0)?,
+        node_id: r.try_get(1)?,
+        node_url: r.try_get(2)?,
+        publishing: r.try_get(3)?,
+        status: r.try_get(4)?,
+    })
+}
+
+fn dead_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
+}
 
 /// Whether `url` is a PostgreSQL URL this store can use (`postgres://` or `postgresql://`,
 /// parsed by the client); the reason if not.
@@ -1250,6 +1290,124 @@ impl Store for PostgresStore {
             &[&key, &value],
         )?;
         Ok(())
+    }
+
+    fn heartbeat(
+        &self,
+        node: &NodeBeat<'_>,
+        leases: &[LeaseState],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut conn = self.pool.get()?;
+        let mut tx = conn.transaction()?;
+        tx.execute(
+            &format!(
+                "INSERT INTO nodes (id, url, started_at_ms, heartbeat_ms) VALUES ($1, $2, $3, {NOW_MS}) \
+                 ON CONFLICT (id) DO UPDATE SET url = excluded.url, \
+                   started_at_ms = excluded.started_at_ms, heartbeat_ms = excluded.heartbeat_ms"
+            ),
+            &[&node.id, &node.url, &to_ms(node.started_at)],
+        )?;
+        for l in leases {
+            tx.execute(
+                "UPDATE leases SET publishing = $1, status = $2 WHERE stream_id = $3 AND node_id = $4",
+                &[&l.publishing, &l.status, &l.stream_id, &node.id],
+            )?;
+        }
+        let held = tx
+            .query(
+                "SELECT stream_id FROM leases WHERE node_id = $1 ORDER BY stream_id",
+                &[&node.id],
+            )?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<Vec<i64>, _>>()?;
+        tx.commit()?;
+        Ok(held)
+    }
+
+    fn take_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        take: LeaseTake,
+    ) -> Result<Result<(), LeaseRow>, StoreError> {
+        let mut conn = self.pool.get()?;
+        // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking one
+        // lease at once, one wins.
+        let taken = conn.query_opt(
+            &format!(
+                "INSERT INTO leases (stream_id, node_id, publishing, status, taken_at_ms) \
+                 VALUES ($1, $2, true, '{{}}', {NOW_MS}) \
+                 ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, publishing = true, \
+                   status = CASE WHEN leases.node_id = excluded.node_id THEN leases.status \
+                     ELSE excluded.status END, \
+                   taken_at_ms = excluded.taken_at_ms \
+                 WHERE leases.node_id = excluded.node_id OR ($3 AND NOT leases.publishing) \
+                   OR NOT EXISTS (SELECT 1 FROM nodes \
+                     WHERE nodes.id = leases.node_id AND nodes.heartbeat_ms > {NOW_MS} - $4) \
+                 RETURNING stream_id"
+            ),
+            &[&stream_id, &node, &take.from_idle, &dead_ms(take.dead_after)],
+        )?;
+        if taken.is_some() {
+            return Ok(Ok(()));
+        }
+        let holder = conn
+            .query_opt(
+                &format!("{LEASE_SELECT} WHERE l.stream_id = $1"),
+                &[&stream_id],
+            )?
+            .map(|r| lease_row(&r))
+            .transpose()?;
+        // Released between the two statements: the next attempt takes it.
+        Ok(holder.map_or(Ok(()), Err))
+    }
+
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
+        Ok(self.pool.get()?.execute(
+            "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
+            &[&stream_id, &node],
+        )? == 1)
+    }
+
+    fn live_leases(
+        &self,
+        stream_id: Option<i64>,
+        dead_after: Duration,
+    ) -> Result<Vec<LeaseRow>, StoreError> {
+        self.pool
+            .get()?
+            .query(
+                &format!(
+                    "{LEASE_SELECT} WHERE n.heartbeat_ms > {NOW_MS} - $1 \
+                     AND ($2::BIGINT IS NULL OR l.stream_id = $2) ORDER BY l.stream_id"
+                ),
+                &[&dead_ms(dead_after), &stream_id],
+            )?
+            .iter()
+            .map(lease_row)
+            .collect()
+    }
+
+    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
+        self.pool
+            .get()?
+            .query(
+                &format!(
+                    "SELECT id, url, started_at_ms, {NOW_MS} - heartbeat_ms FROM nodes ORDER BY id"
+                ),
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(NodeRow {
+                    id: r.try_get(0)?,
+                    url: r.try_get(1)?,
+                    started_at: from_ms("node", 0, r.try_get(2)?)?,
+                    silent: Duration::from_millis(r.try_get::<_, i64>(3)?.max(0) as u64),
+                })
+            })
+            .collect()
     }
 }
 

@@ -8,15 +8,16 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use time::OffsetDateTime;
 
 use super::codec::{
-    app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, id_set,
+    app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, from_ms, id_set,
     overlay_from_raw, stream_from_raw, to_json, to_ms, touched, video_from_raw, RawBroadcast,
     RawStream, RawVideo, Side, SideNames, APP_COLUMNS, BROADCAST_COLUMNS, OVERLAY_COLUMNS,
     STREAM_COLUMNS, VIDEO_COLUMNS,
 };
 use super::{
-    AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, OverlayRow,
-    ProfileTemplate, SourceBucket, SourceSample, Store, StoreError, StreamRow, StreamSettings,
-    Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
+    AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, LeaseRow,
+    LeaseState, LeaseTake, NodeBeat, NodeRow, OverlayRow, ProfileTemplate, SourceBucket,
+    SourceSample, Store, StoreError, StreamRow, StreamSettings, Update, VideoFilter, VideoRow,
+    VideoSettings, VideoState, VideoStatus,
 };
 
 pub const DB_FILE_NAME: &str = "livepack.db";
@@ -117,7 +118,48 @@ CREATE TABLE broadcast_streams (
 CREATE INDEX broadcast_streams_by_stream ON broadcast_streams (stream_id, broadcast_id);
 UPDATE streams SET settings = json_remove(settings, '$.broadcast_ids');
 "#,
+    // The cluster: daemons sharing the store, and which one serves each live stream. Times
+    // are the store's clock (PostgreSQL's for several nodes), so nodes' clocks may differ.
+    r#"
+CREATE TABLE nodes (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    heartbeat_ms INTEGER NOT NULL
+);
+CREATE TABLE leases (
+    stream_id INTEGER PRIMARY KEY REFERENCES streams (id) ON DELETE CASCADE,
+    node_id TEXT NOT NULL,
+    publishing INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    taken_at_ms INTEGER NOT NULL
+);
+CREATE INDEX leases_by_node ON leases (node_id);
+"#,
 ];
+
+/// A lease and its holder's URL (left join: a holder that never beat has none).
+const LEASE_SELECT: &str = "SELECT l.stream_id, l.node_id, COALESCE(n.url, ''), l.publishing, \
+    l.status FROM leases l LEFT JOIN nodes n ON n.id = l.node_id";
+
+fn lease_row(r: &Row<'_>) -> rusqlite::Result<LeaseRow> {
+    Ok(LeaseRow {
+        stream_id: r.get(0)?,
+        node_id: r.get(1)?,
+        node_url: r.get(2)?,
+        publishing: r.get(3)?,
+        status: r.get(4)?,
+    })
+}
+
+/// The store's clock: one machine's, since SQLite is one node's store.
+fn now_ms() -> i64 {
+    to_ms(OffsetDateTime::now_utc())
+}
+
+fn dead_ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
+}
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -1027,6 +1069,130 @@ impl Store for SqliteStore {
             params![key, value],
         )?;
         Ok(())
+    }
+
+    fn heartbeat(
+        &self,
+        node: &NodeBeat<'_>,
+        leases: &[LeaseState],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO nodes (id, url, started_at_ms, heartbeat_ms) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (id) DO UPDATE SET url = excluded.url, \
+               started_at_ms = excluded.started_at_ms, heartbeat_ms = excluded.heartbeat_ms",
+            params![node.id, node.url, to_ms(node.started_at), now_ms()],
+        )?;
+        for l in leases {
+            tx.execute(
+                "UPDATE leases SET publishing = ?1, status = ?2 WHERE stream_id = ?3 AND node_id = ?4",
+                params![l.publishing, l.status, l.stream_id, node.id],
+            )?;
+        }
+        let held = tx
+            .prepare("SELECT stream_id FROM leases WHERE node_id = ?1 ORDER BY stream_id")?
+            .query_map(params![node.id], |r| r.get(0))?
+            .collect::<Result<Vec<i64>, _>>()?;
+        tx.commit()?;
+        Ok(held)
+    }
+
+    fn take_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        take: LeaseTake,
+    ) -> Result<Result<(), LeaseRow>, StoreError> {
+        let conn = self.conn();
+        let now = now_ms();
+        let taken = conn
+            .query_row(
+                "INSERT INTO leases (stream_id, node_id, publishing, status, taken_at_ms) \
+                 VALUES (?1, ?2, 1, '{}', ?3) \
+                 ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, publishing = 1, \
+                   status = CASE WHEN leases.node_id = excluded.node_id THEN leases.status \
+                     ELSE excluded.status END, \
+                   taken_at_ms = excluded.taken_at_ms \
+                 WHERE leases.node_id = excluded.node_id OR (?4 AND NOT leases.publishing) \
+                   OR NOT EXISTS (SELECT 1 FROM nodes \
+                     WHERE nodes.id = leases.node_id AND nodes.heartbeat_ms > ?5) \
+                 RETURNING stream_id",
+                params![
+                    stream_id,
+                    node,
+                    now,
+                    take.from_idle,
+                    now - dead_ms(take.dead_after)
+                ],
+                |_| Ok(()),
+            )
+            .optional()?;
+        if taken.is_some() {
+            return Ok(Ok(()));
+        }
+        let holder = conn
+            .query_row(
+                &format!("{LEASE_SELECT} WHERE l.stream_id = ?1"),
+                params![stream_id],
+                lease_row,
+            )
+            .optional()?;
+        // Released between the two statements: the next attempt takes it.
+        Ok(holder.map_or(Ok(()), Err))
+    }
+
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
+        Ok(self.conn().execute(
+            "DELETE FROM leases WHERE stream_id = ?1 AND node_id = ?2",
+            params![stream_id, node],
+        )? == 1)
+    }
+
+    fn live_leases(
+        &self,
+        stream_id: Option<i64>,
+        dead_after: std::time::Duration,
+    ) -> Result<Vec<LeaseRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "{LEASE_SELECT} WHERE n.heartbeat_ms > ?1 AND (?2 IS NULL OR l.stream_id = ?2) \
+             ORDER BY l.stream_id"
+        ))?;
+        let rows = stmt
+            .query_map(
+                params![now_ms() - dead_ms(dead_after), stream_id],
+                lease_row,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare("SELECT id, url, started_at_ms, heartbeat_ms FROM nodes ORDER BY id")?;
+        let now = now_ms();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(id, url, started, beat)| {
+                Ok(NodeRow {
+                    started_at: from_ms("node", 0, started)?,
+                    silent: std::time::Duration::from_millis((now - beat).max(0) as u64),
+                    id,
+                    url,
+                })
+            })
+            .collect()
     }
 }
 

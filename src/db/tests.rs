@@ -9,9 +9,9 @@ use time::OffsetDateTime;
 
 use super::codec::to_ms;
 use super::{
-    ApiType, AppFilter, AppOrderKey, AppSettings, PostgresStore, ProfileTemplate,
-    ProfileTemplateField, Projection, RecordType, SourceSample, SqliteStore, Store, StoreError,
-    StreamSettings, Update, VideoFilter, VideoSettings, VideoState, VideoStatus,
+    ApiType, AppFilter, AppOrderKey, AppSettings, LeaseState, LeaseTake, NodeBeat, PostgresStore,
+    ProfileTemplate, ProfileTemplateField, Projection, RecordType, SourceSample, SqliteStore,
+    Store, StoreError, StreamSettings, Update, VideoFilter, VideoSettings, VideoState, VideoStatus,
 };
 use crate::overlay::OverlaySpec;
 
@@ -100,6 +100,8 @@ on_both_backends!(
     corrupt_documents_are_reported_as_corrupt,
     free_text_round_trips_even_with_nul,
     concurrent_updates_of_different_fields_all_land,
+    a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles,
+    one_of_nodes_taking_a_lease_at_once_wins,
 );
 
 fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
@@ -896,4 +898,150 @@ fn concurrent_updates_of_different_fields_all_land(store: &Backend) {
         "one revision per landed update ({} stale attempts retried)",
         stale.load(Ordering::Relaxed)
     );
+}
+
+fn beat<'a>(id: &'a str, url: &'a str) -> NodeBeat<'a> {
+    NodeBeat {
+        id,
+        url,
+        started_at: OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_700_000_000),
+    }
+}
+
+fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
+    let now = OffsetDateTime::now_utc();
+    let id = store
+        .create_stream(&StreamSettings::default(), "t", now)
+        .unwrap()
+        .id;
+    let dead_after = std::time::Duration::from_millis(600);
+    let strict = LeaseTake {
+        dead_after,
+        from_idle: false,
+    };
+    let idle_ok = LeaseTake {
+        from_idle: true,
+        ..strict
+    };
+    assert_eq!(
+        store.heartbeat(&beat("a", "http://a"), &[]).unwrap(),
+        Vec::<i64>::new()
+    );
+    store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
+    let nodes = store.nodes().unwrap();
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| (n.id.as_str(), n.url.as_str()))
+            .collect::<Vec<_>>(),
+        [("a", "http://a"), ("b", "http://b")]
+    );
+    assert_eq!(nodes[0].started_at, beat("a", "").started_at);
+    assert!(nodes[0].silent < dead_after);
+
+    // A takes it; B is told who holds it; A taking again keeps it.
+    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    let holder = store.take_lease(id, "b", idle_ok).unwrap().unwrap_err();
+    assert_eq!(
+        (holder.node_id.as_str(), holder.node_url.as_str()),
+        ("a", "http://a")
+    );
+    assert!(holder.publishing);
+    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+
+    // A's heartbeat writes its state; the live view shows it.
+    let state = LeaseState {
+        stream_id: id,
+        publishing: true,
+        status: r#"{"live":true}"#.into(),
+    };
+    assert_eq!(
+        store
+            .heartbeat(&beat("a", "http://a"), std::slice::from_ref(&state))
+            .unwrap(),
+        [id]
+    );
+    let live = store.live_leases(Some(id), dead_after).unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        (live[0].node_id.as_str(), live[0].status.as_str()),
+        ("a", r#"{"live":true}"#)
+    );
+    assert_eq!(store.live_leases(None, dead_after).unwrap(), live);
+
+    // Its publisher gone (grace period): B may take it over only when allowed to.
+    let idle = LeaseState {
+        publishing: false,
+        ..state.clone()
+    };
+    store.heartbeat(&beat("a", "http://a"), &[idle]).unwrap();
+    assert!(store.take_lease(id, "b", strict).unwrap().is_err());
+    assert_eq!(store.take_lease(id, "b", idle_ok).unwrap(), Ok(()));
+    let live = store.live_leases(Some(id), dead_after).unwrap();
+    assert_eq!(live[0].node_id, "b");
+    assert!(live[0].publishing);
+    assert_eq!(live[0].status, "{}", "a new holder starts with no status");
+    // A learns at its next heartbeat that it no longer holds it; its state is not written.
+    assert_eq!(
+        store.heartbeat(&beat("a", "http://a"), &[state]).unwrap(),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        store.live_leases(Some(id), dead_after).unwrap()[0].status,
+        "{}"
+    );
+
+    // Only the holder releases.
+    assert!(!store.release_lease(id, "a").unwrap());
+    assert!(store.release_lease(id, "b").unwrap());
+    assert!(store.live_leases(None, dead_after).unwrap().is_empty());
+
+    // A holder that falls silent is dead: its lease is free, and no longer shown live.
+    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    std::thread::sleep(dead_after + std::time::Duration::from_millis(200));
+    store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
+    assert!(store.live_leases(Some(id), dead_after).unwrap().is_empty());
+    assert!(store.nodes().unwrap()[0].silent >= dead_after);
+    assert_eq!(store.take_lease(id, "b", strict).unwrap(), Ok(()));
+    assert_eq!(store.heartbeat(&beat("b", "http://b"), &[]).unwrap(), [id]);
+
+    // The lease goes with its stream.
+    assert!(store.delete_stream(id).unwrap());
+    assert_eq!(
+        store.heartbeat(&beat("b", "http://b"), &[]).unwrap(),
+        Vec::<i64>::new()
+    );
+}
+
+fn one_of_nodes_taking_a_lease_at_once_wins(store: &Backend) {
+    let store: &dyn Store = &**store;
+    let now = OffsetDateTime::now_utc();
+    let take = LeaseTake {
+        dead_after: std::time::Duration::from_secs(10),
+        from_idle: true,
+    };
+    let nodes = ["n0", "n1", "n2", "n3"];
+    for n in nodes {
+        store.heartbeat(&beat(n, "http://n"), &[]).unwrap();
+    }
+    for round in 0..5 {
+        let id = store
+            .create_stream(&StreamSettings::default(), &format!("t{round}"), now)
+            .unwrap()
+            .id;
+        let barrier = std::sync::Barrier::new(nodes.len());
+        let won = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for n in nodes {
+                let (barrier, won) = (&barrier, &won);
+                s.spawn(move || {
+                    barrier.wait();
+                    if store.take_lease(id, n, take).unwrap().is_ok() {
+                        won.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(won.load(Ordering::SeqCst), 1, "round {round}");
+    }
 }

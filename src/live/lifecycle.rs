@@ -29,7 +29,9 @@ impl Registry {
             registry.emit(super::LiveEvent::Ended { id });
             tracing::info!(stream = id, "stream ended");
             tokio::time::sleep(registry.config.linger).await;
-            registry.sessions.remove_idle(id, epoch);
+            if registry.sessions.remove_idle(id, epoch) {
+                registry.forgotten(id);
+            }
         });
     }
 }

@@ -97,6 +97,21 @@ pub enum LiveEvent {
     Ended { id: i64 },
 }
 
+/// Where streams are served when several daemons share the store (`cluster`): a stream's lease
+/// is taken before a publish is accepted and given up when the stream is forgotten here.
+pub trait Leases: Send + Sync + 'static {
+    /// Refused with [`PublishError::LiveElsewhere`] while another live node serves the stream
+    /// (unless, with `from_idle`, that node's publisher has left).
+    fn take(
+        self: Arc<Self>,
+        id: i64,
+        from_idle: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>>;
+    fn release(self: Arc<Self>, id: i64);
+    /// A publisher came or left: the stream's state is written now, not at the next beat.
+    fn state_changed(self: Arc<Self>, id: i64);
+}
+
 /// Events queued per consumer before it loses the oldest.
 const EVENTS_QUEUE: usize = 256;
 
@@ -125,6 +140,7 @@ pub struct Registry {
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     changes: changes::Changes,
     events: tokio::sync::broadcast::Sender<LiveEvent>,
+    leases: std::sync::OnceLock<Arc<dyn Leases>>,
 }
 
 impl Registry {
@@ -143,7 +159,52 @@ impl Registry {
             tasks: Mutex::new(Vec::new()),
             changes: changes::Changes::default(),
             events: tokio::sync::broadcast::Sender::new(EVENTS_QUEUE),
+            leases: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes every publish and PULL take the stream's lease first (set once, before any).
+    pub fn set_leases(&self, leases: Arc<dyn Leases>) {
+        let _ = self.leases.set(leases);
+    }
+
+    async fn take_lease(&self, id: i64, from_idle: bool) -> Result<(), PublishError> {
+        match self.leases.get() {
+            Some(leases) => leases.clone().take(id, from_idle).await,
+            None => Ok(()),
+        }
+    }
+
+    fn lease_state_changed(&self, id: i64) {
+        if let Some(leases) = self.leases.get() {
+            leases.clone().state_changed(id);
+        }
+    }
+
+    /// The stream is forgotten here (its linger is over).
+    pub(super) fn forgotten(&self, id: i64) {
+        if let Some(leases) = self.leases.get() {
+            leases.clone().release(id);
+        }
+    }
+
+    /// The PULL fetcher's claim before it connects: this node pulls the stream unless another
+    /// live node does ([`PublishError::LiveElsewhere`]).
+    pub async fn claim_pull(&self, id: i64) -> Result<(), PublishError> {
+        self.take_lease(id, false).await
+    }
+
+    /// Gives up the stream's lease if this node has no session for it (a PULL that stopped
+    /// before or after its session).
+    pub fn release_unserved(&self, id: i64) {
+        if self.sessions.handles(id).is_none() {
+            self.forgotten(id);
+        }
+    }
+
+    /// Whether a publisher (or the PULL fetcher) feeds the stream here now.
+    pub fn publishing(&self, id: i64) -> bool {
+        self.sessions.slot_taken(id, Slot::Main) || self.sessions.slot_taken(id, Slot::Backup)
     }
 
     /// A stream record was created, changed or deleted: its PULL fetcher (if any) follows.
@@ -298,6 +359,9 @@ impl Registry {
         if self.sessions.slot_taken(id, slot) {
             return Err(PublishError::AlreadyLive(id));
         }
+        // A node whose publisher left (grace period) gives the stream up: behind a load
+        // balancer the reconnect may land anywhere.
+        self.take_lease(id, true).await?;
         Ok(PublishPermit {
             row,
             slot,
@@ -321,6 +385,8 @@ impl Registry {
         if self.sessions.slot_taken(id, Slot::Main) {
             return Err(PublishError::AlreadyLive(id));
         }
+        // One node pulls a stream; its holder keeps it through a source outage.
+        self.take_lease(id, false).await?;
         Ok(PublishPermit {
             row,
             slot: Slot::Main,
@@ -419,6 +485,7 @@ impl Registry {
     /// Bookkeeping for a publisher that got a slot: its start time and the receiving flag.
     fn slot_started(&self, id: i64, slot: Slot, protocol: Protocol) {
         self.sessions.slot_started(id, slot);
+        self.lease_state_changed(id);
         let now = Some(OffsetDateTime::now_utc());
         match slot {
             Slot::Main => self.record_times(id, now, None, None),
@@ -430,6 +497,7 @@ impl Registry {
     /// A publisher left its slot: the slot is free for a new publish.
     fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
         self.sessions.slot_left(id, epoch, slot);
+        self.lease_state_changed(id);
         if slot == Slot::Main {
             self.record_times(id, None, None, Some(OffsetDateTime::now_utc()));
         }

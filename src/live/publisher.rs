@@ -44,6 +44,9 @@ pub enum PublishError {
     PullStream(i64),
     #[error("stream {0} is already live")]
     AlreadyLive(i64),
+    /// Another daemon sharing the store serves the stream (`url`: where it is reached).
+    #[error("stream {id} is live on node {node}")]
+    LiveElsewhere { id: i64, node: String, url: String },
     #[error("store unavailable")]
     Store,
 }

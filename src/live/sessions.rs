@@ -304,14 +304,16 @@ impl Table {
     }
 
     /// Forgets the stream if no session has started since `epoch` ended.
-    pub fn remove_idle(&self, id: i64, epoch: u64) {
+    /// Forgets an idle stream of `epoch`; `true` if it did.
+    pub fn remove_idle(&self, id: i64, epoch: u64) -> bool {
         let mut streams = self.streams();
-        if streams
+        let idle = streams
             .get(&id)
-            .is_some_and(|e| e.epoch == epoch && e.session.is_none())
-        {
+            .is_some_and(|e| e.epoch == epoch && e.session.is_none());
+        if idle {
             streams.remove(&id);
         }
+        idle
     }
 
     /// Tells the stream's pipeline to drain and stop; `false` when it has no session.

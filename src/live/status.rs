@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The receiving/transcoding state of a stream; all off while nothing is received.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The receiving/transcoding state of a stream; all off while nothing is received. Serialised
+/// into the stream's lease, so the API of every node shows it (fields it lacks default).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LiveStatus {
     pub live: bool,
     pub backup_live: bool,

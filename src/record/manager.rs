@@ -39,6 +39,9 @@ pub struct RecordConfig {
     pub max_bytes: Option<u64>,
     /// `recordings_min_free_bytes`.
     pub min_free_bytes: u64,
+    /// This node's id: its videos' files are on its disk, and only its own interrupted
+    /// recordings are its to recover.
+    pub node_id: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +105,16 @@ impl Recordings {
             limit: u32::MAX,
             ..VideoFilter::default()
         })?;
+        // Another node's pending video is being recorded there (or is that node's to recover).
+        let pending: Vec<_> = pending
+            .into_iter()
+            .filter(|v| {
+                v.state
+                    .node
+                    .as_deref()
+                    .is_none_or(|n| n == self.config.node_id)
+            })
+            .collect();
         for video in &pending {
             let dir = self.config.root.join(video.id.to_string());
             let now = OffsetDateTime::now_utc();
@@ -338,6 +351,7 @@ impl Recordings {
         let store = self.store.clone();
         let now = OffsetDateTime::now_utc();
         let slug = slug();
+        let node = self.config.node_id.clone();
         // The record as it is now: a `record_type` changed while live applies to the next video.
         let video = tokio::task::spawn_blocking(move || {
             let Some(stream) = store.get_stream(id)? else {
@@ -347,7 +361,10 @@ impl Recordings {
                 name: format!("Stream Record: {}", stream.settings.name),
                 ..VideoSettings::default()
             };
-            let state = VideoState::pending(stream.settings.record_type);
+            let state = VideoState {
+                node: Some(node),
+                ..VideoState::pending(stream.settings.record_type)
+            };
             store
                 .create_video(id, &slug, &settings, &state, now, now)
                 .map(Some)
@@ -516,6 +533,7 @@ fn finished_state(
         size: summary.size(),
         screenshot: dir.join(SCREENSHOT).is_file(),
         download: dir.join(super::download::FILE).is_file(),
+        node: was.node.clone(),
         renditions: summary
             .tracks
             .values()
@@ -574,6 +592,7 @@ mod tests {
                 root: dir.path().join("videos"),
                 resume,
                 max,
+                node_id: "node-a".into(),
             },
         );
         let events = broadcast::Sender::new(16);
@@ -826,5 +845,42 @@ mod tests {
             0,
             "nothing left pending"
         );
+    }
+
+    /// Nodes sharing a store: a pending video another node records is not this node's to
+    /// finalise (its files are on the other node's disk); its own, and one from before nodes
+    /// were named, are.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_this_nodes_interrupted_recordings_are_recovered() {
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, false);
+        let now = OffsetDateTime::now_utc();
+        let create = |node: Option<&str>| {
+            let state = VideoState {
+                node: node.map(str::to_owned),
+                ..VideoState::pending(RecordType::Transcoded)
+            };
+            h.store
+                .create_video(id, &slug(), &VideoSettings::default(), &state, now, now)
+                .unwrap()
+                .id
+        };
+        let (other, own, unnamed) = (create(Some("node-b")), create(Some("node-a")), create(None));
+        assert_eq!(h.recordings.recover_pending().unwrap(), 2);
+        let state = |v| h.store.get_video(v).unwrap().unwrap().state;
+        assert_eq!(
+            state(other).status,
+            VideoStatus::Pending,
+            "node-b's, left alone"
+        );
+        assert_eq!(state(other).node.as_deref(), Some("node-b"));
+        // No files here: recovered as errors, but recovered.
+        assert_eq!(state(own).status, VideoStatus::Error);
+        assert_eq!(
+            state(own).node.as_deref(),
+            Some("node-a"),
+            "the node is kept"
+        );
+        assert_eq!(state(unnamed).status, VideoStatus::Error);
     }
 }

@@ -2,7 +2,7 @@
 //! playlist polling (bounded), independent parsers (m3u8-rs, ffprobe).
 #![allow(dead_code)] // each binary uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use serde_json::Value;
 pub use crate::common::hls;
 use crate::common::proc::run_within;
 pub use crate::common::proc::Proc;
-use crate::common::{root, Daemon, KEY};
+use crate::common::{root, wait_listening, Daemon, KEY};
 
 /// Decodes a few seconds of the first video stream behind `url` with ffprobe: (codec, width,
 /// height, frames decoded).
@@ -287,4 +287,68 @@ pub async fn stop_recording(d: &Daemon, id: i64) -> Value {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     r.body
+}
+
+/// ffmpeg in real time, its input looped forever (sources for PULL streams).
+pub fn ffmpeg(args: &[&str]) -> Proc {
+    Proc::spawn(
+        Command::new("ffmpeg")
+            .args([
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-re",
+                "-stream_loop",
+                "-1",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "ffmpeg",
+    )
+}
+
+/// ffmpeg copying the FLV fixture, in real time and looped, into a live presentation
+/// `dir/name` written by the muxer and options `muxer`.
+pub fn live_writer(dir: &Path, name: &str, muxer: &[&str]) -> Proc {
+    std::fs::create_dir_all(dir).unwrap();
+    let fixture = fixture("av-720p.flv");
+    let out = dir.join(name);
+    let mut args = vec!["-i", fixture.to_str().unwrap(), "-c", "copy"];
+    args.extend_from_slice(muxer);
+    args.push(out.to_str().unwrap());
+    ffmpeg(&args)
+}
+
+/// ffmpeg writing a live HLS playlist (1 s segments, the last 6 kept) into `dir`.
+pub fn hls_writer(dir: &Path) -> Proc {
+    let hls = ["-f", "hls", "-hls_time", "1", "-hls_list_size", "6"];
+    live_writer(
+        dir,
+        "index.m3u8",
+        &[&hls[..], &["-hls_flags", "delete_segments"]].concat(),
+    )
+}
+
+/// A static HTTP server for `dir` on 127.0.0.1.
+pub fn http_server(dir: &Path, port: u16) -> Proc {
+    let p = Proc::spawn(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+            ])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        "python3",
+    );
+    wait_listening(port, "http.server");
+    p
 }

@@ -1,12 +1,15 @@
-//! Several daemons on one PostgreSQL database (the first step of issue 23): the real binary
-//! twice, a real PostgreSQL server (`tests/common/pg.rs`), real HTTP. What one daemon writes the
-//! other reads, and concurrent PATCHes through both all land.
+//! Several daemons on one PostgreSQL database: the real binary twice, a real PostgreSQL server
+//! (`tests/common/pg.rs`), real HTTP and real pushers. What one daemon writes the other reads,
+//! concurrent PATCHes through both all land, a live stream has one node, and it moves when that
+//! node dies.
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/media.rs"]
+mod media;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -174,4 +177,367 @@ fn an_unusable_database_stops_the_start_naming_the_setting() {
     let err = refused_start("mysql://livepack:hunter2@127.0.0.1/live");
     assert!(err.contains("database_url"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+/// Nodes declare each other dead after this long in the cluster tests (the default is 10 s).
+const DEAD_SECS: u64 = 3;
+
+fn node(dir: &std::path::Path, url: &str, id: &str) -> Daemon {
+    let dead = DEAD_SECS.to_string();
+    Daemon::start_with(
+        dir,
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_DATABASE_URL", url),
+            ("LIVEPACK_NODE_ID", id),
+            ("LIVEPACK_NODE_DEAD_SECS", &dead),
+        ],
+    )
+}
+
+/// `url` (a record's push URL naming the node that made the record) aimed at `host_port`.
+fn at(url: &str, host_port: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let path = &rest[rest.find(['/', '?']).unwrap_or(rest.len())..];
+    format!("{scheme}://{host_port}{path}")
+}
+
+/// A record's URL `key` on `base` (`http://host:port`).
+fn via_host(rec: &serde_json::Value, key: &str, base: &str) -> String {
+    at(
+        rec[key].as_str().unwrap(),
+        base.trim_start_matches("http://"),
+    )
+}
+
+/// nginx with the repo's `deploy/nginx-livepack.conf`, its nodes, port and cache dir replaced;
+/// returns it and its base URL.
+fn nginx_in_front(dir: &std::path::Path, nodes: &[&str]) -> (common::proc::Proc, String) {
+    let conf = std::fs::read_to_string(common::root().join("deploy/nginx-livepack.conf")).unwrap();
+    let port = free_port(false);
+    let servers: String = nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "server {} max_fails=1 fail_timeout=5s;\n",
+                n.trim_start_matches("http://")
+            )
+        })
+        .collect();
+    let shipped = "server 127.0.0.1:8081 max_fails=1 fail_timeout=5s;\n        server 127.0.0.1:8082 max_fails=1 fail_timeout=5s;\n";
+    assert!(conf.contains(shipped) && conf.contains("listen 8080;"));
+    let conf = conf
+        .replace(shipped, &servers)
+        .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+        .replace(
+            "/var/cache/nginx/livepack",
+            &dir.join("cache").display().to_string(),
+        )
+        .replace("worker_processes auto;", "");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let p = common::proc::Proc::spawn(
+        Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&path)
+            .arg("-g")
+            .arg(format!(
+                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
+                dir.join("nginx.pid").display(),
+                dir.join("error.log").display()
+            ))
+            .stdin(std::process::Stdio::null()),
+        "nginx (installed by scripts/test)",
+    );
+    common::wait_listening(port, "nginx");
+    (p, format!("http://127.0.0.1:{port}"))
+}
+
+/// An SDP offer no client stands behind (Opus + H.264; WHIP refuses before ICE matters).
+fn whip_offer() -> String {
+    let fp = (0..32)
+        .map(|i| format!("{i:02X}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let section = |kind: &str, mid: u8, codecs: &str| {
+        format!(
+            "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}\r\nc=IN IP4 0.0.0.0\r\na=rtcp:9 IN IP4 0.0.0.0\r\n\
+             a=ice-ufrag:Abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 {fp}\r\n\
+             a=setup:actpass\r\na=mid:{mid}\r\na=sendonly\r\na=rtcp-mux\r\na=msid:s t{mid}\r\n{codecs}\
+             a=ssrc:{ssrc} cname:whiptest\r\na=ssrc:{ssrc} msid:s t{mid}\r\n",
+            ssrc = 1000 + u32::from(mid),
+            pts = if kind == "audio" { "111" } else { "102" },
+        )
+    };
+    format!(
+        "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=msid-semantic: WMS s\r\n{}{}",
+        section("audio", 0, "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n"),
+        section(
+            "video",
+            1,
+            "a=rtpmap:102 H264/90000\r\na=rtcp-fb:102 nack pli\r\n\
+             a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f\r\n"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
+    let _heavy = media::heavy().await;
+    let server = PgServer::start();
+    let url = server.create_database();
+    let (dir_a, dir_b) = (tempdir(), tempdir());
+    let a = node(dir_a.path(), &url, "node-a");
+    let b = node(dir_b.path(), &url, "node-b");
+    let rec = media::create(&a, json!({"name": "cam"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let push_url = rec["push_url"].as_str().unwrap().to_owned();
+    let srt_url = rec["push_url_srt"].as_str().unwrap().to_owned();
+    let whip_url = rec["push_url_whip"].as_str().unwrap().to_owned();
+
+    // Pushed to A: live, and B's API says so from the store.
+    let first = media::push(&at(&push_url, &a.rtmp), "av-720p.flv", 20);
+    media::wait_record(&a, id, Duration::from_secs(30), |r| r["live"] == true).await;
+    // The serving node's status, not just a flag: the renditions it transcodes.
+    media::wait_record(&b, id, Duration::from_secs(15), |r| {
+        r["live"] == true
+            && r["transcoded_qualities"]
+                .as_array()
+                .is_some_and(|q| q.len() == 3)
+    })
+    .await;
+
+    // Any node serves any stream: B passes requests to A and streams A's answers back.
+    let via = |d: &Daemon, key: &str| {
+        at(
+            rec[key].as_str().unwrap(),
+            d.base.trim_start_matches("http://"),
+        )
+    };
+    let master = via(&b, "hls_cmaf_url");
+    media::wait_segments(&master, 2).await;
+    let top = master.replace("master.m3u8", "720p/index.m3u8");
+    let (status, playlist) = media::text(&top).await;
+    assert_eq!(status, StatusCode::OK);
+    // A blocking reload through B: held (at A) until the part exists, then answered.
+    let next = common::hls::next_msn(&common::hls::media(&playlist)) + 1;
+    let listed = |p: &str| {
+        let wanted = format!("URI=\"part_{next}_0.m4s\"");
+        p.lines()
+            .any(|l| l.starts_with("#EXT-X-PART:") && l.contains(&wanted))
+    };
+    assert!(!listed(&playlist), "{playlist}");
+    let (status, blocked) = media::text(&format!("{top}?_HLS_msn={next}&_HLS_part=0")).await;
+    assert_eq!(status, StatusCode::OK, "{blocked}");
+    assert!(listed(&blocked), "{blocked}");
+    let part = reqwest::get(top.replace("index.m3u8", &format!("part_{next}_0.m4s")))
+        .await
+        .unwrap();
+    assert_eq!(part.status(), StatusCode::OK);
+    assert!(part.bytes().await.unwrap().windows(4).any(|w| w == b"moof"));
+    // The MPD, the TS playlist and the screenshot the same way; and A's own URL still works.
+    let (status, ts_master) = media::text(&via(&b, "hls_mpegts_url")).await;
+    assert_eq!(status, StatusCode::OK, "{ts_master}");
+    assert_eq!(ts_master, media::text(&via(&a, "hls_mpegts_url")).await.1);
+    let (status, mpd) = media::text(&via(&b, "dash_url")).await;
+    assert_eq!(status, StatusCode::OK, "{mpd}");
+    let start = |mpd: &str| {
+        mpd.split("availabilityStartTime=")
+            .nth(1)
+            .map(|s| s[..26].to_owned())
+    };
+    assert!(start(&mpd).is_some(), "{mpd}");
+    assert_eq!(
+        start(&mpd),
+        start(&media::text(&via(&a, "dash_url")).await.1),
+        "A's MPD"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shot = reqwest::get(via(&b, "screenshot")).await.unwrap();
+        if shot.status() == StatusCode::OK {
+            assert_eq!(shot.headers()["content-type"], "image/jpeg");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no screenshot through B");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A relayed request is never relayed again (two nodes never pass one around).
+    let looped = reqwest::Client::new()
+        .get(&top)
+        .header("x-livepack-relayed-by", "node-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(looped.status(), StatusCode::NOT_FOUND);
+
+    // Through nginx in front of both nodes (the repo's configuration): playlists, a blocking
+    // reload asked by two players at once (one origin request, the other from the cache), a
+    // part, and the LL-DASH segment in progress passed on chunk by chunk.
+    let nginx_dir = tempdir();
+    let (_nginx, edge) = nginx_in_front(nginx_dir.path(), &[&a.base, &b.base]);
+    let top = via_host(&rec, "hls_cmaf_url", &edge).replace("master.m3u8", "720p/index.m3u8");
+    let (status, playlist) = media::text(&top).await;
+    assert_eq!(status, StatusCode::OK, "{playlist}");
+    let next = common::hls::next_msn(&common::hls::media(&playlist)) + 1;
+    let blocking = format!("{top}?_HLS_msn={next}&_HLS_part=0");
+    let (one, two) = tokio::join!(reqwest::get(&blocking), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        reqwest::get(&blocking).await
+    });
+    let mut cache = Vec::new();
+    for r in [one.unwrap(), two.unwrap()] {
+        assert_eq!(r.status(), StatusCode::OK);
+        cache.push(r.headers()["x-cache-status"].to_str().unwrap().to_owned());
+        assert!(r
+            .text()
+            .await
+            .unwrap()
+            .contains(&format!("part_{next}_0.m4s")));
+    }
+    cache.sort();
+    assert_eq!(
+        cache,
+        ["HIT", "MISS"],
+        "the two players' reloads collapsed into one"
+    );
+    let part = top.replace("index.m3u8", &format!("part_{next}_0.m4s"));
+    let fetched = reqwest::get(&part).await.unwrap();
+    assert_eq!(fetched.status(), StatusCode::OK);
+    assert!(fetched
+        .bytes()
+        .await
+        .unwrap()
+        .windows(4)
+        .any(|w| w == b"moof"));
+    let again = reqwest::get(&part).await.unwrap();
+    assert_eq!(again.headers()["x-cache-status"], "HIT");
+    // The next segment, asked for before it starts: its chunks arrive over its 2 s, not at the end.
+    let segment = top.replace("index.m3u8", &format!("seg_{}.m4s", next + 1));
+    let mut growing = reqwest::get(&segment).await.unwrap();
+    assert_eq!(growing.status(), StatusCode::OK);
+    let mut arrivals = Vec::new();
+    while let Some(chunk) = growing.chunk().await.unwrap() {
+        arrivals.push((Instant::now(), chunk.len()));
+    }
+    let spread = arrivals.last().unwrap().0 - arrivals[0].0;
+    assert!(arrivals.len() >= 3, "{} chunks", arrivals.len());
+    assert!(
+        spread >= Duration::from_millis(1000),
+        "all chunks within {spread:?}: buffered"
+    );
+    println!(
+        "LL-DASH segment through nginx: {} chunks over {spread:?}",
+        arrivals.len()
+    );
+
+    // The same stream pushed to B is refused, each protocol its own way, and A stays live.
+    let rtmp = media::push(&at(&push_url, &b.rtmp), "av-720p.flv", 0);
+    let (ok, err) = media::finish(rtmp, Duration::from_secs(20)).await;
+    assert!(!ok, "RTMP publish to B accepted: {err}");
+    let srt = media::push(&at(&srt_url, &b.srt), "av-720p.ts", 0);
+    let (ok, err) = media::finish(srt, Duration::from_secs(20)).await;
+    assert!(!ok, "SRT publish to B accepted: {err}");
+    let whip_path = &whip_url[whip_url.find("/whip").unwrap()..];
+    let refused = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{}{whip_path}", b.base))
+        .header("content-type", "application/sdp")
+        .body(whip_offer())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TEMPORARY_REDIRECT);
+    assert_eq!(
+        refused.headers()["location"].to_str().unwrap(),
+        format!("{}{whip_path}", a.base),
+        "WHIP is sent to the node serving the stream"
+    );
+    assert_eq!(media::record(&a, id).await["live"], true);
+
+    // A dies: within the bound B shows the stream off air, then takes the reconnecting publisher.
+    let killed = Instant::now();
+    a.kill9();
+    drop(first);
+    media::wait_record(&b, id, Duration::from_secs(DEAD_SECS + 5), |r| {
+        r["live"] == false
+    })
+    .await;
+    let off_air = killed.elapsed();
+    println!("node A killed: stream off air on B after {off_air:?} (bound {DEAD_SECS} s)");
+    assert!(
+        off_air >= Duration::from_secs(DEAD_SECS) - Duration::from_millis(700),
+        "off air after {off_air:?}, before A could be dead"
+    );
+    let again = media::push(&at(&push_url, &b.rtmp), "av-720p.flv", 20);
+    media::wait_record(&b, id, Duration::from_secs(30), |r| r["live"] == true).await;
+    let master = at(
+        rec["hls_cmaf_url"].as_str().unwrap(),
+        b.base.trim_start_matches("http://"),
+    );
+    media::wait_segments(&master, 2).await;
+    drop(again);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_stream_is_pulled_by_one_node_and_taken_over_when_it_dies() {
+    let _heavy = media::heavy().await;
+    let server = PgServer::start();
+    let url = server.create_database();
+    // The source: a live HLS presentation (ffmpeg writing segments, a static HTTP server).
+    let src = tempdir();
+    let _writer = media::hls_writer(&src.path().join("www/live"));
+    let http_port = free_port(false);
+    let _http = media::http_server(&src.path().join("www"), http_port);
+    let source = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
+    // A live source, not one starting: hlsdemux2 waits for three segments before it delivers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while media::text(&source).await.1.matches("#EXTINF").count() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the HLS source never held 4 segments"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let (dir_a, dir_b) = (tempdir(), tempdir());
+    let a = node(dir_a.path(), &url, "node-a");
+    let b = node(dir_b.path(), &url, "node-b");
+    let rec = media::create(&a, json!({"name": "pulled", "pull": true, "uri": source})).await;
+    let id = rec["id"].as_i64().unwrap();
+    media::wait_record(&b, id, Duration::from_secs(40), |r| r["live"] == true).await;
+    // Exactly one node pulls (the other has no session for it: nothing in its /metrics), and
+    // keeps it: the other node, aware of the record, does not start a second pull.
+    let serves = |m: &common::metrics::Metrics| {
+        m.0.contains_key(&format!("livepack_stream_live{{stream=\"{id}\"}}"))
+    };
+    tokio::time::sleep(Duration::from_secs(DEAD_SECS + 3)).await;
+    let (on_a, on_b) = (
+        serves(&common::metrics::scrape(&a).await),
+        serves(&common::metrics::scrape(&b).await),
+    );
+    assert!(on_a != on_b, "pulled by A: {on_a}, by B: {on_b}");
+    let (puller, other) = if on_a { (a, b) } else { (b, a) };
+
+    let killed = Instant::now();
+    puller.kill9();
+    media::wait_record(&other, id, Duration::from_secs(40), |r| r["live"] == false).await;
+    media::wait_record(&other, id, Duration::from_secs(40), |r| r["live"] == true).await;
+    let moved = killed.elapsed();
+    println!("puller killed: PULL live again on the other node after {moved:?}");
+    assert!(
+        moved <= Duration::from_secs(20),
+        "taken over after {moved:?}"
+    );
+    assert!(serves(&common::metrics::scrape(&other).await));
+    let master = at(
+        rec["hls_cmaf_url"].as_str().unwrap(),
+        other.base.trim_start_matches("http://"),
+    );
+    media::wait_segments(&master, 2).await;
 }

@@ -19,26 +19,7 @@ use serde_json::json;
 
 use common::proc::Proc;
 use common::{free_port, hls, tempdir, wait_listening, Daemon, KEY};
-use media::{create, record, wait_record};
-
-fn ffmpeg(args: &[&str]) -> Proc {
-    Proc::spawn(
-        Command::new("ffmpeg")
-            .args([
-                "-hide_banner",
-                "-loglevel",
-                "error",
-                "-re",
-                "-stream_loop",
-                "-1",
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        "ffmpeg",
-    )
-}
+use media::{create, ffmpeg, hls_writer, http_server, live_writer, record, wait_record};
 
 /// ffmpeg as an SRT server (listener) sending the TS fixture to the first caller.
 fn srt_source(port: u16) -> Proc {
@@ -53,50 +34,6 @@ fn srt_source(port: u16) -> Proc {
         "mpegts",
         &url,
     ])
-}
-
-/// ffmpeg copying the FLV fixture, in real time and looped, into a live presentation
-/// `dir/name` written by the muxer and options `muxer`.
-fn live_writer(dir: &Path, name: &str, muxer: &[&str]) -> Proc {
-    std::fs::create_dir_all(dir).unwrap();
-    let fixture = media::fixture("av-720p.flv");
-    let out = dir.join(name);
-    let mut args = vec!["-i", fixture.to_str().unwrap(), "-c", "copy"];
-    args.extend_from_slice(muxer);
-    args.push(out.to_str().unwrap());
-    ffmpeg(&args)
-}
-
-/// ffmpeg writing a live HLS playlist (1 s segments, the last 6 kept) into `dir`.
-fn hls_writer(dir: &Path) -> Proc {
-    let hls = ["-f", "hls", "-hls_time", "1", "-hls_list_size", "6"];
-    live_writer(
-        dir,
-        "index.m3u8",
-        &[&hls[..], &["-hls_flags", "delete_segments"]].concat(),
-    )
-}
-
-/// A static HTTP server for `dir` on 127.0.0.1.
-fn http_server(dir: &Path, port: u16) -> Proc {
-    let p = Proc::spawn(
-        Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--directory",
-            ])
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        "python3",
-    );
-    wait_listening(port, "http.server");
-    p
 }
 
 fn pull_daemon(dir: &Path, extra: &[(&str, &str)]) -> Daemon {

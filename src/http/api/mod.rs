@@ -101,6 +101,10 @@ pub struct Api {
     pub endpoints: Endpoints,
     pub fastedge_app_domain: String,
     pub registry: Arc<crate::live::Registry>,
+    /// This node among the daemons sharing the store: whose live state a stream shows.
+    pub cluster: Arc<crate::cluster::Cluster>,
+    /// Media requests for streams and videos another node serves go there.
+    pub relay: Arc<crate::cluster::relay::Relay>,
     pub recordings: Arc<crate::record::manager::Recordings>,
     /// `None` without the WPE plugin: `html_overlay: true` is refused.
     pub overlays: Option<Arc<crate::pipeline::overlay::OverlayHub>>,

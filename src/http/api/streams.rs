@@ -189,18 +189,19 @@ impl Api {
     /// The record with its live state and overlays.
     async fn render(&self, status: StatusCode, row: StreamRow) -> Result<Response<Body>, ApiError> {
         let id = row.id;
-        let overlays = self.db(move |s| s.list_overlays(id)).await?;
-        Ok(self.render_with(status, row, &overlays))
+        let dead_after = self.cluster.dead_after();
+        let (overlays, leases) = self
+            .db(move |s| Ok((s.list_overlays(id)?, s.live_leases(Some(id), dead_after)?)))
+            .await?;
+        let live = self.live_status(id, &leases);
+        Ok(json_response(
+            status,
+            &self.stream_view(row, live, &overlays),
+        ))
     }
 
-    fn render_with(
-        &self,
-        status: StatusCode,
-        row: StreamRow,
-        overlays: &[crate::db::OverlayRow],
-    ) -> Response<Body> {
-        let live = self.registry.status(row.id);
-        json_response(status, &self.stream_view(row, live, overlays))
+    pub(crate) fn live_status(&self, id: i64, leases: &[crate::db::LeaseRow]) -> LiveStatus {
+        self.cluster.status(&self.registry, id, leases)
     }
 }
 
@@ -450,21 +451,22 @@ pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>,
         }
     }
     let offset = (page - 1) * u64::from(STREAMS_PAGE_SIZE);
-    let (rows, total, overlays) = api
+    let dead_after = api.cluster.dead_after();
+    let (rows, total, overlays, leases) = api
         .db(move |s| {
             let (rows, total) = s.list_streams(offset, STREAMS_PAGE_SIZE)?;
             let overlays = rows
                 .iter()
                 .map(|r| s.list_overlays(r.id))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok((rows, total, overlays))
+            Ok((rows, total, overlays, s.live_leases(None, dead_after)?))
         })
         .await?;
     let views: Vec<StreamView> = rows
         .into_iter()
         .zip(&overlays)
         .map(|(r, o)| {
-            let live = api.registry.status(r.id);
+            let live = api.live_status(r.id, &leases);
             api.stream_view(r, live, o)
         })
         .collect();

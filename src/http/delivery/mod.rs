@@ -384,6 +384,9 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
         Response::builder()
             .header(header::CONTENT_TYPE, "video/iso.segment")
             .header(header::CACHE_CONTROL, "no-cache")
+            // nginx (and proxies that follow its convention) pass each chunk on at once
+            // instead of buffering the response: the player's latency depends on it.
+            .header("x-accel-buffering", "no")
             .body(body)
             .expect("valid response"),
     )

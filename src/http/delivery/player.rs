@@ -41,6 +41,8 @@ pub fn owns(path: &str) -> bool {
 
 pub struct Player {
     registry: Arc<Registry>,
+    /// Whose live state a stream shows (the node serving it may be another).
+    cluster: Arc<crate::cluster::Cluster>,
     store: Arc<dyn Store>,
     /// Where `hls.js/` and `dashjs/` are (`node_modules`, filled by `npm ci`).
     assets: PathBuf,
@@ -82,6 +84,7 @@ impl Player {
     /// finds them whatever its working directory.
     pub fn new(
         registry: Arc<Registry>,
+        cluster: Arc<crate::cluster::Cluster>,
         store: Arc<dyn Store>,
         assets: PathBuf,
         spectators: Arc<Spectators>,
@@ -107,6 +110,7 @@ impl Player {
         }
         Arc::new(Player {
             registry,
+            cluster,
             store,
             assets,
             spectators,
@@ -156,12 +160,20 @@ impl Player {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
         let store = self.store.clone();
-        let row = match tokio::task::spawn_blocking(move || store.get_stream(id)).await {
-            Ok(Ok(Some(row))) => row,
-            Ok(Ok(None)) => return text(StatusCode::NOT_FOUND, "no such stream\n"),
+        let dead_after = self.cluster.dead_after();
+        let found = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::db::StoreError>((
+                store.get_stream(id)?,
+                store.live_leases(Some(id), dead_after)?,
+            ))
+        })
+        .await;
+        let (row, leases) = match found {
+            Ok(Ok((Some(row), leases))) => (row, leases),
+            Ok(Ok((None, _))) => return text(StatusCode::NOT_FOUND, "no such stream\n"),
             _ => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
         };
-        let live = self.registry.status(id).live;
+        let live = self.cluster.status(&self.registry, id, &leases).live;
         if status {
             let mut r = json_response(StatusCode::OK, &json!({ "live": live }));
             r.headers_mut().insert(

@@ -72,9 +72,11 @@ fn not_found() -> Response<Body> {
     )
 }
 
+/// `relay`: a video recorded on another node is fetched from that node's disk through it.
 pub async fn handle(
     store: Arc<dyn Store>,
     root: PathBuf,
+    relay: &crate::cluster::relay::Relay,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
@@ -95,6 +97,9 @@ pub async fn handle(
     }) else {
         return not_found();
     };
+    if let Some(node) = relay.node_url(video.state.node.as_deref(), &req).await {
+        return relay.forward(req, &node).await;
+    }
     let dir = root.join(video.id.to_string());
     let range = req.headers().get(header::RANGE).cloned();
     let head = req.method() == hyper::Method::HEAD;

@@ -27,8 +27,10 @@ pub const DEFAULT_CYCLE_PAUSE: Duration = Duration::from_secs(2);
 /// The seed rule: a PULL stream that receives nothing for 24 hours is deactivated.
 pub const DEFAULT_INACTIVITY: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_MAX_HELD_BYTES: usize = 32 * 1024 * 1024;
-/// Records are re-read this often even without a change notice (a safety net).
-const RESCAN: Duration = Duration::from_secs(30);
+/// Records are re-read this often even without a change notice: the only way a PULL record
+/// created or edited through another node's API reaches this one, whose fetcher must know it
+/// to take the stream over when the node pulling it dies.
+const RESCAN: Duration = Duration::from_secs(5);
 
 /// Why the PULL manager could not start.
 #[derive(Debug, thiserror::Error)]

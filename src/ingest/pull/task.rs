@@ -144,6 +144,22 @@ pub async fn run(
             deactivate(&registry, store, id).await;
             break;
         }
+        // Several nodes on one store: one pulls, the others wait for its lease to free up
+        // (its node dead), without fetching and without counting the wait as the source's.
+        match registry.claim_pull(id).await {
+            Ok(()) => {}
+            Err(e) => {
+                if !matches!(e, PublishError::LiveElsewhere { .. }) {
+                    tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet");
+                }
+                last_data = Instant::now();
+                tokio::select! {
+                    _ = tokio::time::sleep(PULL_CLAIM_RETRY) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+        }
         let uri = &uris[index];
         let attempt = match attempt(
             id,
@@ -185,8 +201,14 @@ pub async fn run(
             delivered_in_cycle = false;
         }
     }
+    drop(publisher);
+    registry.release_unserved(id);
     tracing::info!(stream = id, "PULL stopped");
 }
+
+/// How often a node that does not pull a stream checks whether its puller's lease is free: with
+/// the default 10 s dead-node bound, a dead puller's stream is taken over within 15 s.
+const PULL_CLAIM_RETRY: Duration = Duration::from_secs(5);
 
 #[allow(clippy::too_many_arguments)]
 async fn attempt(

@@ -27,7 +27,9 @@ fn reject_reason(e: &PublishError) -> ServerRejectReason {
         PublishError::WrongToken(_) => ServerRejectReason::Unauthorized,
         PublishError::Inactive(_) => ServerRejectReason::Forbidden,
         PublishError::PullStream(_) => ServerRejectReason::BadMode,
-        PublishError::AlreadyLive(_) => ServerRejectReason::Conflict,
+        PublishError::AlreadyLive(_) | PublishError::LiveElsewhere { .. } => {
+            ServerRejectReason::Conflict
+        }
         PublishError::Store => ServerRejectReason::InternalServerError,
     }
 }

@@ -150,8 +150,25 @@ fn cors(r: &mut Response<Body>) {
     );
 }
 
-fn publish_refusal(e: &PublishError) -> Response<Body> {
+/// `path_and_query`: the refused request's, for a redirect to the node serving the stream.
+fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
     let (status, code) = match e {
+        // RFC 9725 §4.5: a WHIP endpoint may redirect with 307; the client repeats the POST
+        // (offer and token) at the node that serves the stream.
+        PublishError::LiveElsewhere { url, .. } if !url.is_empty() => {
+            let location = format!("{}{path_and_query}", url.trim_end_matches('/'));
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                let mut r = refuse(
+                    StatusCode::TEMPORARY_REDIRECT,
+                    "live_elsewhere",
+                    e.to_string(),
+                );
+                r.headers_mut().insert(header::LOCATION, value);
+                return r;
+            }
+            (StatusCode::CONFLICT, "live_elsewhere")
+        }
+        PublishError::LiveElsewhere { .. } => (StatusCode::CONFLICT, "live_elsewhere"),
         PublishError::UnknownStream(_) => (StatusCode::NOT_FOUND, "not_found"),
         PublishError::WrongToken(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
         PublishError::Inactive(_) => (StatusCode::FORBIDDEN, "stream_inactive"),
@@ -334,6 +351,11 @@ impl Whip {
         let Some(target) = crate::ingest::parse_target(name, &token) else {
             return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token");
         };
+        // Where the node serving the stream takes the same request (another node's refusal).
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map_or_else(String::new, |p| p.as_str().to_owned());
         let offer: Bytes = match Limited::new(req.into_body(), self.config.max_sdp_bytes)
             .collect()
             .await
@@ -376,7 +398,7 @@ impl Whip {
             Ok(permit) => permit,
             Err(e) => {
                 tracing::info!(stream = id, slot = ?target.slot, error = %e, "WHIP publish refused");
-                return publish_refusal(&e);
+                return publish_refusal(&e, &path_and_query);
             }
         };
         // The offer is UTF-8 (checked above).
@@ -410,7 +432,7 @@ impl Whip {
             Ok(p) => p,
             Err(e) => {
                 negotiated.close().await;
-                return publish_refusal(&e);
+                return publish_refusal(&e, &path_and_query);
             }
         };
         let sid = session_id();

@@ -1,0 +1,299 @@
+//! This daemon as one node of several sharing a store: its heartbeat, the leases on the streams
+//! it serves (taken when it accepts a publish or starts a PULL, held while it serves the
+//! stream, given up when the stream is forgotten), and what the store says about streams other
+//! nodes serve. With SQLite there is one node and every lease is its own; the same code runs.
+//!
+//! Coordination is the store's: a lease is one row, taken atomically
+//! ([`crate::db::Store::take_lease`]); a node is alive while its heartbeat is younger than
+//! `node_dead_secs` by the store's clock. No consensus of our own.
+
+pub mod relay;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::db::{LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
+use crate::live::{LiveStatus, PublishError, Registry};
+
+/// A node silent this long is dead: its streams show `live: false` and their leases are free.
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(10);
+/// Heartbeats per `dead_after`: a node is declared dead only after missing several in a row.
+const BEATS_PER_DEAD_AFTER: u32 = 5;
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This node's name in the store (`node_id`; default the host name).
+    pub node_id: String,
+    /// Where the other nodes reach this one (`node_url`; default from the HTTP address).
+    pub node_url: String,
+    pub dead_after: Duration,
+}
+
+/// The node's view of its leases.
+pub struct Cluster {
+    config: ClusterConfig,
+    store: Arc<dyn Store>,
+    started_at: OffsetDateTime,
+    /// Streams whose lease this node holds.
+    held: Mutex<HashSet<i64>>,
+    /// Orders lease changes (take, release, heartbeat) as the node made them: a release that
+    /// runs after a new take of the same stream must see it and keep the lease.
+    ops: tokio::sync::Mutex<()>,
+    registry: Mutex<Weak<Registry>>,
+}
+
+impl Cluster {
+    pub fn new(config: ClusterConfig, store: Arc<dyn Store>) -> Arc<Cluster> {
+        Arc::new(Cluster {
+            config,
+            store,
+            started_at: OffsetDateTime::now_utc(),
+            held: Mutex::new(HashSet::new()),
+            ops: tokio::sync::Mutex::new(()),
+            registry: Mutex::new(Weak::new()),
+        })
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.config.node_id
+    }
+
+    pub fn dead_after(&self) -> Duration {
+        self.config.dead_after
+    }
+
+    /// Whether this node serves `id` (holds its lease).
+    pub fn holds(&self, id: i64) -> bool {
+        lock(&self.held).contains(&id)
+    }
+
+    /// Registers the node (first heartbeat) before anything is accepted, then beats every
+    /// `dead_after / 5` for as long as `registry` lives: each beat writes the state of the
+    /// streams it serves, stops the ones whose lease another node took, and gives up leases
+    /// it holds without serving the stream (left by an earlier run under the same node id).
+    pub async fn start(self: &Arc<Self>, registry: &Arc<Registry>) -> Result<(), ClusterError> {
+        *lock(&self.registry) = Arc::downgrade(registry);
+        self.beat(registry).await?;
+        let this = self.clone();
+        let weak = Arc::downgrade(registry);
+        tokio::spawn(async move {
+            let period = this.config.dead_after / BEATS_PER_DEAD_AFTER;
+            let mut every = tokio::time::interval(period);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(registry) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(e) = this.beat(&registry).await {
+                    tracing::warn!(error = %e, "cluster heartbeat failed; retrying");
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn beat(&self, registry: &Arc<Registry>) -> Result<(), ClusterError> {
+        let _order = self.ops.lock().await;
+        let ours: Vec<i64> = lock(&self.held).iter().copied().collect();
+        let states: Vec<LeaseState> = ours
+            .iter()
+            .map(|&id| LeaseState {
+                stream_id: id,
+                publishing: registry.publishing(id),
+                status: encode_status(&registry.status(id)),
+            })
+            .collect();
+        let store = self.store.clone();
+        let (id, url, started_at) = (
+            self.config.node_id.clone(),
+            self.config.node_url.clone(),
+            self.started_at,
+        );
+        let in_store = tokio::task::spawn_blocking(move || {
+            store.heartbeat(
+                &NodeBeat {
+                    id: &id,
+                    url: &url,
+                    started_at,
+                },
+                &states,
+            )
+        })
+        .await
+        .map_err(|_| ClusterError::Panicked)??;
+        let in_store: HashSet<i64> = in_store.into_iter().collect();
+        for id in ours.iter().filter(|id| !in_store.contains(id)) {
+            lock(&self.held).remove(id);
+            tracing::warn!(
+                stream = id,
+                "another node took this stream over; stopping here"
+            );
+            registry.kick(*id);
+        }
+        for &id in in_store.iter().filter(|id| !ours.contains(id)) {
+            tracing::info!(
+                stream = id,
+                "giving up a lease an earlier run of this node held"
+            );
+            let store = self.store.clone();
+            let node = self.config.node_id.clone();
+            let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await;
+        }
+        Ok(())
+    }
+
+    /// Takes `id`'s lease for this node, or says which node serves it. A holder whose publisher
+    /// left (grace period) gives the stream up to a new publish when `from_idle`.
+    pub async fn take(&self, id: i64, from_idle: bool) -> Result<(), Taken> {
+        let _order = self.ops.lock().await;
+        let store = self.store.clone();
+        let node = self.config.node_id.clone();
+        let take = LeaseTake {
+            dead_after: self.config.dead_after,
+            from_idle,
+        };
+        let outcome = tokio::task::spawn_blocking(move || store.take_lease(id, &node, take))
+            .await
+            .map_err(|_| Taken::Store)?
+            .map_err(|e| {
+                tracing::error!(stream = id, error = %e, "cannot take the stream's lease");
+                Taken::Store
+            })?;
+        match outcome {
+            Ok(()) => {
+                lock(&self.held).insert(id);
+                Ok(())
+            }
+            Err(holder) => Err(Taken::By(holder)),
+        }
+    }
+
+    /// The stream is forgotten here: its lease goes, unless this node took it again since.
+    pub fn release(self: &Arc<Self>, id: i64) {
+        if !lock(&self.held).remove(&id) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _order = this.ops.lock().await;
+            if this.holds(id) {
+                return;
+            }
+            let store = this.store.clone();
+            let node = this.config.node_id.clone();
+            match tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(stream = id, error = %e, "cannot give up the stream's lease")
+                }
+                Err(_) => {}
+            }
+        });
+    }
+
+    /// Writes a stream's state at once (its publisher left, or came back), not at the next beat.
+    pub fn state_changed(self: &Arc<Self>, id: i64) {
+        if !self.holds(id) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Some(registry) = lock(&this.registry).upgrade() else {
+                return;
+            };
+            if let Err(e) = this.beat(&registry).await {
+                tracing::warn!(stream = id, error = %e, "cannot write the stream's state");
+            }
+        });
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("store: {0}")]
+    Store(#[from] crate::db::StoreError),
+    #[error("the store call panicked")]
+    Panicked,
+}
+
+/// Why a lease was not taken.
+#[derive(Debug)]
+pub enum Taken {
+    /// Another live node serves the stream.
+    By(LeaseRow),
+    Store,
+}
+
+/// The registry's view of the cluster (it does not know this module's types).
+impl crate::live::Leases for Cluster {
+    fn take(
+        self: Arc<Self>,
+        id: i64,
+        from_idle: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>> {
+        Box::pin(async move {
+            match Cluster::take(&self, id, from_idle).await {
+                Ok(()) => Ok(()),
+                Err(Taken::Store) => Err(PublishError::Store),
+                Err(Taken::By(holder)) => Err(PublishError::LiveElsewhere {
+                    id,
+                    node: holder.node_id,
+                    url: holder.node_url,
+                }),
+            }
+        })
+    }
+
+    fn release(self: Arc<Self>, id: i64) {
+        Cluster::release(&self, id)
+    }
+
+    fn state_changed(self: Arc<Self>, id: i64) {
+        Cluster::state_changed(&self, id)
+    }
+}
+
+impl Cluster {
+    /// A stream's live state as every node shows it: this node's own while it serves the
+    /// stream, else what the serving node wrote in its lease (`leases`: the live ones, from
+    /// [`crate::db::Store::live_leases`]).
+    pub fn status(&self, registry: &Registry, id: i64, leases: &[LeaseRow]) -> LiveStatus {
+        if self.holds(id) {
+            return registry.status(id);
+        }
+        leases
+            .iter()
+            .find(|l| l.stream_id == id)
+            .map(|l| decode_status(&l.status))
+            .unwrap_or_default()
+    }
+}
+
+/// The status another node wrote, as the API shows it; what cannot be read shows as not live.
+pub fn decode_status(json: &str) -> LiveStatus {
+    serde_json::from_str(json).unwrap_or_default()
+}
+
+fn encode_status(status: &LiveStatus) -> String {
+    serde_json::to_string(status).unwrap_or_else(|_| "{}".into())
+}
+
+/// The host name (`node_id`'s default).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "livepack".into())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,186 @@
+//! Requests for a stream or a video another node serves, passed to that node: the same method,
+//! path and query, the request headers that matter, and its answer streamed back as it comes —
+//! a blocking playlist reload waits there, the growing LL-DASH segment arrives chunk by chunk.
+//! One URL then works on every node, behind any load balancer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+
+use super::Cluster;
+use crate::db::Store;
+use crate::http::listener::Body;
+
+/// Marks a relayed request (with the relaying node's id): the node it reaches answers it
+/// itself, so two nodes that disagree on an owner for a moment never pass a request around.
+pub const RELAYED_BY: &str = "x-livepack-relayed-by";
+/// How long a stream's serving node is remembered: players ask for a part every half second,
+/// and a lease moves only when a node dies or a publisher moves.
+const OWNER_TTL: Duration = Duration::from_secs(1);
+/// The serving node's address must answer this fast; its answer may take as long as a
+/// blocking reload does (no overall limit).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Request headers passed on: ranges, revalidation, content negotiation.
+const PASSED_ON: [HeaderName; 5] = [
+    header::RANGE,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::ACCEPT,
+    header::ORIGIN,
+];
+/// Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's, not the answer's.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+pub struct Relay {
+    cluster: Arc<Cluster>,
+    store: Arc<dyn Store>,
+    client: reqwest::Client,
+    owners: Mutex<HashMap<i64, (Instant, Option<String>)>>,
+}
+
+impl Relay {
+    pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>) -> Arc<Relay> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()
+            .expect("a client without TLS settings builds");
+        Arc::new(Relay {
+            cluster,
+            store,
+            client,
+            owners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Where a request for stream `id` goes: `None` to answer it here (this node serves the
+    /// stream, nobody does, or the request was relayed already), else the serving node's URL.
+    pub async fn stream_owner(&self, id: i64, req: &Request<Incoming>) -> Option<String> {
+        if req.headers().contains_key(RELAYED_BY) || self.cluster.holds(id) {
+            return None;
+        }
+        if let Some((at, owner)) = lock(&self.owners).get(&id) {
+            if at.elapsed() < OWNER_TTL {
+                return owner.clone();
+            }
+        }
+        let store = self.store.clone();
+        let dead_after = self.cluster.dead_after();
+        let leases = tokio::task::spawn_blocking(move || store.live_leases(Some(id), dead_after))
+            .await
+            .ok()?
+            .ok()?;
+        let owner = leases
+            .into_iter()
+            .find(|l| l.node_id != self.cluster.node_id() && !l.node_url.is_empty())
+            .map(|l| l.node_url);
+        let mut owners = lock(&self.owners);
+        owners.retain(|_, (at, _)| at.elapsed() < OWNER_TTL);
+        owners.insert(id, (Instant::now(), owner.clone()));
+        owner
+    }
+
+    /// Where a request for a video recorded on `node` goes: `None` to answer it here.
+    pub async fn node_url(&self, node: Option<&str>, req: &Request<Incoming>) -> Option<String> {
+        let node = node?;
+        if req.headers().contains_key(RELAYED_BY) || node == self.cluster.node_id() {
+            return None;
+        }
+        let store = self.store.clone();
+        let nodes = tokio::task::spawn_blocking(move || store.nodes())
+            .await
+            .ok()?
+            .ok()?;
+        nodes
+            .into_iter()
+            .find(|n| n.id == node)
+            .map(|n| n.url)
+            .filter(|u| !u.is_empty())
+    }
+
+    /// Asks `base` (a node's URL) for the same path and query and streams its answer back;
+    /// `502 Bad Gateway` (JSON error `node_unreachable`) when that node does not answer.
+    pub async fn forward(&self, req: Request<Incoming>, base: &str) -> Response<Body> {
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let method = match reqwest::Method::from_bytes(req.method().as_str().as_bytes()) {
+            Ok(m) => m,
+            Err(_) => reqwest::Method::GET,
+        };
+        let mut outbound = self
+            .client
+            .request(method, &url)
+            .header(RELAYED_BY, self.cluster.node_id());
+        for name in &PASSED_ON {
+            if let Some(v) = req.headers().get(name) {
+                outbound = outbound.header(name.as_str(), v.as_bytes());
+            }
+        }
+        let answer = match outbound.send().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(%url, error = %e, "the node serving this could not be reached");
+                return unreachable_node(&e.to_string());
+            }
+        };
+        let mut resp = Response::builder().status(answer.status().as_u16());
+        for (name, value) in answer.headers() {
+            let Ok(name) = HeaderName::from_bytes(name.as_str().as_bytes()) else {
+                continue;
+            };
+            if HOP_BY_HOP.contains(&name) {
+                continue;
+            }
+            if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                resp = resp.header(name, value);
+            }
+        }
+        // Chunks pass on as they arrive (an LL-DASH segment is written while it is encoded).
+        let chunks = futures::stream::unfold(answer, |mut answer| async move {
+            match answer.chunk().await {
+                Ok(Some(bytes)) => Some((Ok(Frame::data(bytes)), answer)),
+                Ok(None) => None,
+                Err(e) => Some((Err(std::io::Error::other(e)), answer)),
+            }
+        });
+        resp.body(BodyExt::boxed(StreamBody::new(chunks)))
+            .unwrap_or_else(|_| {
+                unreachable_node("the serving node's answer could not be passed on")
+            })
+    }
+}
+
+fn unreachable_node(why: &str) -> Response<Body> {
+    let body = serde_json::json!({"error": {
+        "code": "node_unreachable",
+        "message": format!("the node serving this did not answer: {why}"),
+        "field": null,
+    }});
+    Response::builder()
+        .status(StatusCode::BAD_GATEWAY)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(crate::http::listener::full(Bytes::from(body.to_string())))
+        .expect("static response is valid")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
