@@ -26,14 +26,19 @@ const OWNER_TTL: Duration = Duration::from_secs(1);
 /// The serving node's address must answer this fast; its answer may take as long as a
 /// blocking reload does (no overall limit).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Request headers passed on: ranges, revalidation, content negotiation.
-const PASSED_ON: [HeaderName; 5] = [
+/// Request headers passed on: ranges, revalidation, content negotiation, and for the control
+/// API its credentials and body type.
+const PASSED_ON: [HeaderName; 7] = [
     header::RANGE,
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
     header::ACCEPT,
     header::ORIGIN,
+    header::AUTHORIZATION,
+    header::CONTENT_TYPE,
 ];
+/// A relayed request body (control API writes) is read whole first, up to the API's own limit.
+const MAX_BODY: usize = crate::http::api::MAX_BODY_BYTES;
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's, not the answer's.
 const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
@@ -70,7 +75,7 @@ impl Relay {
     /// Where a request for stream `id` goes: `None` to answer it here (this node serves the
     /// stream, nobody does, or the request was relayed already), else the serving node's URL.
     pub async fn stream_owner(&self, id: i64, req: &Request<Incoming>) -> Option<String> {
-        if req.headers().contains_key(RELAYED_BY) || self.cluster.holds(id) {
+        if req.headers().contains_key(RELAYED_BY) || self.cluster.holds(id) || id <= 0 {
             return None;
         }
         if let Some((at, owner)) = lock(&self.owners).get(&id) {
@@ -134,6 +139,16 @@ impl Relay {
                 outbound = outbound.header(name.as_str(), v.as_bytes());
             }
         }
+        let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return too_large(),
+        };
+        if !body.is_empty() {
+            outbound = outbound.body(body);
+        }
         let answer = match outbound.send().await {
             Ok(a) => a,
             Err(e) => {
@@ -166,6 +181,14 @@ impl Relay {
                 unreachable_node("the serving node's answer could not be passed on")
             })
     }
+}
+
+fn too_large() -> Response<Body> {
+    crate::http::api::error_response(&crate::http::api::ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("the body exceeds {MAX_BODY} bytes"),
+    ))
 }
 
 fn unreachable_node(why: &str) -> Response<Body> {

@@ -282,3 +282,32 @@ pub fn wait_listening(port: u16, what: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A syntactically valid offer that no client stands behind: the session is created, ICE never
+/// completes.
+pub fn whip_offer_without_client() -> String {
+    let fp = (0..32)
+        .map(|i| format!("{i:02X}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let section = |kind: &str, mid: u8, codecs: &str| {
+        format!(
+            "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}\r\nc=IN IP4 0.0.0.0\r\na=rtcp:9 IN IP4 0.0.0.0\r\n\
+             a=ice-ufrag:Abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 {fp}\r\n\
+             a=setup:actpass\r\na=mid:{mid}\r\na=sendonly\r\na=rtcp-mux\r\na=msid:s t{mid}\r\n{codecs}\
+             a=ssrc:{ssrc} cname:whiptest\r\na=ssrc:{ssrc} msid:s t{mid}\r\n",
+            ssrc = 1000 + u32::from(mid),
+            pts = if kind == "audio" { "111" } else { "102" },
+        )
+    };
+    format!(
+        "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=msid-semantic: WMS s\r\n{}{}",
+        section("audio", 0, "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n"),
+        section(
+            "video",
+            1,
+            "a=rtpmap:102 H264/90000\r\na=rtcp-fb:102 nack pli\r\n\
+             a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f\r\n"
+        ),
+    )
+}

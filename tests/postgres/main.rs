@@ -256,34 +256,6 @@ fn nginx_in_front(dir: &std::path::Path, nodes: &[&str]) -> (common::proc::Proc,
     (p, format!("http://127.0.0.1:{port}"))
 }
 
-/// An SDP offer no client stands behind (Opus + H.264; WHIP refuses before ICE matters).
-fn whip_offer() -> String {
-    let fp = (0..32)
-        .map(|i| format!("{i:02X}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let section = |kind: &str, mid: u8, codecs: &str| {
-        format!(
-            "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}\r\nc=IN IP4 0.0.0.0\r\na=rtcp:9 IN IP4 0.0.0.0\r\n\
-             a=ice-ufrag:Abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 {fp}\r\n\
-             a=setup:actpass\r\na=mid:{mid}\r\na=sendonly\r\na=rtcp-mux\r\na=msid:s t{mid}\r\n{codecs}\
-             a=ssrc:{ssrc} cname:whiptest\r\na=ssrc:{ssrc} msid:s t{mid}\r\n",
-            ssrc = 1000 + u32::from(mid),
-            pts = if kind == "audio" { "111" } else { "102" },
-        )
-    };
-    format!(
-        "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=msid-semantic: WMS s\r\n{}{}",
-        section("audio", 0, "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n"),
-        section(
-            "video",
-            1,
-            "a=rtpmap:102 H264/90000\r\na=rtcp-fb:102 nack pli\r\n\
-             a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f\r\n"
-        ),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     let _heavy = media::heavy().await;
@@ -434,6 +406,38 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
         arrivals.len()
     );
 
+    // The control API for a stream A serves, called on B, is answered by A: a recording started
+    // and stopped through B is recorded on A's disk, and its video plays through B.
+    let start = b
+        .call(
+            reqwest::Method::PUT,
+            &format!("/streaming/streams/{id}/start_recording"),
+            None,
+        )
+        .await;
+    assert_eq!(start.status, StatusCode::NO_CONTENT, "{}", start.body);
+    media::wait_record(&a, id, Duration::from_secs(10), |r| r["recording"] == true).await;
+    assert_eq!(
+        media::record(&b, id).await["recording"],
+        true,
+        "B shows A's view"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let video = media::stop_recording(&b, id).await;
+    let video_master = video["hls_url"].as_str().unwrap().to_owned();
+    assert!(dir_a
+        .path()
+        .join(format!("data/videos/{}", video["id"]))
+        .is_dir());
+    assert!(!dir_b
+        .path()
+        .join(format!("data/videos/{}", video["id"]))
+        .exists());
+    let (status, text) =
+        media::text(&at(&video_master, b.base.trim_start_matches("http://"))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.starts_with("#EXTM3U"), "{text}");
+
     // The same stream pushed to B is refused, each protocol its own way, and A stays live.
     let rtmp = media::push(&at(&push_url, &b.rtmp), "av-720p.flv", 0);
     let (ok, err) = media::finish(rtmp, Duration::from_secs(20)).await;
@@ -448,7 +452,7 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
         .unwrap()
         .post(format!("{}{whip_path}", b.base))
         .header("content-type", "application/sdp")
-        .body(whip_offer())
+        .body(common::whip_offer_without_client())
         .send()
         .await
         .unwrap();

@@ -249,35 +249,6 @@ async fn browser_push_goes_live_keeps_its_initial_ladder_and_delete_ends_it() {
     let _ = browser.child.child().wait().await;
 }
 
-/// A syntactically valid offer that no client stands behind: the session is created, ICE never
-/// completes.
-fn offer_without_client() -> String {
-    let fp = (0..32)
-        .map(|i| format!("{i:02X}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let section = |kind: &str, mid: u8, codecs: &str| {
-        format!(
-            "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}\r\nc=IN IP4 0.0.0.0\r\na=rtcp:9 IN IP4 0.0.0.0\r\n\
-             a=ice-ufrag:Abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 {fp}\r\n\
-             a=setup:actpass\r\na=mid:{mid}\r\na=sendonly\r\na=rtcp-mux\r\na=msid:s t{mid}\r\n{codecs}\
-             a=ssrc:{ssrc} cname:whiptest\r\na=ssrc:{ssrc} msid:s t{mid}\r\n",
-            ssrc = 1000 + u32::from(mid),
-            pts = if kind == "audio" { "111" } else { "102" },
-        )
-    };
-    format!(
-        "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=msid-semantic: WMS s\r\n{}{}",
-        section("audio", 0, "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n"),
-        section(
-            "video",
-            1,
-            "a=rtpmap:102 H264/90000\r\na=rtcp-fb:102 nack pli\r\n\
-             a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f\r\n"
-        ),
-    )
-}
-
 async fn post(
     d: &Daemon,
     path: &str,
@@ -321,7 +292,7 @@ async fn every_refusal_and_an_abandoned_session_leave_nothing_behind() {
     let path = format!("/whip/{id}");
     let sdp = ("content-type", "application/sdp");
     let auth = ("authorization", bearer.as_str());
-    let offer = offer_without_client();
+    let offer = common::whip_offer_without_client();
     let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
 
     // CORS preflight on the endpoint.

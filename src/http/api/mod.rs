@@ -112,6 +112,22 @@ pub struct Api {
     pub spectators: Arc<crate::broadcast::Spectators>,
 }
 
+impl Route {
+    /// Routes about one stream (`{id}` is a stream id).
+    fn is_one_stream(self) -> bool {
+        matches!(
+            self,
+            Route::Stream
+                | Route::StreamPlaylist
+                | Route::StreamDvrCleanup
+                | Route::StreamStartRecording
+                | Route::StreamStopRecording
+                | Route::StreamOverlays
+                | Route::StreamOverlay
+        )
+    }
+}
+
 /// What a path names; dispatch matches on it and the method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -323,6 +339,22 @@ impl Api {
             let id = id.unwrap_or_default();
             let sub = sub.unwrap_or_default();
             let method = req.method().clone();
+            // A stream another node serves: that node answers (its live state, its recordings,
+            // and the live effects of a change — a kick, a new DVR window, overlays — happen
+            // where the stream runs).
+            if route.is_one_stream() {
+                if let Some(node) = self.relay.stream_owner(id, &req).await {
+                    return Ok(self.relay.forward(req, &node).await);
+                }
+            }
+            // A video's files are on the disk of the node that recorded it: deleted there.
+            if *route == Route::Video && method == Method::DELETE {
+                let video = self.db(move |s| s.get_video(id)).await?;
+                let node = video.and_then(|v| v.state.node);
+                if let Some(url) = self.relay.node_url(node.as_deref(), &req).await {
+                    return Ok(self.relay.forward(req, &url).await);
+                }
+            }
             return match (route, method) {
                 (Route::Streams, Method::GET) => streams::list(self, req.uri().query()).await,
                 (Route::Streams, _) => streams::create(self, read_json(req).await?).await,
