@@ -118,6 +118,7 @@ pub struct Running {
     srt: tokio::task::JoinHandle<()>,
     store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
+    cluster: Arc<crate::cluster::Cluster>,
     whip: Arc<crate::ingest::whip::Whip>,
 }
 
@@ -127,6 +128,7 @@ impl Running {
         let _ = self.shutdown.send(true);
         self.whip.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
+        self.cluster.leave().await;
         let _ = self.http.await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.srt).await;
         drop(self.store);
@@ -349,6 +351,7 @@ pub async fn start(
             node_id: node_id.clone(),
             node_url: node_url(&config, http_addr),
             dead_after: config.node_dead_after,
+            shared_store: config.database_url.is_some(),
         },
         store.clone(),
     );
@@ -468,6 +471,7 @@ pub async fn start(
         whip_udp_addrs,
         whip_tcp_addr,
         registry,
+        cluster,
         public_url,
         key_source,
         shutdown,

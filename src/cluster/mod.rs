@@ -32,6 +32,9 @@ pub struct ClusterConfig {
     /// Where the other nodes reach this one (`node_url`; default from the HTTP address).
     pub node_url: String,
     pub dead_after: Duration,
+    /// The store may be shared (PostgreSQL): another daemon may already run under this id.
+    /// SQLite's file is one daemon's; a restart there is always the same node.
+    pub shared_store: bool,
 }
 
 /// The node's view of its leases.
@@ -77,6 +80,22 @@ impl Cluster {
     /// streams it serves, stops the ones whose lease another node took, and gives up leases
     /// it holds without serving the stream (left by an earlier run under the same node id).
     pub async fn start(self: &Arc<Self>, registry: &Arc<Registry>) -> Result<(), ClusterError> {
+        // Two daemons under one id would each take the other's leases for its own. A node
+        // restarting (same id, same URL) is itself; another URL heard from recently is not.
+        let store = self.store.clone();
+        let nodes = tokio::task::spawn_blocking(move || store.nodes())
+            .await
+            .map_err(|_| ClusterError::Panicked)??;
+        if let Some(n) = nodes.iter().find(|n| n.id == self.config.node_id) {
+            let alive = n.silent < self.config.dead_after;
+            if self.config.shared_store && alive && n.url != self.config.node_url {
+                return Err(ClusterError::NodeIdInUse {
+                    id: n.id.clone(),
+                    url: n.url.clone(),
+                    silent: n.silent,
+                });
+            }
+        }
         *lock(&self.registry) = Arc::downgrade(registry);
         self.beat(registry).await?;
         let this = self.clone();
@@ -147,6 +166,21 @@ impl Cluster {
             let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await;
         }
         Ok(())
+    }
+
+    /// The daemon stops cleanly (its streams have ended): the leases go at once, so other
+    /// nodes take the streams over without waiting for the silence bound, and the node id is
+    /// free for its next start.
+    pub async fn leave(&self) {
+        let _order = self.ops.lock().await;
+        lock(&self.held).clear();
+        let store = self.store.clone();
+        let node = self.config.node_id.clone();
+        match tokio::task::spawn_blocking(move || store.node_left(&node)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot sign this node off the store"),
+            Err(_) => {}
+        }
     }
 
     /// Takes `id`'s lease for this node, or says which node serves it. A holder whose publisher
@@ -221,6 +255,15 @@ pub enum ClusterError {
     Store(#[from] crate::db::StoreError),
     #[error("the store call panicked")]
     Panicked,
+    #[error(
+        "node_id {id} is in use by a running node at {url} (heard from {silent:?} ago): \
+         give each daemon its own node_id"
+    )]
+    NodeIdInUse {
+        id: String,
+        url: String,
+        silent: Duration,
+    },
 }
 
 /// Why a lease was not taken.

@@ -745,4 +745,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<LeaseRow>, StoreError>;
     /// Every node that ever sent a heartbeat, by id.
     fn nodes(&self) -> Result<Vec<NodeRow>, StoreError>;
+    /// A node stopping cleanly: its leases go at once and it counts as dead (not after the
+    /// silence bound).
+    fn node_left(&self, node: &str) -> Result<(), StoreError>;
 }

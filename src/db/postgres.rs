@@ -1389,6 +1389,15 @@ impl Store for PostgresStore {
             .collect()
     }
 
+    fn node_left(&self, node: &str) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        let mut tx = conn.transaction()?;
+        tx.execute("DELETE FROM leases WHERE node_id = $1", &[&node])?;
+        tx.execute("UPDATE nodes SET heartbeat_ms = 0 WHERE id = $1", &[&node])?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
         self.pool
             .get()?

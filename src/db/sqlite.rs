@@ -1168,6 +1168,18 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
+    fn node_left(&self, node: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM leases WHERE node_id = ?1", params![node])?;
+        tx.execute(
+            "UPDATE nodes SET heartbeat_ms = 0 WHERE id = ?1",
+            params![node],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
         let conn = self.conn();
         let mut stmt =

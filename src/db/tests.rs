@@ -1005,6 +1005,15 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     assert_eq!(store.take_lease(id, "b", strict).unwrap(), Ok(()));
     assert_eq!(store.heartbeat(&beat("b", "http://b"), &[]).unwrap(), [id]);
 
+    // A node that leaves cleanly gives its leases up and is dead at once.
+    store.heartbeat(&beat("a", "http://a"), &[]).unwrap();
+    store.node_left("b").unwrap();
+    assert!(store.live_leases(None, dead_after).unwrap().is_empty());
+    assert!(store.nodes().unwrap()[1].silent > dead_after);
+    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
+    assert_eq!(store.heartbeat(&beat("a", "http://a"), &[]).unwrap(), [id]);
+
     // The lease goes with its stream.
     assert!(store.delete_stream(id).unwrap());
     assert_eq!(

@@ -21,11 +21,13 @@ use common::{free_port, tempdir, Daemon, KEY};
 /// CDN resources the PATCHes name in `cdn_id`.
 const CDN: &str = "1=https://cdn-one.example";
 
-fn daemon_on(dir: &std::path::Path, url: &str) -> Daemon {
+/// `node`: each daemon on one store needs its own node id (two under one are refused).
+fn daemon_on(dir: &std::path::Path, url: &str, node: &str) -> Daemon {
     Daemon::start_with(
         dir,
         &[
             ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_NODE_ID", node),
             ("LIVEPACK_CDN_RESOURCES", CDN),
             ("LIVEPACK_DATABASE_URL", url),
         ],
@@ -39,8 +41,8 @@ async fn two_daemons_share_their_records() {
     let (dir_a, dir_b) = (tempdir(), tempdir());
     // Started together: one migrates and seeds, the other waits for it (advisory lock).
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| daemon_on(dir_a.path(), &url));
-        let b = s.spawn(|| daemon_on(dir_b.path(), &url));
+        let a = s.spawn(|| daemon_on(dir_a.path(), &url, "a"));
+        let b = s.spawn(|| daemon_on(dir_b.path(), &url, "b"));
         (a.join().unwrap(), b.join().unwrap())
     });
     assert!(
@@ -133,7 +135,7 @@ async fn two_daemons_share_their_records() {
 
     // A restarted daemon finds everything where it was.
     a.terminate();
-    let a = daemon_on(dir_a.path(), &url);
+    let a = daemon_on(dir_a.path(), &url, "a");
     assert_eq!(
         a.get(&format!("/streaming/broadcasts/{bid}")).await.body["name"],
         "show"
@@ -144,6 +146,10 @@ async fn two_daemons_share_their_records() {
 /// The daemon run with a database it cannot use: refused at start, the setting named, the
 /// password not shown. Bounded, since a daemon that started would serve forever.
 fn refused_start(url: &str) -> String {
+    refused_start_with(url, &[])
+}
+
+fn refused_start_with(url: &str, env: &[(&str, &str)]) -> String {
     let dir = tempdir();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_livepack"));
     for (k, _) in std::env::vars() {
@@ -155,7 +161,13 @@ fn refused_start(url: &str) -> String {
         cmd.current_dir(dir.path())
             .env("LIVEPACK_DATA_DIR", dir.path().join("data"))
             .env("LIVEPACK_HTTP_ADDR", "127.0.0.1:0")
-            .env("LIVEPACK_DATABASE_URL", url),
+            .env("LIVEPACK_RTMP_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_RTMPS_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_SRT_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_WHIP_TCP_MUX_ADDR", "127.0.0.1:0")
+            .env("LIVEPACK_DATABASE_URL", url)
+            .envs(env.iter().copied()),
         "livepack",
         Duration::from_secs(60),
     );
@@ -264,6 +276,9 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     let (dir_a, dir_b) = (tempdir(), tempdir());
     let a = node(dir_a.path(), &url, "node-a");
     let b = node(dir_b.path(), &url, "node-b");
+    // A third daemon under a running node's id is refused: it would take that node's leases.
+    let err = refused_start_with(&url, &[("LIVEPACK_NODE_ID", "node-a")]);
+    assert!(err.contains("node_id node-a is in use"), "{err}");
     let rec = media::create(&a, json!({"name": "cam"})).await;
     let id = rec["id"].as_i64().unwrap();
     let push_url = rec["push_url"].as_str().unwrap().to_owned();

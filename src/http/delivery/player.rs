@@ -288,10 +288,15 @@ impl Player {
         let state = match cached {
             Some(state) => state,
             None => {
-                let (store, registry) = (self.store.clone(), self.registry.clone());
-                let computed =
-                    tokio::task::spawn_blocking(move || compute_state(&*store, &registry, id))
-                        .await;
+                let (store, registry, cluster) = (
+                    self.store.clone(),
+                    self.registry.clone(),
+                    self.cluster.clone(),
+                );
+                let computed = tokio::task::spawn_blocking(move || {
+                    compute_state(&*store, &registry, &cluster, id)
+                })
+                .await;
                 let state = match computed {
                     Ok(Ok(Some(state))) => state,
                     Ok(Ok(None)) => {
@@ -323,15 +328,18 @@ impl Player {
 /// A broadcast's state for its page: status, message, poster, its streams with their live
 /// flags and URLs, and after the finish (with `show_dvr_after_finish`) what to replay: a DVR
 /// window that still exists, else the newest ready recording of its streams.
+/// Live flags and DVR windows are those of the node serving each stream (`cluster`).
 fn compute_state(
     store: &dyn Store,
     registry: &Registry,
+    cluster: &crate::cluster::Cluster,
     id: i64,
 ) -> Result<Option<serde_json::Value>, StoreError> {
     let Some(b) = store.get_broadcast(id)? else {
         return Ok(None);
     };
     let s = &b.settings;
+    let leases = store.live_leases(None, cluster.dead_after())?;
     let mut streams = Vec::with_capacity(s.stream_ids.len());
     let mut dvr = None;
     for &sid in &s.stream_ids {
@@ -341,11 +349,17 @@ fn compute_state(
         streams.push(json!({
             "id": sid,
             "name": row.settings.name,
-            "live": registry.status(sid).live,
+            "live": cluster.status(registry, sid, &leases).live,
             "hls": format!("/cmaf/{sid}/master.m3u8"),
             "dash": format!("/cmaf/{sid}/index.mpd"),
         }));
-        if dvr.is_none() && row.settings.dvr_enabled && registry.package(sid).is_some() {
+        // Its outputs exist here, or on the node serving it (whose media requests are relayed).
+        let served = if cluster.holds(sid) {
+            registry.package(sid).is_some()
+        } else {
+            leases.iter().any(|l| l.stream_id == sid)
+        };
+        if dvr.is_none() && row.settings.dvr_enabled && served {
             dvr = Some(sid);
         }
     }
