@@ -152,6 +152,11 @@ impl Daemon {
                 // An API call the daemon never answers fails the test instead of hanging the
                 // suite (a tests/browser run once waited > 15 min with nothing on the wire).
                 .timeout(Duration::from_secs(120))
+                // The daemon closes a kept-alive connection that sends no request for 10 s
+                // (`http_header_timeout_secs`); a request sent on it just then fails with
+                // `IncompleteMessage` (seen on a `stop_recording` after a 10 s wait). Pooled
+                // connections are dropped before that.
+                .pool_idle_timeout(Duration::from_secs(5))
                 .build()
                 .unwrap(),
         }
