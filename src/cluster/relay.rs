@@ -13,7 +13,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::Cluster;
+use super::{lock, Cluster};
 use crate::db::Store;
 use crate::http::listener::Body;
 
@@ -202,8 +202,4 @@ fn unreachable_node(why: &str) -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(crate::http::listener::full(Bytes::from(body.to_string())))
         .expect("static response is valid")
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
