@@ -340,7 +340,7 @@ fn hostile_server(canary: u16, good: String) -> (u16, std::sync::Arc<std::sync::
                 };
                 let live = |segment: &str| {
                     ok(&format!(
-                        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:1\n#EXTINF:2.0,\n{segment}\n"
+                        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:1\n#EXTINF:2.0,\n{segment}\n#EXTINF:2.0,\n{segment}\n"
                     ))
                 };
                 // A null TS packet: valid MPEG-TS that carries nothing, so only a cap ends it.
@@ -482,4 +482,49 @@ async fn hostile_http_sources_are_bounded_and_a_redirected_dash_source_goes_live
         "{endless} bytes of segment per request"
     );
     assert_eq!(canary_hits(), 0, "the daemon fetched from 0.0.0.0");
+}
+
+/// A PULL of an HLS source from its first segment on, and of the same source restarted by its
+/// encoder (new playlist, media sequence from 0): GStreamer 1.22's hlsdemux2 loses sync after a
+/// one-segment live playlist and never resumes (the gateway holds such a playlist until it lists
+/// two), and disposing a demuxer left that way aborted the whole daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hls_source_pulled_from_its_first_segment_and_restarted_stays_live() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = pull_daemon(dir.path(), &[]);
+    let http_port = free_port(false);
+    let hls_dir = dir.path().join("www/live");
+    std::fs::create_dir_all(&hls_dir).unwrap();
+    let _http = http_server(&dir.path().join("www"), http_port);
+    let hls_url = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
+    // The record first: the fetcher finds no playlist, then one listing a single segment.
+    let rec = create(&d, json!({"name": "pull", "pull": true, "uri": hls_url})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let writer = hls_writer(&hls_dir);
+    let started = Instant::now();
+    let live = wait_record(&d, id, Duration::from_secs(40), |r| {
+        r["live"] == true && r["video_height"] == 720
+    })
+    .await;
+    println!(
+        "PULL of a starting HLS source live after {:?}",
+        started.elapsed()
+    );
+    let master = live["hls_cmaf_url"].as_str().unwrap().to_owned();
+    media::wait_segments(&master, 3).await;
+
+    // The encoder restarts: its playlist starts over.
+    drop(writer);
+    std::fs::remove_dir_all(&hls_dir).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _writer = hls_writer(&hls_dir);
+    let restarted = Instant::now();
+    let top = master.replace("master.m3u8", "720p/index.m3u8");
+    wait_discontinuity(&top, Duration::from_secs(60)).await;
+    println!(
+        "PULL media again {:?} after the source restarted",
+        restarted.elapsed()
+    );
+    wait_record(&d, id, Duration::from_secs(5), |r| r["live"] == true).await;
 }

@@ -42,6 +42,9 @@ const PLAYLIST_READS: usize = 4;
 const MAX_REDIRECTS: usize = 10;
 /// Connections GStreamer may hold open to one origin's port.
 const MAX_CONNECTIONS: usize = 16;
+/// How long a one-segment live HLS playlist is held waiting for its second segment; below
+/// souphttpsrc's and the demuxer's 10 s request timeouts.
+const SHORT_PLAYLIST_HOLD: Duration = Duration::from_secs(8);
 /// Bytes read before a response is classified as playlist or media.
 const SNIFF_BYTES: usize = 4096;
 pub const DEFAULT_MAX_PLAYLIST_BYTES: usize = 4 << 20;
@@ -79,6 +82,8 @@ pub enum GatewayError {
     NotUtf8Playlist,
     #[error("nothing but whitespace")]
     Blank,
+    #[error("a live playlist still listing one segment after {0:?} (GStreamer's HLS demuxer cannot follow one)")]
+    ShortLivePlaylist(Duration),
     #[error("attempt over")]
     AttemptOver,
     #[error("playlist over pull_max_playlist_bytes ({0})")]
@@ -415,7 +420,7 @@ impl Inner {
             return Ok(out.body(server::empty()).expect("valid response"));
         }
         let declared = resp.content_length();
-        let (sniffed, mut first) = sniff(&mut resp, limits.max_playlist_bytes).await?;
+        let (sniffed, first) = sniff(&mut resp, limits.max_playlist_bytes).await?;
         if sniffed == Sniffed::Refused {
             return Err(Refused::forbidden(GatewayError::NotUtf8Text));
         }
@@ -426,17 +431,7 @@ impl Inner {
                 .await
                 .map_err(|_| Refused::bad_gateway(GatewayError::AttemptOver))?;
             let cap = limits.max_playlist_bytes;
-            if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
-                return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
-            }
-            while let Some(c) = next_chunk(&mut resp).await? {
-                if first.len() + c.len() > cap {
-                    return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
-                }
-                first.extend_from_slice(&c);
-            }
-            let text = std::str::from_utf8(&first)
-                .map_err(|_| Refused::forbidden(GatewayError::NotUtf8Playlist))?;
+            let mut text = read_playlist(&mut resp, first, declared, cap).await?;
             let mut map = |reference: &Url| {
                 self.local_url(reference)
                     .map(|u| u.to_string())
@@ -448,11 +443,23 @@ impl Inner {
                         .into()
                     })
             };
-            let rewritten = match kind {
-                PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
-                PlaylistKind::Dash => rewrite::rewrite_mpd(text, upstream, &mut map),
+            let mut rewrite = |text: &str| {
+                match kind {
+                    PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
+                    PlaylistKind::Dash => rewrite::rewrite_mpd(text, upstream, &mut map),
+                }
+                .map_err(|e| Refused::forbidden(GatewayError::PlaylistRefused(e)))
+            };
+            let mut rewritten = rewrite(&text)?;
+            // Refused references fail fast; a short playlist waits, and what replaces it is
+            // checked again.
+            if kind == PlaylistKind::Hls
+                && !blocking
+                && rewrite::short_live_playlist(&text).is_some()
+            {
+                text = self.until_two_segments(upstream, text, cap).await?;
+                rewritten = rewrite(&text)?;
             }
-            .map_err(|e| Refused::forbidden(GatewayError::PlaylistRefused(e)))?;
             // Loopback URLs are longer than `//a`: the output is bounded too.
             if rewritten.len() > cap.saturating_mul(2) {
                 return Err(Refused::bad_gateway(GatewayError::RewrittenOverCap(cap)));
@@ -521,6 +528,76 @@ impl Inner {
         });
         Ok(out.body(body).expect("valid response"))
     }
+}
+
+impl Inner {
+    /// Holds a live HLS media playlist of fewer than two segments (see
+    /// [`rewrite::short_live_playlist`]) until upstream lists two, re-reading it every quarter
+    /// target duration for up to [`SHORT_PLAYLIST_HOLD`]; still short then, it is refused
+    /// (503: the demuxer retries an update, the fetcher a first playlist), never passed on.
+    async fn until_two_segments(
+        &self,
+        upstream: &Url,
+        mut text: String,
+        cap: usize,
+    ) -> Result<String, Refused> {
+        let deadline = tokio::time::Instant::now() + SHORT_PLAYLIST_HOLD;
+        while let Some(target) = rewrite::short_live_playlist(&text) {
+            let poll = (target / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
+            if tokio::time::Instant::now() + poll > deadline {
+                return Err(Refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    GatewayError::ShortLivePlaylist(SHORT_PLAYLIST_HOLD),
+                ));
+            }
+            tokio::time::sleep(poll).await;
+            let again = async {
+                let mut resp = tokio::time::timeout(
+                    IDLE_TIMEOUT,
+                    self.gateway.client.get(upstream.clone()).send(),
+                )
+                .await
+                .ok()?
+                .ok()?;
+                if !resp.status().is_success() {
+                    return None;
+                }
+                let declared = resp.content_length();
+                read_playlist(&mut resp, BytesMut::new(), declared, cap)
+                    .await
+                    .ok()
+            };
+            match again.await {
+                // Still a playlist (a failed re-read leaves the one already read).
+                Some(t)
+                    if rewrite::sniff("", t.as_bytes()) == Sniffed::Playlist(PlaylistKind::Hls) =>
+                {
+                    text = t
+                }
+                _ => {}
+            }
+        }
+        Ok(text)
+    }
+}
+
+/// The rest of a playlist response after its first bytes, whole, at most `cap` bytes, UTF-8.
+async fn read_playlist(
+    resp: &mut reqwest::Response,
+    mut first: BytesMut,
+    declared: Option<u64>,
+    cap: usize,
+) -> Result<String, Refused> {
+    if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
+        return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
+    }
+    while let Some(c) = next_chunk(resp).await? {
+        if first.len() + c.len() > cap {
+            return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
+        }
+        first.extend_from_slice(&c);
+    }
+    String::from_utf8(first.to_vec()).map_err(|_| Refused::forbidden(GatewayError::NotUtf8Playlist))
 }
 
 /// Where a redirect points, resolved against the URL that answered it.
@@ -607,6 +684,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    static PLAYLIST_READS_SEEN: AtomicU64 = AtomicU64::new(0);
+
     /// A raw upstream: each path answers one way; counts the bytes it managed to write.
     async fn upstream(written: Arc<AtomicU64>, other_port: u16) -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -638,6 +717,18 @@ mod tests {
                         "/to-metadata" => (reply("302 Found", "Location: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\n"), b""),
                         "/to-endless" => (reply("302 Found", "Location: /endless.ts\r\nContent-Length: 0\r\n"), b""),
                         "/to-other" => (reply("302 Found", &format!("Location: http://127.0.0.1:{other_port}/x/index.m3u8?t=1\r\nContent-Length: 0\r\n")), b""),
+                        // One segment for the first two reads, two after; one forever; VOD.
+                        "/growing.m3u8" | "/stuck.m3u8" | "/vod.m3u8" => {
+                            let n = PLAYLIST_READS_SEEN.fetch_add(1, Ordering::Relaxed);
+                            let mut body = "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\ns0.ts\n".to_owned();
+                            if path == "/growing.m3u8" && n >= 2 {
+                                body.push_str("#EXTINF:1.0,\ns1.ts\n");
+                            }
+                            if path == "/vod.m3u8" {
+                                body.push_str("#EXT-X-ENDLIST\n");
+                            }
+                            (reply("200 OK", &format!("Content-Length: {}\r\n", body.len())) + &body, b"")
+                        }
                         "/master.m3u8" => {
                             let body = format!("#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nhttp://127.0.0.1:{other_port}/x/index.m3u8\n#EXT-X-STREAM-INF:BANDWIDTH=2\nhttp://0.0.0.0:{other_port}/y.m3u8\n");
                             (reply("200 OK", &format!("Content-Length: {}\r\n", body.len())) + &body, b"")
@@ -784,5 +875,43 @@ mod tests {
         drop(session);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(get("/big.m3u8").await.is_err(), "port still open");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_live_playlist_is_passed_on_once_it_lists_two_segments() {
+        let gateway = Gateway::new(GatewayLimits::default()).unwrap();
+        let port = upstream(Arc::new(AtomicU64::new(0)), 0).await;
+        let source = Url::parse(&format!("http://127.0.0.1:{port}/growing.m3u8")).unwrap();
+        let (_session, local) = gateway.session(1, &source).unwrap();
+        let get = |path: &str| {
+            let mut u = local.clone();
+            u.set_path(path);
+            async move {
+                let started = std::time::Instant::now();
+                let r = reqwest::get(u).await.unwrap();
+                let status = r.status();
+                (status, r.text().await.unwrap(), started.elapsed())
+            }
+        };
+
+        // Held while upstream lists one segment, re-read every quarter target duration.
+        PLAYLIST_READS_SEEN.store(0, Ordering::Relaxed);
+        let (status, body, took) = get("/growing.m3u8").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body.matches("#EXTINF").count(), 2, "{body}");
+        assert_eq!(PLAYLIST_READS_SEEN.load(Ordering::Relaxed), 3, "{took:?}");
+
+        // A playlist that ended is passed at once, one segment or not.
+        let (status, body, _) = get("/vod.m3u8").await;
+        assert_eq!(status, 200, "{body}");
+
+        // Still one segment at the end of the hold: refused, never passed on.
+        let (status, body, took) = get("/stuck.m3u8").await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("one segment"), "{body}");
+        assert!(
+            took >= SHORT_PLAYLIST_HOLD - Duration::from_secs(1),
+            "{took:?}"
+        );
     }
 }

@@ -146,6 +146,27 @@ fn truncate(s: &str) -> &str {
     }
 }
 
+/// A live HLS media playlist listing fewer than two whole segments: its target duration (the
+/// wait for the next one), else `None` (a master playlist, VOD, an event that ended, or two or
+/// more segments). GStreamer 1.22's hlsdemux2 matches a refreshed playlist against every segment
+/// of the previous one but its first (`for (idx = len - 1; idx; idx--)`), so after a one-segment
+/// playlist it loses sync, its seek back to the live edge fails and the stream never resumes.
+pub fn short_live_playlist(text: &str) -> Option<std::time::Duration> {
+    let mut target = None;
+    let mut segments = 0;
+    for line in text.lines().map(str::trim) {
+        if let Some(v) = line.strip_prefix("#EXT-X-TARGETDURATION:") {
+            target = v.trim().parse::<u64>().ok();
+        } else if line.starts_with("#EXTINF:") {
+            segments += 1;
+        } else if line == "#EXT-X-ENDLIST" || line == "#EXT-X-PLAYLIST-TYPE:VOD" {
+            return None;
+        }
+    }
+    let target = target?;
+    (segments < 2).then(|| std::time::Duration::from_secs(target.clamp(1, 30)))
+}
+
 /// HLS: URI lines and the `URI` attribute of every tag (keys, maps, media, i-frame playlists,
 /// parts, preload hints, rendition reports), attribute lists tokenised as hlsdemux2 does
 /// (quoted values may hold commas; unquoted ones end at the next comma).
@@ -533,6 +554,43 @@ mod tests {
         let mut calls = Vec::new();
         let out = rewrite_m3u8(text, &base, &mut mapper(&mut calls));
         (out, calls)
+    }
+
+    #[test]
+    fn only_a_live_media_playlist_of_fewer_than_two_segments_is_short() {
+        let head = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:6\n#EXT-X-MEDIA-SEQUENCE:0\n";
+        let seg = |n: usize| {
+            (0..n)
+                .map(|i| format!("#EXTINF:6.0,\nseg{i}.ts\n"))
+                .collect::<String>()
+        };
+        let six = Some(std::time::Duration::from_secs(6));
+        assert_eq!(short_live_playlist(head), six);
+        assert_eq!(short_live_playlist(&format!("{head}{}", seg(1))), six);
+        assert_eq!(short_live_playlist(&format!("{head}{}", seg(2))), None);
+        // An LL-HLS playlist whose first segment is still in parts: short.
+        let parts = "#EXT-X-PART:DURATION=0.5,URI=\"p0.m4s\"\n#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"p1.m4s\"\n";
+        assert_eq!(
+            short_live_playlist(&format!("{head}{}{parts}", seg(1))),
+            six
+        );
+        // Ended, VOD, or a master playlist: never held.
+        assert_eq!(
+            short_live_playlist(&format!("{head}{}#EXT-X-ENDLIST\n", seg(1))),
+            None
+        );
+        assert_eq!(
+            short_live_playlist(&format!("#EXT-X-PLAYLIST-TYPE:VOD\n{head}{}", seg(1))),
+            None
+        );
+        assert_eq!(
+            short_live_playlist("#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\na.m3u8\n"),
+            None
+        );
+        // A target duration of 0 or 3600 still gives a bounded wait.
+        let odd = |t: &str| short_live_playlist(&format!("#EXTM3U\n#EXT-X-TARGETDURATION:{t}\n"));
+        assert_eq!(odd("0"), Some(std::time::Duration::from_secs(1)));
+        assert_eq!(odd("3600"), Some(std::time::Duration::from_secs(30)));
     }
 
     fn mpd(text: &str) -> (Result<String, RewriteError>, Vec<String>) {

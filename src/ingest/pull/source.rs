@@ -9,6 +9,10 @@
 //!
 //! Other codecs are dropped with a log line. Blocking GStreamer calls run off the async workers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
 use gstreamer as gst;
 use gstreamer::prelude::*;
@@ -77,7 +81,16 @@ pub struct Source {
     pipeline: gst::Pipeline,
     /// What its data events carry.
     pub container: Container,
+    /// When the pipeline last handed out data, in ms after `opened`.
+    last_output_ms: Arc<AtomicU64>,
+    opened: Instant,
 }
+
+/// A source silent this long when stopped may hold an adaptive demuxer that GStreamer cannot
+/// dispose (see [`Source::drop`]).
+const SILENT_AT_STOP: Duration = Duration::from_secs(2);
+/// The demuxers of GStreamer's adaptivedemux2 plugin.
+const ADAPTIVE_DEMUXERS: [&str; 3] = ["hlsdemux2", "dashdemux2", "mssdemux2"];
 
 /// The byte stream a source's [`SourceEvent::Data`] carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +102,31 @@ pub enum Container {
 }
 
 impl Drop for Source {
+    /// GStreamer 1.22's adaptive demuxers leave their segment lock held when a seek back to the
+    /// live edge fails (their answer to a playlist they lost sync with), and output nothing from
+    /// then on; disposing one then aborts the process (`g_mutex_clear()` on a locked mutex).
+    /// The demuxer of a source stopped while silent is therefore kept, never disposed: the
+    /// element and what it still holds in NULL are leaked once per such stop, rather than the
+    /// whole daemon lost.
     fn drop(&mut self) {
+        let silent = self.opened.elapsed().saturating_sub(Duration::from_millis(
+            self.last_output_ms.load(Ordering::Relaxed),
+        ));
+        if silent >= SILENT_AT_STOP {
+            let kept = self
+                .pipeline
+                .iterate_recurse()
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    e.factory()
+                        .is_some_and(|f| ADAPTIVE_DEMUXERS.contains(&f.name().as_str()))
+                });
+            for demuxer in kept {
+                tracing::debug!(element = %demuxer.name(), ?silent, "PULL source stopped silent: its adaptive demuxer is kept, not disposed");
+                std::mem::forget(demuxer);
+            }
+        }
         let pipeline = self.pipeline.clone();
         // NULL can block on network elements: never on an async worker.
         std::thread::spawn(move || {
@@ -265,6 +302,9 @@ pub fn start(
         Container::Ts => demuxing_branch(&pipeline, uri, playlist, stream, &tx)?,
     };
     let data = tx.clone();
+    let opened = Instant::now();
+    let last_output_ms = Arc::new(AtomicU64::new(0));
+    let last_output = last_output_ms.clone();
     sink.set_callbacks(
         gstreamer_app::AppSinkCallbacks::builder()
             .new_sample(move |sink| {
@@ -276,6 +316,7 @@ pub fn start(
                         return Err(gst::FlowError::Flushing);
                     }
                     let _ = data.try_send(SourceEvent::Data(Bytes::copy_from_slice(&map)));
+                    last_output.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
                 Ok(gst::FlowSuccess::Ok)
             })
@@ -316,6 +357,8 @@ pub fn start(
         Source {
             pipeline,
             container,
+            last_output_ms,
+            opened,
         },
         rx,
     ))
