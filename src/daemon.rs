@@ -482,6 +482,28 @@ pub async fn start(
     })
 }
 
+/// `req`, about stream `id`, answered by the node serving that stream when it is another one
+/// (the serving node is looked up only with an `id`), else by `here`.
+async fn here_or_serving_node<F, Fut>(
+    api: &Api,
+    id: Option<i64>,
+    req: Request<Incoming>,
+    here: F,
+) -> Response<Body>
+where
+    F: FnOnce(Request<Incoming>) -> Fut,
+    Fut: std::future::Future<Output = Response<Body>>,
+{
+    let owner = match id {
+        Some(id) => api.relay.stream_owner(id, &req).await,
+        None => None,
+    };
+    match owner {
+        Some(node) => api.relay.forward(req, &node).await,
+        None => here(req).await,
+    }
+}
+
 /// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
 /// key.
 async fn route(
@@ -523,20 +545,20 @@ async fn route(
         ),
         p if api::owns(p) => api.handle(req).await,
         p if delivery::owns(p) => {
-            let owner = match delivery::parse_path(p) {
-                Some((id, _)) => api.relay.stream_owner(id, &req).await,
-                None => None,
-            };
-            match owner {
-                Some(node) => api.relay.forward(req, &node).await,
-                None => delivery::handle(api.registry.clone(), req).await,
-            }
+            let id = delivery::parse_path(p).map(|(id, _)| id);
+            here_or_serving_node(&api, id, req, |req| {
+                delivery::handle(api.registry.clone(), req)
+            })
+            .await
         }
         p if delivery::videos::owns(p) => {
             delivery::videos::handle(api.store.clone(), api.recordings.root(), &api.relay, req)
                 .await
         }
-        p if crate::ingest::whip::owns(p) => whip.handle(req).await,
+        p if crate::ingest::whip::owns(p) => {
+            let id = whip.session_elsewhere(p);
+            here_or_serving_node(&api, id, req, |req| whip.handle(req)).await
+        }
         p if delivery::player::owns(p) => player.handle(req).await,
         _ => api::error_response(&ApiError::not_found("resource")),
     }

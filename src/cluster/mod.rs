@@ -12,8 +12,11 @@ pub mod relay;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use time::OffsetDateTime;
 
@@ -48,6 +51,10 @@ pub struct Cluster {
     /// runs after a new take of the same stream must see it and keep the lease.
     ops: tokio::sync::Mutex<()>,
     registry: Mutex<Weak<Registry>>,
+    /// When the last heartbeat that reached the store was sent (it committed after that).
+    last_beat: Mutex<Option<Instant>>,
+    /// Signed off ([`Cluster::leave`]): no more heartbeats.
+    left: AtomicBool,
 }
 
 impl Cluster {
@@ -59,6 +66,8 @@ impl Cluster {
             held: Mutex::new(HashSet::new()),
             ops: tokio::sync::Mutex::new(()),
             registry: Mutex::new(Weak::new()),
+            last_beat: Mutex::new(None),
+            left: AtomicBool::new(false),
         })
     }
 
@@ -98,10 +107,10 @@ impl Cluster {
         }
         *lock(&self.registry) = Arc::downgrade(registry);
         self.beat(registry).await?;
+        let period = self.config.dead_after / BEATS_PER_DEAD_AFTER;
         let this = self.clone();
         let weak = Arc::downgrade(registry);
         tokio::spawn(async move {
-            let period = this.config.dead_after / BEATS_PER_DEAD_AFTER;
             let mut every = tokio::time::interval(period);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             every.tick().await;
@@ -110,16 +119,69 @@ impl Cluster {
                 let Some(registry) = weak.upgrade() else {
                     return;
                 };
+                if this.left.load(Ordering::Acquire) {
+                    return;
+                }
                 if let Err(e) = this.beat(&registry).await {
                     tracing::warn!(error = %e, "cluster heartbeat failed; retrying");
                 }
             }
         });
+        if !self.config.shared_store {
+            // One daemon on its own file: nobody else could take its streams.
+            return Ok(());
+        }
+        // Apart from the beats, which may hang on a store that stopped answering; checked
+        // often, so the streams stop well before the others may take them.
+        let this = self.clone();
+        let weak = Arc::downgrade(registry);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(period / 4);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(registry) = weak.upgrade() else {
+                    return;
+                };
+                this.fence_if_unheard(&registry, Instant::now());
+            }
+        });
         Ok(())
+    }
+
+    /// A node whose heartbeats have not reached the store for `dead_after` is dead to the
+    /// others, which then take its streams: so it stops serving them itself one beat before
+    /// that (its last heartbeat that landed was sent no later than it committed), and two
+    /// nodes never serve one stream. Its publishers are cut (they reconnect, to whichever node
+    /// the store lets take the stream), its PULLs go back to claiming.
+    fn fence_if_unheard(&self, registry: &Registry, now: Instant) {
+        let Some(sent) = *lock(&self.last_beat) else {
+            return;
+        };
+        let silent = now.saturating_duration_since(sent);
+        if silent < self.fence_after() {
+            return;
+        }
+        let fenced: Vec<i64> = lock(&self.held).drain().collect();
+        for id in fenced {
+            tracing::error!(
+                stream = id,
+                silent_ms = silent.as_millis() as u64,
+                "no heartbeat reached the store for too long; stopping the stream here, \
+                 another node may take it over"
+            );
+            registry.kick(id);
+        }
+    }
+
+    /// How long without a heartbeat in the store before this node stops serving its streams.
+    fn fence_after(&self) -> Duration {
+        self.config.dead_after - self.config.dead_after / BEATS_PER_DEAD_AFTER
     }
 
     async fn beat(&self, registry: &Arc<Registry>) -> Result<(), ClusterError> {
         let _order = self.ops.lock().await;
+        let sent = Instant::now();
         let ours: Vec<i64> = lock(&self.held).iter().copied().collect();
         let states: Vec<LeaseState> = ours
             .iter()
@@ -147,6 +209,7 @@ impl Cluster {
         })
         .await
         .map_err(|_| ClusterError::Panicked)??;
+        *lock(&self.last_beat) = Some(sent);
         let in_store: HashSet<i64> = in_store.into_iter().collect();
         for id in ours.iter().filter(|id| !in_store.contains(id)) {
             lock(&self.held).remove(id);
@@ -173,6 +236,7 @@ impl Cluster {
     /// free for its next start.
     pub async fn leave(&self) {
         let _order = self.ops.lock().await;
+        self.left.store(true, Ordering::Release);
         lock(&self.held).clear();
         let store = self.store.clone();
         let node = self.config.node_id.clone();

@@ -26,6 +26,11 @@ const OWNER_TTL: Duration = Duration::from_secs(1);
 /// The serving node's address must answer this fast; its answer may take as long as a
 /// blocking reload does (no overall limit).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest silence inside an answer before the relayed request is given up: a node that froze
+/// (paused VM, stopped process) would otherwise hold it for ever. Well above the longest wait
+/// the origin makes itself (a blocking reload: 3 target durations, 6 s with 2 s segments);
+/// nginx's `proxy_read_timeout` in deploy/nginx-livepack.conf is the same.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request headers passed on: ranges, revalidation, content negotiation, and for the control
 /// API its credentials and body type.
 const PASSED_ON: [HeaderName; 7] = [
@@ -60,6 +65,7 @@ impl Relay {
     pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>) -> Arc<Relay> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()

@@ -39,6 +39,9 @@ pub enum StoreError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// A row changed hands between every read and write of several rounds; nothing was written.
+    #[error("{what} kept changing hands; try again")]
+    Contended { what: String },
     #[error("database schema version {found} is newer than this build knows ({known})")]
     SchemaTooNew { found: i64, known: i64 },
     /// A write names a record that does not exist (checked in the write's transaction, so a

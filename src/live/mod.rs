@@ -20,6 +20,7 @@ pub mod stats;
 pub mod status;
 pub mod switch;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -33,8 +34,9 @@ use crate::db::{Store, StoreError, StreamRow, StreamSettings};
 use crate::media::MediaMessage;
 use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
+use publisher::LeaseHold;
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
-use sessions::Opened;
+use sessions::{lock, Opened};
 pub use status::{Counters, LiveStatus, SharedStatus, StreamMetrics};
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
@@ -141,6 +143,8 @@ pub struct Registry {
     changes: changes::Changes,
     events: tokio::sync::broadcast::Sender<LiveEvent>,
     leases: std::sync::OnceLock<Arc<dyn Leases>>,
+    /// Publish checks per stream whose session has not opened yet ([`publisher::LeaseHold`]).
+    holds: Mutex<HashMap<i64, usize>>,
 }
 
 impl Registry {
@@ -160,6 +164,7 @@ impl Registry {
             changes: changes::Changes::default(),
             events: tokio::sync::broadcast::Sender::new(EVENTS_QUEUE),
             leases: std::sync::OnceLock::new(),
+            holds: Mutex::new(HashMap::new()),
         })
     }
 
@@ -181,10 +186,35 @@ impl Registry {
         }
     }
 
-    /// The stream is forgotten here (its linger is over).
+    /// The stream is forgotten here (its linger is over): its lease goes, unless a publish
+    /// checked here is about to open a session for it.
     pub(super) fn forgotten(&self, id: i64) {
+        if lock(&self.holds).contains_key(&id) {
+            return;
+        }
         if let Some(leases) = self.leases.get() {
             leases.clone().release(id);
+        }
+    }
+
+    fn hold_taken(&self, id: i64) {
+        *lock(&self.holds).entry(id).or_default() += 1;
+    }
+
+    /// A publish check's hold ended; `unused`: its session never opened, so the lease it took
+    /// goes unless the stream is served here anyway.
+    fn hold_dropped(&self, id: i64, unused: bool) {
+        {
+            let mut holds = lock(&self.holds);
+            if let Some(n) = holds.get_mut(&id) {
+                *n -= 1;
+                if *n == 0 {
+                    holds.remove(&id);
+                }
+            }
+        }
+        if unused {
+            self.release_unserved(id);
         }
     }
 
@@ -332,7 +362,7 @@ impl Registry {
     /// that must answer their handshake before media flows (SRT reads the record's passphrase).
     /// The permit it returns is what [`Registry::start`] takes.
     pub async fn check_publish(
-        &self,
+        self: &Arc<Self>,
         id: i64,
         slot: Slot,
         token: &str,
@@ -352,6 +382,7 @@ impl Registry {
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
         }
+        let hold = LeaseHold::new(self, id);
         self.sessions.wait_released(id, slot, patience).await;
         if self.sessions.evict_silent(id, slot) {
             self.sessions.wait_released(id, slot, patience).await;
@@ -366,12 +397,13 @@ impl Registry {
             row,
             slot,
             protocol,
+            hold,
         })
     }
 
     /// The check for a PULL stream's session: the daemon is its only publisher, so there is no
     /// token; refused when the record no longer asks for it.
-    pub async fn check_pull(&self, id: i64) -> Result<PublishPermit, PublishError> {
+    pub async fn check_pull(self: &Arc<Self>, id: i64) -> Result<PublishPermit, PublishError> {
         let row = self
             .load(id)
             .await?
@@ -379,6 +411,7 @@ impl Registry {
         if !row.settings.active {
             return Err(PublishError::Inactive(id));
         }
+        let hold = LeaseHold::new(self, id);
         self.sessions
             .wait_released(id, Slot::Main, DRAIN_WAIT)
             .await;
@@ -391,6 +424,7 @@ impl Registry {
             row,
             slot: Slot::Main,
             protocol: Protocol::Pull,
+            hold,
         })
     }
 
@@ -423,11 +457,13 @@ impl Registry {
             row,
             slot,
             protocol,
+            hold,
         } = permit;
         let id = row.id;
         let quality_set = self.quality_set(&row).await;
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
         let opened = self.sessions.open(id, slot, rx, self.config.packaging)?;
+        hold.used();
         let (handles, epoch, control, stop, media) = match opened {
             Opened::Joined(counters) => {
                 self.slot_started(id, slot, protocol);

@@ -1,7 +1,7 @@
 //! A publisher's side of a live stream: the slot it publishes to, its protocol, the permit a
 //! successful check hands out, and the handle media is sent through.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tokio::sync::mpsc;
 
@@ -52,12 +52,49 @@ pub enum PublishError {
 }
 
 /// What a successful publish check grants: the record as it was checked, the slot and the
-/// protocol. [`super::Registry::start`] consumes it, so nothing starts unchecked.
+/// protocol, and the stream's lease held for it. [`super::Registry::start`] consumes it, so
+/// nothing starts unchecked.
 #[derive(Debug)]
 pub struct PublishPermit {
     pub(super) row: StreamRow,
     pub(super) slot: Slot,
     pub(super) protocol: Protocol,
+    pub(super) hold: LeaseHold,
+}
+
+/// A publish check's claim on the stream's lease, from before the lease is taken until the
+/// session opens. While one is out the stream's lease is not given up (a linger that ends
+/// during a handshake); one dropped unused (the handshake failed after the check, the session
+/// could not open) gives the lease up unless this node still serves the stream.
+#[derive(Debug)]
+pub struct LeaseHold {
+    registry: Weak<super::Registry>,
+    id: i64,
+    used: bool,
+}
+
+impl LeaseHold {
+    pub(super) fn new(registry: &Arc<super::Registry>, id: i64) -> LeaseHold {
+        registry.hold_taken(id);
+        LeaseHold {
+            registry: Arc::downgrade(registry),
+            id,
+            used: false,
+        }
+    }
+
+    /// The session opened: it keeps the lease from now on.
+    pub(super) fn used(mut self) {
+        self.used = true;
+    }
+}
+
+impl Drop for LeaseHold {
+    fn drop(&mut self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.hold_dropped(self.id, !self.used);
+        }
+    }
 }
 
 impl PublishPermit {

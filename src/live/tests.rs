@@ -398,3 +398,107 @@ async fn followers_see_start_inputs_gone_resume_and_end_in_order() {
     }
     assert_eq!(seen, ["started", "gone", "resumed", "gone", "ended"]);
 }
+
+/// Records the lease calls the registry makes; every take succeeds.
+#[derive(Default)]
+struct FakeLeases {
+    calls: StdMutex<Vec<(&'static str, i64)>>,
+}
+
+impl Leases for FakeLeases {
+    fn take(
+        self: Arc<Self>,
+        id: i64,
+        _from_idle: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>> {
+        self.calls.lock().unwrap().push(("take", id));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn release(self: Arc<Self>, id: i64) {
+        self.calls.lock().unwrap().push(("release", id));
+    }
+
+    fn state_changed(self: Arc<Self>, _id: i64) {}
+}
+
+impl Harness {
+    fn with_leases(drain: Duration) -> (Harness, Arc<FakeLeases>) {
+        let h = Harness::new(drain);
+        let leases = Arc::new(FakeLeases::default());
+        h.registry.set_leases(leases.clone());
+        (h, leases)
+    }
+}
+
+fn releases(leases: &FakeLeases) -> usize {
+    leases
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(call, _)| *call == "release")
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publish_check_whose_session_never_opens_gives_the_lease_up() {
+    let (h, leases) = Harness::with_leases(Duration::ZERO);
+    let id = h.stream(|_| {});
+    // The handshake failed after the check (an SRT passphrase, a WHIP negotiation).
+    let permit = h
+        .registry
+        .check_publish(id, Slot::Main, "tok", Protocol::Srt, DRAIN_WAIT)
+        .await
+        .unwrap();
+    drop(permit);
+    assert_eq!(
+        *leases.calls.lock().unwrap(),
+        [("take", id), ("release", id)]
+    );
+
+    // A backup's failed handshake leaves the lease to the main it joins.
+    let main = h.publish(id, Slot::Main).await.unwrap();
+    let backup = h
+        .registry
+        .check_publish(id, Slot::Backup, "tok", Protocol::Srt, DRAIN_WAIT)
+        .await
+        .unwrap();
+    drop(backup);
+    assert_eq!(releases(&leases), 1, "the main's session keeps the lease");
+    drop(main);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_linger_ending_during_a_publish_check_keeps_the_lease() {
+    let (h, leases) = Harness::with_leases(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let other = h.stream(|_| {});
+    // Left alone, an ended stream's lease goes at the end of its linger.
+    drop(h.publish(other, Slot::Main).await.unwrap());
+    settle().await;
+    tokio::time::sleep(GRACE + LINGER + Duration::from_secs(1)).await;
+    assert_eq!(
+        *leases.calls.lock().unwrap().last().unwrap(),
+        ("release", other)
+    );
+
+    drop(h.publish(id, Slot::Main).await.unwrap());
+    settle().await;
+    tokio::time::sleep(GRACE + LINGER - Duration::from_secs(1)).await;
+    // A publisher is checked just before the linger ends; its handshake outlasts it.
+    let permit = h
+        .registry
+        .check_publish(id, Slot::Main, "tok", Protocol::Srt, DRAIN_WAIT)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        h.registry.package(id).is_none(),
+        "the old stream is forgotten"
+    );
+    let publisher = h.registry.start(permit).await.unwrap();
+    assert_eq!(releases(&leases), 1, "only the other stream's lease went");
+    assert!(h.registry.publishing(id));
+    drop(publisher);
+}

@@ -6,6 +6,7 @@ pub mod hls;
 pub mod metrics;
 pub mod pg;
 pub mod proc;
+pub mod srt;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -467,9 +467,24 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     let rtmp = media::push(&at(&push_url, &b.rtmp), "av-720p.flv", 0);
     let (ok, err) = media::finish(rtmp, Duration::from_secs(20)).await;
     assert!(!ok, "RTMP publish to B accepted: {err}");
+    assert!(
+        err.contains(&format!("stream {id} is live on node node-a")),
+        "ffmpeg was not told why: {err}"
+    );
     let srt = media::push(&at(&srt_url, &b.srt), "av-720p.ts", 0);
     let (ok, err) = media::finish(srt, Duration::from_secs(20)).await;
     assert!(!ok, "SRT publish to B accepted: {err}");
+    let stream_id = reqwest::Url::parse(&srt_url)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "streamid")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    assert_eq!(
+        common::srt::conclude(&b.srt, stream_id.as_bytes()).await,
+        Some(common::srt::rejection(1409)),
+        "SRT publish to B: SRT_REJX_CONFLICT"
+    );
     let whip_path = &whip_url[whip_url.find("/whip").unwrap()..];
     let refused = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -487,6 +502,36 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
         format!("{}{whip_path}", a.base),
         "WHIP is sent to the node serving the stream"
     );
+    // A WHIP session's resource answers on every node (behind a load balancer the client's
+    // DELETE may land on any): a backup offered to A, ended through B.
+    let backup = whip_path.replacen(&format!("/whip/{id}?"), &format!("/whip/{id}b?"), 1);
+    assert_ne!(&backup, whip_path);
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{}{backup}", a.base))
+        .header("content-type", "application/sdp")
+        .body(common::whip_offer_without_client())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let session = created.headers()["location"].to_str().unwrap().to_owned();
+    let on_b = format!("{}{session}", b.base);
+    let patched = http.patch(&on_b).body("").send().await.unwrap();
+    assert_eq!(
+        patched.status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "B passes the PATCH on to A, whose session it is"
+    );
+    let deleted = http.delete(&on_b).send().await.unwrap();
+    assert_eq!(deleted.status(), StatusCode::OK);
+    let gone = http
+        .patch(format!("{}{session}", a.base))
+        .body("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND, "the DELETE reached A");
     assert_eq!(media::record(&a, id).await["live"], true);
 
     // A dies: within the bound B shows the stream off air, then takes the reconnecting publisher.
@@ -569,4 +614,85 @@ async fn a_pull_stream_is_pulled_by_one_node_and_taken_over_when_it_dies() {
         other.base.trim_start_matches("http://"),
     );
     media::wait_segments(&master, 2).await;
+}
+
+/// A TCP forwarder to `target` on loopback that can be cut: sending `true` closes every
+/// connection through it and refuses new ones — a node losing its database.
+async fn cuttable(target: u16) -> (u16, tokio::sync::watch::Sender<bool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (cut, cut_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut cut = cut_rx.clone();
+        loop {
+            let accepted = tokio::select! {
+                _ = cut.changed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((mut inbound, _)) = accepted else {
+                continue;
+            };
+            let mut cut = cut_rx.clone();
+            tokio::spawn(async move {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    _ = cut.changed() => {}
+                }
+            });
+        }
+    });
+    (port, cut)
+}
+
+/// A node whose heartbeats stop reaching the database stops serving its streams before the
+/// other nodes may count it dead and take them: never two nodes on one stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_cut_off_from_the_store_stops_its_streams_before_others_take_them() {
+    let _heavy = media::heavy().await;
+    let server = PgServer::start();
+    let url = server.create_database();
+    let (port, cut) = cuttable(server.port()).await;
+    let url_a = url.replace(&format!(":{}/", server.port()), &format!(":{port}/"));
+    assert_ne!(url_a, url);
+    let (dir_a, dir_b) = (tempdir(), tempdir());
+    let a = node(dir_a.path(), &url_a, "node-a");
+    let b = node(dir_b.path(), &url, "node-b");
+    let rec = media::create(&b, json!({"name": "cam"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let push_url = rec["push_url"].as_str().unwrap().to_owned();
+    let pusher = media::push(&at(&push_url, &a.rtmp), "av-720p.flv", 20);
+    media::wait_record(&b, id, Duration::from_secs(30), |r| r["live"] == true).await;
+
+    cut.send(true).unwrap();
+    let cut_at = Instant::now();
+    let (kicked, off_air) = tokio::join!(
+        async {
+            let (_, err) = media::finish(pusher, Duration::from_secs(30)).await;
+            (cut_at.elapsed(), err)
+        },
+        async {
+            media::wait_record(&b, id, Duration::from_secs(30), |r| r["live"] == false).await;
+            cut_at.elapsed()
+        }
+    );
+    println!(
+        "store cut off from A: A's publisher cut after {:?}, B shows the stream off air after \
+         {off_air:?} (bound {DEAD_SECS} s)",
+        kicked.0
+    );
+    assert_ne!(kicked.1, "timed out", "A kept serving without the store");
+    assert!(
+        kicked.0 < off_air,
+        "A stopped ({:?}) after B could take the stream ({off_air:?})",
+        kicked.0
+    );
+    // The publisher reconnecting to B goes live there.
+    let again = media::push(&at(&push_url, &b.rtmp), "av-720p.flv", 20);
+    media::wait_record(&b, id, Duration::from_secs(30), |r| r["live"] == true).await;
+    drop(again);
+    drop(a);
 }

@@ -275,6 +275,17 @@ impl Whip {
         }
     }
 
+    /// The stream of a session resource (`/whip/{id}/{session}`) this node does not hold: the
+    /// node that accepted the offer does, and behind a load balancer the client's DELETE may
+    /// reach another one, which passes it on.
+    pub fn session_elsewhere(&self, path: &str) -> Option<i64> {
+        let (name, sid) = path.strip_prefix("/whip/")?.split_once('/')?;
+        if sid.is_empty() || sid.contains('/') || self.find(name, sid) {
+            return None;
+        }
+        crate::ingest::parse_target(name, "x").map(|t| t.stream_id)
+    }
+
     fn find(&self, name: &str, sid: &str) -> bool {
         let Some(target) = crate::ingest::parse_target(name, "x") else {
             return false;
