@@ -150,9 +150,9 @@ impl Cluster {
     }
 
     /// A node whose heartbeats have not reached the store for `dead_after` is dead to the
-    /// others, which then take its streams: so it stops serving them itself one beat before
-    /// that (its last heartbeat that landed was sent no later than it committed), and two
-    /// nodes never serve one stream. Its publishers are cut (they reconnect, to whichever node
+    /// others, which then take its streams: so it stops serving them itself two beats before
+    /// that (its last heartbeat that landed was sent no later than it committed; the second
+    /// beat is room for the stop to take effect), and two nodes never serve one stream. Its publishers are cut (they reconnect, to whichever node
     /// the store lets take the stream), its PULLs go back to claiming.
     fn fence_if_unheard(&self, registry: &Registry, now: Instant) {
         let Some(sent) = *lock(&self.last_beat) else {
@@ -176,7 +176,7 @@ impl Cluster {
 
     /// How long without a heartbeat in the store before this node stops serving its streams.
     fn fence_after(&self) -> Duration {
-        self.config.dead_after - self.config.dead_after / BEATS_PER_DEAD_AFTER
+        self.config.dead_after - 2 * (self.config.dead_after / BEATS_PER_DEAD_AFTER)
     }
 
     async fn beat(&self, registry: &Arc<Registry>) -> Result<(), ClusterError> {

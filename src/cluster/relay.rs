@@ -84,8 +84,12 @@ impl Relay {
         if req.headers().contains_key(RELAYED_BY) || self.cluster.holds(id) || id <= 0 {
             return None;
         }
+        // Reads may use a second-old answer; a change (PATCH, DELETE, a recording's start) looks
+        // the serving node up afresh, or its live effect could land on a node that just lost
+        // or has not yet seen the stream.
+        let read = matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD);
         if let Some((at, owner)) = lock(&self.owners).get(&id) {
-            if at.elapsed() < OWNER_TTL {
+            if read && at.elapsed() < OWNER_TTL {
                 return owner.clone();
             }
         }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::publisher::Slot;
 use super::sessions::{Attach, Control};
@@ -17,7 +17,9 @@ use crate::media::MediaMessage;
 use time::OffsetDateTime;
 
 impl Registry {
-    /// Runs until both publishers have left or the pipeline ends.
+    /// Runs until both publishers have left, the session is told to stop (its publishers are
+    /// cut at once, not after the pipeline has drained: a kicked or fenced stream stops taking
+    /// media now), or the pipeline ends.
     pub(super) async fn run_inputs(
         self: Arc<Self>,
         stream: StreamHandles,
@@ -25,6 +27,7 @@ impl Registry {
         first: Attach,
         mut control_rx: mpsc::Receiver<Control>,
         pipe: mpsc::Sender<MediaMessage>,
+        mut stop: watch::Receiver<bool>,
     ) {
         let StreamHandles {
             id,
@@ -55,6 +58,7 @@ impl Registry {
                 Media(Slot, Option<MediaMessage>),
                 Tick,
                 PipelineGone,
+                Stopped,
             }
             let [main_rx, backup_rx] = &mut inputs;
             let got = tokio::select! {
@@ -63,6 +67,7 @@ impl Registry {
                 m = recv(backup_rx) => Got::Media(Slot::Backup, m),
                 _ = tick.tick() => Got::Tick,
                 _ = pipe.closed() => Got::PipelineGone,
+                _ = stopped(&mut stop) => Got::Stopped,
             };
             match got {
                 Got::Control(Control::Attach((slot, rx))) => {
@@ -83,7 +88,7 @@ impl Registry {
                         self.save_sample(id, stats.cut(wall));
                     }
                 }
-                Got::PipelineGone => break,
+                Got::PipelineGone | Got::Stopped => break,
             }
             for event in out.drain(..) {
                 let msg = match event {
@@ -150,7 +155,16 @@ impl Registry {
             );
         }
     }
+}
 
+/// Resolves once the session is told to stop (never, if its stop signal is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+impl Registry {
     /// Stores a window's source statistics, off the input task (a slow disk never holds media).
     fn save_sample(&self, id: i64, sample: Option<SourceSample>) {
         let Some(sample) = sample else { return };

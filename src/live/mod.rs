@@ -497,6 +497,7 @@ impl Registry {
             (slot, media),
             control,
             pipe_tx,
+            stop.clone(),
         ));
         let pipeline = self.factory.run(PipelineJob {
             stream: handles,

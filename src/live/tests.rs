@@ -502,3 +502,18 @@ async fn a_linger_ending_during_a_publish_check_keeps_the_lease() {
     assert!(h.registry.publishing(id));
     drop(publisher);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_kicked_publisher_is_cut_before_the_pipeline_has_drained() {
+    let drain = Duration::from_secs(5);
+    let h = Harness::new(drain);
+    let id = h.stream(|_| {});
+    let publisher = h.publish(id, Slot::Main).await.unwrap();
+    let kicked = Instant::now();
+    h.registry.kick(id);
+    tokio::time::timeout(Duration::from_secs(1), publisher.closed())
+        .await
+        .expect("the publisher waited for the pipeline's drain");
+    assert!(kicked.elapsed() < drain);
+    assert!(h.registry.package(id).is_some());
+}
