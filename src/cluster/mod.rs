@@ -187,7 +187,7 @@ impl Cluster {
             .iter()
             .map(|&id| LeaseState {
                 stream_id: id,
-                publishing: registry.publishing(id),
+                publishing: registry.claimed(id),
                 status: encode_status(&registry.status(id)),
             })
             .collect();

@@ -237,6 +237,12 @@ impl Registry {
         self.sessions.slot_taken(id, Slot::Main) || self.sessions.slot_taken(id, Slot::Backup)
     }
 
+    /// [`Registry::publishing`], or a publish checked here is opening its session: what the
+    /// stream's lease says, so no other node takes the stream in the middle of a handshake.
+    pub fn claimed(&self, id: i64) -> bool {
+        self.publishing(id) || lock(&self.holds).contains_key(&id)
+    }
+
     /// A stream record was created, changed or deleted: its PULL fetcher (if any) follows.
     /// Returns `false` when the queue is full (the fetcher then rescans everything).
     pub fn stream_changed(&self, id: i64) -> bool {

@@ -43,15 +43,17 @@ impl PipelineFactory for FakePipelines {
         let drain = self.drain;
         Box::pin(async move {
             loop {
+                // A stop cuts the inputs too, so both may be ready: the stop is what happened.
                 tokio::select! {
-                    m = job.media.recv() => match m {
-                        Some(m) => seen.lock().unwrap().media.push(m),
-                        None => break,
-                    },
+                    biased;
                     _ = job.stop.wait_for(|s| *s) => {
                         seen.lock().unwrap().stopped = true;
                         break;
                     }
+                    m = job.media.recv() => match m {
+                        Some(m) => seen.lock().unwrap().media.push(m),
+                        None => break,
+                    },
                 }
             }
             tokio::time::sleep(drain).await;
@@ -492,6 +494,10 @@ async fn a_linger_ending_during_a_publish_check_keeps_the_lease() {
         .check_publish(id, Slot::Main, "tok", Protocol::Srt, DRAIN_WAIT)
         .await
         .unwrap();
+    assert!(
+        h.registry.claimed(id) && !h.registry.publishing(id),
+        "the lease says a publisher is coming"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         h.registry.package(id).is_none(),

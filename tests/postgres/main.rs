@@ -486,6 +486,12 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
         err.contains(&format!("stream {id} is live on node node-a")),
         "ffmpeg was not told why: {err}"
     );
+    // The backup input too: the main/backup switch runs inside the serving node.
+    let backup_rtmp = rec["backup_push_url"].as_str().unwrap();
+    let rtmp = media::push(&at(backup_rtmp, &b.rtmp), "av-720p.flv", 0);
+    let (ok, err) = media::finish(rtmp, Duration::from_secs(20)).await;
+    assert!(!ok, "RTMP backup publish to B accepted: {err}");
+    assert!(err.contains("is live on node node-a"), "{err}");
     let srt = media::push(&at(&srt_url, &b.srt), "av-720p.ts", 0);
     let (ok, err) = media::finish(srt, Duration::from_secs(20)).await;
     assert!(!ok, "SRT publish to B accepted: {err}");
@@ -545,7 +551,15 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     assert_eq!(gone.status(), StatusCode::NOT_FOUND, "the DELETE reached A");
     assert_eq!(media::record(&a, id).await["live"], true);
 
-    // A dies: within the bound B shows the stream off air, then takes the reconnecting publisher.
+    // A dies: within the bound B shows the stream off air, then takes the reconnecting publisher;
+    // what A acknowledged just before is there.
+    let renamed = a
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"name": "cam-renamed"}}),
+        )
+        .await;
+    assert_eq!(renamed.status, StatusCode::OK, "{}", renamed.body);
     let killed = Instant::now();
     a.kill9();
     drop(first);
@@ -554,6 +568,7 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     })
     .await;
     let off_air = killed.elapsed();
+    assert_eq!(media::record(&b, id).await["name"], "cam-renamed");
     println!("node A killed: stream off air on B after {off_air:?} (bound {DEAD_SECS} s)");
     assert!(
         off_air >= Duration::from_secs(DEAD_SECS) - Duration::from_millis(700),
