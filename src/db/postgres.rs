@@ -170,6 +170,12 @@ const POOL_SIZE: usize = 4;
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// When the URL sets none: an unreachable server fails the start instead of hanging.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A server that vanished without closing its connections (a partition, a host that died) is
+/// noticed in about this long, not at the kernel's retransmission limit a quarter of an hour
+/// later: data unacknowledged this long closes the connection (`tcp_user_timeout`), and an idle
+/// one is probed after this long (keepalives, 3 probes 2 s apart). A statement waiting on a
+/// lock is not affected: the server has acknowledged it.
+const DEFAULT_DEAD_SERVER_AFTER: Duration = Duration::from_secs(10);
 /// Session settings added to the URL's own `options`: a daemon frozen mid-transaction (a
 /// partition, a stopped process) would hold the write lock until the server noticed, so the
 /// server ends such a session after 30 s, and no statement waits longer than that for a lock.
@@ -223,6 +229,16 @@ impl PostgresStore {
         let mut config = parse_url(url).map_err(StoreError::BadUrl)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(DEFAULT_DEAD_SERVER_AFTER);
+        }
+        if !url.contains("keepalives") {
+            config
+                .keepalives(true)
+                .keepalives_idle(DEFAULT_DEAD_SERVER_AFTER)
+                .keepalives_interval(Duration::from_secs(2))
+                .keepalives_retries(3);
         }
         if config.get_application_name().is_none() {
             config.application_name("livepack");
