@@ -55,6 +55,9 @@ pub struct Cluster {
     last_beat: Mutex<Option<Instant>>,
     /// Signed off ([`Cluster::leave`]): no more heartbeats.
     left: AtomicBool,
+    /// Other live nodes shared the store at the last heartbeat that landed: only they could
+    /// take this node's streams.
+    peers: AtomicBool,
 }
 
 impl Cluster {
@@ -68,6 +71,7 @@ impl Cluster {
             registry: Mutex::new(Weak::new()),
             last_beat: Mutex::new(None),
             left: AtomicBool::new(false),
+            peers: AtomicBool::new(false),
         })
     }
 
@@ -152,14 +156,16 @@ impl Cluster {
     /// A node whose heartbeats have not reached the store for `dead_after` is dead to the
     /// others, which then take its streams: so it stops serving them itself two beats before
     /// that (its last heartbeat that landed was sent no later than it committed; the second
-    /// beat is room for the stop to take effect), and two nodes never serve one stream. Its publishers are cut (they reconnect, to whichever node
+    /// beat is room for the stop to take effect), and two nodes never serve one stream. A node
+    /// that was alone keeps its streams through a store outage: nobody could take them, and
+    /// when the store is back a newcomer's take is seen at the next heartbeat. Its publishers are cut (they reconnect, to whichever node
     /// the store lets take the stream), its PULLs go back to claiming.
     fn fence_if_unheard(&self, registry: &Registry, now: Instant) {
         let Some(sent) = *lock(&self.last_beat) else {
             return;
         };
         let silent = now.saturating_duration_since(sent);
-        if silent < self.fence_after() {
+        if silent < self.fence_after() || !self.peers.load(Ordering::Acquire) {
             return;
         }
         let fenced: Vec<i64> = lock(&self.held).drain().collect();
@@ -197,19 +203,27 @@ impl Cluster {
             self.config.node_url.clone(),
             self.started_at,
         );
-        let in_store = tokio::task::spawn_blocking(move || {
-            store.heartbeat(
+        let (shared, dead_after) = (self.config.shared_store, self.config.dead_after);
+        let (in_store, peers) = tokio::task::spawn_blocking(move || {
+            let in_store = store.heartbeat(
                 &NodeBeat {
                     id: &id,
                     url: &url,
                     started_at,
                 },
                 &states,
-            )
+            )?;
+            let peers = shared
+                && store
+                    .nodes()?
+                    .iter()
+                    .any(|n| n.id != id && n.silent < dead_after);
+            Ok::<_, crate::db::StoreError>((in_store, peers))
         })
         .await
         .map_err(|_| ClusterError::Panicked)??;
         *lock(&self.last_beat) = Some(sent);
+        self.peers.store(peers, Ordering::Release);
         let in_store: HashSet<i64> = in_store.into_iter().collect();
         for id in ours.iter().filter(|id| !in_store.contains(id)) {
             lock(&self.held).remove(id);

@@ -88,7 +88,16 @@ impl Registry {
                         self.save_sample(id, stats.cut(wall));
                     }
                 }
-                Got::PipelineGone | Got::Stopped => break,
+                Got::PipelineGone => break,
+                Got::Stopped => {
+                    self.sessions.close(id, epoch);
+                    for slot in [Slot::Main, Slot::Backup] {
+                        if inputs[slot.index()].take().is_some() {
+                            self.slot_left(id, epoch, slot);
+                        }
+                    }
+                    break;
+                }
             }
             for event in out.drain(..) {
                 let msg = match event {

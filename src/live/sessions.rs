@@ -281,6 +281,14 @@ impl Table {
         }
     }
 
+    /// The session was told to stop: no publisher joins it while its pipeline drains (a new
+    /// one waits for the drain and starts the next session).
+    pub fn close(&self, id: i64, epoch: u64) {
+        if let Some(s) = self.session_mut(&mut self.streams(), id, epoch) {
+            s.closing = true;
+        }
+    }
+
     /// The pipeline of `epoch` has drained: the session ends, the stream's outputs stay for
     /// the grace period. `None` when a newer session has taken over.
     pub fn session_ended(&self, id: i64, epoch: u64) -> Option<Arc<Package>> {

@@ -522,4 +522,9 @@ async fn a_kicked_publisher_is_cut_before_the_pipeline_has_drained() {
         .expect("the publisher waited for the pipeline's drain");
     assert!(kicked.elapsed() < drain);
     assert!(h.registry.package(id).is_some());
+    // The publisher reconnecting at once waits for the drain, then starts the next session.
+    let again = h.publish(id, Slot::Main).await.unwrap();
+    assert!(kicked.elapsed() >= drain);
+    assert_eq!(h.jobs(), 2);
+    drop(again);
 }
