@@ -213,11 +213,11 @@ impl Cluster {
                 },
                 &states,
             )?;
+            // The heartbeat landed whatever this read says; unread, assume company.
             let peers = shared
-                && store
-                    .nodes()?
-                    .iter()
-                    .any(|n| n.id != id && n.silent < dead_after);
+                && store.nodes().map_or(true, |nodes| {
+                    nodes.iter().any(|n| n.id != id && n.silent < dead_after)
+                });
             Ok::<_, crate::db::StoreError>((in_store, peers))
         })
         .await
