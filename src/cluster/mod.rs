@@ -156,10 +156,11 @@ impl Cluster {
     /// A node whose heartbeats have not reached the store for `dead_after` is dead to the
     /// others, which then take its streams: so it stops serving them itself two beats before
     /// that (its last heartbeat that landed was sent no later than it committed; the second
-    /// beat is room for the stop to take effect), and two nodes never serve one stream. A node
-    /// that was alone keeps its streams through a store outage: nobody could take them, and
-    /// when the store is back a newcomer's take is seen at the next heartbeat. Its publishers are cut (they reconnect, to whichever node
-    /// the store lets take the stream), its PULLs go back to claiming.
+    /// beat is room for the stop to take effect), and two nodes never serve one stream. Its
+    /// publishers are cut (they reconnect, to whichever node the store lets take the stream),
+    /// its PULLs go back to claiming. A node that was alone keeps its streams through a store
+    /// outage: nobody could take them, and when the store is back a newcomer's take is seen at
+    /// the next heartbeat.
     fn fence_if_unheard(&self, registry: &Registry, now: Instant) {
         let Some(sent) = *lock(&self.last_beat) else {
             return;

@@ -1351,34 +1351,38 @@ impl Store for PostgresStore {
         take: LeaseTake,
     ) -> Result<Result<(), LeaseRow>, StoreError> {
         let mut conn = self.pool.get()?;
+        // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking one
+        // lease at once, one wins.
+        let take_sql = format!(
+            "INSERT INTO leases (stream_id, node_id, publishing, status, taken_at_ms) \
+             VALUES ($1, $2, true, '{{}}', {NOW_MS}) \
+             ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, publishing = true, \
+               status = CASE WHEN leases.node_id = excluded.node_id THEN leases.status \
+                 ELSE excluded.status END, \
+               taken_at_ms = excluded.taken_at_ms \
+             WHERE leases.node_id = excluded.node_id OR ($3 AND NOT leases.publishing) \
+               OR NOT EXISTS (SELECT 1 FROM nodes \
+                 WHERE nodes.id = leases.node_id AND nodes.heartbeat_ms > {NOW_MS} - $4) \
+             RETURNING stream_id"
+        );
+        let holder_sql = format!("{LEASE_SELECT} WHERE l.stream_id = $1");
         // A row released between the insert and the read: take it again. Each round means a
         // holder went away meanwhile, so a few rounds end it.
         for _ in 0..LEASE_TAKE_ROUNDS {
-            // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking one
-            // lease at once, one wins.
             let taken = conn.query_opt(
-                &format!(
-                    "INSERT INTO leases (stream_id, node_id, publishing, status, taken_at_ms) \
-                     VALUES ($1, $2, true, '{{}}', {NOW_MS}) \
-                     ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, publishing = true, \
-                       status = CASE WHEN leases.node_id = excluded.node_id THEN leases.status \
-                         ELSE excluded.status END, \
-                       taken_at_ms = excluded.taken_at_ms \
-                     WHERE leases.node_id = excluded.node_id OR ($3 AND NOT leases.publishing) \
-                       OR NOT EXISTS (SELECT 1 FROM nodes \
-                         WHERE nodes.id = leases.node_id AND nodes.heartbeat_ms > {NOW_MS} - $4) \
-                     RETURNING stream_id"
-                ),
-                &[&stream_id, &node, &take.from_idle, &dead_ms(take.dead_after)],
+                &take_sql,
+                &[
+                    &stream_id,
+                    &node,
+                    &take.from_idle,
+                    &dead_ms(take.dead_after),
+                ],
             )?;
             if taken.is_some() {
                 return Ok(Ok(()));
             }
             let holder = conn
-                .query_opt(
-                    &format!("{LEASE_SELECT} WHERE l.stream_id = $1"),
-                    &[&stream_id],
-                )?
+                .query_opt(&holder_sql, &[&stream_id])?
                 .map(|r| lease_row(&r))
                 .transpose()?;
             if let Some(holder) = holder {

@@ -164,16 +164,7 @@ impl Registry {
             );
         }
     }
-}
 
-/// Resolves once the session is told to stop (never, if its stop signal is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-impl Registry {
     /// Stores a window's source statistics, off the input task (a slow disk never holds media).
     fn save_sample(&self, id: i64, sample: Option<SourceSample>) {
         let Some(sample) = sample else { return };
@@ -183,5 +174,12 @@ impl Registry {
                 tracing::warn!(stream = id, error = %e, "cannot store source statistics");
             }
         });
+    }
+}
+
+/// Resolves once the session is told to stop (never, if its stop signal is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
