@@ -104,6 +104,8 @@ settings! {
     // Packaging and the live session.
     segment_duration_ms: u64 = DEFAULT_SEGMENT_MS, packaging::whole_seconds;
     part_duration_ms: u64 = DEFAULT_PART_MS;
+    /// TS-HLS is muxed from its first request until none came for this long; 0: always.
+    mpegts_idle_secs: u64 = crate::package::state::DEFAULT_MPEGTS_IDLE.as_secs(), 0..=86_400;
     grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;

@@ -17,11 +17,14 @@ pub(super) fn whole_seconds(key: &'static str, ms: u64) -> Result<u64, ConfigErr
 
 pub(super) fn config(s: &Settings) -> Result<PackagingConfig, ConfigError> {
     let (segment_ms, part_ms) = (s.segment_duration_ms, s.part_duration_ms);
-    PackagingConfig::new(segment_ms, part_ms).map_err(|reason| {
+    let mut config = PackagingConfig::new(segment_ms, part_ms).map_err(|reason| {
         invalid(
             "segment_duration_ms/part_duration_ms",
             format!("{segment_ms}/{part_ms}"),
             reason,
         )
-    })
+    })?;
+    config.mpegts_idle =
+        (s.mpegts_idle_secs > 0).then(|| std::time::Duration::from_secs(s.mpegts_idle_secs));
+    Ok(config)
 }

@@ -74,6 +74,48 @@ pub struct Package {
     /// How many consumers want the source remux now (origin recordings): the pipeline feeds
     /// its source branch only while one does.
     source_demand: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether the MPEG-TS HLS output is muxed now ([`Package::ts_demand`]).
+    ts: Mutex<TsDemand>,
+}
+
+/// MPEG-TS HLS is muxed on demand: from the first request for it until nobody has asked for
+/// [`PackagingConfig::mpegts_idle`] (MediaMTX's `hlsAlwaysRemux: no` and
+/// `hlsMuxerCloseAfter`). The three muxers and their parsers cost ~4 % of a transcoded
+/// stream's CPU for an output most streams never serve. A stream with a DVR window muxes
+/// always: its rewind window must exist before anyone asks.
+#[derive(Debug, Default)]
+struct TsDemand {
+    /// `None`: muxed always.
+    idle: Option<Duration>,
+    /// When the last request for TS ended.
+    last_request: Option<std::time::Instant>,
+    /// Requests for TS being answered (a first playlist request waits for the first segment).
+    requests: usize,
+    /// The stream has a DVR window.
+    always: bool,
+    /// Segments are being produced (the pipeline opened its TS branches).
+    live: bool,
+    /// Bumped at each pause: a segment muxed before it is never stored after it.
+    generation: u64,
+}
+
+/// What the pipeline's TS branches read before each buffer ([`Package::ts_demand`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsView {
+    pub wanted: bool,
+    pub live: bool,
+    pub generation: u64,
+}
+
+/// A TS-HLS request being answered ([`Package::request_ts`]); the idle time counts from its end.
+pub struct TsRequest(Arc<Package>);
+
+impl Drop for TsRequest {
+    fn drop(&mut self) {
+        let mut ts = self.0.ts();
+        ts.requests = ts.requests.saturating_sub(1);
+        ts.last_request = Some(std::time::Instant::now());
+    }
 }
 
 /// A consumer's claim on the source remux ([`Package::demand_source`]); released on drop.
@@ -87,6 +129,10 @@ impl Drop for SourceDemand {
 
 impl Package {
     pub fn new(package: PackageState) -> Package {
+        let ts = TsDemand {
+            idle: package.config.mpegts_idle,
+            ..TsDemand::default()
+        };
         Package {
             state: Mutex::new(package),
             changed: watch::Sender::new(()),
@@ -94,7 +140,87 @@ impl Package {
             taps: observe::Taps::default(),
             source: Mutex::default(),
             source_demand: Arc::default(),
+            ts: Mutex::new(ts),
         }
+    }
+
+    fn ts(&self) -> MutexGuard<'_, TsDemand> {
+        self.ts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request for the TS-HLS output, held while it is answered: muxed from the next
+    /// keyframe on, until it has not been asked for during [`PackagingConfig::mpegts_idle`].
+    pub fn request_ts(self: &Arc<Self>) -> TsRequest {
+        self.ts().requests += 1;
+        TsRequest(self.clone())
+    }
+
+    /// Whether TS-HLS should be muxed now, whether it is, and the current generation.
+    pub fn ts_demand(&self) -> TsView {
+        let ts = self.ts();
+        TsView {
+            wanted: ts.always
+                || ts.requests > 0
+                || match (ts.idle, ts.last_request) {
+                    (None, _) => true,
+                    (Some(idle), Some(t)) => t.elapsed() < idle,
+                    (Some(_), None) => false,
+                },
+            live: ts.live,
+            generation: ts.generation,
+        }
+    }
+
+    /// Whether TS segments are being produced (the TS playlists wait for it).
+    pub fn ts_live(&self) -> bool {
+        self.ts().live
+    }
+
+    /// The pipeline opened its TS branches: returns the generation its segments belong to.
+    pub fn ts_opened(&self) -> u64 {
+        let mut ts = self.ts();
+        ts.live = true;
+        ts.generation
+    }
+
+    /// Nobody asked for TS-HLS for a while: the pipeline stops muxing it and its window is
+    /// emptied, so a player that comes back later starts from fresh segments (after an
+    /// `EXT-X-DISCONTINUITY`), never from a stale window.
+    pub fn pause_ts(&self) {
+        {
+            let mut ts = self.ts();
+            if !ts.live {
+                return;
+            }
+            ts.live = false;
+            // Bumped before the window is emptied: a segment pushed after this with the old
+            // generation is refused under the state lock (see `push`).
+            ts.generation += 1;
+        }
+        let removed = self.update(|p| {
+            let mut removed = Vec::new();
+            // The variants stop muxing each in its own thread, one maybe a segment after
+            // another: they resume on one number, as players switching variants expect.
+            let next = p.ts_renditions.iter().map(|r| r.next_msn()).max();
+            for r in p.ts_renditions.iter_mut() {
+                if let Some(next) = next.filter(|&n| n > 0) {
+                    r.continue_after(next - 1);
+                }
+                r.close_open_segment();
+                removed.extend(r.clear_complete().into_iter().map(|msn| SegmentKey {
+                    output: Output::Ts,
+                    rendition: r.name.clone(),
+                    msn,
+                }));
+                r.mark_discontinuity();
+            }
+            removed
+        });
+        self.queue(removed.into_iter().map(storage::Job::Delete).collect());
+    }
+
+    fn set_ts_always(&self, options: &SessionOptions) {
+        self.ts().always = options.dvr_window.is_some();
     }
 
     /// Asks the pipeline for the source remux until the returned claim is dropped.
@@ -178,17 +304,25 @@ impl Package {
         }
     }
 
-    /// Appends a part to a rendition (`whole`: the part is a complete segment, as TS segments
-    /// are), then hands the completed segment and the evicted ones to the storage writer.
-    pub(crate) fn push(&self, output: Output, name: &str, part: PartIn, whole: bool) {
+    /// Appends a part to a rendition (`whole`: the part is a complete TS segment of that TS
+    /// generation), then hands the completed segment and the evicted ones to the storage writer.
+    pub(crate) fn push(&self, output: Output, name: &str, part: PartIn, whole: Option<u64>) {
         let observed = self.taps.any();
         let (outcome, completed) = self.update(|p| {
+            if let Some(generation) = whole {
+                // Under the state lock, which `pause_ts` takes after bumping the generation:
+                // a segment of a paused generation never lands after its window was emptied.
+                let ts = self.ts();
+                if !ts.live || ts.generation != generation {
+                    return (PushOutcome::default(), None);
+                }
+            }
             let retention = p.retention();
             let Some(r) = p.rendition_in_mut(output, name) else {
                 return (PushOutcome::default(), None);
             };
             let mut outcome = r.push_part(part, retention);
-            if whole {
+            if whole.is_some() {
                 r.close_open_segment();
                 outcome.completed = r.segments().back().map(|s| s.chunks());
             }
@@ -279,6 +413,7 @@ impl Package {
         options: SessionOptions,
         storage: Arc<dyn SegmentStorage>,
     ) {
+        self.set_ts_always(&options);
         self.update(|p| {
             p.ended = false;
             p.endlist_tag = options.endlist_tag;
@@ -291,6 +426,7 @@ impl Package {
 
     /// Changed settings of a live (or lingering) stream: effective with the next part.
     pub fn set_options(&self, options: SessionOptions) {
+        self.set_ts_always(&options);
         self.update(|p| {
             p.endlist_tag = options.endlist_tag;
             p.dvr_window = options.dvr_window;
@@ -407,7 +543,7 @@ mod tests {
         let mut segment = |pkg: &Package| {
             for i in 0..4 {
                 let t = t0 + Duration::from_millis(500 * msn_parts);
-                pkg.push(Output::Cmaf, "720p", part(i == 0, 500, t), false);
+                pkg.push(Output::Cmaf, "720p", part(i == 0, 500, t), None);
                 msn_parts += 1;
             }
             // Writes happen on the writer thread: wait for their outcome.
@@ -434,6 +570,95 @@ mod tests {
         assert!(pkg.read(|p| p.storage_error.is_none()));
         let on_disk = std::fs::read_dir(root.join("cmaf/720p")).unwrap().count();
         assert!(on_disk >= 1);
+    }
+
+    fn ts_package(idle: Option<Duration>) -> (Arc<Package>, Vec<RenditionSink>) {
+        use state::tests::video_720p;
+        let config = PackagingConfig {
+            mpegts_idle: idle,
+            ..PackagingConfig::default()
+        };
+        let pkg = Arc::new(Package::new(PackageState::new(config, vec![])));
+        let mut low = video_720p(800_000);
+        low.name = "360p".into();
+        let (_, ts) = pkg.install(Layout {
+            segment: Duration::from_secs(2),
+            part: Duration::from_millis(500),
+            cmaf: vec![],
+            ts: vec![video_720p(3_000_000), low],
+        });
+        (pkg, ts)
+    }
+
+    #[test]
+    fn ts_is_wanted_while_asked_for_and_for_the_idle_time_after() {
+        let idle = Duration::from_millis(100);
+        let (pkg, _) = ts_package(Some(idle));
+        assert!(!pkg.ts_demand().wanted, "nobody asked");
+        let request = pkg.request_ts();
+        // A request waiting longer than the idle time (a first playlist request) still counts.
+        std::thread::sleep(idle * 2);
+        assert!(pkg.ts_demand().wanted);
+        drop(request);
+        assert!(
+            pkg.ts_demand().wanted,
+            "the idle time counts from the request's end"
+        );
+        std::thread::sleep(idle * 2);
+        assert!(!pkg.ts_demand().wanted);
+        // A DVR window needs TS from the start; `mpegts_idle_secs = 0` muxes always.
+        let options = SessionOptions {
+            dvr_window: Some(Duration::from_secs(60)),
+            endlist_tag: true,
+        };
+        pkg.set_options(options);
+        assert!(pkg.ts_demand().wanted);
+        pkg.set_options(SessionOptions::default());
+        assert!(!pkg.ts_demand().wanted);
+        assert!(ts_package(None).0.ts_demand().wanted);
+    }
+
+    #[test]
+    fn a_pause_empties_the_ts_window_and_refuses_what_was_muxed_before_it() {
+        use state::tests::part;
+        let (pkg, sinks) = ts_package(Some(Duration::from_secs(60)));
+        let t0 = time::OffsetDateTime::now_utc();
+        let first = pkg.ts_opened();
+        assert!(pkg.ts_live());
+        for i in 0..3 {
+            sinks[0].segment(first, part(true, 2000, t0 + Duration::from_secs(2 * i)));
+        }
+        sinks[1].segment(first, part(true, 2000, t0));
+        pkg.pause_ts();
+        let counts = |pkg: &Package| {
+            pkg.read(|p| {
+                p.ts_renditions
+                    .iter()
+                    .map(|r| r.segments().len())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert!(!pkg.ts_live());
+        assert_eq!(counts(&pkg), [0, 0], "the window is emptied");
+        // A segment muxed before the pause and stored after it is refused.
+        sinks[1].segment(first, part(true, 2000, t0 + Duration::from_secs(2)));
+        assert_eq!(counts(&pkg), [0, 0]);
+        // Resumed: a new generation, one number for both variants, after a discontinuity.
+        let second = pkg.ts_opened();
+        assert_ne!(second, first);
+        let t1 = t0 + Duration::from_secs(120);
+        sinks[0].segment(second, part(true, 2000, t1));
+        sinks[1].segment(second, part(true, 2000, t1));
+        let firsts = pkg.read(|p| {
+            p.ts_renditions
+                .iter()
+                .map(|r| {
+                    let s = &r.segments()[0];
+                    (s.msn, s.discontinuity)
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(firsts, [(3, true), (3, true)]);
     }
 
     #[tokio::test(start_paused = true)]

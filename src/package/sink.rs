@@ -67,12 +67,14 @@ impl RenditionSink {
             self.package.source_fragment(&self.name, part);
             return;
         }
-        self.package.push(self.output, &self.name, part, false);
+        self.package.push(self.output, &self.name, part, None);
     }
 
-    /// A complete segment in one piece (MPEG-TS HLS).
-    pub fn segment(&self, part: PartIn) {
-        self.package.push(self.output, &self.name, part, true);
+    /// A complete segment in one piece (MPEG-TS HLS), muxed in TS `generation`
+    /// ([`Package::ts_opened`]): dropped when TS muxing was paused since.
+    pub fn segment(&self, generation: u64, part: PartIn) {
+        self.package
+            .push(self.output, &self.name, part, Some(generation));
     }
 }
 

@@ -18,6 +18,9 @@ pub struct PackagingConfig {
     pub window_segments: usize,
     /// Segments kept fetchable after they leave the playlist, for players that are behind.
     pub retain_segments: usize,
+    /// TS-HLS stops being muxed this long after its last request; `None`: muxed always
+    /// (`mpegts_idle_secs`, see [`super::Package::request_ts`]).
+    pub mpegts_idle: Option<Duration>,
 }
 
 pub const DEFAULT_SEGMENT: Duration = Duration::from_secs(2);
@@ -31,6 +34,8 @@ pub const DEFAULT_WINDOW_SEGMENTS: usize = 6;
 /// a segment behind live (see `dash::DashClient`), so at 2 s segments 16 + the growing one + one
 /// in flight must exist. Complete segments live on disk, not in memory.
 pub const DEFAULT_RETAIN_SEGMENTS: usize = 11;
+/// MediaMTX's `hlsMuxerCloseAfter`: a minute without a request stops TS-HLS muxing.
+pub const DEFAULT_MPEGTS_IDLE: Duration = Duration::from_secs(60);
 
 impl Default for PackagingConfig {
     fn default() -> Self {
@@ -39,6 +44,7 @@ impl Default for PackagingConfig {
             part: DEFAULT_PART,
             window_segments: DEFAULT_WINDOW_SEGMENTS,
             retain_segments: DEFAULT_RETAIN_SEGMENTS,
+            mpegts_idle: Some(DEFAULT_MPEGTS_IDLE),
         }
     }
 }

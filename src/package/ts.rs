@@ -66,6 +66,15 @@ impl TsSegmenter {
         out
     }
 
+    /// Starts over after a gap in the muxer's input (TS muxing paused and resumed): the segment
+    /// in progress is dropped and the next one starts at the next keyframe. The PSI is kept.
+    pub fn restart(&mut self) {
+        self.current.clear();
+        self.partial.clear();
+        self.start_pts = None;
+        self.last_pts = None;
+    }
+
     /// Ends the stream: the segment in progress is complete.
     pub fn finish(&mut self) -> Option<TsSegment> {
         self.cut(self.last_pts)
@@ -140,7 +149,10 @@ impl TsSegmenter {
                 done = self.cut(pts);
             }
             if let Some(p) = pts {
-                if self.start_pts.is_none() && (boundary || !is_video) {
+                // A video variant's segment starts at a keyframe: audio muxed ahead of the
+                // first one is not a segment of its own.
+                let starts = boundary || (!is_video && self.video_pid.is_none());
+                if self.start_pts.is_none() && starts {
                     // Every segment is decodable alone: it opens with PAT and PMT.
                     if let (Some(pat), Some(pmt)) = (self.pat, self.pmt) {
                         self.current.extend_from_slice(&pat);
@@ -352,6 +364,43 @@ mod tests {
         }
         let last = s.finish().unwrap();
         assert_eq!(last.start_pts, 360_000);
+    }
+
+    /// TS muxing paused and resumed: the segment cut short is dropped, the next starts at
+    /// the first keyframe after the gap, and audio muxed ahead of it makes no segment.
+    #[test]
+    fn restart_drops_the_cut_short_segment_and_waits_for_a_keyframe() {
+        let mut s = TsSegmenter::new(Duration::from_secs(2));
+        let mut input = psi();
+        // Audio ahead of the first keyframe is no segment of its own.
+        input.extend(packet(0x101, true, false, &pes(0)));
+        for (i, pts) in [90_000u64, 180_000, 270_000].iter().enumerate() {
+            input.extend(packet(0x100, true, i % 2 == 0, &pes(*pts)));
+        }
+        let out = s.push(&input);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            out[0].start_pts, 90_000,
+            "starts at the keyframe, not the audio"
+        );
+        // Paused after 270 000 (a segment in progress), resumed a minute later.
+        s.restart();
+        let resume = 90_000 * 60;
+        let mut input = Vec::new();
+        input.extend(packet(0x101, true, false, &pes(resume)));
+        input.extend(packet(0x100, true, false, &pes(resume + 3_000)));
+        for pts in [resume + 6_000, resume + 186_000] {
+            input.extend(packet(0x100, true, true, &pes(pts)));
+        }
+        let out = s.push(&input);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].start_pts, resume + 6_000);
+        assert_eq!(out[0].duration, Duration::from_secs(2));
+        assert_eq!(
+            &out[0].data[1..3],
+            &[0x40, 0x00],
+            "still opens with the PAT"
+        );
     }
 
     #[test]

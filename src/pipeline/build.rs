@@ -459,7 +459,7 @@ impl VideoGrid {
 }
 
 /// A buffer's running time on `pad`'s current segment.
-fn running_time(pad: &gst::Pad, info: &gst::PadProbeInfo) -> Option<gst::ClockTime> {
+pub(super) fn running_time(pad: &gst::Pad, info: &gst::PadProbeInfo) -> Option<gst::ClockTime> {
     let Some(gst::PadProbeData::Buffer(buffer)) = &info.data else {
         return None;
     };
@@ -485,10 +485,12 @@ pub fn build(
     });
     // Metrics follow the first rendition (the top video rung, or audio).
     let meter = Some(meter);
-    // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone.
+    // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone,
+    // muxed only while asked for.
+    let ts_gate = super::ts_gate::TsGate::new(&package);
     let ts_muxes = ts_sinks
         .into_iter()
-        .map(|sink| ts_branch(&pipeline, plan, sink))
+        .map(|sink| ts_branch(&pipeline, plan, sink, ts_gate.clone()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut video_src = None;
@@ -598,6 +600,9 @@ pub fn build(
                 )?,
             ];
             link(&pipeline, &ts)?;
+            if let Some(pad) = ts[0].static_pad("sink") {
+                ts_gate.install(&pad, true);
+            }
             encoded
                 .link(&ts[0])
                 .map_err(|e| PipelineError::Build(format!("ts branch: {e}")))?;
@@ -680,6 +685,9 @@ pub fn build(
                 .map_err(|e| PipelineError::Build(e.to_string()))?;
             gst::Element::link_many([encoded, &queue, mux])
                 .map_err(|e| PipelineError::Build(format!("ts mux audio: {e}")))?;
+            if let Some(pad) = queue.static_pad("sink") {
+                ts_gate.install(&pad, plan.video.is_none());
+            }
         }
         audio_src = Some(src);
     }
@@ -701,23 +709,26 @@ fn x264_threads(rung: &VideoRung, fps: u32) -> u32 {
 }
 
 /// `mpegtsmux → appsink` for a TS variant: the segmenter cuts at keyframes and each cut
-/// segment goes to the variant's sink whole. Returns the mux for the inputs.
+/// segment goes to the variant's sink whole. Returns the mux for the inputs, which `gate`
+/// opens and closes; the segmenter starts over at each of its generations.
 fn ts_branch(
     pipeline: &gst::Pipeline,
     plan: &Plan,
     rendition: RenditionSink,
+    gate: Arc<super::ts_gate::TsGate>,
 ) -> Result<gst::Element, PipelineError> {
     let mux = make("mpegtsmux")?;
     // 7 × 188 = 1316-byte buffers, the usual UDP/HTTP framing.
     mux.set_property("alignment", 7i32);
-    let segmenter = Arc::new(Mutex::new(crate::package::ts::TsSegmenter::new(
-        plan.segment,
+    // The segmenter and the generation its data belongs to (none yet).
+    let segmenter = Arc::new(Mutex::new((
+        crate::package::ts::TsSegmenter::new(plan.segment),
+        None::<u64>,
     )));
     let wall_base = plan.wall_base;
-    let store = move |rendition: &RenditionSink, segs: Vec<crate::package::ts::TsSegment>| {
-        if segs.is_empty() {
-            return;
-        }
+    let store = move |rendition: &RenditionSink,
+                      generation: u64,
+                      segs: Vec<crate::package::ts::TsSegment>| {
         for seg in segs {
             let part = crate::package::PartIn {
                 starts_segment: true,
@@ -726,10 +737,13 @@ fn ts_branch(
                 pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
                 data: seg.data,
             };
-            rendition.segment(part);
+            rendition.segment(generation, part);
         }
     };
     let sink = gstreamer_app::AppSink::builder().sync(false).build();
+    // Out of the pipeline's preroll: the gate may keep this sink without a buffer for the whole
+    // stream, and a live pipeline reaches PLAYING only once every async sink has one.
+    sink.set_property("async", false);
     let (seg_a, seg_b, sink_a, sink_b) =
         (segmenter.clone(), segmenter, rendition.clone(), rendition);
     let store_b = store;
@@ -737,16 +751,32 @@ fn ts_branch(
         gstreamer_app::AppSinkCallbacks::builder()
             .new_sample(move |sink| {
                 let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
-                let segs = match sample.buffer().and_then(|b| b.map_readable().ok()) {
-                    Some(map) => seg_a.lock().unwrap_or_else(|p| p.into_inner()).push(&map),
-                    None => Vec::new(),
+                let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) else {
+                    return Ok(gst::FlowSuccess::Ok);
                 };
-                store(&sink_a, segs);
+                let generation = gate.generation();
+                let segs = {
+                    let mut seg = seg_a.lock().unwrap_or_else(|p| p.into_inner());
+                    let (segmenter, current) = &mut *seg;
+                    // Muxing resumed after a pause: what came before the gap is no segment.
+                    if current.replace(generation).is_some_and(|g| g != generation) {
+                        segmenter.restart();
+                    }
+                    segmenter.push(&map)
+                };
+                store(&sink_a, generation, segs);
                 Ok(gst::FlowSuccess::Ok)
             })
             .eos(move |_| {
-                let last = seg_b.lock().unwrap_or_else(|p| p.into_inner()).finish();
-                store_b(&sink_b, last.into_iter().collect());
+                let mut seg = seg_b.lock().unwrap_or_else(|p| p.into_inner());
+                let (segmenter, current) = &mut *seg;
+                if let Some(generation) = *current {
+                    store_b(
+                        &sink_b,
+                        generation,
+                        segmenter.finish().into_iter().collect(),
+                    );
+                }
             })
             .build(),
     );

@@ -8,6 +8,7 @@ mod ladder;
 pub(crate) mod overlay;
 mod recycle;
 mod sink;
+mod ts_gate;
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -326,20 +326,24 @@ async fn rtmps_push_and_reconnect_continue_the_playlist() {
     let id = rec["id"].as_i64().unwrap();
     let token = rec["token"].as_str().unwrap();
     let url = format!("rtmps://{}/in/{id}?{token}", d.rtmps);
-    let ffmpeg = push(&url, "av-720p.flv", 0);
+    let ffmpeg = push(&url, "av-720p.flv", 1);
     wait_record(&d, id, Duration::from_secs(20), |r| {
         r["live"] == true && r["transcoding_speed"].is_number()
     })
     .await;
-    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
-    assert!(ok, "rtmps push failed: {err}");
-    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
-    // Both HLS outputs: CMAF (LL-HLS) and MPEG-TS.
+    // Both HLS outputs: CMAF (LL-HLS) and MPEG-TS, which is muxed once a player asks for it.
     let ts_base = rec["hls_mpegts_url"]
         .as_str()
         .unwrap()
         .trim_end_matches("master_mpegts.m3u8")
         .to_owned();
+    assert_eq!(
+        text(&format!("{ts_base}720p/index.m3u8")).await.0,
+        StatusCode::OK
+    );
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "rtmps push failed: {err}");
+    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
     let playlists = [
         format!("{}/cmaf/{id}/720p/index.m3u8", d.base),
         format!("{ts_base}720p/index.m3u8"),
@@ -577,17 +581,45 @@ fn gst_hlsdemux_decodes(url: &str) -> bool {
         .success()
 }
 
+/// A player reloading a playlist every second until aborted.
+fn keep_watching(url: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let _ = text(&url).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
 #[tokio::test]
 async fn mpegts_hls_from_the_same_encoders() {
     let _g = heavy().await;
     let dir = tempdir();
-    let d = short_grace_daemon(dir.path());
+    // TS-HLS is muxed on demand: here it stops 3 s after its last request.
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", common::KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            ("LIVEPACK_MPEGTS_IDLE_SECS", "3"),
+        ],
+    );
     let rec = create(&d, json!({"name": "ts", "quality_set_id": 2})).await;
     let id = rec["id"].as_i64().unwrap();
-    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 0);
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 5);
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
     let master_url = rec["hls_mpegts_url"].as_str().unwrap().to_owned();
     let base = master_url.trim_end_matches("master_mpegts.m3u8").to_owned();
+    let media_dir = dir.path().join("data/media").join(id.to_string());
+    let ts_files = |rung: &str| files_on_disk(&media_dir.join("mpegts").join(rung), "ts");
+    // Nobody asked for TS yet: none is muxed while the CMAF output runs.
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
+    assert!(ts_files("720p").is_empty() && ts_files("360p").is_empty());
+    assert!(!files_on_disk(&media_dir.join("cmaf/720p"), "m4s").is_empty());
+    // The first request waits for the first segment instead of answering an empty playlist.
+    let (status, first) = text(&format!("{base}720p/index.m3u8")).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert!(!hls::media(&first).segments.is_empty(), "{first}");
     // Wait for two whole TS segments in every variant.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -669,15 +701,50 @@ async fn mpegts_hls_from_the_same_encoders() {
         .unwrap()
         .iter()
         .any(|s| s["height"] == 360));
+
+    // Nobody asks for 3 s: muxing stops and the window is emptied (on disk too) while the
+    // CMAF output goes on; the next request gets fresh segments after a discontinuity, with
+    // numbers that only go forward and both variants opening at the same keyframe.
+    let last_before = hls::last_msn(&hls::media(
+        &text(&format!("{base}720p/index.m3u8")).await.1,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(ts_files("720p").is_empty() && ts_files("360p").is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "TS still muxed: {:?}",
+            ts_files("720p")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cmaf_url = format!("{}/cmaf/{id}/720p/index.m3u8", d.base);
+    let cmaf_before = hls::last_msn(&hls::media(&text(&cmaf_url).await.1));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(ts_files("720p").is_empty(), "muxed without a request");
+    assert!(hls::last_msn(&hls::media(&text(&cmaf_url).await.1)) > cmaf_before);
+    let (status, again) = text(&format!("{base}720p/index.m3u8")).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    let again = hls::media(&again);
+    assert!(again.segments[0].discontinuity, "{again:?}");
+    assert!(hls::first_msn(&again) > last_before);
+    let other = hls::media(&text(&format!("{base}360p/index.m3u8")).await.1);
+    assert_eq!(hls::first_msn(&other), hls::first_msn(&again));
+    let (_, master) = text(&master_url).await;
+    assert_eq!(hls::master(&master).variants.len(), 2);
+
+    // The broadcast ends, watched to the end: EXT-X-ENDLIST after the last segment
+    // (hls_mpegts_endlist_tag=true).
+    let watcher = keep_watching(format!("{base}360p/index.m3u8"));
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(40)).await;
+    assert!(ok, "{err}");
+    wait_endlist(&format!("{base}720p/index.m3u8")).await;
+    watcher.abort();
+    // Read once it ended: GStreamer's client stops at the end of the playlist (on a live one
+    // it reads on after its 30 frames until the stream ends).
     assert!(
         gst_hlsdemux_decodes(&format!("{base}360p/index.m3u8")),
         "hlsdemux could not decode"
     );
-
-    // The broadcast ends: EXT-X-ENDLIST after the last segment (hls_mpegts_endlist_tag=true).
-    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
-    assert!(ok, "{err}");
-    wait_endlist(&format!("{base}720p/index.m3u8")).await;
 
     // With the tag off, an ended audio-only stream's TS playlist has no ENDLIST.
     let rec = create(
@@ -688,14 +755,18 @@ async fn mpegts_hls_from_the_same_encoders() {
     let id = rec["id"].as_i64().unwrap();
     let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 0);
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
-    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
-    assert!(ok, "{err}");
-    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
-    tokio::time::sleep(Duration::from_secs(4)).await; // past the 2 s grace period
     let audio_url = rec["hls_mpegts_url"]
         .as_str()
         .unwrap()
         .replace("master_mpegts.m3u8", "audio/index.m3u8");
+    // Watched while live (TS is muxed on demand).
+    assert_eq!(text(&audio_url).await.0, StatusCode::OK);
+    let watcher = keep_watching(audio_url.clone());
+    let (ok, err) = finish(ffmpeg, Duration::from_secs(30)).await;
+    assert!(ok, "{err}");
+    wait_record(&d, id, Duration::from_secs(15), |r| r["live"] == false).await;
+    watcher.abort();
+    tokio::time::sleep(Duration::from_secs(4)).await; // past the 2 s grace period
     let (status, t) = text(&audio_url).await;
     assert_eq!(status, StatusCode::OK);
     assert!(

@@ -275,35 +275,47 @@ pub async fn handle(
             )
         }
         Target::TsMaster => {
+            let _demand = package.request_ts();
             let with_duration = duration_requested(req.uri().query());
             let ready = |p: &PackageState| {
                 (!p.ts_renditions.is_empty()
+                    && package.ts_live()
                     && p.ts_renditions
                         .iter()
                         .all(|r| r.last_complete_msn().is_some()))
                 .then(|| crate::package::ts::render_master(p, with_duration))
             };
-            match package.wait_for(timeout(&package), ready).await {
+            match package.wait_for(ts_timeout(&package), ready).await {
                 Some(text) => playlist_response(text),
                 None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
             }
         }
         Target::TsPlaylist(name) => {
+            let _demand = package.request_ts();
             let with_duration = duration_requested(req.uri().query());
-            package
-                .read(|p| {
-                    p.ts_renditions.iter().find(|r| r.name == name).map(|r| {
-                        crate::package::ts::render_media(
-                            p,
-                            r,
-                            with_duration,
-                            p.ended && p.endlist_tag,
-                        )
-                    })
+            // TS is muxed on demand: the first request waits for its first segment.
+            let render = |p: &PackageState| {
+                let Some(r) = p.ts_renditions.iter().find(|r| r.name == name) else {
+                    return Some(None);
+                };
+                let ready = p.ended || (package.ts_live() && r.last_complete_msn().is_some());
+                ready.then(|| {
+                    Some(crate::package::ts::render_media(
+                        p,
+                        r,
+                        with_duration,
+                        p.ended && p.endlist_tag,
+                    ))
                 })
-                .map_or_else(not_found, playlist_response)
+            };
+            match package.wait_for(ts_timeout(&package), render).await {
+                Some(Some(text)) => playlist_response(text),
+                Some(None) => not_found(),
+                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+            }
         }
         Target::TsSegment(name, msn) => {
+            let _demand = package.request_ts();
             let source = package.read(|p| {
                 p.ts_renditions
                     .iter()
@@ -668,6 +680,12 @@ pub(crate) fn parse_range(value: &str, len: u64) -> RangeSpec {
 /// How long a blocking request may be held: three target durations (§6.2.5.2).
 fn timeout(package: &Package) -> Duration {
     package.read(hls::block_timeout)
+}
+
+/// How long the first TS-HLS request waits: muxing starts at the next keyframe (up to a
+/// segment away) and the first segment is complete at the one after.
+fn ts_timeout(package: &Package) -> Duration {
+    package.read(|p| p.config.segment * 2 + hls::block_timeout(p))
 }
 
 #[cfg(test)]
