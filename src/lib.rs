@@ -51,6 +51,7 @@ pub(crate) mod db;
 pub(crate) mod formats;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod heap;
 pub mod http;
 pub(crate) mod ingest;
 pub(crate) mod live;

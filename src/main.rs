@@ -90,6 +90,7 @@ fn log_filter(env: Option<String>) -> String {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     reexec_with_malloc_tunables();
+    livepack::heap::on_release(trim_heap);
     software_gl_for_overlays();
     // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
     let page_proxy =
@@ -213,6 +214,26 @@ fn reexec_with_malloc_tunables() {
             .env(VAR, "262144")
             .exec();
         eprintln!("warning: could not re-exec with {VAR} set ({error}); continuing without");
+    }
+}
+
+/// Gives the heap a finished stream freed back to the system. glibc keeps freed memory in its
+/// per-thread arenas (the streaming threads' many small and medium blocks, below the mmap
+/// threshold) until asked: 300 publish/unpublish cycles left 461 MiB resident with every
+/// stream gone, 109 MiB after one `malloc_trim(0)` (gdb, same process). A trim walks the
+/// arenas for a few milliseconds, once per pipeline and once per forgotten stream, on a
+/// blocking thread.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim takes no pointers and locks each arena it walks; it is
+        // safe to call from any thread at any time.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 

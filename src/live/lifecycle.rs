@@ -31,6 +31,8 @@ impl Registry {
             tokio::time::sleep(registry.config.linger).await;
             if registry.sessions.remove_idle(id, epoch) {
                 registry.forgotten(id);
+                drop(package);
+                crate::heap::released();
             }
         });
     }

@@ -804,9 +804,11 @@ fn screenshot_branch(
     let interval = SCREENSHOT_INTERVAL.as_nanos() as u64;
     // Streaming-thread state of the probe (u64::MAX: no screenshot taken yet).
     let last = std::sync::atomic::AtomicU64::new(u64::MAX);
+    // On the queue's way in: the frames between screenshots are dropped in the tee's thread
+    // instead of waking the queue's thread 30 times a second for nothing.
     queue
-        .static_pad("src")
-        .expect("queue has a src pad")
+        .static_pad("sink")
+        .expect("queue has a sink pad")
         .add_probe(gst::PadProbeType::BUFFER, move |_pad, info| {
             let pts = info
                 .buffer()
@@ -814,7 +816,9 @@ fn screenshot_branch(
                 .map_or(0, |t| t.nseconds());
             let prev = last.load(std::sync::atomic::Ordering::Relaxed);
             if prev != u64::MAX && pts < prev.saturating_add(interval) {
-                return gst::PadProbeReturn::Drop;
+                // Taken and handled, as in `source_branch`.
+                drop(info.data.take());
+                return gst::PadProbeReturn::Handled;
             }
             last.store(pts, std::sync::atomic::Ordering::Relaxed);
             gst::PadProbeReturn::Ok

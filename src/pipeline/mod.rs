@@ -278,7 +278,7 @@ pub async fn run(
         let Some(probe) = probe(&mut rx, std::mem::take(&mut seed)).await? else {
             return Ok(());
         };
-        match run_one(
+        let ran = run_one(
             &stream,
             &ladder,
             overlays.clone(),
@@ -286,8 +286,9 @@ pub async fn run(
             &mut rx,
             &mut stop,
         )
-        .await?
-        {
+        .await;
+        crate::heap::released();
+        match ran? {
             Pumped::Ended => return Ok(()),
             Pumped::Rebuild(carried) => {
                 tracing::info!(
