@@ -295,6 +295,9 @@ pub async fn handle(
             let with_duration = duration_requested(req.uri().query());
             // TS is muxed on demand: the first request waits for its first segment.
             let render = |p: &PackageState| {
+                if p.ts_renditions.is_empty() && !p.ended {
+                    return None; // the pipeline is not built yet: the stream is starting
+                }
                 let Some(r) = p.ts_renditions.iter().find(|r| r.name == name) else {
                     return Some(None);
                 };
