@@ -107,6 +107,18 @@ pub struct TsView {
     pub generation: u64,
 }
 
+/// Empties a rendition's complete segments ([`Rendition::clear_complete`]); their storage keys.
+fn cleared(output: Output, r: &mut Rendition) -> Vec<SegmentKey> {
+    r.clear_complete()
+        .into_iter()
+        .map(|msn| SegmentKey {
+            output,
+            rendition: r.name.clone(),
+            msn,
+        })
+        .collect()
+}
+
 /// A TS-HLS request being answered ([`Package::request_ts`]); the idle time counts from its end.
 pub struct TsRequest(Arc<Package>);
 
@@ -206,12 +218,8 @@ impl Package {
                 if let Some(next) = next.filter(|&n| n > 0) {
                     r.continue_after(next - 1);
                 }
-                r.close_open_segment();
-                removed.extend(r.clear_complete().into_iter().map(|msn| SegmentKey {
-                    output: Output::Ts,
-                    rendition: r.name.clone(),
-                    msn,
-                }));
+                // TS segments arrive whole: none is open.
+                removed.extend(cleared(Output::Ts, r));
                 r.mark_discontinuity();
             }
             removed
@@ -462,11 +470,7 @@ impl Package {
             let mut removed = Vec::new();
             for output in [Output::Cmaf, Output::Ts] {
                 for r in p.list_mut(output).into_iter().flatten() {
-                    removed.extend(r.clear_complete().into_iter().map(|msn| SegmentKey {
-                        output,
-                        rendition: r.name.clone(),
-                        msn,
-                    }));
+                    removed.extend(cleared(output, r));
                 }
             }
             removed

@@ -308,10 +308,7 @@ fn source_branch(
                 .buffer()
                 .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT));
             if !(wanted && keyframe) {
-                // Taken and handled here: returning `Drop` from this probe logged a
-                // GStreamer-CRITICAL per buffer (`gst_mini_object_unref` of NULL).
-                drop(info.data.take());
-                return gst::PadProbeReturn::Handled;
+                return drop_buffer(info);
             }
             open.store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -456,6 +453,13 @@ impl VideoGrid {
             gst::PadProbeReturn::Ok
         });
     }
+}
+
+/// Drops the buffer a probe holds. Taken and handled rather than returning `Drop`: that logged a
+/// GStreamer-CRITICAL per buffer (`gst_mini_object_unref` of NULL) from some probes.
+pub(super) fn drop_buffer(info: &mut gst::PadProbeInfo) -> gst::PadProbeReturn {
+    drop(info.data.take());
+    gst::PadProbeReturn::Handled
 }
 
 /// A buffer's running time on `pad`'s current segment.
@@ -816,9 +820,7 @@ fn screenshot_branch(
                 .map_or(0, |t| t.nseconds());
             let prev = last.load(std::sync::atomic::Ordering::Relaxed);
             if prev != u64::MAX && pts < prev.saturating_add(interval) {
-                // Taken and handled, as in `source_branch`.
-                drop(info.data.take());
-                return gst::PadProbeReturn::Handled;
+                return drop_buffer(info);
             }
             last.store(pts, std::sync::atomic::Ordering::Relaxed);
             gst::PadProbeReturn::Ok

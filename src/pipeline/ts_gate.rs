@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
-use super::build::running_time;
+use super::build::{drop_buffer, running_time};
 use crate::package::Package;
 
 /// A branch that is closed (no generation is `u64::MAX`).
@@ -58,10 +58,7 @@ impl TsGate {
             if gate.pass(pad, info, leads, &open) {
                 gst::PadProbeReturn::Ok
             } else {
-                // Taken and handled here: returning `Drop` from a buffer probe logged a
-                // GStreamer-CRITICAL per buffer (`gst_mini_object_unref` of NULL).
-                drop(info.data.take());
-                gst::PadProbeReturn::Handled
+                drop_buffer(info)
             }
         });
     }
