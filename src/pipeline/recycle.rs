@@ -1,48 +1,59 @@
-//! Decoded pictures in recycled memory: each picture leaves the decoder copied into a block
-//! that comes back when the last buffer sharing it is gone, and is handed out again.
+//! Decoded pictures in recycled memory: the decoder copies each picture out of libav into a
+//! block that comes back when the last buffer sharing it is gone, and is handed out again.
 //!
 //! Why: a 720p picture is 1.4 MB, above glibc's mmap threshold, so every fresh one is a new
 //! mapping whose pages fault in on first write (10.7 k faults/s per 25 fps stream) and whose
-//! unmapping shoots down TLBs. GStreamer's buffer pools should recycle them but cannot here:
+//! unmapping shoots down TLBs. The decoder's own buffer pool should recycle them but cannot here:
 //! `videorate` keeps the previous picture and pushes a copy that *shares* its memory, and a pool
 //! discards a buffer whose memory is still shared when it comes back ("memory not writable");
 //! with libav's direct rendering, every picture libav still keeps as a reference was also
-//! deep-copied into fresh memory. The blocks here are recycled when the memory itself is freed,
-//! so sharing is harmless and nothing is reused while any buffer still reads it; the decoder's
-//! own pool gets each buffer back at once, unshared, and recycles it too. The price is one
-//! memcpy of the picture into warm memory, against a fresh mapping per picture.
+//! deep-copied into fresh memory. So the decoder is handed a pool of our own (answering its
+//! allocation query) whose buffers wrap recycled blocks: a buffer coming back is simply let go,
+//! and its block returns when the memory itself is freed, so sharing is harmless and nothing is
+//! reused while any buffer still reads it. libav's one copy of each picture out of its own frame
+//! lands in warm memory, and there is no second copy.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gstreamer as gst;
+use gstreamer::glib;
 use gstreamer::prelude::*;
+use gstreamer::subclass::prelude::*;
 use gstreamer_video as gst_video;
 
 /// Spare blocks kept per decoder. Pictures in flight hold their own blocks; the spares only
-/// absorb the ebb and flow between them. Measured on a 720p stream: 1 or 2 spares already take
-/// page faults from 10.7 k/s to ~250/s; 8 cost 8 MiB more RSS for nothing. A backlog that clears
-/// (queues hold up to 2 s) returns more blocks, and the surplus is freed, not kept.
-const SPARE_BLOCKS: usize = 2;
+/// absorb the ebb and flow between them. Measured on a 720p30 stream (blocks taken by the
+/// decoder when it starts a picture): 2 spares still left ~6 fresh blocks a second (2 k page
+/// faults/s), 4 leave ~0.2 a second (the daemon's faults at the level of the earlier copy-out
+/// design, RSS unchanged); 8 cost 6 MiB more RSS for nothing. A backlog that clears (queues hold
+/// up to 2 s) returns more blocks, and the surplus is freed, not kept.
+const SPARE_BLOCKS: usize = 4;
 
 /// Blocks handed back, all of one size (a decoder's pictures share one size; a size change
 /// drops the old ones).
 #[derive(Default)]
-struct Spares(Mutex<Vec<Box<[u8]>>>);
+struct Spares {
+    blocks: Mutex<Vec<Box<[u8]>>>,
+    /// Blocks allocated fresh rather than taken back: the figure recycling keeps low.
+    fresh: AtomicUsize,
+}
 
 impl Spares {
     fn take(&self, len: usize) -> Box<[u8]> {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spares = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(block) = spares.pop() {
             if block.len() == len {
                 return block;
             }
         }
         drop(spares);
+        self.fresh.fetch_add(1, Ordering::Relaxed);
         vec![0u8; len].into_boxed_slice()
     }
 
     fn give_back(&self, block: Box<[u8]>) {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spares = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
         if spares.len() < SPARE_BLOCKS && spares.last().is_none_or(|b| b.len() == block.len()) {
             spares.push(block);
         }
@@ -54,6 +65,12 @@ impl Spares {
 struct Lent {
     block: Box<[u8]>,
     spares: Arc<Spares>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.block
+    }
 }
 
 impl AsMut<[u8]> for Lent {
@@ -68,115 +85,160 @@ impl Drop for Lent {
     }
 }
 
-/// Makes every picture `decoder` pushes leave it in a recycled block (see the module doc):
-/// same bytes, so the same layout (strides, plane offsets) its video meta describes, same
-/// timestamps, flags and metas. Decoders that render into memory of their own (libav's direct
+mod imp {
+    use super::*;
+
+    /// The pool's state: the blocks it lends and the picture size its configuration names.
+    #[derive(Default)]
+    pub struct RecyclingPool {
+        pub(super) spares: Mutex<Arc<Spares>>,
+        pub(super) size: AtomicUsize,
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for RecyclingPool {
+        const NAME: &'static str = "LivepackRecyclingPool";
+        type Type = super::RecyclingPool;
+        type ParentType = gst::BufferPool;
+    }
+
+    impl ObjectImpl for RecyclingPool {}
+    impl GstObjectImpl for RecyclingPool {}
+
+    impl BufferPoolImpl for RecyclingPool {
+        fn set_config(&self, config: &mut gst::BufferPoolConfigRef) -> bool {
+            let Some((_, size, _, _)) = config.params() else {
+                return false;
+            };
+            self.size.store(size as usize, Ordering::Relaxed);
+            self.parent_set_config(config)
+        }
+
+        fn alloc_buffer(
+            &self,
+            _params: Option<&gst::BufferPoolAcquireParams>,
+        ) -> Result<gst::Buffer, gst::FlowError> {
+            let spares = self
+                .spares
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let block = spares.take(self.size.load(Ordering::Relaxed));
+            Ok(gst::Buffer::from_mut_slice(Lent { block, spares }))
+        }
+
+        // A buffer that comes back is let go rather than queued for reuse: its memory may still
+        // be shared (`videorate`), and its block returns to the spares once that memory is freed.
+        // Tagged, the base class frees it and keeps its count of live buffers right (it refuses
+        // to stop while any seems alive).
+        fn release_buffer(&self, mut buffer: gst::Buffer) {
+            if let Some(b) = buffer.get_mut() {
+                b.set_flags(gst::BufferFlags::TAG_MEMORY);
+            }
+            self.parent_release_buffer(buffer);
+        }
+    }
+}
+
+glib::wrapper! {
+    /// A buffer pool over recycled blocks (see the module doc).
+    pub struct RecyclingPool(ObjectSubclass<imp::RecyclingPool>) @extends gst::BufferPool, gst::Object;
+}
+
+impl RecyclingPool {
+    fn new(spares: Arc<Spares>) -> Self {
+        let pool: Self = glib::Object::new();
+        *pool.imp().spares.lock().unwrap_or_else(|p| p.into_inner()) = spares;
+        pool
+    }
+}
+
+/// Makes `decoder` write its pictures into recycled blocks (see the module doc) by answering its
+/// allocation query with a [`RecyclingPool`]; what downstream answered otherwise (metas,
+/// allocation parameters) stands. Decoders that render into memory of their own (libav's direct
 /// rendering) should have that turned off, or they deep-copy reference pictures anyway.
 pub fn recycle_output(decoder: &gst::Element) {
+    recycle_with(decoder, Arc::new(Spares::default()));
+}
+
+fn recycle_with(decoder: &gst::Element, spares: Arc<Spares>) {
     let Some(pad) = decoder.static_pad("src") else {
         return;
     };
-    let spares = Arc::new(Spares::default());
-    pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
-        if let Some(gst::PadProbeData::Buffer(buffer)) = info.data.as_mut() {
-            if let Some(copy) = recycled_copy(&spares, buffer) {
-                *buffer = copy;
+    // Answered here: downstream first (its metas and parameters stand, and a query nobody
+    // downstream answers still gets the pool), then the pool put first.
+    pad.add_probe(
+        gst::PadProbeType::QUERY_DOWNSTREAM | gst::PadProbeType::PUSH,
+        move |pad, info| {
+            let Some(gst::PadProbeData::Query(query)) = info.data.as_mut() else {
+                return gst::PadProbeReturn::Ok;
+            };
+            if query.type_() != gst::QueryType::Allocation {
+                return gst::PadProbeReturn::Ok;
             }
-        }
-        gst::PadProbeReturn::Ok
-    });
+            if let Some(peer) = pad.peer() {
+                peer.query(query);
+            }
+            if let gst::QueryViewMut::Allocation(q) = query.view_mut() {
+                offer_pool(q, &spares);
+            }
+            gst::PadProbeReturn::Handled
+        },
+    );
 }
 
-/// `buffer`'s bytes, timestamps, flags and metas in a recycled block; `None` (the buffer goes
-/// on as it is) when it cannot be read.
-fn recycled_copy(spares: &Arc<Spares>, buffer: &gst::BufferRef) -> Option<gst::Buffer> {
-    let mut block = spares.take(buffer.size());
-    buffer.copy_to_slice(0, &mut block).ok()?;
-    let mut copy = gst::Buffer::from_mut_slice(Lent {
-        block,
-        spares: spares.clone(),
-    });
-    buffer
-        .copy_into(
-            copy.get_mut().expect("a fresh buffer is writable"),
-            gst::BufferCopyFlags::FLAGS
-                | gst::BufferCopyFlags::TIMESTAMPS
-                | gst::BufferCopyFlags::META,
-            ..,
-        )
-        .ok()?;
-    // The video meta (strides, plane offsets) is tagged as describing memory, so a copy without
-    // the memory leaves it out; the bytes are the same, so is the layout.
-    if let Some(meta) = buffer.meta::<gst_video::VideoMeta>() {
-        gst_video::VideoMeta::add_full(
-            copy.get_mut().expect("a fresh buffer is writable"),
-            meta.video_frame_flags(),
-            meta.format(),
-            meta.width(),
-            meta.height(),
-            meta.offset(),
-            meta.stride(),
-        )
-        .ok()?;
+/// Puts a recycling pool first in an answered allocation query, sized for its caps' pictures.
+fn offer_pool(q: &mut gst::query::Allocation, spares: &Arc<Spares>) {
+    let (Some(caps), _) = q.get() else {
+        return;
+    };
+    let Ok(info) = gst_video::VideoInfo::from_caps(caps) else {
+        return;
+    };
+    let pool = RecyclingPool::new(spares.clone());
+    let size = info.size() as u32;
+    // No minimum (nothing is allocated ahead) and no maximum (a bounded pool could stall the
+    // decoder while the queues downstream hold pictures).
+    if q.allocation_pools().next().is_none() {
+        q.add_allocation_pool(Some(&pool), size, 0, 0);
+    } else {
+        q.set_nth_allocation_pool(0, Some(&pool), size, 0, 0);
     }
-    Some(copy)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn picture(fill: u8, pts_ms: u64) -> gst::Buffer {
-        let mut buffer = gst::Buffer::from_slice(vec![fill; 64 * 48 * 3 / 2 + 256]);
-        {
-            let b = buffer.get_mut().unwrap();
-            b.set_pts(gst::ClockTime::from_mseconds(pts_ms));
-            b.set_duration(gst::ClockTime::from_mseconds(40));
-            b.set_flags(gst::BufferFlags::DELTA_UNIT);
-            // A padded layout (stride 80, planes at their own offsets), as decoders produce.
-            gst_video::VideoMeta::add_full(
-                b,
-                gst_video::VideoFrameFlags::empty(),
-                gst_video::VideoFormat::I420,
-                64,
-                48,
-                &[0, 80 * 48, 80 * 48 + 48 * 24],
-                &[80, 48, 48],
-            )
-            .unwrap();
-        }
-        buffer
-    }
-
     fn spare_count(spares: &Spares) -> usize {
-        spares.0.lock().unwrap().len()
+        spares.blocks.lock().unwrap().len()
     }
 
-    #[test]
-    fn a_copy_keeps_bytes_timing_flags_and_layout() {
-        gst::init().unwrap();
-        let spares = Arc::new(Spares::default());
-        let src = picture(7, 120);
-        let copy = recycled_copy(&spares, &src).unwrap();
-        assert_eq!(*copy.map_readable().unwrap(), *src.map_readable().unwrap());
-        assert_eq!(copy.pts(), src.pts());
-        assert_eq!(copy.duration(), src.duration());
-        assert!(copy.flags().contains(gst::BufferFlags::DELTA_UNIT));
-        let meta = copy
-            .meta::<gst_video::VideoMeta>()
-            .expect("video meta kept");
-        assert_eq!(meta.stride(), &[80, 48, 48]);
-        assert_eq!(meta.offset(), &[0, 80 * 48, 80 * 48 + 48 * 24]);
+    fn active_pool(spares: &Arc<Spares>, size: u32) -> RecyclingPool {
+        let pool = RecyclingPool::new(spares.clone());
+        let mut config = pool.config();
+        config.set_params(None, size, 0, 0);
+        pool.set_config(config).unwrap();
+        pool.set_active(true).unwrap();
+        pool
+    }
+
+    fn filled(pool: &RecyclingPool, fill: u8) -> gst::Buffer {
+        let mut buffer = pool.acquire_buffer(None).unwrap();
+        buffer.get_mut().unwrap().map_writable().unwrap().fill(fill);
+        buffer
     }
 
     #[test]
     fn a_block_is_reused_only_after_every_buffer_sharing_it_is_gone() {
         gst::init().unwrap();
         let spares = Arc::new(Spares::default());
-        let first = recycled_copy(&spares, &picture(1, 0)).unwrap();
+        let pool = active_pool(&spares, 1000);
+        let first = filled(&pool, 1);
+        assert_eq!(first.size(), 1000);
         let address = first.map_readable().unwrap().as_ptr();
         // What videorate does: a metadata copy that shares the memory, pushed on while the
-        // original is kept.
+        // original goes back to the pool.
         let shared = first.copy();
         drop(first);
         assert_eq!(
@@ -184,7 +246,7 @@ mod tests {
             0,
             "still read through the shared copy"
         );
-        let second = recycled_copy(&spares, &picture(2, 40)).unwrap();
+        let second = filled(&pool, 2);
         assert_ne!(second.map_readable().unwrap().as_ptr(), address);
         assert!(
             shared.map_readable().unwrap().iter().all(|&b| b == 1),
@@ -192,36 +254,42 @@ mod tests {
         );
         drop(shared);
         assert_eq!(spare_count(&spares), 1);
-        let third = recycled_copy(&spares, &picture(3, 80)).unwrap();
+        let third = filled(&pool, 3);
         assert_eq!(
             third.map_readable().unwrap().as_ptr(),
             address,
             "the block came back"
         );
-        assert!(third.map_readable().unwrap().iter().all(|&b| b == 3));
+        assert_eq!(spares.fresh.load(Ordering::Relaxed), 2);
         // Spares are bounded, and a new picture size drops blocks of the old one.
-        drop((second, third));
+        let more: Vec<_> = (0..SPARE_BLOCKS)
+            .map(|i| filled(&pool, 4 + i as u8))
+            .collect();
+        drop((second, third, more));
         assert_eq!(spare_count(&spares), SPARE_BLOCKS);
-        let other = gst::Buffer::from_slice(vec![9u8; 100]);
-        drop(recycled_copy(&spares, &other).unwrap());
+        pool.set_active(false).unwrap();
+        let other = active_pool(&spares, 100);
+        drop(filled(&other, 9));
         assert_eq!(spare_count(&spares), 1);
     }
 
+    type Picture = (Option<gst::ClockTime>, Vec<u8>);
+
     /// Decodes `frames` of a moving test pattern through `videorate` (which shares memory) and
-    /// returns every output picture's bytes and timestamp.
-    fn decode(recycle: bool, frames: u32) -> Vec<(Option<gst::ClockTime>, Vec<u8>)> {
+    /// returns every output picture's bytes and timestamp, and the fresh blocks it took.
+    fn decode(recycle: bool, frames: u32) -> (Vec<Picture>, usize) {
         let pipeline = gst::parse::launch(&format!(
             "videotestsrc pattern=ball num-buffers={frames} ! video/x-raw,width=320,height=240,framerate=25/1 \
              ! x264enc speed-preset=ultrafast tune=zerolatency key-int-max=10 ! h264parse \
-             ! avdec_h264 name=dec direct-rendering={} ! videorate ! video/x-raw,framerate=25/1 \
-             ! appsink name=out sync=false",
-            !recycle
+             ! avdec_h264 name=dec direct-rendering=false ! videorate ! video/x-raw,framerate=25/1 \
+             ! appsink name=out sync=false"
         ))
         .unwrap()
         .downcast::<gst::Pipeline>()
         .unwrap();
+        let spares = Arc::new(Spares::default());
         if recycle {
-            recycle_output(&pipeline.by_name("dec").unwrap());
+            recycle_with(&pipeline.by_name("dec").unwrap(), spares.clone());
         }
         let sink = pipeline
             .by_name("out")
@@ -235,14 +303,14 @@ mod tests {
             out.push((buffer.pts(), buffer.map_readable().unwrap().to_vec()));
         }
         pipeline.set_state(gst::State::Null).unwrap();
-        out
+        (out, spares.fresh.load(Ordering::Relaxed))
     }
 
     #[test]
-    fn recycled_decoding_outputs_the_same_pictures() {
+    fn recycled_decoding_outputs_the_same_pictures_in_few_blocks() {
         gst::init().unwrap();
-        let plain = decode(false, 60);
-        let recycled = decode(true, 60);
+        let (plain, _) = decode(false, 60);
+        let (recycled, fresh) = decode(true, 60);
         assert_eq!(plain.len(), 60);
         assert_eq!(recycled.len(), plain.len());
         for (i, (a, b)) in plain.iter().zip(&recycled).enumerate() {
@@ -251,5 +319,10 @@ mod tests {
         }
         // Not one picture the same as the next: a block reused too early would repeat one.
         assert!(recycled.windows(2).all(|w| w[0].1 != w[1].1));
+        // The decoder wrote into the pool's blocks, and reused them: 60 pictures in a handful.
+        assert!(
+            (1..=12).contains(&fresh),
+            "{fresh} fresh blocks for 60 pictures"
+        );
     }
 }
