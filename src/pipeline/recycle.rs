@@ -276,10 +276,12 @@ mod tests {
     type Picture = (Option<gst::ClockTime>, Vec<u8>);
 
     /// Decodes `frames` of a moving test pattern through `videorate` (which shares memory) and
-    /// returns every output picture's bytes and timestamp, and the fresh blocks it took.
-    fn decode(recycle: bool, frames: u32) -> (Vec<Picture>, usize) {
+    /// returns every output picture's bytes and timestamp, and the fresh blocks it took. From
+    /// picture `resize_at` on, the source is 640x480 instead of 320x240.
+    fn decode(recycle: bool, frames: u32, resize_at: Option<usize>) -> (Vec<Picture>, usize) {
         let pipeline = gst::parse::launch(&format!(
-            "videotestsrc pattern=ball num-buffers={frames} ! video/x-raw,width=320,height=240,framerate=25/1 \
+            "videotestsrc name=src pattern=ball num-buffers={frames} \
+             ! capsfilter name=size caps=video/x-raw,format=I420,width=320,height=240,framerate=25/1 \
              ! x264enc speed-preset=ultrafast tune=zerolatency key-int-max=10 ! h264parse \
              ! avdec_h264 name=dec direct-rendering=false ! videorate ! video/x-raw,framerate=25/1 \
              ! appsink name=out sync=false"
@@ -290,6 +292,23 @@ mod tests {
         let spares = Arc::new(Spares::default());
         if recycle {
             recycle_with(&pipeline.by_name("dec").unwrap(), spares.clone());
+        }
+        if let Some(at) = resize_at {
+            let size = pipeline.by_name("size").unwrap();
+            let seen = AtomicUsize::new(0);
+            let src = pipeline.by_name("src").unwrap().static_pad("src").unwrap();
+            src.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+                if seen.fetch_add(1, Ordering::Relaxed) + 1 == at {
+                    let caps = gst::Caps::builder("video/x-raw")
+                        .field("format", "I420")
+                        .field("width", 640)
+                        .field("height", 480)
+                        .field("framerate", gst::Fraction::new(25, 1))
+                        .build();
+                    size.set_property("caps", caps);
+                }
+                gst::PadProbeReturn::Ok
+            });
         }
         let sink = pipeline
             .by_name("out")
@@ -306,17 +325,34 @@ mod tests {
         (out, spares.fresh.load(Ordering::Relaxed))
     }
 
-    #[test]
-    fn recycled_decoding_outputs_the_same_pictures_in_few_blocks() {
-        gst::init().unwrap();
-        let (plain, _) = decode(false, 60);
-        let (recycled, fresh) = decode(true, 60);
-        assert_eq!(plain.len(), 60);
+    fn assert_same(plain: &[Picture], recycled: &[Picture]) {
         assert_eq!(recycled.len(), plain.len());
-        for (i, (a, b)) in plain.iter().zip(&recycled).enumerate() {
+        for (i, (a, b)) in plain.iter().zip(recycled).enumerate() {
             assert_eq!(a.0, b.0, "picture {i} timestamp");
             assert!(a.1 == b.1, "picture {i} differs");
         }
+    }
+
+    #[test]
+    fn a_new_picture_size_mid_stream_gets_blocks_of_its_size() {
+        gst::init().unwrap();
+        let (plain, _) = decode(false, 40, Some(20));
+        let (recycled, fresh) = decode(true, 40, Some(20));
+        assert!(fresh >= 2, "blocks of both sizes came from the pool");
+        let small = 320 * 240 * 3 / 2;
+        let large = 640 * 480 * 3 / 2;
+        assert_eq!(recycled.first().unwrap().1.len(), small);
+        assert_eq!(recycled.last().unwrap().1.len(), large);
+        assert_same(&plain, &recycled);
+    }
+
+    #[test]
+    fn recycled_decoding_outputs_the_same_pictures_in_few_blocks() {
+        gst::init().unwrap();
+        let (plain, _) = decode(false, 60, None);
+        let (recycled, fresh) = decode(true, 60, None);
+        assert_eq!(plain.len(), 60);
+        assert_same(&plain, &recycled);
         // Not one picture the same as the next: a block reused too early would repeat one.
         assert!(recycled.windows(2).all(|w| w[0].1 != w[1].1));
         // The decoder wrote into the pool's blocks, and reused them: 60 pictures in a handful.
