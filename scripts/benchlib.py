@@ -35,6 +35,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def minor_faults(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        # After the command name (which may hold spaces): minflt is the 8th field.
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def children_cpu_seconds():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -90,11 +104,7 @@ class Daemon:
         return cpu_seconds(self.pid)
 
     def rss_mib(self):
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return 0.0
+        return rss_mib(self.pid)
 
     def stop(self):
         self.proc.terminate()
@@ -123,6 +133,19 @@ def x264_args(kbps, spec=""):
             f"-profile:v{spec}", "high", f"-b:v{spec}", f"{kbps}k", f"-maxrate:v{spec}", f"{kbps}k",
             f"-bufsize:v{spec}", f"{kbps * 6 // 10}k", f"-g:v{spec}", "60",
             f"-x264-params:v{spec}", "scenecut=0"]
+
+
+def ffmpeg_args(fixture, seconds, x264_threads=None):
+    """The ffmpeg reference: fixtures/{fixture}.flv read at real-time speed for `seconds`, the
+    daemon's ladder encoded with the same x264 settings (+ AAC 128k) to a null sink."""
+    path = os.path.join(ROOT, "fixtures", fixture + ".flv")
+    args = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-t", str(seconds),
+            "-i", path, "-filter_complex", ladder_graph()]
+    for i, (_, kbps) in enumerate(LADDER):
+        args += ["-map", f"[o{i}]"] + x264_args(kbps, f":{i}")
+        if x264_threads is not None:
+            args += [f"-threads:v:{i}", str(x264_threads)]
+    return args + ["-map", "0:a", "-c:a", "aac", "-b:a", "128k", "-ar", "48000", "-f", "null", "-"]
 
 
 def clip(fps, seconds, gop_seconds=2):
