@@ -312,12 +312,19 @@ impl Package {
         }
     }
 
-    /// Appends a part to a rendition (`whole`: the part is a complete TS segment of that TS
-    /// generation), then hands the completed segment and the evicted ones to the storage writer.
-    pub(crate) fn push(&self, output: Output, name: &str, part: PartIn, whole: Option<u64>) {
+    /// Appends a part to a rendition (`ts_generation`: the part is a complete TS segment muxed
+    /// in that TS generation), then hands the completed segment and the evicted ones to the
+    /// storage writer.
+    pub(crate) fn push(
+        &self,
+        output: Output,
+        name: &str,
+        part: PartIn,
+        ts_generation: Option<u64>,
+    ) {
         let observed = self.taps.any();
         let (outcome, completed) = self.update(|p| {
-            if let Some(generation) = whole {
+            if let Some(generation) = ts_generation {
                 // Under the state lock, which `pause_ts` takes after bumping the generation:
                 // a segment of a paused generation never lands after its window was emptied.
                 let ts = self.ts();
@@ -330,7 +337,7 @@ impl Package {
                 return (PushOutcome::default(), None);
             };
             let mut outcome = r.push_part(part, retention);
-            if whole.is_some() {
+            if ts_generation.is_some() {
                 r.close_open_segment();
                 outcome.completed = r.segments().back().map(|s| s.chunks());
             }

@@ -304,10 +304,7 @@ fn source_branch(
     pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
         if !open.load(std::sync::atomic::Ordering::Relaxed) {
             let wanted = package.upgrade().is_some_and(|p| p.wants_source());
-            let keyframe = info
-                .buffer()
-                .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT));
-            if !(wanted && keyframe) {
+            if !(wanted && holds_keyframe(info)) {
                 return drop_buffer(info);
             }
             open.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -460,6 +457,12 @@ impl VideoGrid {
 pub(super) fn drop_buffer(info: &mut gst::PadProbeInfo) -> gst::PadProbeReturn {
     drop(info.data.take());
     gst::PadProbeReturn::Handled
+}
+
+/// Whether a probe holds a buffer that starts a GOP.
+pub(super) fn holds_keyframe(info: &gst::PadProbeInfo) -> bool {
+    info.buffer()
+        .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT))
 }
 
 /// A buffer's running time on `pad`'s current segment.

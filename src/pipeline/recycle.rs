@@ -14,7 +14,7 @@
 //! lands in warm memory, and there is no second copy.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gstreamer as gst;
 use gstreamer::glib;
@@ -91,7 +91,7 @@ mod imp {
     /// The pool's state: the blocks it lends and the picture size its configuration names.
     #[derive(Default)]
     pub struct RecyclingPool {
-        pub(super) spares: Mutex<Arc<Spares>>,
+        pub(super) spares: OnceLock<Arc<Spares>>,
         pub(super) size: AtomicUsize,
     }
 
@@ -120,8 +120,8 @@ mod imp {
         ) -> Result<gst::Buffer, gst::FlowError> {
             let spares = self
                 .spares
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .get()
+                .ok_or(gst::FlowError::NotNegotiated)?
                 .clone();
             let block = spares.take(self.size.load(Ordering::Relaxed));
             Ok(gst::Buffer::from_mut_slice(Lent { block, spares }))
@@ -148,7 +148,7 @@ glib::wrapper! {
 impl RecyclingPool {
     fn new(spares: Arc<Spares>) -> Self {
         let pool: Self = glib::Object::new();
-        *pool.imp().spares.lock().unwrap_or_else(|p| p.into_inner()) = spares;
+        let _ = pool.imp().spares.set(spares);
         pool
     }
 }
@@ -275,24 +275,21 @@ mod tests {
 
     type Picture = (Option<gst::ClockTime>, Vec<u8>);
 
-    /// Decodes `frames` of a moving test pattern through `videorate` (which shares memory) and
-    /// returns every output picture's bytes and timestamp, and the fresh blocks it took. From
-    /// picture `resize_at` on, the source is 640x480 instead of 320x240.
-    fn decode(recycle: bool, frames: u32, resize_at: Option<usize>) -> (Vec<Picture>, usize) {
+    /// Encodes `frames` of a moving test pattern into an MPEG-TS file; from picture `resize_at`
+    /// on, the source is 640x480 instead of 320x240. Encoded once and decoded twice: x264enc's
+    /// restart at a size change is timed by its threads, so two encodes may differ there.
+    fn encode(frames: u32, resize_at: Option<usize>) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
         let pipeline = gst::parse::launch(&format!(
             "videotestsrc name=src pattern=ball num-buffers={frames} \
              ! capsfilter name=size caps=video/x-raw,format=I420,width=320,height=240,framerate=25/1 \
              ! x264enc speed-preset=ultrafast tune=zerolatency key-int-max=10 ! h264parse \
-             ! avdec_h264 name=dec direct-rendering=false ! videorate ! video/x-raw,framerate=25/1 \
-             ! appsink name=out sync=false"
+             ! mpegtsmux ! filesink location={}",
+            file.path().display()
         ))
         .unwrap()
         .downcast::<gst::Pipeline>()
         .unwrap();
-        let spares = Arc::new(Spares::default());
-        if recycle {
-            recycle_with(&pipeline.by_name("dec").unwrap(), spares.clone());
-        }
         if let Some(at) = resize_at {
             let size = pipeline.by_name("size").unwrap();
             let seen = AtomicUsize::new(0);
@@ -309,6 +306,39 @@ mod tests {
                 }
                 gst::PadProbeReturn::Ok
             });
+        }
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let bus = pipeline.bus().unwrap();
+        let end = bus.timed_pop_filtered(
+            gst::ClockTime::from_seconds(30),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        );
+        pipeline.set_state(gst::State::Null).unwrap();
+        assert!(
+            matches!(
+                end.as_ref().map(|m| m.view()),
+                Some(gst::MessageView::Eos(_))
+            ),
+            "{end:?}"
+        );
+        file
+    }
+
+    /// Decodes `encoded` through `videorate` (which shares memory) and returns every output
+    /// picture's bytes and timestamp, and the fresh blocks it took.
+    fn decode(recycle: bool, encoded: &std::path::Path) -> (Vec<Picture>, usize) {
+        let pipeline = gst::parse::launch(&format!(
+            "filesrc location={} ! tsdemux ! h264parse \
+             ! avdec_h264 name=dec direct-rendering=false ! videorate ! video/x-raw,framerate=25/1 \
+             ! appsink name=out sync=false",
+            encoded.display()
+        ))
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+        let spares = Arc::new(Spares::default());
+        if recycle {
+            recycle_with(&pipeline.by_name("dec").unwrap(), spares.clone());
         }
         let sink = pipeline
             .by_name("out")
@@ -336,8 +366,9 @@ mod tests {
     #[test]
     fn a_new_picture_size_mid_stream_gets_blocks_of_its_size() {
         gst::init().unwrap();
-        let (plain, _) = decode(false, 40, Some(20));
-        let (recycled, fresh) = decode(true, 40, Some(20));
+        let encoded = encode(40, Some(20));
+        let (plain, _) = decode(false, encoded.path());
+        let (recycled, fresh) = decode(true, encoded.path());
         assert!(fresh >= 2, "blocks of both sizes came from the pool");
         let small = 320 * 240 * 3 / 2;
         let large = 640 * 480 * 3 / 2;
@@ -349,8 +380,9 @@ mod tests {
     #[test]
     fn recycled_decoding_outputs_the_same_pictures_in_few_blocks() {
         gst::init().unwrap();
-        let (plain, _) = decode(false, 60, None);
-        let (recycled, fresh) = decode(true, 60, None);
+        let encoded = encode(60, None);
+        let (plain, _) = decode(false, encoded.path());
+        let (recycled, fresh) = decode(true, encoded.path());
         assert_eq!(plain.len(), 60);
         assert_same(&plain, &recycled);
         // Not one picture the same as the next: a block reused too early would repeat one.

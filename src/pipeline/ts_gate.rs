@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
-use super::build::{drop_buffer, running_time};
+use super::build::{drop_buffer, holds_keyframe, running_time};
 use crate::package::Package;
 
 /// A branch that is closed (no generation is `u64::MAX`).
@@ -89,9 +89,7 @@ impl TsGate {
         let Some(rt) = running_time(pad, info) else {
             return false;
         };
-        let keyframe = info
-            .buffer()
-            .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT));
+        let keyframe = holds_keyframe(info);
         let mut opening = self.opening();
         let current =
             opening.at.is_some() && demand.live && opening.generation == demand.generation;
