@@ -1,7 +1,7 @@
 """Shared pieces of the bench scripts: the release daemon on loopback, its API and /metrics,
 ffmpeg pushes of the recorded fixtures, /proc readings, and a follower that times LL-HLS parts.
 """
-import json, os, re, resource, subprocess, tempfile, threading, time, urllib.request
+import json, os, re, resource, socket, subprocess, tempfile, threading, time, urllib.request
 from datetime import datetime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,17 +135,43 @@ def x264_args(kbps, spec=""):
             f"-x264-params:v{spec}", "scenecut=0"]
 
 
-def ffmpeg_args(fixture, seconds, x264_threads=None):
-    """The ffmpeg reference: fixtures/{fixture}.flv read at real-time speed for `seconds`, the
-    daemon's ladder encoded with the same x264 settings (+ AAC 128k) to a null sink."""
-    path = os.path.join(ROOT, "fixtures", fixture + ".flv")
-    args = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-t", str(seconds),
-            "-i", path, "-filter_complex", ladder_graph()]
+def ffmpeg_args(fixture, seconds, x264_threads=None, listen=None, progress=None):
+    """The ffmpeg reference: the daemon's ladder encoded with the same x264 settings (+ AAC 128k)
+    to a null sink, from fixtures/{fixture}.flv read at real-time speed for `seconds`, or, with
+    `listen` (a URL from `listen_url`), from a push it receives as a server, as the daemon does.
+    `progress`: a file for ffmpeg's -progress reports (out_time_us every 0.1 s)."""
+    args = ["ffmpeg", "-hide_banner", "-loglevel", "error"]
+    if progress:
+        args += ["-progress", progress, "-stats_period", "0.1"]
+    if listen:
+        args += (["-listen", "1"] if listen.startswith("rtmp://") else []) + ["-i", listen]
+    else:
+        path = os.path.join(ROOT, "fixtures", fixture + ".flv")
+        args += ["-re", "-stream_loop", "-1", "-t", str(seconds), "-i", path]
+    args += ["-filter_complex", ladder_graph()]
     for i, (_, kbps) in enumerate(LADDER):
         args += ["-map", f"[o{i}]"] + x264_args(kbps, f":{i}")
         if x264_threads is not None:
             args += [f"-threads:v:{i}", str(x264_threads)]
     return args + ["-map", "0:a", "-c:a", "aac", "-b:a", "128k", "-ar", "48000", "-f", "null", "-"]
+
+
+def listen_url(srt):
+    """A loopback URL on a free port for an ffmpeg reference to receive one push on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if srt else socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"srt://127.0.0.1:{port}?mode=listener" if srt else f"rtmp://127.0.0.1:{port}/live/ref"
+
+
+def progress_seconds(path):
+    """The media time (s) an ffmpeg reference has processed, from its last -progress report."""
+    try:
+        with open(path) as f:
+            times = re.findall(r"^out_time_us=(\d+)$", f.read(), re.M)
+        return int(times[-1]) / 1e6 if times else 0.0
+    except OSError:
+        return 0.0
 
 
 def clip(fps, seconds, gop_seconds=2):
@@ -169,9 +195,10 @@ def clip(fps, seconds, gop_seconds=2):
     return out
 
 
-def push(url, fixture, seconds):
+def push(url, fixture, seconds, quiet=False):
     """ffmpeg replaying fixtures/{fixture}.flv over RTMP or .ts over SRT (or the file at the path
-    `fixture`, e.g. a `clip`) at real-time speed for at least `seconds` (the clip loops)."""
+    `fixture`, e.g. a `clip`) at real-time speed for at least `seconds` (the clip loops).
+    `quiet`: no error output (a pusher to an ffmpeg reference complains when that is stopped)."""
     srt = url.startswith("srt://")
     path = fixture if os.path.isabs(fixture) else \
         os.path.join(ROOT, "fixtures", fixture + (".ts" if srt else ".flv"))
@@ -180,7 +207,7 @@ def push(url, fixture, seconds):
     loops = int(seconds / length) + 1
     return subprocess.Popen(["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop",
                              str(loops), "-i", path, "-c", "copy", "-f", "mpegts" if srt else "flv", url],
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
 
 
 def wait_started(daemon, stream_id, timeout=20):
