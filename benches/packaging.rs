@@ -52,8 +52,8 @@ fn ladder() -> Vec<Rendition> {
 
 fn part(index: u64, t0: OffsetDateTime, data: &Bytes) -> PartIn {
     PartIn {
-        starts_segment: index % PARTS_PER_SEGMENT == 0,
-        independent: index % PARTS_PER_SEGMENT == 0,
+        starts_segment: index.is_multiple_of(PARTS_PER_SEGMENT),
+        independent: index.is_multiple_of(PARTS_PER_SEGMENT),
         duration: PART,
         pdt: t0 + PART * index as u32,
         data: data.clone(),

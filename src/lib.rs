@@ -64,3 +64,10 @@ pub(crate) mod quality;
 pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;
+
+/// The ladder's scaler element, for its bench (`benches/scale.rs`) against GStreamer's.
+#[doc(hidden)]
+pub mod scaler {
+    pub use crate::pipeline::init;
+    pub use crate::pipeline::scale::FACTORY;
+}

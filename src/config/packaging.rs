@@ -5,7 +5,7 @@ use super::{invalid, ConfigError, PackagingConfig, Settings};
 /// Segments are offered as 2, 3 or 4 whole seconds; named here before `PackagingConfig` checks
 /// the range, so a fraction gets the message that lists them.
 pub(super) fn whole_seconds(key: &'static str, ms: u64) -> Result<u64, ConfigError> {
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return Err(invalid(
             key,
             ms.to_string(),

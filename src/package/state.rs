@@ -56,7 +56,7 @@ impl PackagingConfig {
                 "segment duration must be 2000..=4000 ms, not {segment_ms}"
             ));
         }
-        if !PART_RANGE_MS.contains(&part_ms) || segment_ms % part_ms != 0 {
+        if !PART_RANGE_MS.contains(&part_ms) || !segment_ms.is_multiple_of(part_ms) {
             return Err(format!(
                 "part duration must be 500..=1000 ms and divide the segment duration, not {part_ms}"
             ));

@@ -190,7 +190,7 @@ fn media_pids(section: &[u8]) -> (Option<u16>, Option<u16>) {
 /// `duration_sec=N` for `get_duration_sec=true`: an integer for whole seconds, else a decimal.
 fn duration_param(d: Duration) -> String {
     let ms = (d.as_secs_f64() * 1000.0).round() as u64;
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}", ms / 1000)
     } else {
         let s = format!("{:.3}", ms as f64 / 1000.0);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! appsrc(h264|h265|av1) ! h26xparse|av1parse ! avdec_h26x|av1dec ! videoconvert ! videorate ! I420@fps ! tee
-//!   tee. ! queue ! videoscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
+//!   tee. ! queue ! livepackscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
 //! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo ! audiorate
 //!   ! avenc_aac ! cmafmux ! appsink
 //! ```
@@ -564,7 +564,7 @@ pub fn build(
             );
             let chain = [
                 queue,
-                make("videoscale")?,
+                make(super::scale::FACTORY)?,
                 capsfilter(
                     gst::Caps::builder("video/x-raw")
                         .field("width", rung.width as i32)

@@ -110,10 +110,10 @@ pub fn part_duration(fps: u32, segment: Duration, chunk: Duration) -> Parts {
     let frame_ns = |frames: u64| Duration::from_nanos(frames * 1_000_000_000 / fps);
     let n = chunk.as_nanos() as u64 * fps;
     let whole = n.div_ceil(1_000_000_000);
-    debug_assert!(segment.as_nanos() % chunk.as_nanos().max(1) == 0);
+    debug_assert!(segment.as_nanos().is_multiple_of(chunk.as_nanos().max(1)));
     Parts {
         chunk,
-        target: if n % 1_000_000_000 == 0 {
+        target: if n.is_multiple_of(1_000_000_000) {
             chunk
         } else {
             frame_ns(whole)

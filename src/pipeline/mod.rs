@@ -7,6 +7,7 @@ mod build;
 mod ladder;
 pub(crate) mod overlay;
 mod recycle;
+pub(crate) mod scale;
 mod sink;
 mod ts_gate;
 
@@ -63,11 +64,13 @@ pub enum PipelineError {
     NoMedia(Duration),
 }
 
-/// Initialises GStreamer and registers the statically linked `cmafmux` once per process.
+/// Initialises GStreamer and registers the statically linked `cmafmux` and our scaler once per
+/// process.
 pub fn init() -> Result<(), PipelineError> {
     static INIT: OnceLock<Result<(), String>> = OnceLock::new();
     INIT.get_or_init(|| {
         gst::init().map_err(|e| e.to_string())?;
+        scale::register().map_err(|e| e.to_string())?;
         gstfmp4::plugin_register_static().map_err(|e| e.to_string())
     })
     .clone()
@@ -544,7 +547,7 @@ impl Pusher {
         {
             self.fps_window.pop_front();
         }
-        if self.fps_window.len() % 15 == 0 {
+        if self.fps_window.len().is_multiple_of(15) {
             if let Some(fps) = measure_fps(self.fps_window.iter().copied()) {
                 let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 s.frame_rate = Some((fps * 100.0).round() / 100.0);

@@ -290,7 +290,7 @@ fn forward(
         Ok(None) => {}
         Err(e) => {
             state.media_errors += 1;
-            if state.media_errors == 1 || state.media_errors % 100 == 0 {
+            if state.media_errors == 1 || state.media_errors.is_multiple_of(100) {
                 tracing::warn!(%peer, stream = publisher.stream_id, error = %e, count = state.media_errors, "rtmp media message dropped");
             }
             if state.media_errors > MAX_MEDIA_ERRORS {
