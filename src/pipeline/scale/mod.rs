@@ -1,12 +1,11 @@
-//! `livepackscale`: the ladder's I420 scaler element, a `VideoFilter` around [`plane::scale`].
+//! `livepackscale`: the ladder's I420 scaler element, a `VideoFilter` around
+//! [`livepack_scale::scale`].
 //!
 //! Each rung scales the decoded picture to its own size. GStreamer's `videoscale` spent 5 % of a
-//! 720p stream's CPU on the 480p rung alone (see `plane` for why); this element does the same
-//! job for I420, the only format the ladder's tee carries. Same-size caps pass buffers through
-//! untouched (the top rung of a source of that size); interlaced pictures are scaled field by
-//! field so the fields do not blend.
-
-mod plane;
+//! 720p stream's CPU on the 480p rung alone (see `livepack_scale` for why); this element does the
+//! same job for I420, the only format the ladder's tee carries, about 3x faster. Same-size caps
+//! pass buffers through untouched (the top rung of a source of that size); interlaced pictures
+//! are scaled field by field so the fields do not blend.
 
 use std::sync::{Mutex, OnceLock};
 
@@ -20,7 +19,7 @@ use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 use gstreamer_video::subclass::prelude::*;
 
-pub use plane::{scale as scale_plane, Shape};
+use livepack_scale::{scale as scale_plane, Shape};
 
 /// The factory name the pipeline builder makes.
 pub const FACTORY: &str = "livepackscale";
@@ -343,6 +342,60 @@ mod tests {
         );
         assert_eq!((out.width, out.height), (1280, 720));
         assert!(passed, "the input buffer itself came out");
+    }
+
+    #[test]
+    fn a_source_size_change_mid_stream_is_followed() {
+        // 1280x720 pictures, then 640x360 (an encoder restarted smaller): the 720p rung goes
+        // from passthrough to upscaling, the 480p rung from down- to upscaling, and every
+        // picture still comes out at the rung's size.
+        crate::pipeline::init().unwrap();
+        for (w, h) in [(1280, 720), (854, 480), (640, 360)] {
+            let pipeline = gst::parse::launch(&format!(
+                "appsrc name=src format=time ! {FACTORY} \
+                 ! video/x-raw,width={w},height={h},pixel-aspect-ratio=1/1 \
+                 ! appsink name=sink sync=false"
+            ))
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap();
+            let src = pipeline
+                .by_name("src")
+                .unwrap()
+                .downcast::<gst_app::AppSrc>()
+                .unwrap();
+            let sink = pipeline
+                .by_name("sink")
+                .unwrap()
+                .downcast::<gst_app::AppSink>()
+                .unwrap();
+            pipeline.set_state(gst::State::Playing).unwrap();
+            let mut pts = 0u64;
+            for (iw, ih) in [(1280u32, 720u32), (640, 360)] {
+                let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::I420, iw, ih)
+                    .fps(gst::Fraction::new(30, 1))
+                    .build()
+                    .unwrap();
+                src.set_caps(Some(&info.to_caps().unwrap()));
+                for _ in 0..5 {
+                    let mut buffer = gst::Buffer::from_slice(vec![128u8; info.size()]);
+                    buffer
+                        .get_mut()
+                        .unwrap()
+                        .set_pts(gst::ClockTime::from_mseconds(pts * 33));
+                    pts += 1;
+                    src.push_buffer(buffer).unwrap();
+                }
+            }
+            src.end_of_stream().unwrap();
+            let mut sizes = Vec::new();
+            while let Some(sample) = sink.try_pull_sample(gst::ClockTime::from_seconds(5)) {
+                let info = gst_video::VideoInfo::from_caps(sample.caps().unwrap()).unwrap();
+                sizes.push((info.width(), info.height()));
+            }
+            pipeline.set_state(gst::State::Null).unwrap();
+            assert_eq!(sizes, vec![(w, h); 10], "rung {w}x{h}");
+        }
     }
 
     #[test]

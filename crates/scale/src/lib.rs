@@ -1,5 +1,6 @@
-//! Scaling one 8-bit picture plane: 2×2 box halvings while the ratio is 2 or more, then
-//! 2-tap linear interpolation, vertical pass first; the horizontal pass gathers with SSSE3.
+//! livepack's picture-plane scaler, one 8-bit plane at a time: 2×2 box halvings while the ratio
+//! is 2 or more, then 2-tap linear interpolation, vertical pass first; the horizontal pass
+//! gathers with SSSE3.
 //!
 //! Why our own: GStreamer 1.22's `videoscale` runs its horizontal 2-tap pass through ORC's
 //! `ldreslinb`, which has no SIMD rule on x86, so the scalar fallback ran: 0.78 ms a 720p → 480p
@@ -7,6 +8,8 @@
 //! with one `pshufb` (8 outputs of a ratio below 2 span at most 16 input bytes) and weighs them
 //! with one `pmaddubsw`. Positions are pixel centres, weights 6-bit (1/64 px steps: at most one
 //! level of error at a full-scale edge); a 2:1 step is exactly the 2×2 box.
+
+#![forbid(unsafe_code)]
 
 #[cfg(all(target_arch = "x86_64", target_feature = "ssse3"))]
 use safe_arch::{
