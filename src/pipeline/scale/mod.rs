@@ -227,6 +227,21 @@ mod tests {
     use super::*;
     use gstreamer_app as gst_app;
 
+    /// Starts `desc` (initialising GStreamer) and returns it with its element named `name`.
+    fn launch<T: IsA<gst::Element>>(desc: &str, name: &str) -> (gst::Pipeline, T) {
+        crate::pipeline::init().unwrap();
+        let pipeline = gst::parse::launch(desc)
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap();
+        let named = element(&pipeline, name);
+        (pipeline, named)
+    }
+
+    fn element<T: IsA<gst::Element>>(pipeline: &gst::Pipeline, name: &str) -> T {
+        pipeline.by_name(name).unwrap().downcast::<T>().unwrap()
+    }
+
     /// Tight planes (no stride padding) of a picture, and its size.
     struct Picture {
         width: u32,
@@ -237,20 +252,14 @@ mod tests {
     /// Runs `frames` pictures of `videotestsrc` (`pattern`, I420 1280x720 unless `input` says
     /// otherwise) through `scaler ! caps` and returns the last one out.
     fn run(scaler: &str, input: &str, caps: &str, pattern: &str) -> (Picture, bool) {
-        crate::pipeline::init().unwrap();
-        let pipeline = gst::parse::launch(&format!(
-            "videotestsrc pattern={pattern} num-buffers=3 \
-             ! video/x-raw,format=I420,colorimetry=bt709,framerate=30/1,{input} \
-             ! identity name=before ! {scaler} ! {caps} ! appsink name=sink sync=false"
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-        let sink = pipeline
-            .by_name("sink")
-            .unwrap()
-            .downcast::<gst_app::AppSink>()
-            .unwrap();
+        let (pipeline, sink) = launch::<gst_app::AppSink>(
+            &format!(
+                "videotestsrc pattern={pattern} num-buffers=3 \
+                 ! video/x-raw,format=I420,colorimetry=bt709,framerate=30/1,{input} \
+                 ! identity name=before ! {scaler} ! {caps} ! appsink name=sink sync=false"
+            ),
+            "sink",
+        );
         // Whether the buffer out is the buffer in (passthrough): compared by pointer.
         let seen = std::sync::Arc::new(Mutex::new(Vec::<usize>::new()));
         let before = pipeline
@@ -349,26 +358,16 @@ mod tests {
         // 1280x720 pictures, then 640x360 (an encoder restarted smaller): the 720p rung goes
         // from passthrough to upscaling, the 480p rung from down- to upscaling, and every
         // picture still comes out at the rung's size.
-        crate::pipeline::init().unwrap();
         for (w, h) in [(1280, 720), (854, 480), (640, 360)] {
-            let pipeline = gst::parse::launch(&format!(
-                "appsrc name=src format=time ! {FACTORY} \
-                 ! video/x-raw,width={w},height={h},pixel-aspect-ratio=1/1 \
-                 ! appsink name=sink sync=false"
-            ))
-            .unwrap()
-            .downcast::<gst::Pipeline>()
-            .unwrap();
-            let src = pipeline
-                .by_name("src")
-                .unwrap()
-                .downcast::<gst_app::AppSrc>()
-                .unwrap();
-            let sink = pipeline
-                .by_name("sink")
-                .unwrap()
-                .downcast::<gst_app::AppSink>()
-                .unwrap();
+            let (pipeline, src) = launch::<gst_app::AppSrc>(
+                &format!(
+                    "appsrc name=src format=time ! {FACTORY} \
+                     ! video/x-raw,width={w},height={h},pixel-aspect-ratio=1/1 \
+                     ! appsink name=sink sync=false"
+                ),
+                "src",
+            );
+            let sink: gst_app::AppSink = element(&pipeline, "sink");
             pipeline.set_state(gst::State::Playing).unwrap();
             let mut pts = 0u64;
             for (iw, ih) in [(1280u32, 720u32), (640, 360)] {
@@ -420,24 +419,15 @@ mod tests {
                 luma[y * stride..y * stride + w as usize].fill(if y % 2 == 0 { 16 } else { 235 });
             }
         }
-        let pipeline = gst::parse::launch(&format!(
-            "appsrc name=src format=time ! {FACTORY} \
-             ! video/x-raw,width=32,height=48 ! appsink name=sink sync=false"
-        ))
-        .unwrap()
-        .downcast::<gst::Pipeline>()
-        .unwrap();
-        let src = pipeline
-            .by_name("src")
-            .unwrap()
-            .downcast::<gst_app::AppSrc>()
-            .unwrap();
+        let (pipeline, src) = launch::<gst_app::AppSrc>(
+            &format!(
+                "appsrc name=src format=time ! {FACTORY} \
+                 ! video/x-raw,width=32,height=48 ! appsink name=sink sync=false"
+            ),
+            "src",
+        );
         src.set_caps(Some(&info.to_caps().unwrap()));
-        let sink = pipeline
-            .by_name("sink")
-            .unwrap()
-            .downcast::<gst_app::AppSink>()
-            .unwrap();
+        let sink: gst_app::AppSink = element(&pipeline, "sink");
         pipeline.set_state(gst::State::Playing).unwrap();
         src.push_buffer(buffer).unwrap();
         src.end_of_stream().unwrap();
