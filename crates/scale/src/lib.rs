@@ -111,45 +111,112 @@ impl Groups {
     }
 }
 
-/// Scales one plane: `src` (shape `from`) into `dst` (shape `to`). Fails (returns false) only
-/// when a buffer is shorter than its shape says, which the caller checks beforehand.
-pub fn scale(src: &[u8], from: Shape, dst: &mut [u8], to: Shape) -> bool {
-    let empty = |s: Shape| s.width == 0 || s.rows == 0;
-    if !fits(src.len(), from) || !fits(dst.len(), to) || empty(from) || empty(to) {
-        return false;
+/// Scales planes, keeping a plan per size pair it has met (positions, weights, gather masks,
+/// scratch planes for the halvings): made when a size is first seen, not for every picture. A
+/// 1080p source's halvings would otherwise take a fresh half-megabyte plane per picture (above
+/// glibc's mmap threshold: page faults on every write).
+#[derive(Default)]
+pub struct Scaler {
+    plans: Vec<Plan>,
+}
+
+impl Scaler {
+    /// Forgets every plan (new caps: the sizes they were made for may not come again).
+    pub fn clear(&mut self) {
+        self.plans.clear();
     }
-    // Halve while a ratio is 2 or more: the 2-tap step then never skips input pixels.
-    let (mut owned, mut shape) = (None::<Vec<u8>>, from);
-    while shape.width >= 2 * to.width || shape.rows >= 2 * to.rows {
-        let halve_x = shape.width >= 2 * to.width;
-        let halve_y = shape.rows >= 2 * to.rows;
-        let input = owned.as_deref().unwrap_or(src);
-        let (width, rows) = (
-            if halve_x {
-                shape.width / 2
-            } else {
-                shape.width
-            },
-            if halve_y { shape.rows / 2 } else { shape.rows },
-        );
-        if (width, rows) == (to.width, to.rows) {
-            // An exact 2:1 (the 360p rung of 720p): the box is the whole job.
-            halve(input, shape, dst, to, halve_x, halve_y);
-            return true;
+
+    /// Scales one plane: `src` (shape `from`) into `dst` (shape `to`). Returns false, touching
+    /// nothing, when a shape is empty or a buffer is shorter than its shape says.
+    pub fn scale(&mut self, src: &[u8], from: Shape, dst: &mut [u8], to: Shape) -> bool {
+        let empty = |s: Shape| s.width == 0 || s.rows == 0;
+        if !fits(src.len(), from) || !fits(dst.len(), to) || empty(from) || empty(to) {
+            return false;
         }
-        let next = Shape {
+        let key = [from.width, from.rows, to.width, to.rows];
+        let i = match self.plans.iter().position(|p| p.key == key) {
+            Some(i) => i,
+            None => {
+                self.plans.push(Plan::new(key));
+                self.plans.len() - 1
+            }
+        };
+        self.plans[i].run(src, from, dst, to);
+        true
+    }
+}
+
+/// [`Scaler::scale`] with a plan made for this one call.
+pub fn scale(src: &[u8], from: Shape, dst: &mut [u8], to: Shape) -> bool {
+    Scaler::default().scale(src, from, dst, to)
+}
+
+/// How one size pair is scaled: 2:1 halvings while a ratio is 2 or more (the 2-tap step then
+/// never skips input pixels), then the 2-tap interpolation unless the last halving already
+/// gave the output size (an exact 2:1, the 360p rung of 720p: the box is the whole job).
+struct Plan {
+    /// Input width and rows, output width and rows.
+    key: [usize; 4],
+    /// Each halving: along x, along y, and the tight shape it makes.
+    halvings: Vec<(bool, bool, Shape)>,
+    /// Where each halving but a last one that lands in the output writes.
+    scratch: Vec<Vec<u8>>,
+    interpolation: Option<Interpolation>,
+}
+
+impl Plan {
+    fn new([width, rows, to_width, to_rows]: [usize; 4]) -> Self {
+        let mut shape = Shape {
             width,
             rows,
             stride: width,
         };
-        let mut out = vec![0u8; next.stride * next.rows];
-        halve(input, shape, &mut out, next, halve_x, halve_y);
-        owned = Some(out);
-        shape = next;
+        let (mut halvings, mut scratch) = (Vec::new(), Vec::new());
+        while shape.width >= 2 * to_width || shape.rows >= 2 * to_rows {
+            let (x, y) = (shape.width >= 2 * to_width, shape.rows >= 2 * to_rows);
+            let w = if x { shape.width / 2 } else { shape.width };
+            let h = if y { shape.rows / 2 } else { shape.rows };
+            shape = Shape {
+                width: w,
+                rows: h,
+                stride: w,
+            };
+            halvings.push((x, y, shape));
+            if (w, h) == (to_width, to_rows) {
+                break;
+            }
+            scratch.push(vec![0u8; w * h]);
+        }
+        let interpolation = (scratch.len() == halvings.len())
+            .then(|| Interpolation::new(shape.width, shape.rows, to_width, to_rows));
+        Plan {
+            key: [width, rows, to_width, to_rows],
+            halvings,
+            scratch,
+            interpolation,
+        }
     }
-    let input = owned.as_deref().unwrap_or(src);
-    interpolate(input, shape, dst, to);
-    true
+
+    fn run(&mut self, src: &[u8], from: Shape, dst: &mut [u8], to: Shape) {
+        for (i, &(x, y, shape)) in self.halvings.iter().enumerate() {
+            let (done, rest) = self.scratch.split_at_mut(i);
+            let (input, in_shape) = match done.last() {
+                Some(plane) => (&plane[..], self.halvings[i - 1].2),
+                None => (src, from),
+            };
+            match rest.first_mut() {
+                Some(out) => halve(input, in_shape, out, shape, x, y),
+                None => halve(input, in_shape, dst, to, x, y),
+            }
+        }
+        if let Some(interpolation) = &mut self.interpolation {
+            let (input, shape) = match (self.scratch.last(), self.halvings.last()) {
+                (Some(plane), Some(&(_, _, shape))) => (&plane[..], shape),
+                _ => (src, from),
+            };
+            interpolation.run(input, shape, dst, to);
+        }
+    }
 }
 
 fn fits(len: usize, s: Shape) -> bool {
@@ -216,39 +283,62 @@ fn box_simd(_r0: &[u8], _r1: &[u8], _out: &mut [u8]) -> usize {
 
 /// 2-tap interpolation, both ratios below 2: each output row is first interpolated between two
 /// input rows at full input width (vectorised by the compiler), then across.
-fn interpolate(src: &[u8], from: Shape, dst: &mut [u8], to: Shape) {
-    let rows = Axis::new(from.rows, to.rows);
-    let cols = Axis::new(from.width, to.width);
-    let groups = Groups::new(&cols, from.width);
-    let mut line = vec![0u8; from.width + PAD];
-    for oy in 0..to.rows {
-        let y0 = rows.first[oy] as usize;
-        let y1 = (y0 + 1).min(from.rows - 1);
-        let f = u16::from(rows.frac[oy]);
-        let (r0, r1) = (from.row(src, y0), from.row(src, y1));
-        if f == 0 {
-            line[..from.width].copy_from_slice(r0);
-        } else {
-            for ((o, &a), &b) in line.iter_mut().zip(r0).zip(r1) {
-                *o = ((u16::from(a) * (ONE - f) + u16::from(b) * f + ONE / 2) >> 6) as u8;
-            }
+struct Interpolation {
+    rows: Axis,
+    cols: Axis,
+    groups: Groups,
+    /// One row after the vertical pass, padded for the last group's 16-byte load.
+    line: Vec<u8>,
+}
+
+impl Interpolation {
+    fn new(width: usize, rows: usize, to_width: usize, to_rows: usize) -> Self {
+        let cols = Axis::new(width, to_width);
+        Interpolation {
+            rows: Axis::new(rows, to_rows),
+            groups: Groups::new(&cols, width),
+            cols,
+            line: vec![0u8; width + PAD],
         }
-        // Past the row's end the window reads a copy of its last pixel (weighted 0 or clamped).
-        let last = line[from.width - 1];
-        line[from.width..].fill(last);
-        let out = &mut dst[oy * to.stride..oy * to.stride + to.width];
-        let done = across_simd(&line, &groups, out);
-        across_scalar(&line, from.width, &cols, done, out);
     }
+
+    fn run(&mut self, src: &[u8], from: Shape, dst: &mut [u8], to: Shape) {
+        let line = &mut self.line;
+        for oy in 0..to.rows {
+            let y0 = self.rows.first[oy] as usize;
+            let y1 = (y0 + 1).min(from.rows - 1);
+            let f = self.rows.frac[oy];
+            let (r0, r1) = (from.row(src, y0), from.row(src, y1));
+            if f == 0 {
+                line[..from.width].copy_from_slice(r0);
+            } else {
+                for ((o, &a), &b) in line.iter_mut().zip(r0).zip(r1) {
+                    *o = lerp(a, b, f);
+                }
+            }
+            // Past the row's end the window reads copies of its last pixel (weighted 0).
+            let last = line[from.width - 1];
+            line[from.width..].fill(last);
+            let out = &mut dst[oy * to.stride..oy * to.stride + to.width];
+            let done = across_simd(line, &self.groups, out);
+            across_scalar(line, from.width, &self.cols, done, out);
+        }
+    }
+}
+
+/// `a` and `b` weighed `ONE - f` and `f`, rounded: the arithmetic of both passes, and of the
+/// SIMD one's `pmaddubsw` (the sum stays below 2^14, so it never saturates).
+#[inline]
+fn lerp(a: u8, b: u8, f: u8) -> u8 {
+    let f = u16::from(f);
+    ((u16::from(a) * (ONE - f) + u16::from(b) * f + ONE / 2) >> 6) as u8
 }
 
 /// Outputs `from..` of one row, one by one: the SIMD pass's exact arithmetic.
 fn across_scalar(line: &[u8], width: usize, cols: &Axis, from: usize, out: &mut [u8]) {
     for (i, o) in out.iter_mut().enumerate().skip(from) {
         let a = cols.first[i] as usize;
-        let b = (a + 1).min(width - 1);
-        let f = u16::from(cols.frac[i]);
-        *o = ((u16::from(line[a]) * (ONE - f) + u16::from(line[b]) * f + ONE / 2) >> 6) as u8;
+        *o = lerp(line[a], line[(a + 1).min(width - 1)], cols.frac[i]);
     }
 }
 
@@ -415,11 +505,10 @@ mod tests {
         let rows = Axis::new(from.rows, to.rows);
         let mut line = vec![0u8; from.width + PAD];
         for oy in [0, 1, 239, 479] {
-            let (y0, f) = (rows.first[oy] as usize, u16::from(rows.frac[oy]));
+            let (y0, f) = (rows.first[oy] as usize, rows.frac[oy]);
             let y1 = (y0 + 1).min(from.rows - 1);
             for x in 0..from.width {
-                let (a, b) = (src[y0 * from.width + x], src[y1 * from.width + x]);
-                line[x] = ((u16::from(a) * (ONE - f) + u16::from(b) * f + 32) >> 6) as u8;
+                line[x] = lerp(src[y0 * from.width + x], src[y1 * from.width + x], f);
             }
             let mut want = vec![0u8; to.width];
             across_scalar(&line, from.width, &cols, 0, &mut want);
@@ -448,6 +537,26 @@ mod tests {
         let mut out = vec![0u8; 854 * 480];
         assert!(scale(&flat, shape(1280, 720), &mut out, shape(854, 480)));
         assert!(out.iter().all(|&p| p == 77));
+    }
+
+    #[test]
+    fn a_kept_plan_gives_what_a_fresh_one_gives() {
+        // The second picture through one scaler reuses the plan and its scratch planes.
+        for (from, to) in [
+            (shape(1920, 1080), shape(854, 480)),
+            (shape(1280, 720), shape(640, 360)),
+        ] {
+            let mut scaler = Scaler::default();
+            let first = picture(from.width, from.rows, from.stride);
+            let second: Vec<u8> = first.iter().map(|p| p.wrapping_mul(7)).collect();
+            let mut out = vec![0u8; to.width * to.rows];
+            assert!(scaler.scale(&first, from, &mut out, to));
+            assert!(scaler.scale(&second, from, &mut out, to));
+            let mut fresh = vec![0u8; to.width * to.rows];
+            assert!(scale(&second, from, &mut fresh, to));
+            assert!(out == fresh, "{from:?} → {to:?}");
+            assert_eq!(scaler.plans.len(), 1);
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 use gstreamer_video::subclass::prelude::*;
 
-use livepack_scale::{scale as scale_plane, Shape};
+use livepack_scale::{Scaler, Shape};
 
 /// The factory name the pipeline builder makes.
 pub const FACTORY: &str = "livepackscale";
@@ -43,16 +43,11 @@ glib::wrapper! {
 mod imp {
     use super::*;
 
-    /// The negotiated sizes: input and output plane shapes are read from each frame (strides
-    /// may differ from buffer to buffer), sizes from here.
-    #[derive(Clone, Copy)]
-    struct Sizes {
-        interlaced: bool,
-    }
-
+    /// The plane scaler and the plans it keeps for the negotiated sizes (plane shapes, strides
+    /// included, are read from each frame).
     #[derive(Default)]
     pub struct Scale {
-        sizes: Mutex<Option<Sizes>>,
+        scaler: Mutex<Scaler>,
     }
 
     #[glib::object_subclass]
@@ -161,12 +156,15 @@ mod imp {
         fn set_info(
             &self,
             _incaps: &gst::Caps,
-            in_info: &gst_video::VideoInfo,
+            _in_info: &gst_video::VideoInfo,
             _outcaps: &gst::Caps,
             _out_info: &gst_video::VideoInfo,
         ) -> Result<(), gst::LoggableError> {
-            let interlaced = in_info.interlace_mode() != gst_video::VideoInterlaceMode::Progressive;
-            *self.sizes.lock().unwrap_or_else(|p| p.into_inner()) = Some(Sizes { interlaced });
+            // New sizes: the old plans (and their scratch planes) are not needed any more.
+            self.scaler
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
             Ok(())
         }
 
@@ -175,30 +173,31 @@ mod imp {
             inframe: &gst_video::VideoFrameRef<&gst::BufferRef>,
             outframe: &mut gst_video::VideoFrameRef<&mut gst::BufferRef>,
         ) -> Result<gst::FlowSuccess, gst::FlowError> {
-            let Some(sizes) = *self.sizes.lock().unwrap_or_else(|p| p.into_inner()) else {
-                return Err(gst::FlowError::NotNegotiated);
+            let mut scaler = self.scaler.lock().unwrap_or_else(|p| p.into_inner());
+            // Set for interleaved caps, and per picture for mixed ones.
+            let fields = if inframe.is_interlaced() { 2 } else { 1 };
+            let size = |info: &gst_video::VideoInfo, p: u32| {
+                (info.comp_width(p as u8) as usize, info.comp_height(p as u8))
             };
-            let fields = if sizes.interlaced { 2 } else { 1 };
-            let (in_info, out_info) = (inframe.info().clone(), outframe.info().clone());
             for p in 0..3u32 {
+                let (in_w, in_h) = size(inframe.info(), p);
+                let (out_w, out_h) = size(outframe.info(), p);
                 let in_stride = inframe.plane_stride()[p as usize] as usize;
                 let out_stride = outframe.plane_stride()[p as usize] as usize;
                 let src = inframe.plane_data(p).map_err(|_| gst::FlowError::Error)?;
                 let dst = outframe
                     .plane_data_mut(p)
                     .map_err(|_| gst::FlowError::Error)?;
-                let (in_w, in_h) = (in_info.comp_width(p as u8), in_info.comp_height(p as u8));
-                let (out_w, out_h) = (out_info.comp_width(p as u8), out_info.comp_height(p as u8));
                 for field in 0..fields {
                     // Field `field` is every `fields`-th row from row `field`.
                     let rows = |h: u32| (h as usize + fields - 1 - field) / fields;
                     let from = Shape {
-                        width: in_w as usize,
+                        width: in_w,
                         rows: rows(in_h),
                         stride: in_stride * fields,
                     };
                     let to = Shape {
-                        width: out_w as usize,
+                        width: out_w,
                         rows: rows(out_h),
                         stride: out_stride * fields,
                     };
@@ -207,7 +206,7 @@ mod imp {
                     if from.rows == 0 || to.rows == 0 {
                         continue;
                     }
-                    if !scale_plane(src, from, dst, to) {
+                    if !scaler.scale(src, from, dst, to) {
                         gst::error!(
                             gst::CAT_RUST,
                             imp = self,
