@@ -14,7 +14,8 @@
 #[cfg(all(target_arch = "x86_64", target_feature = "ssse3"))]
 use safe_arch::{
     add_i16_m128i, load_unaligned_m128i, m128i, mul_u8i8_add_horizontal_saturating_m128i,
-    pack_i16_to_u8_m128i, set_splat_i16_m128i, shr_imm_u16_m128i, shuffle_av_i8z_all_m128i,
+    pack_i16_to_u8_m128i, prefetch_t0, set_splat_i16_m128i, shr_imm_u16_m128i,
+    shuffle_av_i8z_all_m128i,
 };
 
 /// Weight scale: the two taps' weights sum to this.
@@ -23,6 +24,8 @@ const ONE: u16 = 64;
 const GROUP: usize = 8;
 /// Bytes read past a row's last pixel by a group's 16-byte load.
 const PAD: usize = 16;
+/// Output rows ahead whose input rows are prefetched.
+const AHEAD: usize = 2;
 
 /// A plane in memory: `rows` rows of `width` bytes, `stride` apart, from the start of `data`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +230,11 @@ fn fits(len: usize, s: Shape) -> bool {
 /// input than the halving needs).
 fn halve(src: &[u8], from: Shape, dst: &mut [u8], to: Shape, x: bool, y: bool) {
     for oy in 0..to.rows {
+        let ahead = if y { 2 * (oy + AHEAD) } else { oy + AHEAD };
+        prefetch_row(src, from, ahead);
+        if y {
+            prefetch_row(src, from, ahead + 1);
+        }
         let (r0, r1) = if y {
             (from.row(src, 2 * oy), from.row(src, 2 * oy + 1))
         } else {
@@ -305,6 +313,10 @@ impl Interpolation {
     fn run(&mut self, src: &[u8], from: Shape, dst: &mut [u8], to: Shape) {
         let line = &mut self.line;
         for oy in 0..to.rows {
+            if let Some(&ahead) = self.rows.first.get(oy + AHEAD) {
+                prefetch_row(src, from, ahead as usize);
+                prefetch_row(src, from, ahead as usize + 1);
+            }
             let y0 = self.rows.first[oy] as usize;
             let y1 = (y0 + 1).min(from.rows - 1);
             let f = self.rows.frac[oy];
@@ -325,6 +337,21 @@ impl Interpolation {
         }
     }
 }
+
+/// Asks the cache for input row `y` (if there is one) a little before it is read. The source
+/// picture comes cold from the decoder, one 4 KiB page every three 720p rows, and the hardware
+/// prefetcher stops at page boundaries: without this, the loads stalled the 2:1 box on memory.
+#[cfg(all(target_arch = "x86_64", target_feature = "ssse3"))]
+fn prefetch_row(data: &[u8], s: Shape, y: usize) {
+    if y < s.rows {
+        for byte in s.row(data, y).iter().step_by(64) {
+            prefetch_t0(byte);
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "ssse3")))]
+fn prefetch_row(_data: &[u8], _s: Shape, _y: usize) {}
 
 /// `a` and `b` weighed `ONE - f` and `f`, rounded: the arithmetic of both passes, and of the
 /// SIMD one's `pmaddubsw` (the sum stays below 2^14, so it never saturates).
