@@ -164,6 +164,17 @@ def listen_url(srt):
     return f"srt://127.0.0.1:{port}?mode=listener" if srt else f"rtmp://127.0.0.1:{port}/live/ref"
 
 
+def ingest_reference(fixture, seconds, srt=False, x264_threads=None, progress=None):
+    """The ffmpeg reference receiving a push of `fixture` for `seconds` as a server (an RTMP or SRT
+    listener), as the daemon receives its own: returns (reference, pusher). Stop the reference
+    first (a pusher to a stopped reference complains: it is quiet)."""
+    url = listen_url(srt)
+    ref = subprocess.Popen(ffmpeg_args(fixture, seconds, x264_threads, listen=url, progress=progress),
+                           stdin=subprocess.DEVNULL)
+    time.sleep(0.5)  # listening before the push connects
+    return ref, push(url.split("?")[0], fixture, seconds, quiet=True)
+
+
 def progress_seconds(path):
     """The media time (s) an ffmpeg reference has processed, from its last -progress report."""
     try:
