@@ -1,5 +1,5 @@
 //! `livepackscale`: the ladder's I420 scaler element, a `VideoFilter` around
-//! [`livepack_scale::scale`].
+//! [`livepack_scale::Scaler`] (one per element: its plans are kept per size pair).
 //!
 //! Each rung scales the decoded picture to its own size. GStreamer's `videoscale` spent 5 % of a
 //! 720p stream's CPU on the 480p rung alone (see `livepack_scale` for why); this element does the
