@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use url::Url;
 
+use crate::admission::{self, Admission};
 use crate::config::Config;
 use crate::db::{Store, StoreError};
 use crate::http::api::{self, Api, ApiError, ApiKeys, Endpoints};
@@ -406,10 +407,12 @@ pub async fn start(
     }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let limits = HttpLimits {
-        max_connections: config.http_max_connections,
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
+        body_timeout: config.http_body_timeout,
+        stall_timeout: config.http_stall_timeout,
     };
-    let muxes = crate::ingest::whip::Muxes::bind(&config.whip).await?;
+    let gates = Gates::new(&config);
+    let muxes = crate::ingest::whip::Muxes::bind(&config.whip, gates.ice_tcp).await?;
     let whip_udp_addrs = muxes
         .udp
         .as_ref()
@@ -434,6 +437,7 @@ pub async fn start(
     tokio::spawn(rtmp::serve(
         rtmp_listener,
         None,
+        gates.rtmp,
         registry.clone(),
         config.rtmp,
         shutdown_rx.clone(),
@@ -441,6 +445,7 @@ pub async fn start(
     tokio::spawn(rtmp::serve(
         rtmps_listener,
         Some(tls),
+        gates.rtmps,
         registry.clone(),
         config.rtmp,
         shutdown_rx.clone(),
@@ -450,6 +455,7 @@ pub async fn start(
         srt_addr,
         registry.clone(),
         config.srt,
+        gates.srt,
         shutdown_rx.clone(),
     ));
     crate::ingest::pull::Puller::spawn(
@@ -459,7 +465,13 @@ pub async fn start(
         shutdown_rx.clone(),
     )
     .map_err(DaemonError::Pull)?;
-    let http = tokio::spawn(listener::serve(listener, handler, limits, shutdown_rx));
+    let http = tokio::spawn(listener::serve(
+        listener,
+        handler,
+        limits,
+        gates.http,
+        shutdown_rx,
+    ));
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");
     tracing::info!(udp = ?whip_udp_addrs, tcp = ?whip_tcp_addr, "WHIP ICE ports");
@@ -480,6 +492,49 @@ pub async fn start(
         srt,
         store,
     })
+}
+
+/// Each listener's admission gate; the TCP ones share the process's file budget.
+struct Gates {
+    http: Admission,
+    rtmp: Admission,
+    rtmps: Admission,
+    srt: Admission,
+    ice_tcp: Admission,
+}
+
+impl Gates {
+    fn new(config: &Config) -> Gates {
+        let files = admission::file_budget(admission::raise_file_limit());
+        let trusted = Arc::new(config.trusted_proxies.clone());
+        let tcp = |name, max, per_ip| {
+            Admission::new(name, max, per_ip, Some(files.clone()), trusted.clone())
+        };
+        let (rtmp, whip) = (&config.rtmp, &config.whip);
+        Gates {
+            http: tcp(
+                "http",
+                config.http_max_connections,
+                config.http_max_connections_per_ip,
+            ),
+            rtmp: tcp("rtmp", rtmp.max_connections, rtmp.max_connections_per_ip),
+            rtmps: tcp("rtmps", rtmp.max_connections, rtmp.max_connections_per_ip),
+            // Callers share one UDP socket: no descriptor each.
+            srt: Admission::new(
+                "srt",
+                config.srt.max_connections,
+                config.srt.max_connections_per_ip,
+                None,
+                trusted.clone(),
+            ),
+            // A session's candidate pairs may each open one.
+            ice_tcp: tcp(
+                "ice-tcp",
+                whip.max_sessions.saturating_mul(4),
+                whip.tcp_max_connections_per_ip,
+            ),
+        }
+    }
 }
 
 /// `req`, about stream `id`, answered by the node serving that stream when it is another one

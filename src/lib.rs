@@ -36,6 +36,8 @@
 //!   `http::api::broadcasts`, page in `http::delivery::player`).
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
 //!   comparison of tokens and keys.
+//! - [`admission`]: who may connect — the file budget, per-listener and per-address caps,
+//!   trusted proxies.
 //! - [`daemon`]: wires them together (the GStreamer pipeline factory into `live`, stores into
 //!   the API, PULL and the player) and runs until shutdown.
 //!
@@ -43,6 +45,7 @@
 //! dead code.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub(crate) mod broadcast;
 pub(crate) mod cluster;
 pub mod config;

@@ -196,3 +196,23 @@ pub(super) fn node_id(v: Option<&str>) -> Result<Option<String>, ConfigError> {
     }
     Ok(Some(v.to_owned()))
 }
+
+/// Addresses or CIDR networks, at most [`MAX_ENTRIES`].
+pub(super) fn trusted_proxies(
+    list: &[String],
+) -> Result<crate::admission::TrustedProxies, ConfigError> {
+    if list.len() > MAX_ENTRIES {
+        return Err(invalid(
+            "trusted_proxies",
+            "",
+            format!("at most {MAX_ENTRIES} entries"),
+        ));
+    }
+    list.iter()
+        .map(|item| {
+            crate::admission::TrustedProxies::parse(item)
+                .map_err(|reason| invalid("trusted_proxies", item, reason))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(crate::admission::TrustedProxies::new)
+}

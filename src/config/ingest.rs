@@ -17,6 +17,7 @@ fn idle(s: &Settings) -> Duration {
 pub(super) fn rtmp(s: &Settings) -> rtmp::RtmpConfig {
     rtmp::RtmpConfig {
         max_connections: s.rtmp_max_connections,
+        max_connections_per_ip: s.rtmp_max_connections_per_ip,
         handshake_timeout: handshake(s),
         idle_timeout: idle(s),
         guard: rtmp::vet::GuardLimits {
@@ -30,6 +31,7 @@ pub(super) fn rtmp(s: &Settings) -> rtmp::RtmpConfig {
 pub(super) fn srt(s: &Settings) -> srt::SrtConfig {
     srt::SrtConfig {
         max_connections: s.srt_max_connections,
+        max_connections_per_ip: s.srt_max_connections_per_ip,
         idle_timeout: idle(s),
     }
 }
@@ -80,6 +82,7 @@ pub(super) fn whip(s: &Settings) -> Result<whip::WhipConfig, ConfigError> {
         whip.ice_servers = ice_servers(servers)?;
     }
     whip.max_sessions = s.whip_max_sessions;
+    whip.tcp_max_connections_per_ip = s.whip_tcp_max_connections_per_ip;
     whip.max_sdp_bytes = s.whip_max_sdp_bytes;
     whip.connect_timeout = handshake(s);
     whip.idle_timeout = idle(s);

@@ -36,6 +36,15 @@ pub const DEFAULT_FASTEDGE_APP_DOMAIN: &str = "fastedge.localhost";
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 4096;
 /// A client that has not sent its full request head by then is cut off (slowloris).
 pub const DEFAULT_HTTP_HEADER_TIMEOUT_SECS: u64 = 10;
+/// Connections one client address may hold on the HTTP listener (trusted proxies exempt): a
+/// browser opens up to 6 per host, so this leaves room for a few dozen viewers behind one NAT.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_IP: usize = 256;
+/// A request body not complete by then is refused (`408`): 1 MiB, the largest API body, at
+/// 300 kbit/s, a poor mobile uplink.
+pub const DEFAULT_HTTP_BODY_TIMEOUT_SECS: u64 = 30;
+/// A connection on which no byte moves either way for this long while it waits on its peer (a
+/// body that stopped, a response nobody reads) is closed.
+pub const DEFAULT_HTTP_STALL_TIMEOUT_SECS: u64 = 30;
 pub const DEFAULT_SEGMENT_MS: u64 = 2000;
 pub const DEFAULT_PART_MS: u64 = 500;
 /// An ingest peer (RTMP/RTMPS/WHIP) that has not started publishing by then is closed.
@@ -97,6 +106,12 @@ settings! {
     ingest_regions: Vec<IngestRegion> = Vec::new(), http::ingest_regions;
     http_max_connections: usize = DEFAULT_HTTP_MAX_CONNECTIONS, 1..;
     http_header_timeout_secs: u64 = DEFAULT_HTTP_HEADER_TIMEOUT_SECS, 1..=300;
+    http_max_connections_per_ip: usize = DEFAULT_HTTP_MAX_CONNECTIONS_PER_IP, 1..=1_000_000;
+    http_body_timeout_secs: u64 = DEFAULT_HTTP_BODY_TIMEOUT_SECS, 1..=600;
+    http_stall_timeout_secs: u64 = DEFAULT_HTTP_STALL_TIMEOUT_SECS, 1..=600;
+    /// Proxies and CDN edges in front (addresses or CIDR networks): not capped per address,
+    /// and the only senders whose `X-Forwarded-*` headers are read.
+    trusted_proxies: Vec<String> = Vec::new();
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
     rtmps_cert_file: PathBuf;
     rtmps_key_file: PathBuf;
@@ -134,6 +149,12 @@ settings! {
     ingest_idle_timeout_secs: u64 = DEFAULT_INGEST_IDLE_TIMEOUT_SECS, 2..=600;
     rtmp_max_connections: usize = rtmp::listener::DEFAULT_MAX_CONNECTIONS, 1..=1_000_000;
     srt_max_connections: usize = srt::listener::DEFAULT_MAX_CONNECTIONS, 1..=1_000_000;
+    rtmp_max_connections_per_ip: usize = rtmp::listener::DEFAULT_MAX_CONNECTIONS_PER_IP,
+        1..=1_000_000;
+    srt_max_connections_per_ip: usize = srt::listener::DEFAULT_MAX_CONNECTIONS_PER_IP,
+        1..=1_000_000;
+    whip_tcp_max_connections_per_ip: usize = whip::tcp_mux::DEFAULT_MAX_CONNECTIONS_PER_IP,
+        1..=1_000_000;
     whip_max_sessions: usize = whip::DEFAULT_MAX_SESSIONS, 1..=100_000;
     rtmp_max_message_bytes: u64 = u64::from(rtmp::vet::DEFAULT_MAX_MEDIA_MESSAGE),
         64 * 1024..=64 * 1024 * 1024;
@@ -195,6 +216,10 @@ pub struct Config {
     pub ingest_regions: Vec<IngestRegion>,
     pub http_max_connections: usize,
     pub http_header_timeout_secs: u64,
+    pub http_max_connections_per_ip: usize,
+    pub http_body_timeout: Duration,
+    pub http_stall_timeout: Duration,
+    pub trusted_proxies: crate::admission::TrustedProxies,
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
     pub rtmps_cert_file: Option<PathBuf>,
     pub rtmps_key_file: Option<PathBuf>,
@@ -256,6 +281,10 @@ impl Config {
             ingest_regions: s.ingest_regions,
             http_max_connections: s.http_max_connections,
             http_header_timeout_secs: s.http_header_timeout_secs,
+            http_max_connections_per_ip: s.http_max_connections_per_ip,
+            http_body_timeout: Duration::from_secs(s.http_body_timeout_secs),
+            http_stall_timeout: Duration::from_secs(s.http_stall_timeout_secs),
+            trusted_proxies: http::trusted_proxies(&s.trusted_proxies)?,
             rtmps_cert_file: s.rtmps_cert_file,
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),

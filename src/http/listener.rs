@@ -1,10 +1,10 @@
-//! The HTTP listener shared by the control API and media delivery: accept loop with a connection
-//! cap, header-read timeout, header size limit, and graceful shutdown of in-flight requests.
+//! The HTTP listener shared by the control API and media delivery: accept loop behind the
+//! admission gate (listener and per-address caps, the file budget), the header-read, body and
+//! stall deadlines, header size limit, and graceful shutdown of in-flight requests.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +14,11 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+
+use crate::admission::Admission;
+use crate::http::body::BodyDeadline;
+use crate::http::peer_io::PeerIo;
 
 /// Response body for every route; boxed so that later routes can stream (chunked DASH parts).
 pub type Body = BoxBody<Bytes, std::io::Error>;
@@ -76,8 +80,12 @@ pub fn channel_body(
 
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
-    pub max_connections: usize,
+    /// For a request head, and for the next one on an idle keep-alive connection.
     pub header_timeout: Duration,
+    /// From the end of the head to the end of the body (see [`crate::http::body`]).
+    pub body_timeout: Duration,
+    /// No byte moved either way while the connection waits on its peer.
+    pub stall_timeout: Duration,
 }
 
 /// Serves `listener` until `shutdown` turns true, then lets in-flight requests finish (up to
@@ -86,12 +94,12 @@ pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     limits: HttpLimits,
+    admission: Admission,
     mut shutdown: watch::Receiver<bool>,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -113,24 +121,27 @@ pub async fn serve<H, F>(
             // The guard wait_for returns is not Send: drop it inside the future.
             _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = limits.max_connections, "http connection limit reached; refusing");
+        // The gate logs refusals, rate-limited; a refused peer gets a 503 it need not read.
+        let Ok(ticket) = admission.admit(peer.ip()) else {
             tokio::spawn(refuse_busy(stream));
             continue;
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
-        let service = hyper::service::service_fn(move |req| {
+        let body_timeout = limits.body_timeout;
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let deadline = tokio::time::Instant::now() + body_timeout;
+            req.extensions_mut().insert(BodyDeadline(deadline));
             let fut = handler(req, peer);
             async move { Ok::<_, Infallible>(fut.await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let io = PeerIo::new(stream, limits.stall_timeout, ticket);
+        let conn = builder.serve_connection(TokioIo::new(io), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "http connection ended with an error");
             }
-            drop(permit);
         });
     }
     drop(listener);

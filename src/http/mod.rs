@@ -2,5 +2,7 @@
 //! media delivery ([`delivery`]: playlists, parts, segments, MPD, screenshots, player page).
 
 pub(crate) mod api;
+pub mod body;
 pub mod delivery;
 pub(crate) mod listener;
+pub(crate) mod peer_io;

@@ -16,9 +16,8 @@ pub mod videos;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use url::Url;
 
@@ -463,7 +462,8 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// Reads a JSON request body: 415 for a non-JSON content type, 413 over [`MAX_BODY_BYTES`]
-/// (refused from `Content-Length` before reading when declared), 400 for bad JSON.
+/// (after draining the rest, see [`crate::http::body`]), 408 past the body deadline, 400 for
+/// bad JSON.
 pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE) {
         let essence = ct
@@ -482,35 +482,17 @@ pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiE
             ));
         }
     }
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
-    }
-    let bytes: Bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
+    let bytes = crate::http::body::read(req, MAX_BODY_BYTES)
         .await
-    {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "malformed_body",
-                format!("cannot read the body: {e}"),
-            ))
-        }
-    };
+        .map_err(|e| {
+            use crate::http::body::BodyError;
+            let (status, code) = match e {
+                BodyError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+                BodyError::Timeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+                BodyError::Read(_) => (StatusCode::BAD_REQUEST, "malformed_body"),
+            };
+            ApiError::new(status, code, e.to_string())
+        })?;
     if bytes.is_empty() {
         return Err(ApiError::malformed_json(
             "the body is empty; a JSON object is expected",

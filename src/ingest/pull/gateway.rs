@@ -42,6 +42,9 @@ const PLAYLIST_READS: usize = 4;
 const MAX_REDIRECTS: usize = 10;
 /// Connections GStreamer may hold open to one origin's port.
 const MAX_CONNECTIONS: usize = 16;
+/// The gateway's own connections are closed after this long without a byte moving: beyond any
+/// upstream wait (a blocking reload is 30 s).
+const GATEWAY_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a one-segment live HLS playlist is held waiting for its second segment; below
 /// souphttpsrc's and the demuxer's 10 s request timeouts.
 const SHORT_PLAYLIST_HOLD: Duration = Duration::from_secs(8);
@@ -306,13 +309,24 @@ impl Inner {
             }
         };
         let limits = server::HttpLimits {
-            max_connections: MAX_CONNECTIONS,
             header_timeout: IDLE_TIMEOUT,
+            // Its only peer is our own GStreamer on loopback, which may wait as long as the
+            // upstream does (a blocking playlist reload).
+            body_timeout: GATEWAY_STALL_TIMEOUT,
+            stall_timeout: GATEWAY_STALL_TIMEOUT,
         };
+        let gate = crate::admission::Admission::new(
+            "pull-gateway",
+            MAX_CONNECTIONS,
+            MAX_CONNECTIONS,
+            None,
+            Default::default(),
+        );
         tokio::spawn(server::serve(
             listener,
             handler,
             limits,
+            gate,
             self.shutdown_rx.clone(),
         ));
         Ok(port)

@@ -7,15 +7,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use super::{conn, RtmpConfig};
+use crate::admission::Admission;
 use crate::live::Registry;
 
 /// Concurrent connections per listener; the excess is closed at accept.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// An encoder needs one connection per stream it pushes; a rack of hardware encoders behind
+/// one NAT address stays under this.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 32;
 pub const SELF_SIGNED_CERT: &str = "rtmps-cert.pem";
 pub const SELF_SIGNED_KEY: &str = "rtmps-key.pem";
 
@@ -101,17 +105,17 @@ fn ensure_self_signed(data_dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
     Ok((cert, key))
 }
 
-/// Serves RTMP (or RTMPS with `tls`) until `shutdown` turns true.
+/// Serves RTMP (or RTMPS with `tls`) until `shutdown` turns true; `admission` holds the
+/// listener's caps (built from `config` by the daemon with the shared file budget).
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
+    admission: Admission,
     registry: Arc<Registry>,
     config: RtmpConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let scheme = if tls.is_some() { "rtmps" } else { "rtmp" };
-    let max_connections = config.max_connections;
-    let permits = Arc::new(Semaphore::new(max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -124,8 +128,8 @@ pub async fn serve(
             },
             _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => return,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, scheme, limit = max_connections, "connection limit reached; closing");
+        // Closed at once, nothing read; the gate logs the refusal, rate-limited.
+        let Ok(ticket) = admission.admit(peer.ip()) else {
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -153,7 +157,7 @@ pub async fn serve(
                 Ok(()) => tracing::debug!(%peer, scheme, "connection closed"),
                 Err(e) => tracing::info!(%peer, scheme, error = %e, "connection closed"),
             }
-            drop(permit);
+            drop(ticket);
         });
     }
 }

@@ -15,6 +15,8 @@ use std::time::Duration;
 pub struct RtmpConfig {
     /// Concurrent connections per listener; the excess is closed at accept.
     pub max_connections: usize,
+    /// Concurrent connections from one address per listener (trusted proxies exempt).
+    pub max_connections_per_ip: usize,
     /// A peer that has not finished TLS and started publishing by then is closed.
     pub handshake_timeout: Duration,
     /// A publisher that sends nothing for this long is gone.
@@ -26,6 +28,7 @@ impl Default for RtmpConfig {
     fn default() -> Self {
         RtmpConfig {
             max_connections: listener::DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: listener::DEFAULT_MAX_CONNECTIONS_PER_IP,
             handshake_timeout: conn::DEFAULT_HANDSHAKE_TIMEOUT,
             idle_timeout: conn::DEFAULT_IDLE_TIMEOUT,
             guard: vet::GuardLimits::default(),

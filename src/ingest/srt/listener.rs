@@ -11,11 +11,14 @@ use srt_tokio::access::{RejectReason, ServerRejectReason};
 use srt_tokio::options::{ByteCount, SocketAddress, SocketOptions};
 use srt_tokio::SrtListener;
 use tokio::net::UdpSocket;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use super::conn;
+use crate::admission::Admission;
 use crate::live::Registry;
 
+/// As for RTMP: one caller per stream an encoder pushes.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 32;
 /// Concurrent SRT callers (handshaking or publishing); the excess is rejected as overload.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Kernel receive buffer asked for: SRT bursts retransmissions, and the 64 KiB default drops
@@ -45,10 +48,9 @@ pub async fn serve(
     local: SocketAddr,
     registry: Arc<Registry>,
     config: super::SrtConfig,
+    admission: Admission,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let max_connections = config.max_connections;
-    let permits = Arc::new(Semaphore::new(max_connections));
     let mut socket = Some(socket);
     loop {
         let sock = match socket.take() {
@@ -87,15 +89,14 @@ pub async fn serve(
                 tracing::error!(addr = %local, "SRT listener task ended; binding again");
                 break;
             };
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                tracing::warn!(peer = %request.remote(), limit = max_connections, "SRT connection limit reached; rejecting");
+            let Ok(ticket) = admission.admit(request.remote().ip()) else {
                 tokio::spawn(request.reject(RejectReason::Server(ServerRejectReason::Overload)));
                 continue;
             };
             let registry = registry.clone();
             tokio::spawn(async move {
                 conn::run(request, registry, config.idle_timeout).await;
-                drop(permit);
+                drop(ticket);
             });
         }
         tokio::time::sleep(REBIND_PAUSE).await;

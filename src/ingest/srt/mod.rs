@@ -13,6 +13,8 @@ use std::time::Duration;
 pub struct SrtConfig {
     /// Concurrent callers; the excess is rejected at the handshake (`SRT_REJX_OVERLOAD`).
     pub max_connections: usize,
+    /// Concurrent callers from one address (trusted proxies exempt).
+    pub max_connections_per_ip: usize,
     /// A publisher that sends no payload for this long is gone (keepalives do not count).
     pub idle_timeout: Duration,
 }
@@ -21,6 +23,7 @@ impl Default for SrtConfig {
     fn default() -> Self {
         SrtConfig {
             max_connections: listener::DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: listener::DEFAULT_MAX_CONNECTIONS_PER_IP,
             idle_timeout: conn::DEFAULT_IDLE_TIMEOUT,
         }
     }

@@ -18,12 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::admission::Admission;
+use crate::http::body::BodyError;
 use crate::http::listener::{empty, full, json_response, Body};
 use crate::live::{Protocol, PublishError, Registry, DRAIN_WAIT};
 
@@ -53,6 +54,8 @@ pub struct WhipConfig {
     /// STUN/TURN servers offered to clients in `Link` headers (RFC 9725 §4.6).
     pub ice_servers: Vec<ice_server::IceServer>,
     pub max_sessions: usize,
+    /// ICE-TCP connections one address may hold (pending and routed; trusted proxies exempt).
+    pub tcp_max_connections_per_ip: usize,
     /// Largest offer accepted (413 beyond).
     pub max_sdp_bytes: usize,
     /// A session whose ICE/DTLS has not connected by then is dropped (the client never came).
@@ -70,6 +73,7 @@ impl Default for WhipConfig {
             udp_addrs: vec![SocketAddr::from(([0, 0, 0, 0], 0))],
             nat_ips: Vec::new(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            tcp_max_connections_per_ip: tcp_mux::DEFAULT_MAX_CONNECTIONS_PER_IP,
             max_sdp_bytes: sdp::DEFAULT_MAX_SDP_BYTES,
             connect_timeout: session::DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: session::DEFAULT_IDLE_TIMEOUT,
@@ -101,13 +105,14 @@ pub struct Muxes {
 }
 
 impl Muxes {
-    pub async fn bind(config: &WhipConfig) -> Result<Muxes, MuxError> {
+    /// `tcp_admission` gates ICE-TCP connections (per address, and the file budget).
+    pub async fn bind(config: &WhipConfig, tcp_admission: Admission) -> Result<Muxes, MuxError> {
         let udp = match config.udp_mux_addr {
             Some(addr) => Some(mux::UdpMux::bind(addr).await?),
             None => None,
         };
         let tcp = match config.tcp_mux_addr {
-            Some(addr) => Some(tcp_mux::TcpMux::bind(addr).await?),
+            Some(addr) => Some(tcp_mux::TcpMux::bind(addr, tcp_admission).await?),
             None => None,
         };
         Ok(Muxes { udp, tcp })
@@ -334,21 +339,6 @@ impl Whip {
                 .insert("accept-post", HeaderValue::from_static("application/sdp"));
             return r;
         }
-        let declared = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let too_large = || {
-            refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("the offer exceeds {} bytes", self.config.max_sdp_bytes),
-            )
-        };
-        if declared.is_some_and(|n| n > self.config.max_sdp_bytes as u64) {
-            return too_large();
-        }
         let Some(token) = token(&req) else {
             let mut r = refuse(
                 StatusCode::UNAUTHORIZED,
@@ -367,12 +357,18 @@ impl Whip {
             .uri()
             .path_and_query()
             .map_or_else(String::new, |p| p.as_str().to_owned());
-        let offer: Bytes = match Limited::new(req.into_body(), self.config.max_sdp_bytes)
-            .collect()
-            .await
-        {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        let offer: Bytes = match crate::http::body::read(req, self.config.max_sdp_bytes).await {
+            Ok(b) => b,
+            Err(BodyError::TooLarge(limit)) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("the offer exceeds {limit} bytes"),
+                )
+            }
+            Err(e @ BodyError::Timeout) => {
+                return refuse(StatusCode::REQUEST_TIMEOUT, "body_timeout", e.to_string())
+            }
             Err(e) => {
                 return refuse(
                     StatusCode::BAD_REQUEST,

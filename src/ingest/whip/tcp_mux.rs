@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, Semaphore};
 use webrtc::runtime::{AsyncTcpListener, AsyncTcpStream};
 
 use super::stun::stun_request_ufrag;
+use crate::admission::{Admission, Ticket};
 use super::MuxError;
 
 /// The first frame must come this quickly: a connection that says nothing holds a permit.
@@ -32,6 +33,8 @@ const MIN_FIRST_FRAME: usize = 20;
 /// Connections accepted but not yet routed; more are closed at once (a connection flood costs
 /// at most this many tasks and buffers).
 const MAX_PENDING: usize = 64;
+/// ICE-TCP connections one address may hold: a browser opens one per session candidate pair.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 16;
 /// Connections waiting for one session's driver to accept them.
 const HANDOFF_QUEUE: usize = 4;
 
@@ -55,7 +58,7 @@ pub struct TcpMux {
 impl TcpMux {
     /// One listener: a wildcard address accepts on every interface, and the accepted stream's
     /// own local address says which candidate the peer dialled.
-    pub async fn bind(addr: SocketAddr) -> Result<Arc<TcpMux>, MuxError> {
+    pub async fn bind(addr: SocketAddr, admission: Admission) -> Result<Arc<TcpMux>, MuxError> {
         let err = |source| MuxError::Bind {
             what: "TCP",
             addr,
@@ -66,7 +69,7 @@ impl TcpMux {
             local: listener.local_addr().map_err(err)?,
             routes: Mutex::default(),
         });
-        tokio::spawn(accept_loop(Arc::downgrade(&mux), listener));
+        tokio::spawn(accept_loop(Arc::downgrade(&mux), listener, admission));
         Ok(mux)
     }
 
@@ -117,7 +120,7 @@ impl TcpMux {
     }
 }
 
-async fn accept_loop(mux: Weak<TcpMux>, listener: TcpListener) {
+async fn accept_loop(mux: Weak<TcpMux>, listener: TcpListener, admission: Admission) {
     let pending = Arc::new(Semaphore::new(MAX_PENDING));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -128,13 +131,17 @@ async fn accept_loop(mux: Weak<TcpMux>, listener: TcpListener) {
                 continue;
             }
         };
+        // Refused before anything is read; the refusal is logged by the gate, rate-limited.
+        let Ok(ticket) = admission.admit(peer.ip()) else {
+            continue;
+        };
         let Ok(permit) = pending.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "WHIP ICE-TCP connection refused: too many pending");
             continue;
         };
         let mux = mux.clone();
         tokio::spawn(async move {
-            let routed = tokio::time::timeout(FIRST_FRAME_TIMEOUT, route(mux, stream, peer)).await;
+            let routed = tokio::time::timeout(FIRST_FRAME_TIMEOUT, route(mux, stream, peer, ticket)).await;
             if !matches!(routed, Ok(Some(()))) {
                 tracing::debug!(%peer, "WHIP ICE-TCP connection dropped: no known session");
             }
@@ -145,7 +152,12 @@ async fn accept_loop(mux: Weak<TcpMux>, listener: TcpListener) {
 
 /// Reads the first RFC 4571 frame, finds its session by the Binding Request's ufrag and hands
 /// the connection over with that frame put back in front.
-async fn route(mux: Weak<TcpMux>, mut stream: TcpStream, peer: SocketAddr) -> Option<()> {
+async fn route(
+    mux: Weak<TcpMux>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ticket: Ticket,
+) -> Option<()> {
     let mut len = [0u8; 2];
     stream.read_exact(&mut len).await.ok()?;
     let n = usize::from(u16::from_be_bytes(len));
@@ -177,6 +189,7 @@ async fn route(mux: Weak<TcpMux>, mut stream: TcpStream, peer: SocketAddr) -> Op
         prefix: Mutex::new(prefix),
         rd: tokio::sync::Mutex::new(rd),
         wr: tokio::sync::Mutex::new(wr),
+        _ticket: ticket,
     });
     tx.try_send((s, peer)).ok()
 }
@@ -236,6 +249,8 @@ struct MuxStream {
     prefix: Mutex<Vec<u8>>,
     rd: tokio::sync::Mutex<OwnedReadHalf>,
     wr: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// The connection's place under the per-address cap, given back when the session drops it.
+    _ticket: Ticket,
 }
 
 impl AsyncTcpStream for MuxStream {
@@ -286,7 +301,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_goes_to_the_session_its_first_frame_names() {
-        let mux = TcpMux::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let gate = Admission::new("test", 8, 8, None, Arc::default());
+        let mux = TcpMux::bind("127.0.0.1:0".parse().unwrap(), gate)
+            .await
+            .unwrap();
         let key: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let (listener, shared) = mux.attach("ufragT", key);
         assert_eq!(shared, mux.local_addr());
