@@ -36,7 +36,11 @@ pub fn raise_file_limit() -> u64 {
     };
     match setrlimit(Resource::Nofile, raised) {
         Ok(()) => {
-            tracing::info!(from = soft, limit = hard, "open file limit raised to the hard limit");
+            tracing::info!(
+                from = soft,
+                limit = hard,
+                "open file limit raised to the hard limit"
+            );
             hard
         }
         Err(e) => {
@@ -53,7 +57,11 @@ pub fn file_budget(limit: u64) -> Arc<Semaphore> {
     let permits = usize::try_from(budget)
         .unwrap_or(usize::MAX)
         .min(Semaphore::MAX_PERMITS);
-    tracing::info!(connections = permits, reserve, "file descriptors for peer connections");
+    tracing::info!(
+        connections = permits,
+        reserve,
+        "file descriptors for peer connections"
+    );
     Arc::new(Semaphore::new(permits))
 }
 
@@ -175,7 +183,9 @@ impl Admission {
     pub fn admit(&self, peer: IpAddr) -> Result<Ticket, Refused> {
         let result = self.try_admit(peer.to_canonical());
         if let Err(why) = result {
-            self.0.log.refused(self.0.listener, peer, why, self.limit(why));
+            self.0
+                .log
+                .refused(self.0.listener, peer, why, self.limit(why));
         }
         result
     }
@@ -287,18 +297,23 @@ mod tests {
     #[test]
     fn one_address_cannot_take_another_ones_places() {
         let gate = Admission::new("test", 10, 3, None, Arc::default());
-        let held: Vec<Ticket> = (0..3).map(|_| gate.admit(ip("127.0.0.2")).unwrap()).collect();
+        let held: Vec<Ticket> = (0..3)
+            .map(|_| gate.admit(ip("127.0.0.2")).unwrap())
+            .collect();
         assert_eq!(
             gate.admit(ip("127.0.0.2")).err(),
             Some(Refused::Address),
             "the fourth from one address"
         );
-        let other = gate.admit(ip("127.0.0.1")).expect("another address still gets in");
+        let other = gate
+            .admit(ip("127.0.0.1"))
+            .expect("another address still gets in");
         drop(held);
         drop(other);
         assert_eq!(gate.held(), 0, "every place is given back");
         assert!(gate.0.per_address().is_empty(), "no count is left behind");
-        gate.admit(ip("127.0.0.2")).expect("places come back when connections end");
+        gate.admit(ip("127.0.0.2"))
+            .expect("places come back when connections end");
     }
 
     #[test]
@@ -323,7 +338,9 @@ mod tests {
             TrustedProxies::parse("::1").unwrap(),
         ]));
         let gate = Admission::new("test", 100, 1, None, trusted);
-        let held: Vec<Ticket> = (0..5).map(|_| gate.admit(ip("10.1.2.3")).unwrap()).collect();
+        let held: Vec<Ticket> = (0..5)
+            .map(|_| gate.admit(ip("10.1.2.3")).unwrap())
+            .collect();
         assert_eq!(held.len(), 5);
         let _one = gate.admit(ip("10.2.0.1")).unwrap();
         assert_eq!(gate.admit(ip("10.2.0.1")).err(), Some(Refused::Address));

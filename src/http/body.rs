@@ -43,7 +43,9 @@ pub async fn read(req: Request<Incoming>, limit: usize) -> Result<Bytes, BodyErr
         .headers()
         .get(EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if declared.is_some_and(|n| n > limit as u64) && (expects_continue || declared > Some(MAX_DRAIN_BYTES)) {
+    if declared.is_some_and(|n| n > limit as u64)
+        && (expects_continue || declared > Some(MAX_DRAIN_BYTES))
+    {
         return Err(BodyError::TooLarge(limit));
     }
     let collect = collect(req.into_body(), limit);

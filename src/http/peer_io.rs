@@ -4,8 +4,8 @@
 //! close) so a client still sending its body reads our answer instead of a reset. It holds the
 //! connection's admission ticket until the descriptor is closed.
 
-use std::io;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;

@@ -67,7 +67,25 @@ impl Daemon {
 
     /// `env` overrides the harness defaults; a value of [`UNSET`] removes the variable.
     pub fn start_full(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_livepack"));
+        Daemon::start_wrapped(dir, env, args, &[])
+    }
+
+    /// As [`Daemon::start_full`], run through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`).
+    pub fn start_wrapped(
+        dir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        wrapper: &[&str],
+    ) -> Daemon {
+        let bin = env!("CARGO_BIN_EXE_livepack");
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(bin),
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(bin);
+                c
+            }
+        };
         for (k, _) in std::env::vars() {
             if k.starts_with("LIVEPACK_") {
                 cmd.env_remove(k);

@@ -8,6 +8,8 @@ mod common;
 #[path = "../common/media.rs"]
 mod media;
 
+mod bodies;
+mod exhaustion;
 mod http;
 mod rtmp;
 mod srt;

@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, Semaphore};
 use webrtc::runtime::{AsyncTcpListener, AsyncTcpStream};
 
 use super::stun::stun_request_ufrag;
-use crate::admission::{Admission, Ticket};
 use super::MuxError;
+use crate::admission::{Admission, Ticket};
 
 /// The first frame must come this quickly: a connection that says nothing holds a permit.
 const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,7 +141,8 @@ async fn accept_loop(mux: Weak<TcpMux>, listener: TcpListener, admission: Admiss
         };
         let mux = mux.clone();
         tokio::spawn(async move {
-            let routed = tokio::time::timeout(FIRST_FRAME_TIMEOUT, route(mux, stream, peer, ticket)).await;
+            let routed =
+                tokio::time::timeout(FIRST_FRAME_TIMEOUT, route(mux, stream, peer, ticket)).await;
             if !matches!(routed, Ok(Some(()))) {
                 tracing::debug!(%peer, "WHIP ICE-TCP connection dropped: no known session");
             }

@@ -1,0 +1,290 @@
+//! One host tries to exhaust the daemon (issue 36, point 1): from 127.0.0.2, twice the soft
+//! file limit the daemon was started with (1024, as service managers start daemons) in slow
+//! connections against each TCP listener in turn — HTTP (WHIP offer heads whose body never
+//! comes), RTMP, RTMPS and ICE-TCP (nothing after connect). Meanwhile, from 127.0.0.1, the API
+//! answers, the live stream's next part is served and a new push goes live; the slow
+//! connections are closed within their deadline, and afterwards descriptors and tasks are back
+//! to where they were.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+use super::common::metrics::try_scrape;
+use super::common::*;
+use super::media::*;
+use super::{closed_within, SLACK};
+
+const SOFT_LIMIT: usize = 1024;
+/// Twice the daemon's soft limit, from one address.
+const SLOW: usize = 2 * SOFT_LIMIT;
+/// The deadlines the daemon runs with here (short, so the test is).
+const DEADLINE_SECS: u64 = 4;
+/// ICE-TCP's first frame deadline is fixed (`tcp_mux::FIRST_FRAME_TIMEOUT`).
+const ICE_TCP_DEADLINE: Duration = Duration::from_secs(5);
+const HTTP_PER_IP: usize = 64;
+const RTMP_PER_IP: usize = 8;
+const ICE_TCP_PER_IP: usize = 4;
+
+/// This test process needs SLOW descriptors of its own and more: soft to hard.
+fn raise_own_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let now = getrlimit(Resource::Nofile);
+    let want = (4 * SLOW) as u64;
+    let hard = now.maximum.unwrap_or(u64::MAX).max(want);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(want.min(hard)),
+            maximum: Some(hard),
+        },
+    )
+    .expect("raise the test's own file limit");
+}
+
+async fn connect_from_second_host(addr: SocketAddr) -> Option<TcpStream> {
+    let s = TcpSocket::new_v4().ok()?;
+    s.bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, 2), 0)))
+        .ok()?;
+    tokio::time::timeout(Duration::from_secs(2), s.connect(addr))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// SLOW connections from 127.0.0.2, each sending `first` and then nothing. Returns the ones the
+/// daemon still holds open a moment later (the refused ones were answered and closed at once).
+async fn flood(addr: SocketAddr, first: &[u8]) -> Vec<TcpStream> {
+    let mut all = Vec::with_capacity(SLOW);
+    for _ in 0..SLOW {
+        if let Some(mut s) = connect_from_second_host(addr).await {
+            let _ = s.write_all(first).await;
+            all.push(s);
+        }
+    }
+    assert!(
+        all.len() > SLOW / 2,
+        "only {} of {SLOW} connections could be made to {addr}",
+        all.len()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut held = Vec::new();
+    for s in all {
+        let mut b = [0u8; 4096];
+        // Whatever the daemon sent is read; WouldBlock then means it holds the connection open,
+        // end of stream or a reset that it closed it.
+        loop {
+            match s.try_read(&mut b) {
+                Ok(n) if n > 0 => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    held.push(s);
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    held
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+async fn tasks(d: &Daemon) -> f64 {
+    try_scrape(&reqwest::Client::new(), &d.base, &d.key)
+        .await
+        .expect("/metrics")
+        .value("livepack_tasks")
+}
+
+/// What a legitimate client on 127.0.0.1 must get while the flood is held: the API, the
+/// victim's next part, and a new push going live over `push_base` (`rtmp://…` or `rtmps://…`).
+async fn legitimate_client_is_served(d: &Daemon, victim: i64, newcomer: &Value, push_base: &str) {
+    let r = d.get(&format!("/streaming/streams/{victim}")).await;
+    assert_eq!(r.status, StatusCode::OK, "the API during the flood");
+    let playlist = format!("{}/cmaf/{victim}/720p/index.m3u8", d.base);
+    let (status, first) = text(&playlist).await;
+    assert_eq!(status, StatusCode::OK);
+    let newest = |t: &str| -> String {
+        t.lines()
+            .rev()
+            .filter(|l| l.starts_with("#EXT-X-PART:"))
+            .find_map(|l| l.split("URI=\"").nth(1)?.split('"').next())
+            .expect("a part")
+            .to_owned()
+    };
+    let was = newest(&first);
+    let started = Instant::now();
+    let next = loop {
+        let (_, now) = text(&playlist).await;
+        let part = newest(&now);
+        if part != was {
+            break part;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no new part in 5 s during the flood"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let url = format!("{}/cmaf/{victim}/720p/{next}", d.base);
+    let part = reqwest::get(&url).await.unwrap();
+    assert_eq!(part.status(), StatusCode::OK, "{url}");
+    assert!(!part.bytes().await.unwrap().is_empty());
+
+    let id = newcomer["id"].as_i64().unwrap();
+    let key = newcomer["push_url"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut pusher = push(&format!("{push_base}/in/{key}"), "audio.flv", 20);
+    wait_record(d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    pusher.kill();
+    wait_record(d, id, Duration::from_secs(20), |r| r["live"] == false).await;
+}
+
+/// Every held connection is closed by the daemon within `within`.
+async fn all_closed_within(held: Vec<TcpStream>, within: Duration, what: &str) {
+    let n = held.len();
+    let started = Instant::now();
+    futures::future::join_all(held.into_iter().map(|s| closed_within(s, within, what))).await;
+    eprintln!(
+        "{what}: {n} held connections closed after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_host_cannot_exhaust_any_listener() {
+    let _g = heavy().await;
+    raise_own_limit();
+    let dir = tempdir();
+    let t = DEADLINE_SECS.to_string();
+    let ice_tcp = format!("127.0.0.1:{}", free_port(false));
+    let (http_cap, rtmp_cap, ice_cap) = (
+        HTTP_PER_IP.to_string(),
+        RTMP_PER_IP.to_string(),
+        ICE_TCP_PER_IP.to_string(),
+    );
+    let limit = format!("--nofile={SOFT_LIMIT}:{}", 4 * SOFT_LIMIT);
+    let d = Daemon::start_wrapped(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS", &t),
+            ("LIVEPACK_HTTP_HEADER_TIMEOUT_SECS", &t),
+            ("LIVEPACK_HTTP_BODY_TIMEOUT_SECS", &t),
+            ("LIVEPACK_HTTP_STALL_TIMEOUT_SECS", &t),
+            ("LIVEPACK_HTTP_MAX_CONNECTIONS_PER_IP", &http_cap),
+            ("LIVEPACK_RTMP_MAX_CONNECTIONS_PER_IP", &rtmp_cap),
+            ("LIVEPACK_WHIP_TCP_MAX_CONNECTIONS_PER_IP", &ice_cap),
+            ("LIVEPACK_WHIP_TCP_MUX_ADDR", &ice_tcp),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "0"),
+        ],
+        &[],
+        &["prlimit", &limit, "--"],
+    );
+    // The daemon raised its soft limit to the hard one.
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let nums: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(nums, ["4096", "4096"], "{line}");
+
+    let victim = create(&d, json!({"name": "victim"})).await;
+    let id = victim["id"].as_i64().unwrap();
+    let newcomer = create(&d, json!({"name": "newcomer"})).await;
+    let mut ffmpeg = push(victim["push_url"].as_str().unwrap(), "av-720p.flv", 40);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    wait_segments(victim["hls_cmaf_url"].as_str().unwrap(), 2).await;
+    let (fds_before, tasks_before) = (open_fds(d.pid()), tasks(&d).await);
+
+    let rtmp_base = format!("rtmp://{}", d.rtmp);
+    let rtmps_base = format!("rtmps://{}", d.rtmps);
+    let whip_head = format!(
+        "POST /whip/{id}?token=x HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\nContent-Length: 100000\r\n\r\n"
+    );
+    let http: SocketAddr = d.base.trim_start_matches("http://").parse().unwrap();
+    // (listener, address, what each slow connection sends, its per-address cap, its deadline,
+    // the scheme of the new push made meanwhile)
+    type Phase<'a> = (&'a str, SocketAddr, &'a [u8], usize, Duration, &'a str);
+    let phases: [Phase; 4] = [
+        (
+            "http",
+            http,
+            whip_head.as_bytes(),
+            HTTP_PER_IP,
+            Duration::from_secs(DEADLINE_SECS),
+            &rtmp_base,
+        ),
+        (
+            "rtmp",
+            d.rtmp.parse().unwrap(),
+            &[3],
+            RTMP_PER_IP,
+            Duration::from_secs(DEADLINE_SECS),
+            &rtmp_base,
+        ),
+        (
+            "rtmps",
+            d.rtmps.parse().unwrap(),
+            &[],
+            RTMP_PER_IP,
+            Duration::from_secs(DEADLINE_SECS),
+            &rtmps_base,
+        ),
+        (
+            "ice-tcp",
+            ice_tcp.parse().unwrap(),
+            &[],
+            ICE_TCP_PER_IP,
+            ICE_TCP_DEADLINE,
+            &rtmp_base,
+        ),
+    ];
+    for (name, addr, first, cap, deadline, push_base) in phases {
+        let started = Instant::now();
+        let held = flood(addr, first).await;
+        assert_eq!(
+            held.len(),
+            cap,
+            "{name}: the daemon holds exactly its per-address cap of the flood"
+        );
+        legitimate_client_is_served(&d, id, &newcomer, push_base).await;
+        // Closed within the deadline counted from the flood's start, plus slack.
+        let left = (deadline + SLACK + Duration::from_secs(2)).saturating_sub(started.elapsed());
+        all_closed_within(held, left.max(Duration::from_secs(1)), name).await;
+    }
+
+    // Nothing leaks: descriptors and tasks come back (lingering closes last 2 s at most).
+    let started = Instant::now();
+    loop {
+        let (fds, tasks_now) = (open_fds(d.pid()), tasks(&d).await);
+        if fds <= fds_before + 8 && tasks_now <= tasks_before + 8.0 {
+            eprintln!("fds {fds_before} → {fds}, tasks {tasks_before} → {tasks_now}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "leak: fds {fds_before} → {fds}, tasks {tasks_before} → {tasks_now}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        ffmpeg.try_wait().is_none(),
+        "the victim's publisher was cut off"
+    );
+    assert_eq!(record(&d, id).await["live"], true);
+}
