@@ -61,7 +61,18 @@ async fn collect(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
     let mut kept = bytes::BytesMut::new();
     let mut seen: u64 = 0;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
+        let frame = frame.map_err(|e| {
+            // The connection's stall timeout (no byte for that long) is this body's deadline too.
+            let stalled = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+            if stalled {
+                BodyError::Timeout
+            } else {
+                BodyError::Read(e)
+            }
+        })?;
+        let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
         seen += data.len() as u64;
