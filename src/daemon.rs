@@ -602,7 +602,7 @@ async fn route(
         p if delivery::owns(p) => {
             let id = delivery::parse_path(p).map(|(id, _)| id);
             here_or_serving_node(&api, id, req, |req| {
-                delivery::handle(api.registry.clone(), req)
+                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req)
             })
             .await
         }

@@ -88,6 +88,30 @@ fn epoch_start(r: &Rendition, epoch_msn: u64, d: Duration) -> Option<OffsetDateT
     Some(s.pdt - d * u32::try_from(s.msn - epoch_msn).ok()?)
 }
 
+/// `s` as the value of a double-quoted XML attribute (XML 1.0 §2.4 and §3.3.3: `<`, `&` and
+/// the quote must be escaped; tabs and line breaks too, or attribute normalisation turns them
+/// into spaces).
+pub fn xml_attr(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['<', '>', '&', '"', '\'', '\t', '\n', '\r']) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' => out.push_str("&#9;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
 /// Renders the MPD, or `None` until every rendition has a complete segment. Media time
 /// restarts at 0 with each pipeline epoch (a publisher reconnect), so each epoch is a Period
 /// whose `$Number$` addressing starts at the epoch's first sequence number; a main/backup or
@@ -98,6 +122,8 @@ pub fn render_mpd(
     time_url: &str,
     client: DashClient,
 ) -> Option<String> {
+    // The one string from outside the package: escaped once, here, whatever its origin.
+    let time_url = &*xml_attr(time_url);
     let video: Vec<&Rendition> = pkg
         .renditions
         .iter()

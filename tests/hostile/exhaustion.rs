@@ -304,4 +304,6 @@ async fn one_host_cannot_exhaust_any_listener() {
         "the victim's publisher was cut off"
     );
     assert_eq!(record(&d, id).await["live"], true);
+    // The same live stream serves the Host header test (one transcode for both).
+    super::host_header::hostile_hosts_are_never_reflected(&d, id).await;
 }

@@ -10,6 +10,7 @@ mod media;
 
 mod bodies;
 mod exhaustion;
+mod host_header;
 mod http;
 mod rtmp;
 mod srt;

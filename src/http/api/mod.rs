@@ -41,6 +41,8 @@ const UPDATE_RETRIES: usize = 5;
 pub struct Endpoints {
     /// Without a trailing slash, e.g. `https://live.example.com` or `http://127.0.0.1:8080/base`.
     pub public_url: String,
+    /// `{public_url}/time`, the MPDs' clock.
+    pub time_url: String,
     /// Host part of `public_url` (IPv6 in brackets), used for rtmp:// and srt:// URLs.
     pub ingest_host: String,
     pub rtmp_port: u16,
@@ -53,8 +55,10 @@ pub struct Endpoints {
 
 impl Endpoints {
     pub fn new(public_url: &Url, rtmp_port: u16, srt_port: u16) -> Endpoints {
+        let base = public_url.as_str().trim_end_matches('/');
         Endpoints {
-            public_url: public_url.as_str().trim_end_matches('/').to_owned(),
+            time_url: format!("{base}/time"),
+            public_url: base.to_owned(),
             ingest_host: public_url.host_str().unwrap_or("127.0.0.1").to_owned(),
             rtmp_port,
             srt_port,

@@ -173,8 +173,12 @@ fn not_found() -> Response<Body> {
     plain(StatusCode::NOT_FOUND, "not found\n")
 }
 
+/// `time_url`: the absolute URL of `/time` on `public_url`, for the MPD's `UTCTiming`. Never
+/// built from the request's `Host`: a hostile one would be written into the MPD that a cache
+/// in front then serves to every viewer, and behind an HTTPS front `http://` is mixed content.
 pub async fn handle(
     registry: Arc<Registry>,
+    time_url: &str,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     if req.method() == Method::OPTIONS {
@@ -221,14 +225,6 @@ pub async fn handle(
             )
         }
         Target::Mpd => {
-            let host = req
-                .headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .filter(|h| h.bytes().all(|b| b.is_ascii_graphic()))
-                .unwrap_or("127.0.0.1")
-                .to_owned();
-            let time_url = format!("http://{host}/time");
             let client = crate::package::dash::DashClient::from_user_agent(
                 req.headers()
                     .get(header::USER_AGENT)
@@ -236,7 +232,7 @@ pub async fn handle(
             );
             let render = |p: &PackageState| {
                 let now = time::OffsetDateTime::now_utc();
-                crate::package::dash::render_mpd(p, now, &time_url, client)
+                crate::package::dash::render_mpd(p, now, time_url, client)
             };
             match package.wait_for(timeout(&package), render).await {
                 Some(mpd) => with_common(
