@@ -70,7 +70,12 @@ async fn reply(sock: &UdpSocket) -> Option<(u32, u32)> {
 
 /// Induction then conclusion with `stream_id`; the listener's answer to the conclusion.
 pub async fn conclude(srt: &str, stream_id: &[u8]) -> Option<u32> {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    conclude_from("127.0.0.1:0", srt, stream_id).await
+}
+
+/// As [`conclude`], from the local address `local` (e.g. `127.0.0.2:0`, a second host).
+pub async fn conclude_from(local: &str, srt: &str, stream_id: &[u8]) -> Option<u32> {
+    let sock = UdpSocket::bind(local).await.unwrap();
     sock.connect(srt).await.unwrap();
     sock.send(&handshake(0, 4, 2, INDUCTION, 0, &[]))
         .await

@@ -4,7 +4,8 @@
 //! comes), RTMP, RTMPS and ICE-TCP (nothing after connect). Meanwhile, from 127.0.0.1, the API
 //! answers, the live stream's next part is served and a new push goes live; the slow
 //! connections are closed within their deadline, and afterwards descriptors and tasks are back
-//! to where they were.
+//! to where they were. SRT, one UDP socket for all, is capped per address by callers: silent
+//! publishers hold their places until the idle deadline, handshakes are refused meanwhile.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -16,7 +17,10 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
+use futures::StreamExt;
+
 use super::common::metrics::try_scrape;
+use super::common::srt::{conclude_from, rejection, CONCLUSION};
 use super::common::*;
 use super::media::*;
 use super::{closed_within, SLACK};
@@ -161,6 +165,63 @@ async fn legitimate_client_is_served(d: &Daemon, victim: i64, newcomer: &Value, 
     wait_record(d, id, Duration::from_secs(20), |r| r["live"] == false).await;
 }
 
+/// SRT from 127.0.0.2: callers that publish and then send nothing hold their places up to the
+/// per-address cap (2 here; the next gets `SRT_REJX_OVERLOAD`) until the idle deadline frees
+/// them; twice the soft limit of refused handshakes meanwhile; a new SRT push from 127.0.0.1
+/// goes live all the while.
+async fn srt_callers_from_one_host_are_capped(d: &Daemon) {
+    const SECOND_HOST: &str = "127.0.0.2:0";
+    let mut silent = Vec::new();
+    for name in ["srt-a", "srt-b", "srt-c"] {
+        silent.push(create(d, json!({"name": name})).await);
+    }
+    let sid = |r: &Value| format!("{}#{}", r["id"], r["token"].as_str().unwrap());
+    let started = Instant::now();
+    for r in &silent[..2] {
+        let answer = conclude_from(SECOND_HOST, &d.srt, sid(r).as_bytes()).await;
+        assert_eq!(answer, Some(CONCLUSION), "a publisher within the cap");
+    }
+    let third = sid(&silent[2]);
+    let answer = conclude_from(SECOND_HOST, &d.srt, third.as_bytes()).await;
+    assert_eq!(
+        answer,
+        Some(rejection(1402)),
+        "over the per-address cap: overload"
+    );
+    // Twice the soft limit of handshakes with a wrong token, 64 at a time: each refused.
+    let bogus = format!("{}#{}", silent[2]["id"], "0".repeat(32));
+    let refused = futures::stream::iter(0..SLOW)
+        .map(|_| conclude_from(SECOND_HOST, &d.srt, bogus.as_bytes()))
+        .buffer_unordered(64)
+        .filter(|a| futures::future::ready(*a != Some(CONCLUSION)))
+        .count()
+        .await;
+    assert_eq!(refused, SLOW, "a wrong token was accepted");
+    // Meanwhile a new SRT push from 127.0.0.1 goes live.
+    let newcomer = create(d, json!({"name": "srt-newcomer"})).await;
+    let id = newcomer["id"].as_i64().unwrap();
+    let mut pusher = push(newcomer["push_url_srt"].as_str().unwrap(), "audio.flv", 20);
+    wait_record(d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    pusher.kill();
+    // The silent publishers are dropped at the idle deadline: the third gets in.
+    let deadline = started + Duration::from_secs(DEADLINE_SECS) + SLACK;
+    loop {
+        let answer = conclude_from(SECOND_HOST, &d.srt, third.as_bytes()).await;
+        if answer == Some(CONCLUSION) {
+            eprintln!(
+                "srt: places freed after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the silent SRT publishers still hold their places: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_host_cannot_exhaust_any_listener() {
     let _g = heavy().await;
@@ -185,6 +246,8 @@ async fn one_host_cannot_exhaust_any_listener() {
             ("LIVEPACK_HTTP_MAX_CONNECTIONS_PER_IP", &http_cap),
             ("LIVEPACK_RTMP_MAX_CONNECTIONS_PER_IP", &rtmp_cap),
             ("LIVEPACK_WHIP_TCP_MAX_CONNECTIONS_PER_IP", &ice_cap),
+            ("LIVEPACK_SRT_MAX_CONNECTIONS_PER_IP", "2"),
+            ("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS", &t),
             ("LIVEPACK_WHIP_TCP_MUX_ADDR", &ice_tcp),
             ("LIVEPACK_GRACE_PERIOD_SECS", "0"),
         ],
@@ -284,6 +347,8 @@ async fn one_host_cannot_exhaust_any_listener() {
             }
         }
     }
+
+    srt_callers_from_one_host_are_capped(&d).await;
 
     // Nothing leaks: descriptors and tasks come back (lingering closes last 2 s at most).
     let started = Instant::now();
