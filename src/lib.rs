@@ -31,7 +31,9 @@
 //! - [`http`]: the listener shared by every server, the control API (`http::api`) and media
 //!   delivery ([`http::delivery`]: blocking reload, chunked DASH, the player page, metrics).
 //! - `url_policy`: the one policy for outbound URLs (schemes per use, host rules, the DNS
-//!   guard, redaction for logs); PULL sources now, overlay pages and webhooks later.
+//!   guard), the one outbound HTTP client builder that checks every hop (`url_policy::client`:
+//!   overlay pages, PULL's gateway, the relay; webhooks later) and the one redaction helper
+//!   for logs.
 //! - `broadcast`: spectator counting for broadcasts' player pages (records in `db`, API in
 //!   `http::api::broadcasts`, page in `http::delivery::player`).
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time

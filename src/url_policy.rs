@@ -1,10 +1,15 @@
-//! The one policy for outbound URLs — PULL sources and HTML overlay pages (and what they load):
-//! which schemes each use may name, which hosts are refused (link-local and cloud-metadata
-//! addresses, unless `pull_allow_link_local`), the DNS guard run right before connecting, and
-//! `redact` for logging a URL without its credentials. Inputs: a URL (text or parsed) and, for
-//! the guard, the addresses its name resolved to; outputs: the parsed URL or a [`UrlPolicyError`].
+//! The one policy for outbound URLs — PULL sources, HTML overlay pages (and what they load), the
+//! relay to other nodes: which schemes each use may name, which hosts are refused (link-local
+//! and cloud-metadata addresses, unless `pull_allow_link_local`), the DNS guard run right before
+//! connecting, the one outbound HTTP client ([`client`]) that checks every hop, and [`redact`],
+//! the one helper every log line passes secrets through (URL credentials, query tokens, publish
+//! names). Inputs: a URL (text or parsed) and, for the guard, the addresses its name resolved
+//! to; outputs: the parsed URL or a [`UrlPolicyError`].
 //!
-//! Everything but [`guard`] and [`resolve`] is sans-IO, so each rule is table-tested below.
+//! Everything but [`guard`], [`resolve`] and [`client`] is sans-IO, so each rule is
+//! table-tested below.
+
+pub mod client;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -29,13 +34,15 @@ pub enum Purpose {
     PullHttpHop,
     /// An HTML page rendered into the picture (overlays), and what it loads (`page_proxy`).
     WebPage,
+    /// A request relayed to the node serving a stream (`cluster::relay`).
+    Relay,
 }
 
 impl Purpose {
     pub fn schemes(self) -> &'static [&'static str] {
         match self {
             Purpose::PullSource => &["rtmp", "rtmps", "srt", "http", "https"],
-            Purpose::PullHttpHop | Purpose::WebPage => &["http", "https"],
+            Purpose::PullHttpHop | Purpose::WebPage | Purpose::Relay => &["http", "https"],
         }
     }
 }
@@ -50,6 +57,8 @@ pub enum UrlPolicyError {
     NoHost,
     #[error("{0} is a link-local or metadata address (set pull_allow_link_local to allow)")]
     Blocked(IpAddr),
+    #[error("more than {0} redirects")]
+    TooManyRedirects(usize),
     #[error("DNS lookup of {host} timed out")]
     DnsTimeout { host: String },
     #[error("DNS lookup of {host} failed: {source}")]
@@ -198,36 +207,46 @@ fn default_port(scheme: &str) -> u16 {
     }
 }
 
-/// URLs may carry credentials (`rtmp://user:pass@…`, tokens in queries): logs show the scheme,
-/// host and path only.
-pub fn redact(uri: &str) -> String {
-    match Url::parse(uri) {
-        // The port stays (it tells two sources on one host apart); user info and the query
-        // (where tokens live) go.
-        Ok(u) => format!(
+/// The one redaction helper: what of a string that may carry a secret a log line shows.
+///
+/// - A URL (PULL sources, overlay pages, relayed requests) keeps its scheme, host, port and
+///   path: user info (`rtmp://user:pass@…`) and the query (where tokens and SRT passphrases
+///   live) go. The port stays: it tells two sources on one host apart.
+/// - Anything else is a publish name or request target — RTMP `{id}?{token}`, SRT
+///   `{id}#{token}` or `#!::r={id},…,t={token}`, WHIP `/whip/{id}?token=…`: it is cut at the
+///   first `?` or `#`, which is where every token we accept starts.
+pub fn redact(text: &str) -> String {
+    match Url::parse(text) {
+        // Only URLs with a host: `user:pass@host` parses as scheme `user` and path `pass@host`.
+        Ok(u) if u.has_host() => format!(
             "{}://{}{}{}",
             u.scheme(),
             u.host_str().unwrap_or_default(),
             u.port().map(|p| format!(":{p}")).unwrap_or_default(),
             u.path()
         ),
-        Err(_) => "<invalid URL>".into(),
+        _ if text.contains("://") || text.contains('@') => "<invalid URL>".into(),
+        _ => match text.find(['?', '#']) {
+            Some(at) => format!("{}{}<redacted>", &text[..at], &text[at..=at]),
+            None => text.to_owned(),
+        },
     }
 }
 
-/// Names resolve only to addresses the URL policy allows; IP literals never reach a
-/// resolver, so callers check those with [`check`]. For outbound HTTP clients (PULL's gateway,
-/// the overlay pages' pre-check).
-pub struct GuardedResolver;
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let addrs = resolve(&host, 0).await?;
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
+/// An HTTP client error and its causes for a log line or an error body, with the URL reqwest
+/// writes into its message ("error sending request for url (…)") redacted.
+pub fn describe(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), &redact(url.as_str()));
     }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -434,7 +453,15 @@ mod tests {
                 "srt://10.0.0.1:9000?streamid=s&passphrase=p",
                 "srt://10.0.0.1:9000",
             ),
-            ("not a url", "<invalid URL>"),
+            ("rtmp://bad host/x", "<invalid URL>"),
+            // Publish names and request targets: cut where the token starts.
+            ("42?abcdef", "42?<redacted>"),
+            ("42b?token=abcdef", "42b?<redacted>"),
+            ("7#s3cret", "7#<redacted>"),
+            ("#!::r=7,m=publish,t=s3cret", "#<redacted>"),
+            ("/whip/7?token=s3cret", "/whip/7?<redacted>"),
+            ("in", "in"),
+            ("user:pass@host", "<invalid URL>"),
         ] {
             assert_eq!(redact(raw), want, "{raw}");
         }

@@ -16,6 +16,8 @@ use hyper::{Request, Response, StatusCode};
 use super::{lock, Cluster};
 use crate::db::Store;
 use crate::http::listener::Body;
+use crate::url_policy;
+use crate::url_policy::client::{self, OutboundClient};
 
 /// Marks a relayed request (with the relaying node's id): the node it reaches answers it
 /// itself, so two nodes that disagree on an owner for a moment never pass a request around.
@@ -57,19 +59,17 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 pub struct Relay {
     cluster: Arc<Cluster>,
     store: Arc<dyn Store>,
-    client: reqwest::Client,
+    client: OutboundClient,
     owners: Mutex<HashMap<i64, (Instant, Option<String>)>>,
 }
 
 impl Relay {
     pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>) -> Arc<Relay> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-            .expect("a client without TLS settings builds");
+        let client = client::build(client::Outbound::relay(), |b| {
+            b.connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+        })
+        .expect("a client without TLS settings builds");
         Arc::new(Relay {
             cluster,
             store,
@@ -136,14 +136,22 @@ impl Relay {
             .map_or("/", |p| p.as_str())
             .to_owned();
         let url = format!("{}{path}", base.trim_end_matches('/'));
+        let Ok(url) = url::Url::parse(&url) else {
+            return unreachable_node("the node's URL is not a URL");
+        };
         let method = match reqwest::Method::from_bytes(req.method().as_str().as_bytes()) {
             Ok(m) => m,
             Err(_) => reqwest::Method::GET,
         };
-        let mut outbound = self
-            .client
-            .request(method, &url)
-            .header(RELAYED_BY, self.cluster.node_id());
+        // The query may hold a token (WHIP's `?token=`): logs show the URL redacted.
+        let shown = url_policy::redact(url.as_str());
+        let mut outbound = match self.client.request(method, &url) {
+            Ok(r) => r.header(RELAYED_BY, self.cluster.node_id()),
+            Err(e) => {
+                tracing::warn!(url = %shown, error = %e, "the node serving this is not a URL the relay may call");
+                return unreachable_node(&e.to_string());
+            }
+        };
         for name in &PASSED_ON {
             if let Some(v) = req.headers().get(name) {
                 outbound = outbound.header(name.as_str(), v.as_bytes());
@@ -162,8 +170,9 @@ impl Relay {
         let answer = match outbound.send().await {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(%url, error = %e, "the node serving this could not be reached");
-                return unreachable_node(&e.to_string());
+                let e = url_policy::describe(&e);
+                tracing::warn!(url = %shown, error = %e, "the node serving this could not be reached");
+                return unreachable_node(&e);
             }
         };
         let mut resp = Response::builder().status(answer.status().as_u16());

@@ -18,6 +18,8 @@ use gstreamer_video as gst_video;
 
 use crate::live::LiveEvent;
 use crate::overlay::{OverlaySpec, SPACE_HEIGHT, SPACE_WIDTH};
+use crate::url_policy;
+use crate::url_policy::client::{self, OutboundClient};
 
 /// How long a page may take to answer the pre-check before it is skipped.
 const PAGE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -260,8 +262,8 @@ type Rendering = (OverlaySpec, Arc<PageRenderer>);
 pub struct OverlayHub {
     store: Arc<dyn crate::db::Store>,
     /// Fetches each page once before rendering it (WebKit would render a 404's body, and
-    /// waits without a bound for a server that never answers).
-    client: reqwest::Client,
+    /// waits without a bound for a server that never answers); every redirect hop checked.
+    client: Option<OutboundClient>,
     /// Sets by stream id: the pipeline built for a stream draws its set.
     sets: Mutex<HashMap<i64, Arc<OverlaySet>>>,
     /// Running renderers by (stream, overlay id), with the spec they render.
@@ -272,13 +274,13 @@ pub struct OverlayHub {
 
 impl OverlayHub {
     pub fn new(store: Arc<dyn crate::db::Store>) -> Arc<OverlayHub> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(PAGE_CHECK_TIMEOUT)
-            .dns_resolver(Arc::new(crate::url_policy::GuardedResolver))
-            .user_agent("livepack-overlay")
-            .build()
-            .unwrap_or_default();
+        let client = client::build(client::Outbound::web_page(), |b| {
+            b.timeout(PAGE_CHECK_TIMEOUT).user_agent("livepack-overlay")
+        })
+        .map_err(
+            |e| tracing::error!(error = %e, "overlay page client unavailable; pages are skipped"),
+        )
+        .ok();
         Arc::new(OverlayHub {
             store,
             client,
@@ -394,13 +396,12 @@ impl OverlayHub {
         overlay: i64,
         spec: &OverlaySpec,
     ) -> Option<Arc<PageRenderer>> {
-        let why = match self.client.get(&spec.url).send().await {
-            Ok(r) if r.status().is_success() => None,
-            Ok(r) => Some(format!("HTTP {}", r.status())),
-            Err(e) => Some(e.to_string()),
+        let checked = match &self.client {
+            Some(client) => client.pre_check(&spec.url).await,
+            None => Err("no HTTP client".to_owned()),
         };
-        if let Some(why) = why {
-            tracing::warn!(stream, overlay, url = %crate::url_policy::redact(&spec.url), reason = %why, "overlay page skipped");
+        if let Err(why) = checked {
+            tracing::warn!(stream, overlay, url = %url_policy::redact(&spec.url), reason = %why, "overlay page skipped");
             return None;
         }
         let spec = spec.clone();

@@ -28,6 +28,7 @@ use url::Url;
 
 use super::rewrite::{self, PlaylistKind, RewriteError, Sniffed};
 use crate::http::listener::{self as server, Body};
+use crate::url_policy::client::{self, OutboundClient};
 use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
@@ -70,8 +71,8 @@ pub enum GatewayError {
     #[error("no data for {0:?}")]
     NoData(Duration),
     /// reqwest's top-level error says "error sending request"; the cause (refused, the URL
-    /// policy's resolver) is below, so the whole chain is shown.
-    #[error("{}", error_chain(.0))]
+    /// policy's resolver) is below, so the whole chain is shown (its URL redacted).
+    #[error("{}", url_policy::describe(.0))]
     Upstream(reqwest::Error),
     #[error("HTTP {0}")]
     Status(StatusCode),
@@ -129,24 +130,19 @@ impl Default for GatewayLimits {
 
 /// The daemon's upstream HTTP client (one connection pool for all PULL streams).
 pub struct Gateway {
-    client: reqwest::Client,
+    client: OutboundClient,
     limits: GatewayLimits,
 }
 
 impl Gateway {
     pub fn new(limits: GatewayLimits) -> Result<Arc<Gateway>, GatewayError> {
-        let mut builder = reqwest::Client::builder()
-            // Our own redirect handling: each hop goes back through the gateway and its guard.
-            .redirect(reqwest::redirect::Policy::none())
-            // A proxy would resolve names itself, past the guard.
-            .no_proxy()
-            .connect_timeout(IDLE_TIMEOUT)
-            .read_timeout(IDLE_TIMEOUT)
-            .user_agent("livepack-pull");
-        if !limits.allow_link_local {
-            builder = builder.dns_resolver(Arc::new(url_policy::GuardedResolver));
-        }
-        let client = builder.build().map_err(GatewayError::Client)?;
+        // Our own redirect handling: each hop goes back through the gateway and its checks.
+        let client = client::build(client::Outbound::pull(limits.allow_link_local), |b| {
+            b.connect_timeout(IDLE_TIMEOUT)
+                .read_timeout(IDLE_TIMEOUT)
+                .user_agent("livepack-pull")
+        })
+        .map_err(GatewayError::Client)?;
         Ok(Arc::new(Gateway { client, limits }))
     }
 
@@ -201,12 +197,10 @@ impl Session {
         let gateway = &self.inner.gateway;
         let mut url = self.inner.source.clone();
         for _ in 0..=MAX_REDIRECTS {
-            check_target(&url, gateway.limits.allow_link_local)?;
-            let mut resp =
-                tokio::time::timeout(IDLE_TIMEOUT, gateway.client.get(url.clone()).send())
-                    .await
-                    .map_err(|_| GatewayError::NoResponse(IDLE_TIMEOUT))?
-                    .map_err(GatewayError::Upstream)?;
+            let mut resp = tokio::time::timeout(IDLE_TIMEOUT, gateway.client.get(&url)?.send())
+                .await
+                .map_err(|_| GatewayError::NoResponse(IDLE_TIMEOUT))?
+                .map_err(GatewayError::Upstream)?;
             let status = resp.status();
             if is_redirect(status) {
                 url = location(&resp, &url)?;
@@ -364,7 +358,6 @@ impl Inner {
         head: bool,
     ) -> Result<Response<Body>, Refused> {
         let limits = self.gateway.limits;
-        check_target(upstream, limits.allow_link_local).map_err(Refused::forbidden)?;
         let blocking = upstream
             .query_pairs()
             .any(|(k, _)| k == "_HLS_msn" || k == "_HLS_part");
@@ -374,7 +367,11 @@ impl Inner {
             IDLE_TIMEOUT
         };
         let method = if head { Method::HEAD } else { Method::GET };
-        let mut request = self.gateway.client.request(method, upstream.clone());
+        let mut request = self
+            .gateway
+            .client
+            .request(method, upstream)
+            .map_err(|e| Refused::forbidden(e.into()))?;
         if let Some(range) = range {
             request = request.header(header::RANGE, range);
         }
@@ -566,13 +563,11 @@ impl Inner {
             }
             tokio::time::sleep(poll).await;
             let again = async {
-                let mut resp = tokio::time::timeout(
-                    IDLE_TIMEOUT,
-                    self.gateway.client.get(upstream.clone()).send(),
-                )
-                .await
-                .ok()?
-                .ok()?;
+                let request = self.gateway.client.get(upstream).ok()?;
+                let mut resp = tokio::time::timeout(IDLE_TIMEOUT, request.send())
+                    .await
+                    .ok()?
+                    .ok()?;
                 if !resp.status().is_success() {
                     return None;
                 }
@@ -673,17 +668,6 @@ async fn next_chunk(resp: &mut reqwest::Response) -> Result<Option<Bytes>, Refus
 }
 
 /// An error and its causes on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     Response::builder()
         .status(status)
@@ -729,6 +713,7 @@ mod tests {
                         "/endless.ts" | "/source.ts" => (reply("200 OK", "Content-Type: video/mp2t\r\n"), &[0x47; 188]),
                         "/declared.ts" => (reply("200 OK", "Content-Length: 10000000000\r\n"), b""),
                         "/to-metadata" => (reply("302 Found", "Location: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\n"), b""),
+                        "/to-file" => (reply("302 Found", "Location: file:///etc/passwd\r\nContent-Length: 0\r\n"), b""),
                         "/to-endless" => (reply("302 Found", "Location: /endless.ts\r\nContent-Length: 0\r\n"), b""),
                         "/to-other" => (reply("302 Found", &format!("Location: http://127.0.0.1:{other_port}/x/index.m3u8?t=1\r\nContent-Length: 0\r\n")), b""),
                         // One segment for the first two reads, two after; one forever; VOD.
@@ -889,6 +874,30 @@ mod tests {
         drop(session);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(get("/big.m3u8").await.is_err(), "port still open");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_probe_follows_only_redirects_the_policy_allows() {
+        let gateway = Gateway::new(GatewayLimits::default()).unwrap();
+        let port = upstream(Arc::new(AtomicU64::new(0)), 0).await;
+        let probe = |path: &str| {
+            let source = Url::parse(&format!("http://127.0.0.1:{port}{path}")).unwrap();
+            let (session, _) = gateway.session(1, &source).unwrap();
+            async move { session.probe().await }
+        };
+        // An allowed redirect is followed to what it leads to (media here).
+        assert!(matches!(probe("/to-endless").await, Ok(None)));
+        // A metadata address or a scheme the gateway does not fetch: refused, not fetched.
+        for (path, why) in [
+            ("/to-metadata", "169.254.169.254 is a link-local"),
+            ("/to-file", "scheme `file` is not fetched over HTTP"),
+        ] {
+            let e = probe(path).await.unwrap_err();
+            assert!(
+                matches!(e, GatewayError::Policy(_)) && e.to_string().contains(why),
+                "{path}: {e}"
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
