@@ -52,6 +52,7 @@ pub(crate) mod broadcast;
 pub(crate) mod cluster;
 pub mod config;
 pub mod daemon;
+pub(crate) mod data_dir;
 pub(crate) mod db;
 pub(crate) mod formats;
 #[doc(hidden)]

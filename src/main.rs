@@ -148,10 +148,12 @@ async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyho
     println!("public_url: {}", running.public_url);
     match &running.key_source {
         KeySource::Configured => println!("api_key: (configured)"),
-        KeySource::DataDir { path, key } => {
+        // The key is shown once, when generated; after that it is in the file (0600) only.
+        KeySource::Generated { path, key } => {
             println!("api_key: {key}");
             println!("api_key_file: {}", path.display());
         }
+        KeySource::DataDir { path } => println!("api_key_file: {}", path.display()),
     }
     println!(
         "try: curl -H 'Authorization: apikey <key>' {}/streaming/streams",

@@ -173,7 +173,13 @@ impl SqliteStore {
             path: data_dir.to_owned(),
             source,
         })?;
-        Self::open(&data_dir.join(DB_FILE_NAME))
+        let path = data_dir.join(DB_FILE_NAME);
+        // Tokens, passphrases and PULL credentials: the file is created 0600 whatever the umask.
+        crate::data_dir::create_private(&path).map_err(|e| StoreError::DataDir {
+            path: e.path,
+            source: e.source,
+        })?;
+        Self::open(&path)
     }
 
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {

@@ -122,6 +122,17 @@ async fn without_configured_keys_one_is_generated_into_the_data_dir_and_kept() {
     drop(d);
     let again = Daemon::start_with(dir.path(), &[]);
     assert_eq!(again.key, key, "the same key after a restart");
+    // Printed once, when generated: a restart names the file only, not the key.
+    assert!(
+        !again.banner.iter().any(|l| l.contains(&key)),
+        "{:?}",
+        again.banner
+    );
+    assert!(again
+        .banner
+        .iter()
+        .any(|l| l == &format!("api_key_file: {}", file.display())));
+    assert!(!again.banner.iter().any(|l| l.starts_with("api_key:")));
     // A configured key replaces the generated one and is not printed.
     drop(again);
     let configured = Daemon::start(dir.path());

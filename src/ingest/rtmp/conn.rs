@@ -17,6 +17,7 @@ use super::to_media::FlvToMedia;
 use super::vet::ChunkGuard;
 use super::RtmpConfig;
 use crate::live::{Protocol, Publisher, Registry};
+use crate::url_policy::redact;
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
 /// connections that only hold a slot).
@@ -146,7 +147,8 @@ struct State {
     close: bool,
 }
 
-/// A peer-chosen name for a log line: escaped, and cut so a peer cannot fill the log.
+/// A peer-chosen name for a log line: escaped, and cut so a peer cannot fill the log. Names
+/// that may hold a token (publish names) pass through [`redact`] first.
 fn shown(name: &str) -> String {
     const MAX_SHOWN: usize = 80;
     let escaped: String = name.escape_debug().take(MAX_SHOWN).collect();
@@ -185,7 +187,7 @@ async fn handle_event(
                 session.accept_request(request_id).map_err(session_err)
             } else {
                 state.close = true;
-                tracing::warn!(%peer, app = %shown(&app_name), "rtmp connect refused: unknown application");
+                tracing::warn!(%peer, app = %shown(&redact(&app_name)), "rtmp connect refused: unknown application");
                 session
                     .reject_request(
                         request_id,
@@ -225,7 +227,7 @@ async fn handle_event(
                     session.accept_request(request_id).map_err(session_err)
                 }
                 Err(reason) => {
-                    tracing::warn!(%peer, key = %shown(&stream_key), %reason, "rtmp publish refused");
+                    tracing::warn!(%peer, key = %shown(&redact(&stream_key)), %reason, "rtmp publish refused");
                     state.close = true;
                     session
                         .reject_request(request_id, "NetStream.Publish.BadName", &reason)
