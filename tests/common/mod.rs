@@ -67,7 +67,7 @@ impl Daemon {
 
     /// `env` overrides the harness defaults; a value of [`UNSET`] removes the variable.
     pub fn start_full(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Daemon {
-        Daemon::start_wrapped(dir, env, args, &[])
+        Daemon::spawn(dir, env, args, Stdio::inherit(), &[])
     }
 
     /// As [`Daemon::start_full`], run through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`).
@@ -75,6 +75,32 @@ impl Daemon {
         dir: &Path,
         env: &[(&str, &str)],
         args: &[&str],
+        wrapper: &[&str],
+    ) -> Daemon {
+        Daemon::spawn(dir, env, args, Stdio::inherit(), wrapper)
+    }
+
+    /// Like [`Daemon::start_with`], its log (stderr) appended to [`Daemon::log_file`] for the
+    /// test to read; `RUST_LOG` in `env` sets how much is logged.
+    pub fn start_logged(dir: &Path, env: &[(&str, &str)]) -> Daemon {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Daemon::log_file(dir))
+            .unwrap();
+        Daemon::spawn(dir, env, &[], Stdio::from(log), &[])
+    }
+
+    /// Where [`Daemon::start_logged`] writes the log of daemons started on `dir`.
+    pub fn log_file(dir: &Path) -> PathBuf {
+        dir.join("daemon.log")
+    }
+
+    fn spawn(
+        dir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        stderr: Stdio,
         wrapper: &[&str],
     ) -> Daemon {
         let bin = env!("CARGO_BIN_EXE_livepack");
@@ -110,7 +136,7 @@ impl Daemon {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         for (k, _) in env.iter().filter(|(_, v)| *v == UNSET) {
             cmd.env_remove(k);
         }

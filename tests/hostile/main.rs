@@ -13,6 +13,7 @@ mod exhaustion;
 mod host_header;
 mod http;
 mod rtmp;
+mod secrets;
 mod srt;
 
 use std::time::{Duration, Instant};
