@@ -74,6 +74,16 @@ async fn no_secret_reaches_the_log_and_the_data_dir_is_private() {
     let data = data_dir(dir.path());
     assert_eq!(mode(&data), 0o700, "fresh data dir");
     assert_eq!(mode(&data.join("livepack.db")), 0o600, "fresh database");
+    // The database's -wal and -shm (open now), the RTMPS key and certificate: all 0600.
+    let files: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(files.len() >= 4, "{files:?}");
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
 
     // RTMP: live, then refused as already live on RTMP, SRT and WHIP (its token in the query).
     let a = create(&d, json!({"name": "rtmp"})).await;
