@@ -37,7 +37,8 @@
 //! - `broadcast`: spectator counting for broadcasts' player pages (records in `db`, API in
 //!   `http::api::broadcasts`, page in `http::delivery::player`).
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
-//!   comparison of tokens and keys.
+//!   comparison of tokens and keys. `data_dir`: the data directory the owner's only (0700,
+//!   files 0600, looser ones tightened at start).
 //! - [`admission`]: who may connect — the file budget, per-listener and per-address caps,
 //!   trusted proxies.
 //! - [`daemon`]: wires them together (the GStreamer pipeline factory into `live`, stores into
