@@ -7,6 +7,7 @@
 //! implement it with sync clients without an async-trait layer.
 
 mod codec;
+mod pg_tls;
 pub mod postgres;
 pub mod sqlite;
 #[cfg(test)]
@@ -28,6 +29,8 @@ pub enum StoreError {
     Postgres(#[from] ::postgres::Error),
     #[error("invalid PostgreSQL URL: {0}")]
     BadUrl(String),
+    #[error("PostgreSQL TLS (sslmode, sslrootcert in database_url): {0}")]
+    Tls(#[from] pg_tls::PgTlsError),
     #[error("stored record {kind} {id} is corrupt: {reason}")]
     Corrupt {
         kind: &'static str,
@@ -65,10 +68,16 @@ fn postgres_detail(e: &::postgres::Error) -> String {
             db.code().code()
         );
     }
-    match std::error::Error::source(e) {
+    let text = match std::error::Error::source(e) {
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),
+    };
+    // "error performing TLS handshake: invalid peer certificate: UnknownIssuer" says what
+    // failed, not which settings decide it.
+    if text.contains("TLS") {
+        return format!("{text} (sslmode, sslrootcert in database_url)");
     }
+    text
 }
 
 /// Where the records live when not in SQLite: a PostgreSQL URL, checked when the configuration
@@ -86,8 +95,7 @@ impl DatabaseUrl {
 
     /// Hosts (or socket directories), ports and database: no user, password or parameters.
     pub fn redacted(&self) -> String {
-        use std::str::FromStr;
-        let Ok(c) = ::postgres::Config::from_str(&self.0) else {
+        let Ok((c, _)) = self::postgres::parse_url(&self.0) else {
             return "<invalid URL>".into();
         };
         let ports = c.get_ports();

@@ -18,14 +18,16 @@ use std::time::Duration;
 
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row, Transaction};
+use postgres::{Client, GenericClient, IsolationLevel, Row, Transaction};
 use time::OffsetDateTime;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::codec::{
     app_from_raw, broadcast_from_raw, client_key, doc_without, fold, from_json, from_ms, id_set,
     overlay_from_raw, stream_from_raw, to_json, to_ms, touched, video_from_raw, RawStream, Side,
     SideNames, APP_COLUMNS, BROADCAST_COLUMNS, OVERLAY_COLUMNS, STREAM_COLUMNS, VIDEO_COLUMNS,
 };
+use super::pg_tls::{self, TlsSettings};
 use super::{
     AppFilter, AppOrderKey, AppRow, AppSettings, BroadcastRow, BroadcastSettings, LeaseRow,
     LeaseState, LeaseTake, NodeBeat, NodeRow, OverlayRow, ProfileTemplate, SourceBucket,
@@ -208,15 +210,20 @@ pub fn check_url(url: &str) -> Result<(), String> {
     parse_url(url).map(|_| ())
 }
 
-fn parse_url(url: &str) -> Result<postgres::Config, String> {
+/// The client's configuration and what the URL asks of TLS (`sslmode`, `sslrootcert`: see
+/// [`super::pg_tls`]).
+pub(super) fn parse_url(url: &str) -> Result<(postgres::Config, TlsSettings), String> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
         return Err("expected a postgres:// or postgresql:// URL".into());
     }
-    postgres::Config::from_str(url).map_err(|e| match std::error::Error::source(&e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    })
+    let (url, tls) = pg_tls::split(url).map_err(|e| e.to_string())?;
+    let config =
+        postgres::Config::from_str(&url).map_err(|e| match std::error::Error::source(&e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        })?;
+    Ok((config, tls))
 }
 
 pub struct PostgresStore {
@@ -226,7 +233,17 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to the database at `url` and brings its schema up to date.
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
-        let mut config = parse_url(url).map_err(StoreError::BadUrl)?;
+        let (mut config, tls) = parse_url(url).map_err(StoreError::BadUrl)?;
+        // TLS is not spoken over a Unix socket (the server answers no): there, as in libpq,
+        // the mode is ignored.
+        let unix_only = config
+            .get_hosts()
+            .iter()
+            .all(|h| matches!(h, postgres::config::Host::Unix(_)));
+        if unix_only {
+            config.ssl_mode(postgres::config::SslMode::Prefer);
+        }
+        let tls = pg_tls::connector(&tls)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
@@ -248,10 +265,10 @@ impl PostgresStore {
             None => SESSION_OPTIONS.to_owned(),
         };
         config.options(&options);
-        let mut client = config.connect(NoTls)?;
+        let mut client = config.connect(tls.clone())?;
         migrate(&mut client)?;
         Ok(PostgresStore {
-            pool: Pool::new(config, client),
+            pool: Pool::new(config, tls, client),
         })
     }
 
@@ -343,6 +360,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
 /// A few connections, opened on demand, checked before reuse, dropped when broken.
 struct Pool {
     config: postgres::Config,
+    tls: MakeRustlsConnect,
     state: Mutex<PoolState>,
     /// Signalled when a connection comes back or a slot frees.
     returned: Condvar,
@@ -355,9 +373,10 @@ struct PoolState {
 }
 
 impl Pool {
-    fn new(config: postgres::Config, first: Client) -> Pool {
+    fn new(config: postgres::Config, tls: MakeRustlsConnect, first: Client) -> Pool {
         Pool {
             config,
+            tls,
             state: Mutex::new(PoolState {
                 idle: vec![first],
                 open: 1,
@@ -394,7 +413,7 @@ impl Pool {
             if state.open < POOL_SIZE {
                 state.open += 1;
                 drop(state);
-                return match self.config.connect(NoTls) {
+                return match self.config.connect(self.tls.clone()) {
                     Ok(client) => Ok(Conn {
                         pool: self,
                         client: Some(client),
@@ -1457,7 +1476,7 @@ mod tests {
     use crate::db::tests::postgres_database;
 
     fn admin(url: &str) -> Client {
-        Client::connect(url, NoTls).unwrap()
+        Client::connect(url, postgres::NoTls).unwrap()
     }
 
     #[test]

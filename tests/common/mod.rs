@@ -2,6 +2,7 @@
 //! with ephemeral ports and a temporary data dir, and talks to it over real HTTP.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod hls;
 pub mod metrics;
 pub mod pg;

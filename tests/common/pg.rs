@@ -58,6 +58,16 @@ impl PgServer {
 
     /// A server of its own, stopped and deleted when dropped.
     pub fn start() -> PgServer {
+        PgServer::start_with(None)
+    }
+
+    /// A server of its own that speaks TLS with this certificate chain and key (PEM) and refuses
+    /// unencrypted TCP connections (`hostssl` only in `pg_hba.conf`; the socket stays `trust`).
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> PgServer {
+        PgServer::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> PgServer {
         let bin = bin_dir();
         let user = server_user();
         let mut last_log = String::new();
@@ -86,6 +96,9 @@ impl PgServer {
                 "initdb failed: {}",
                 String::from_utf8_lossy(&initdb.stderr)
             );
+            if let Some((cert, key)) = tls {
+                configure_tls(&dir.join("data"), cert, key, user);
+            }
             let port = free_port();
             let mut watchdog = as_user(Command::new("/bin/sh"), user)
                 .current_dir(&dir)
@@ -190,6 +203,31 @@ impl Drop for PgServer {
         let _ = self.watchdog.kill();
         let _ = self.watchdog.wait();
     }
+}
+
+/// The server's certificate and key in its data directory (the key private to the server's
+/// user, or the server refuses it), TLS on, and TCP clients admitted only over TLS.
+fn configure_tls(data: &Path, cert: &str, key: &str, user: Option<(u32, u32)>) {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+        let path = data.join(name);
+        std::fs::write(&path, pem).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                .unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
+        }
+    }
+    let conf = data.join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf).expect("initdb wrote postgresql.conf");
+    text.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+    std::fs::write(&conf, text).expect("write postgresql.conf");
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    )
+    .expect("write pg_hba.conf");
 }
 
 /// Where `initdb`, `postgres`, `pg_isready` and `createdb` are: next to the `initdb` on PATH

@@ -7,6 +7,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod tls;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
