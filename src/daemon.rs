@@ -208,6 +208,31 @@ fn node_url(config: &Config, bound: SocketAddr) -> String {
     format!("http://{bound}")
 }
 
+/// What this node signs relayed requests with and checks others' with: `node_secret`; absent, a
+/// secret the first node generated into the shared store (every node reads the same one; the
+/// nodes already share the store's credentials, so it is no weaker than they are); on SQLite,
+/// with no other node to talk to, a random one per run.
+async fn node_auth(
+    config: &Config,
+    store: &Arc<dyn Store>,
+) -> Result<crate::cluster::node_auth::NodeAuth, DaemonError> {
+    use crate::cluster::node_auth::{NodeAuth, NodeSecret, STORE_KEY};
+    let secret = match (&config.node_secret, config.database_url.is_some()) {
+        (Some(secret), _) => secret.clone(),
+        (None, false) => NodeSecret::generate(),
+        (None, true) => {
+            let store = store.clone();
+            let candidate = NodeSecret::generate();
+            let shared = tokio::task::spawn_blocking(move || {
+                store.setting_or_insert(STORE_KEY, candidate.expose())
+            })
+            .await??;
+            NodeSecret::new(shared)
+        }
+    };
+    Ok(NodeAuth::new(secret))
+}
+
 /// Prunes source statistics past their retention, at start and then hourly.
 fn spawn_statistics_pruning(store: Arc<dyn crate::db::Store>, retention: Duration) {
     tokio::spawn(async move {
@@ -378,6 +403,7 @@ pub async fn start(
         .start(&registry)
         .await
         .map_err(DaemonError::Cluster)?;
+    let node_auth = node_auth(&config, &store).await?;
     let recordings = crate::record::manager::Recordings::new(
         store.clone(),
         crate::record::manager::RecordConfig {
@@ -413,7 +439,7 @@ pub async fn start(
         ),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
-        relay: crate::cluster::relay::Relay::new(cluster.clone(), store.clone()),
+        relay: crate::cluster::relay::Relay::new(cluster.clone(), store.clone(), node_auth),
         cluster: cluster.clone(),
         recordings: recordings.clone(),
         overlays: overlays.clone(),
@@ -584,6 +610,11 @@ async fn route(
     player: Arc<crate::http::delivery::player::Player>,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    // A request that claims to come from another node proves it before anything else.
+    let req = match api.relay.admit(req) {
+        Ok(req) => req,
+        Err(e) => return crate::cluster::relay::refused(&e),
+    };
     let path = req.uri().path();
     let public = |body: Response<Body>| {
         if matches!(*req.method(), Method::GET | Method::HEAD) {

@@ -7,6 +7,7 @@
 //! ([`crate::db::Store::take_lease`]); a node is alive while its heartbeat is younger than
 //! `node_dead_secs` by the store's clock. No consensus of our own.
 
+pub mod node_auth;
 pub mod relay;
 
 use std::collections::HashSet;

@@ -2,10 +2,13 @@
 //! path and query, the request headers that matter, and its answer streamed back as it comes —
 //! a blocking playlist reload waits there, the growing LL-DASH segment arrives chunk by chunk.
 //! One URL then works on every node, behind any load balancer.
+//!
+//! The relaying node vouches for the request ([`super::node_auth`]): the user's credentials stay
+//! with the node they were given to, and the serving node accepts the signature instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
@@ -13,15 +16,13 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
+use super::node_auth::{NodeAuth, NodeAuthError, Relayed};
 use super::{lock, Cluster};
 use crate::db::Store;
 use crate::http::listener::Body;
 use crate::url_policy;
 use crate::url_policy::client::{self, OutboundClient};
 
-/// Marks a relayed request (with the relaying node's id): the node it reaches answers it
-/// itself, so two nodes that disagree on an owner for a moment never pass a request around.
-pub const RELAYED_BY: &str = "x-livepack-relayed-by";
 /// How long a stream's serving node is remembered: players ask for a part every half second,
 /// and a lease moves only when a node dies or a publisher moves.
 const OWNER_TTL: Duration = Duration::from_secs(1);
@@ -34,14 +35,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// nginx's `proxy_read_timeout` in deploy/nginx-livepack.conf is the same.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request headers passed on: ranges, revalidation, content negotiation, and for the control
-/// API its credentials and body type.
-const PASSED_ON: [HeaderName; 7] = [
+/// API its body type. Never `Authorization`: the user's key stays with the node it was given
+/// to; the signature stands for it.
+const PASSED_ON: [HeaderName; 6] = [
     header::RANGE,
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
     header::ACCEPT,
     header::ORIGIN,
-    header::AUTHORIZATION,
     header::CONTENT_TYPE,
 ];
 /// A relayed request body (control API writes) is read whole first, up to the API's own limit.
@@ -59,12 +60,13 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 pub struct Relay {
     cluster: Arc<Cluster>,
     store: Arc<dyn Store>,
+    auth: NodeAuth,
     client: OutboundClient,
     owners: Mutex<HashMap<i64, (Instant, Option<String>)>>,
 }
 
 impl Relay {
-    pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>) -> Arc<Relay> {
+    pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>, auth: NodeAuth) -> Arc<Relay> {
         let client = client::build(client::Outbound::relay(), |b| {
             b.connect_timeout(CONNECT_TIMEOUT)
                 .read_timeout(READ_TIMEOUT)
@@ -73,15 +75,42 @@ impl Relay {
         Arc::new(Relay {
             cluster,
             store,
+            auth,
             client,
             owners: Mutex::new(HashMap::new()),
         })
     }
 
+    /// A request that claims to come from another node: accepted (marked [`Relayed`] in its
+    /// extensions, which the API takes for authentication) when its signature holds, else why
+    /// not (answered with [`refused`]). Any other request passes unchanged.
+    pub fn admit(&self, mut req: Request<Incoming>) -> Result<Request<Incoming>, NodeAuthError> {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let verdict = self.auth.verify(
+            req.method().as_str(),
+            path,
+            req.headers(),
+            SystemTime::now(),
+            Instant::now(),
+        );
+        match verdict {
+            None => Ok(req),
+            Some(Ok(relayed)) => {
+                req.extensions_mut().insert(relayed);
+                Ok(req)
+            }
+            Some(Err(e)) => {
+                tracing::warn!(path = %req.uri().path(), error = %e, "relayed request refused");
+                Err(e)
+            }
+        }
+    }
+
     /// Where a request for stream `id` goes: `None` to answer it here (this node serves the
-    /// stream, nobody does, or the request was relayed already), else the serving node's URL.
+    /// stream, nobody does, or the request was relayed already: two nodes that disagree on an
+    /// owner for a moment never pass a request around), else the serving node's URL.
     pub async fn stream_owner(&self, id: i64, req: &Request<Incoming>) -> Option<String> {
-        if req.headers().contains_key(RELAYED_BY) || self.cluster.holds(id) || id <= 0 {
+        if is_relayed(req) || self.cluster.holds(id) || id <= 0 {
             return None;
         }
         // Reads may use a second-old answer; a change (PATCH, DELETE, a recording's start) looks
@@ -112,7 +141,7 @@ impl Relay {
     /// Where a request for a video recorded on `node` goes: `None` to answer it here.
     pub async fn node_url(&self, node: Option<&str>, req: &Request<Incoming>) -> Option<String> {
         let node = node?;
-        if req.headers().contains_key(RELAYED_BY) || node == self.cluster.node_id() {
+        if is_relayed(req) || node == self.cluster.node_id() {
             return None;
         }
         let store = self.store.clone();
@@ -145,8 +174,8 @@ impl Relay {
         };
         // The query may hold a token (WHIP's `?token=`): logs show the URL redacted.
         let shown = url_policy::redact(url.as_str());
-        let mut outbound = match self.client.request(method, &url) {
-            Ok(r) => r.header(RELAYED_BY, self.cluster.node_id()),
+        let mut outbound = match self.client.request(method.clone(), &url) {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!(url = %shown, error = %e, "the node serving this is not a URL the relay may call");
                 return unreachable_node(&e.to_string());
@@ -164,6 +193,17 @@ impl Relay {
             Ok(b) => b.to_bytes(),
             Err(_) => return too_large(),
         };
+        // Signed once the body is known (its digest is in the signature).
+        let signed = self.auth.sign(
+            method.as_str(),
+            &path,
+            self.cluster.node_id(),
+            &body,
+            SystemTime::now(),
+        );
+        for (name, value) in signed {
+            outbound = outbound.header(name, value);
+        }
         if !body.is_empty() {
             outbound = outbound.body(body);
         }
@@ -200,6 +240,25 @@ impl Relay {
                 unreachable_node("the serving node's answer could not be passed on")
             })
     }
+}
+
+/// Whether `req` came from another node (its signature checked by [`Relay::admit`]).
+pub fn is_relayed<B>(req: &Request<B>) -> bool {
+    req.extensions().get::<Relayed>().is_some()
+}
+
+/// The answer to a request [`Relay::admit`] refused: `401`, or `503` while too many changes are
+/// remembered against replay.
+pub fn refused(e: &NodeAuthError) -> Response<Body> {
+    let status = match e {
+        NodeAuthError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::UNAUTHORIZED,
+    };
+    crate::http::api::error_response(&crate::http::api::ApiError::new(
+        status,
+        "unauthorized",
+        e.to_string(),
+    ))
 }
 
 fn too_large() -> Response<Body> {

@@ -180,6 +180,21 @@ pub(super) fn ingest_regions(
 }
 
 /// A node id names the node in the store and in logs: 1–64 of `A–Z a–z 0–9 . _ -`.
+/// A secret every node must share; short ones are guessable. Blank counts as absent. Never
+/// echoed in the error.
+pub(super) fn node_secret(key: &'static str, v: String) -> Result<String, ConfigError> {
+    let min = crate::cluster::node_auth::MIN_SECRET_LEN;
+    let v = v.trim().to_owned();
+    if !v.is_empty() && v.len() < min {
+        return Err(invalid(
+            key,
+            "<hidden>",
+            format!("must be at least {min} characters (e.g. `openssl rand -hex 32`)"),
+        ));
+    }
+    Ok(v)
+}
+
 pub(super) fn node_id(v: Option<&str>) -> Result<Option<String>, ConfigError> {
     let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(None);

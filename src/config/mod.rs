@@ -95,6 +95,8 @@ settings! {
     node_id: String;
     /// Where the other nodes reach this one; absent: from the bound HTTP address.
     node_url: String;
+    /// What the nodes sign relayed requests with; absent: one generated into the shared store.
+    node_secret: String, http::node_secret;
     /// A node silent this long is dead: its streams go off air and may be taken over.
     node_dead_secs: u64 = crate::cluster::DEFAULT_DEAD_AFTER.as_secs(), 2..=300;
     quality_sets_file: PathBuf;
@@ -206,6 +208,8 @@ pub struct Config {
     pub node_id: Option<String>,
     /// `None`: derived from the bound HTTP address.
     pub node_url: Option<Url>,
+    /// `None`: generated into the PostgreSQL store (shared by the nodes), or per run on SQLite.
+    pub node_secret: Option<crate::cluster::node_auth::NodeSecret>,
     pub node_dead_after: Duration,
     pub quality_sets_file: Option<PathBuf>,
     pub profile_templates_file: Option<PathBuf>,
@@ -261,6 +265,11 @@ impl Config {
             public_url: http::public_url(s.public_url.as_deref())?,
             node_id: http::node_id(s.node_id.as_deref())?,
             node_url: http::base_url("node_url", s.node_url.as_deref())?,
+            node_secret: s
+                .node_secret
+                .clone()
+                .filter(|v| !v.is_empty())
+                .map(crate::cluster::node_auth::NodeSecret::new),
             node_dead_after: Duration::from_secs(s.node_dead_secs),
             packaging: packaging::config(&s)?,
             rtmp: ingest::rtmp(&s),
@@ -509,6 +518,25 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn node_secret_is_long_enough_and_never_echoed() {
+        assert!(Config::from_layer(Layer::default())
+            .unwrap()
+            .node_secret
+            .is_none());
+        let layer = Layer::from_env(env(&[("LIVEPACK_NODE_SECRET", "tooshort-hunter2")])).unwrap();
+        let err = Config::from_layer(layer).unwrap_err().to_string();
+        assert!(
+            err.contains("node_secret") && !err.contains("hunter2"),
+            "{err}"
+        );
+        let good = "0123456789abcdef".repeat(2);
+        let layer = Layer::from_env(env(&[("LIVEPACK_NODE_SECRET", &good)])).unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.node_secret.as_ref().map(|s| s.expose()), Some(&*good));
+        assert!(!format!("{c:?}").contains(&good));
     }
 
     #[test]

@@ -729,6 +729,9 @@ pub trait Store: Send + Sync + 'static {
     /// Small named settings (the default quality set, one-time seeding marks).
     fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
     fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// `key`'s value, storing `value` first when it has none. Atomic: of callers racing with
+    /// different values, all get the one stored first (a secret the nodes generate and share).
+    fn setting_or_insert(&self, key: &str, value: &str) -> Result<String, StoreError>;
 
     // The cluster: nodes and leases (one per live stream, held by the node serving it).
     /// Records `node`'s heartbeat (registering it), writes `leases`' state where `node` still

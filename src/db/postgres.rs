@@ -1330,6 +1330,19 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    fn setting_or_insert(&self, key: &str, value: &str) -> Result<String, StoreError> {
+        let mut conn = self.pool.get()?;
+        // A concurrent insert of the same key makes this one wait for it to commit, then skip;
+        // the read after it (a new statement, a new snapshot) sees the winner's value.
+        conn.execute(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            &[&key, &value],
+        )?;
+        Ok(conn
+            .query_one("SELECT value FROM settings WHERE key = $1", &[&key])?
+            .try_get(0)?)
+    }
+
     fn heartbeat(
         &self,
         node: &NodeBeat<'_>,

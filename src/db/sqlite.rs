@@ -1077,6 +1077,20 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn setting_or_insert(&self, key: &str, value: &str) -> Result<String, StoreError> {
+        // One connection, one writer: the insert and the read cannot interleave with another.
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO NOTHING",
+            params![key, value],
+        )?;
+        Ok(
+            conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })?,
+        )
+    }
+
     fn heartbeat(
         &self,
         node: &NodeBeat<'_>,

@@ -102,6 +102,7 @@ on_both_backends!(
     concurrent_updates_of_different_fields_all_land,
     a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles,
     one_of_nodes_taking_a_lease_at_once_wins,
+    a_setting_inserted_by_several_at_once_has_one_value,
 );
 
 fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
@@ -1053,4 +1054,29 @@ fn one_of_nodes_taking_a_lease_at_once_wins(store: &Backend) {
         });
         assert_eq!(won.load(Ordering::SeqCst), 1, "round {round}");
     }
+}
+
+fn a_setting_inserted_by_several_at_once_has_one_value(store: &Backend) {
+    let store: &dyn Store = &**store;
+    for round in 0..5 {
+        let key = format!("shared{round}");
+        let barrier = std::sync::Barrier::new(4);
+        let got: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    let (barrier, key) = (&barrier, &key);
+                    s.spawn(move || {
+                        barrier.wait();
+                        store.setting_or_insert(key, &format!("v{i}")).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got.iter().all(|v| *v == got[0]), "round {round}: {got:?}");
+        assert_eq!(store.get_setting(&key).unwrap(), Some(got[0].clone()));
+    }
+    // A stored value is kept.
+    store.set_setting("kept", "old").unwrap();
+    assert_eq!(store.setting_or_insert("kept", "new").unwrap(), "old");
 }
