@@ -7,6 +7,7 @@
 //! ([`crate::db::Store::take_lease`]); a node is alive while its heartbeat is younger than
 //! `node_dead_secs` by the store's clock. No consensus of our own.
 
+pub mod lookup;
 pub mod node_auth;
 pub mod relay;
 
@@ -59,11 +60,14 @@ pub struct Cluster {
     /// Other live nodes shared the store at the last heartbeat that landed: only they could
     /// take this node's streams.
     peers: AtomicBool,
+    /// What requests ask the store about streams, answered at most a second old.
+    lookups: lookup::Lookups,
 }
 
 impl Cluster {
     pub fn new(config: ClusterConfig, store: Arc<dyn Store>) -> Arc<Cluster> {
         Arc::new(Cluster {
+            lookups: lookup::Lookups::new(store.clone(), config.dead_after),
             config,
             store,
             started_at: OffsetDateTime::now_utc(),
@@ -82,6 +86,10 @@ impl Cluster {
 
     pub fn dead_after(&self) -> Duration {
         self.config.dead_after
+    }
+
+    pub fn lookups(&self) -> &lookup::Lookups {
+        &self.lookups
     }
 
     /// Whether this node serves `id` (holds its lease).
@@ -206,7 +214,7 @@ impl Cluster {
             self.started_at,
         );
         let (shared, dead_after) = (self.config.shared_store, self.config.dead_after);
-        let (in_store, peers) = tokio::task::spawn_blocking(move || {
+        let (in_store, peers) = own_thread(move || {
             let in_store = store.heartbeat(
                 &NodeBeat {
                     id: &id,
@@ -222,8 +230,7 @@ impl Cluster {
                 });
             Ok::<_, crate::db::StoreError>((in_store, peers))
         })
-        .await
-        .map_err(|_| ClusterError::Panicked)??;
+        .await??;
         *lock(&self.last_beat) = Some(sent);
         self.peers.store(peers, Ordering::Release);
         let in_store: HashSet<i64> = in_store.into_iter().collect();
@@ -406,6 +413,23 @@ pub fn decode_status(json: &str) -> LiveStatus {
 
 fn encode_status(status: &LiveStatus) -> String {
     serde_json::to_string(status).unwrap_or_else(|_| "{}".into())
+}
+
+/// Runs a heartbeat's store calls on a thread of its own, not the blocking pool: a flood of
+/// requests can fill that pool with calls waiting for a store connection, and a heartbeat
+/// queued behind them would let the node fence itself. (The store gives heartbeats their own
+/// connections too.) One short-lived thread every `dead_after / 5`.
+async fn own_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ClusterError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("livepack-beat".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|_| ClusterError::Panicked)?;
+    rx.await.map_err(|_| ClusterError::Panicked)
 }
 
 /// The host name (`node_id`'s default).

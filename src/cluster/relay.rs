@@ -6,8 +6,7 @@
 //! The relaying node vouches for the request ([`super::node_auth`]): the user's credentials stay
 //! with the node they were given to, and the serving node accepts the signature instead.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -17,15 +16,12 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::node_auth::{NodeAuth, NodeAuthError, Relayed};
-use super::{lock, Cluster};
-use crate::db::Store;
+use super::Cluster;
+use crate::db::{LeaseRow, Store};
 use crate::http::listener::Body;
 use crate::url_policy;
 use crate::url_policy::client::{self, OutboundClient};
 
-/// How long a stream's serving node is remembered: players ask for a part every half second,
-/// and a lease moves only when a node dies or a publisher moves.
-const OWNER_TTL: Duration = Duration::from_secs(1);
 /// The serving node's address must answer this fast; its answer may take as long as a
 /// blocking reload does (no overall limit).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -62,7 +58,6 @@ pub struct Relay {
     store: Arc<dyn Store>,
     auth: NodeAuth,
     client: OutboundClient,
-    owners: Mutex<HashMap<i64, (Instant, Option<String>)>>,
 }
 
 impl Relay {
@@ -77,7 +72,6 @@ impl Relay {
             store,
             auth,
             client,
-            owners: Mutex::new(HashMap::new()),
         })
     }
 
@@ -113,14 +107,20 @@ impl Relay {
         if is_relayed(req) || self.cluster.holds(id) || id <= 0 {
             return None;
         }
-        // Reads may use a second-old answer; a change (PATCH, DELETE, a recording's start) looks
-        // the serving node up afresh, or its live effect could land on a node that just lost
-        // or has not yet seen the stream.
+        // Reads (media, the API's GETs: anyone may send them, for any id) use the cluster's
+        // second-old snapshot of every live lease; a change (PATCH, DELETE, a recording's
+        // start: authenticated) looks the serving node up afresh, or its live effect could land
+        // on a node that just lost or has not yet seen the stream.
         let read = matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD);
-        if let Some((at, owner)) = lock(&self.owners).get(&id) {
-            if read && at.elapsed() < OWNER_TTL {
-                return owner.clone();
-            }
+        let elsewhere = |l: &LeaseRow| {
+            l.stream_id == id && l.node_id != self.cluster.node_id() && !l.node_url.is_empty()
+        };
+        if read {
+            let leases = self.cluster.lookups().live_leases().await.ok()?;
+            return leases
+                .iter()
+                .find(|l| elsewhere(l))
+                .map(|l| l.node_url.clone());
         }
         let store = self.store.clone();
         let dead_after = self.cluster.dead_after();
@@ -128,14 +128,7 @@ impl Relay {
             .await
             .ok()?
             .ok()?;
-        let owner = leases
-            .into_iter()
-            .find(|l| l.node_id != self.cluster.node_id() && !l.node_url.is_empty())
-            .map(|l| l.node_url);
-        let mut owners = lock(&self.owners);
-        owners.retain(|_, (at, _)| at.elapsed() < OWNER_TTL);
-        owners.insert(id, (Instant::now(), owner.clone()));
-        owner
+        leases.into_iter().find(elsewhere).map(|l| l.node_url)
     }
 
     /// Where a request for a video recorded on `node` goes: `None` to answer it here.

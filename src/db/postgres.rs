@@ -168,6 +168,10 @@ const WRITE_LOCK: i64 = MIGRATION_LOCK + 1;
 /// Connections per store: enough that API calls, the recorder and the statistics sampler do
 /// not queue behind one another, few enough for many daemons on one server's default 100.
 const POOL_SIZE: usize = 4;
+/// Connections of the cluster's own pool (heartbeats, leases, the node list), apart from
+/// [`POOL_SIZE`]: however many requests wait for a connection there, a heartbeat never queues
+/// behind them, or a flood of requests could silence a node until it fences itself.
+const CLUSTER_POOL_SIZE: usize = 2;
 /// A pooled connection is checked with a round trip before use; a dead one is replaced.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// When the URL sets none: an unreachable server fails the start instead of hanging.
@@ -228,6 +232,8 @@ pub(super) fn parse_url(url: &str) -> Result<(postgres::Config, TlsSettings), St
 
 pub struct PostgresStore {
     pool: Pool,
+    /// Heartbeats, leases and the node list only ([`CLUSTER_POOL_SIZE`]).
+    cluster: Pool,
 }
 
 impl PostgresStore {
@@ -268,7 +274,8 @@ impl PostgresStore {
         let mut client = config.connect(tls.clone())?;
         migrate(&mut client)?;
         Ok(PostgresStore {
-            pool: Pool::new(config, tls, client),
+            cluster: Pool::new(config.clone(), tls.clone(), None, CLUSTER_POOL_SIZE),
+            pool: Pool::new(config, tls, Some(client), POOL_SIZE),
         })
     }
 
@@ -361,6 +368,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
 struct Pool {
     config: postgres::Config,
     tls: MakeRustlsConnect,
+    size: usize,
     state: Mutex<PoolState>,
     /// Signalled when a connection comes back or a slot frees.
     returned: Condvar,
@@ -373,13 +381,19 @@ struct PoolState {
 }
 
 impl Pool {
-    fn new(config: postgres::Config, tls: MakeRustlsConnect, first: Client) -> Pool {
+    fn new(
+        config: postgres::Config,
+        tls: MakeRustlsConnect,
+        first: Option<Client>,
+        size: usize,
+    ) -> Pool {
         Pool {
             config,
             tls,
+            size,
             state: Mutex::new(PoolState {
-                idle: vec![first],
-                open: 1,
+                open: first.iter().len(),
+                idle: first.into_iter().collect(),
             }),
             returned: Condvar::new(),
         }
@@ -390,7 +404,7 @@ impl Pool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A live connection: an idle one that answers, a new one while under [`POOL_SIZE`], or
+    /// A live connection: an idle one that answers, a new one while under its size, or
     /// the next one returned.
     fn get(&self) -> Result<Conn<'_>, StoreError> {
         let mut state = self.lock();
@@ -410,7 +424,7 @@ impl Pool {
                 state.open -= 1;
                 continue;
             }
-            if state.open < POOL_SIZE {
+            if state.open < self.size {
                 state.open += 1;
                 drop(state);
                 return match self.config.connect(self.tls.clone()) {
@@ -1348,7 +1362,7 @@ impl Store for PostgresStore {
         node: &NodeBeat<'_>,
         leases: &[LeaseState],
     ) -> Result<Vec<i64>, StoreError> {
-        let mut conn = self.pool.get()?;
+        let mut conn = self.cluster.get()?;
         let mut tx = conn.transaction()?;
         tx.execute(
             &format!(
@@ -1382,7 +1396,7 @@ impl Store for PostgresStore {
         node: &str,
         take: LeaseTake,
     ) -> Result<Result<(), LeaseRow>, StoreError> {
-        let mut conn = self.pool.get()?;
+        let mut conn = self.cluster.get()?;
         // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking one
         // lease at once, one wins.
         let take_sql = format!(
@@ -1427,7 +1441,7 @@ impl Store for PostgresStore {
     }
 
     fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
-        Ok(self.pool.get()?.execute(
+        Ok(self.cluster.get()?.execute(
             "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
             &[&stream_id, &node],
         )? == 1)
@@ -1453,7 +1467,7 @@ impl Store for PostgresStore {
     }
 
     fn node_left(&self, node: &str) -> Result<(), StoreError> {
-        let mut conn = self.pool.get()?;
+        let mut conn = self.cluster.get()?;
         let mut tx = conn.transaction()?;
         tx.execute("DELETE FROM leases WHERE node_id = $1", &[&node])?;
         tx.execute("UPDATE nodes SET heartbeat_ms = 0 WHERE id = $1", &[&node])?;
@@ -1462,7 +1476,7 @@ impl Store for PostgresStore {
     }
 
     fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
-        self.pool
+        self.cluster
             .get()?
             .query(
                 &format!(

@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod flood;
 #[path = "../common/media.rs"]
 mod media;
 mod node_auth;

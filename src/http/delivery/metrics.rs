@@ -199,7 +199,9 @@ pub fn scrape(registry: &Registry) -> String {
     let tasks = tokio::runtime::Handle::try_current()
         .ok()
         .map(|h| h.metrics().num_alive_tasks());
-    render(&registry.metrics(), ProcessStats::read(), tasks)
+    let mut text = render(&registry.metrics(), ProcessStats::read(), tasks);
+    text.push_str(&crate::cluster::lookup::metrics());
+    text
 }
 
 #[cfg(test)]

@@ -159,19 +159,16 @@ impl Player {
         let Some((id, status)) = parse(path, "status.json") else {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
-        let store = self.store.clone();
-        let dead_after = self.cluster.dead_after();
-        let found = tokio::task::spawn_blocking(move || {
-            Ok::<_, crate::db::StoreError>((
-                store.get_stream(id)?,
-                store.live_leases(Some(id), dead_after)?,
-            ))
-        })
-        .await;
-        let (row, leases) = match found {
-            Ok(Ok((Some(row), leases))) => (row, leases),
-            Ok(Ok((None, _))) => return text(StatusCode::NOT_FOUND, "no such stream\n"),
-            _ => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        // Anyone may ask, for any id: second-old answers (positive and negative), so a flood
+        // of them costs the store little (`cluster::lookup`).
+        let lookups = self.cluster.lookups();
+        let row = match lookups.stream(id).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return text(StatusCode::NOT_FOUND, "no such stream\n"),
+            Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        };
+        let Ok(leases) = lookups.live_leases().await else {
+            return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n");
         };
         let live = self.cluster.status(&self.registry, id, &leases).live;
         if status {
