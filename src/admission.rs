@@ -66,7 +66,7 @@ pub fn file_budget(limit: u64) -> Arc<Semaphore> {
 }
 
 /// Addresses of proxies and CDN edges in front of the daemon: many viewers arrive from each, so
-/// the per-address caps do not apply to them, and only their `X-Forwarded-*` headers are read.
+/// the per-address caps do not apply to them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies(Vec<IpNet>);
 

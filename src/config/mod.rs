@@ -111,8 +111,7 @@ settings! {
     http_max_connections_per_ip: usize = DEFAULT_HTTP_MAX_CONNECTIONS_PER_IP, 1..=1_000_000;
     http_body_timeout_secs: u64 = DEFAULT_HTTP_BODY_TIMEOUT_SECS, 1..=600;
     http_stall_timeout_secs: u64 = DEFAULT_HTTP_STALL_TIMEOUT_SECS, 1..=600;
-    /// Proxies and CDN edges in front (addresses or CIDR networks): not capped per address,
-    /// and the only senders whose `X-Forwarded-*` headers are read.
+    /// Proxies and CDN edges in front (addresses or CIDR networks): not capped per address.
     trusted_proxies: Vec<String> = Vec::new();
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
     rtmps_cert_file: PathBuf;
