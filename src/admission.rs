@@ -286,6 +286,51 @@ impl RefusalLog {
     }
 }
 
+/// Each listener's admission gate; the TCP ones share the process's file budget.
+pub struct Gates {
+    pub http: Admission,
+    pub rtmp: Admission,
+    pub rtmps: Admission,
+    pub srt: Admission,
+    pub ice_tcp: Admission,
+}
+
+impl Gates {
+    /// Raises the file limit (once per process is enough; again is harmless) and builds the
+    /// gates from the configuration.
+    pub fn new(config: &crate::config::Config) -> Gates {
+        let files = file_budget(raise_file_limit());
+        let trusted = Arc::new(config.trusted_proxies.clone());
+        let tcp = |name, max, per_ip| {
+            Admission::new(name, max, per_ip, Some(files.clone()), trusted.clone())
+        };
+        let (rtmp, whip) = (&config.rtmp, &config.whip);
+        Gates {
+            http: tcp(
+                "http",
+                config.http_max_connections,
+                config.http_max_connections_per_ip,
+            ),
+            rtmp: tcp("rtmp", rtmp.max_connections, rtmp.max_connections_per_ip),
+            rtmps: tcp("rtmps", rtmp.max_connections, rtmp.max_connections_per_ip),
+            // Callers share one UDP socket: no descriptor each.
+            srt: Admission::new(
+                "srt",
+                config.srt.max_connections,
+                config.srt.max_connections_per_ip,
+                None,
+                trusted.clone(),
+            ),
+            // A session's candidate pairs may each open one.
+            ice_tcp: tcp(
+                "ice-tcp",
+                whip.max_sessions.saturating_mul(4),
+                whip.tcp_max_connections_per_ip,
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,18 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
+use hyper::Request;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use url::Url;
 
-use crate::admission::{self, Admission};
+use crate::admission::Gates;
 use crate::config::Config;
 use crate::db::{Store, StoreError};
-use crate::http::api::{self, Api, ApiError, ApiKeys, Endpoints};
-use crate::http::delivery;
-use crate::http::listener::{self, json_response, Body, HttpLimits};
+use crate::http::api::{self, Api, ApiKeys, Endpoints};
+use crate::http::listener::{self, HttpLimits};
 use crate::ingest::rtmp::listener as rtmp;
 use crate::ingest::srt;
 use crate::live::{LiveConfig, Registry};
@@ -474,7 +472,7 @@ pub async fn start(
         let whip = whip.clone();
         move |req: Request<Incoming>, _peer: SocketAddr| {
             let (api, whip, player) = (api.clone(), whip.clone(), player.clone());
-            async move { route(api, whip, player, req).await }
+            async move { crate::http::router::route(api, whip, player, req).await }
         }
     };
     tokio::spawn(rtmp::serve(
@@ -535,134 +533,4 @@ pub async fn start(
         srt,
         store,
     })
-}
-
-/// Each listener's admission gate; the TCP ones share the process's file budget.
-struct Gates {
-    http: Admission,
-    rtmp: Admission,
-    rtmps: Admission,
-    srt: Admission,
-    ice_tcp: Admission,
-}
-
-impl Gates {
-    fn new(config: &Config) -> Gates {
-        let files = admission::file_budget(admission::raise_file_limit());
-        let trusted = Arc::new(config.trusted_proxies.clone());
-        let tcp = |name, max, per_ip| {
-            Admission::new(name, max, per_ip, Some(files.clone()), trusted.clone())
-        };
-        let (rtmp, whip) = (&config.rtmp, &config.whip);
-        Gates {
-            http: tcp(
-                "http",
-                config.http_max_connections,
-                config.http_max_connections_per_ip,
-            ),
-            rtmp: tcp("rtmp", rtmp.max_connections, rtmp.max_connections_per_ip),
-            rtmps: tcp("rtmps", rtmp.max_connections, rtmp.max_connections_per_ip),
-            // Callers share one UDP socket: no descriptor each.
-            srt: Admission::new(
-                "srt",
-                config.srt.max_connections,
-                config.srt.max_connections_per_ip,
-                None,
-                trusted.clone(),
-            ),
-            // A session's candidate pairs may each open one.
-            ice_tcp: tcp(
-                "ice-tcp",
-                whip.max_sessions.saturating_mul(4),
-                whip.tcp_max_connections_per_ip,
-            ),
-        }
-    }
-}
-
-/// `req`, about stream `id`, answered by the node serving that stream when it is another one
-/// (the serving node is looked up only with an `id`), else by `here`.
-async fn here_or_serving_node<F, Fut>(
-    api: &Api,
-    id: Option<i64>,
-    req: Request<Incoming>,
-    here: F,
-) -> Response<Body>
-where
-    F: FnOnce(Request<Incoming>) -> Fut,
-    Fut: std::future::Future<Output = Response<Body>>,
-{
-    let owner = match id {
-        Some(id) => api.relay.stream_owner(id, &req).await,
-        None => None,
-    };
-    match owner {
-        Some(node) => api.relay.forward(req, &node).await,
-        None => here(req).await,
-    }
-}
-
-/// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
-/// key.
-async fn route(
-    api: Arc<Api>,
-    whip: Arc<crate::ingest::whip::Whip>,
-    player: Arc<crate::http::delivery::player::Player>,
-    req: Request<Incoming>,
-) -> Response<Body> {
-    // A request that claims to come from another node proves it before anything else.
-    let req = match api.relay.admit(req) {
-        Ok(req) => req,
-        Err(e) => return crate::cluster::relay::refused(&e),
-    };
-    let path = req.uri().path();
-    let public = |body: Response<Body>| {
-        if matches!(*req.method(), Method::GET | Method::HEAD) {
-            return body;
-        }
-        let mut refused = api::error_response(&ApiError::method_not_allowed());
-        refused.headers_mut().insert(
-            hyper::header::ALLOW,
-            hyper::header::HeaderValue::from_static("GET, HEAD"),
-        );
-        refused
-    };
-    match path {
-        "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        "/time" => public(delivery::time_response()),
-        "/openapi.json" => public(
-            Response::builder()
-                .header(hyper::header::CONTENT_TYPE, "application/json")
-                .body(listener::full(api::OPENAPI_JSON))
-                .expect("static response is valid"),
-        ),
-        "/metrics" if !api.keys.allows(req.headers()) => {
-            api::error_response(&ApiError::unauthorized())
-        }
-        "/metrics" => public(
-            Response::builder()
-                .header(hyper::header::CONTENT_TYPE, delivery::metrics::CONTENT_TYPE)
-                .header(hyper::header::CACHE_CONTROL, "no-store")
-                .body(listener::full(delivery::metrics::scrape(&api.registry)))
-                .expect("static response is valid"),
-        ),
-        p if api::owns(p) => api.handle(req).await,
-        p if delivery::owns(p) => {
-            let id = delivery::parse_path(p).map(|(id, _)| id);
-            here_or_serving_node(&api, id, req, |req| {
-                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req)
-            })
-            .await
-        }
-        p if delivery::videos::owns(p) => {
-            delivery::videos::handle(api.store.clone(), api.recordings.root(), &api.relay, req)
-                .await
-        }
-        p if crate::ingest::whip::owns(p) => {
-            let id = whip.session_elsewhere(p);
-            here_or_serving_node(&api, id, req, |req| whip.handle(req)).await
-        }
-        p if delivery::player::owns(p) => player.handle(req).await,
-        _ => api::error_response(&ApiError::not_found("resource")),
-    }
 }

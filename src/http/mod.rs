@@ -6,3 +6,4 @@ pub mod body;
 pub mod delivery;
 pub(crate) mod listener;
 pub(crate) mod peer_io;
+pub(crate) mod router;

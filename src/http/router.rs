@@ -1,0 +1,100 @@
+//! Top-level HTTP routing: which part of the daemon answers a request (health, the clock,
+//! OpenAPI, metrics, the control API, media delivery, videos, WHIP, the player pages), and the
+//! hand-off of a request about a stream to the node serving it.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
+
+use crate::http::api::{self, Api, ApiError};
+use crate::http::delivery;
+use crate::http::listener::{self, json_response, Body};
+
+/// `req`, about stream `id`, answered by the node serving that stream when it is another one
+/// (the serving node is looked up only with an `id`), else by `here`.
+async fn here_or_serving_node<F, Fut>(
+    api: &Api,
+    id: Option<i64>,
+    req: Request<Incoming>,
+    here: F,
+) -> Response<Body>
+where
+    F: FnOnce(Request<Incoming>) -> Fut,
+    Fut: std::future::Future<Output = Response<Body>>,
+{
+    let owner = match id {
+        Some(id) => api.relay.stream_owner(id, &req).await,
+        None => None,
+    };
+    match owner {
+        Some(node) => api.relay.forward(req, &node).await,
+        None => here(req).await,
+    }
+}
+
+/// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
+/// key.
+pub async fn route(
+    api: Arc<Api>,
+    whip: Arc<crate::ingest::whip::Whip>,
+    player: Arc<crate::http::delivery::player::Player>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    // A request that claims to come from another node proves it before anything else.
+    let req = match api.relay.admit(req) {
+        Ok(req) => req,
+        Err(e) => return crate::cluster::relay::refused(&e),
+    };
+    let path = req.uri().path();
+    let public = |body: Response<Body>| {
+        if matches!(*req.method(), Method::GET | Method::HEAD) {
+            return body;
+        }
+        let mut refused = api::error_response(&ApiError::method_not_allowed());
+        refused.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        refused
+    };
+    match path {
+        "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        "/time" => public(delivery::time_response()),
+        "/openapi.json" => public(
+            Response::builder()
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .body(listener::full(api::OPENAPI_JSON))
+                .expect("static response is valid"),
+        ),
+        "/metrics" if !api.keys.allows(req.headers()) => {
+            api::error_response(&ApiError::unauthorized())
+        }
+        "/metrics" => public(
+            Response::builder()
+                .header(hyper::header::CONTENT_TYPE, delivery::metrics::CONTENT_TYPE)
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(listener::full(delivery::metrics::scrape(&api.registry)))
+                .expect("static response is valid"),
+        ),
+        p if api::owns(p) => api.handle(req).await,
+        p if delivery::owns(p) => {
+            let id = delivery::parse_path(p).map(|(id, _)| id);
+            here_or_serving_node(&api, id, req, |req| {
+                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req)
+            })
+            .await
+        }
+        p if delivery::videos::owns(p) => {
+            delivery::videos::handle(api.store.clone(), api.recordings.root(), &api.relay, req)
+                .await
+        }
+        p if crate::ingest::whip::owns(p) => {
+            let id = whip.session_elsewhere(p);
+            here_or_serving_node(&api, id, req, |req| whip.handle(req)).await
+        }
+        p if delivery::player::owns(p) => player.handle(req).await,
+        _ => api::error_response(&ApiError::not_found("resource")),
+    }
+}
