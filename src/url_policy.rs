@@ -216,20 +216,29 @@ fn default_port(scheme: &str) -> u16 {
 ///   `{id}#{token}` or `#!::r={id},…,t={token}`, WHIP `/whip/{id}?token=…`: it is cut at the
 ///   first `?` or `#`, which is where every token we accept starts.
 pub fn redact(text: &str) -> String {
+    match redact_url(text) {
+        Some(shown) => shown,
+        None if text.contains("://") || text.contains('@') => "<invalid URL>".into(),
+        None => match text.find(['?', '#']) {
+            Some(at) => format!("{}{}<redacted>", &text[..at], &text[at..=at]),
+            None => text.to_owned(),
+        },
+    }
+}
+
+/// A URL with a host as [`redact`] shows it; `None` for anything else, which a caller that
+/// expects a URL (a setting that may hold a password) must not echo at all.
+pub fn redact_url(text: &str) -> Option<String> {
     match Url::parse(text) {
         // Only URLs with a host: `user:pass@host` parses as scheme `user` and path `pass@host`.
-        Ok(u) if u.has_host() => format!(
+        Ok(u) if u.has_host() => Some(format!(
             "{}://{}{}{}",
             u.scheme(),
             u.host_str().unwrap_or_default(),
             u.port().map(|p| format!(":{p}")).unwrap_or_default(),
             u.path()
-        ),
-        _ if text.contains("://") || text.contains('@') => "<invalid URL>".into(),
-        _ => match text.find(['?', '#']) {
-            Some(at) => format!("{}{}<redacted>", &text[..at], &text[at..=at]),
-            None => text.to_owned(),
-        },
+        )),
+        _ => None,
     }
 }
 

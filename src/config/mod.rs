@@ -312,9 +312,11 @@ impl Config {
 fn database_url(v: Option<&str>) -> Result<Option<DatabaseUrl>, ConfigError> {
     match v.map(str::trim).filter(|v| !v.is_empty()) {
         None => Ok(None),
-        Some(v) => DatabaseUrl::parse(v)
-            .map(Some)
-            .map_err(|reason| invalid("database_url", crate::url_policy::redact(v), reason)),
+        Some(v) => DatabaseUrl::parse(v).map(Some).map_err(|reason| {
+            // Not a URL (a libpq keyword string, say) may hold `password=`: not echoed.
+            let shown = crate::url_policy::redact_url(v).unwrap_or_else(|| "<not a URL>".into());
+            invalid("database_url", shown, reason)
+        }),
     }
 }
 
