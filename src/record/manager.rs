@@ -333,13 +333,15 @@ impl Recordings {
                     Err(e) => tracing::error!(stream = id, error = %e, "cannot start recording"),
                 },
                 Action::EndVideo(reason) => {
+                    if let Some(open) = s.open.take() {
+                        self.close_video(id, open, reason).await;
+                    }
+                    // Only now: a client that sees `recording: false` finds the video final
+                    // (ready or error), never still pending (a race the quota test met).
                     self.since
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&id);
-                    if let Some(open) = s.open.take() {
-                        self.close_video(id, open, reason).await;
-                    }
                 }
             }
         }
