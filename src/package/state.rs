@@ -284,10 +284,14 @@ impl Rendition {
         self.segments.back().filter(|s| !s.complete)
     }
 
+    /// Segment `msn`, by its number: numbers are increasing but not contiguous. A publisher
+    /// leaves mid-segment, so one rendition may have opened a segment that another had not;
+    /// the next epoch starts after the highest number any used (`continue_after`), and the
+    /// others skip one. Indexing by the offset from the front answered for the skipped number
+    /// with its successor, and for the newest with nothing (issue 37: dash.js's `seg_8` 404s).
     pub fn segment(&self, msn: u64) -> Option<&Segment> {
-        let first = self.segments.front()?.msn;
-        self.segments
-            .get(usize::try_from(msn.checked_sub(first)?).ok()?)
+        let i = self.segments.binary_search_by_key(&msn, |s| s.msn).ok()?;
+        self.segments.get(i)
     }
 
     /// (msn, part index) of the newest part, if any.
@@ -759,6 +763,37 @@ pub(crate) mod tests {
         // The discontinuity segment (msn 1) left the window: the sequence counts it.
         assert_eq!(r.segments().front().unwrap().msn, 2);
         assert_eq!(r.discontinuity_sequence(), 1);
+    }
+
+    #[test]
+    fn a_number_skipped_at_a_reconnect_is_absent_and_the_rest_found() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let (mut video, mut audio) = (video_720p(1), stereo_audio(1));
+        let keep = Retention::Segments(20);
+        // The publisher left as the video opened segment 2; the audio had not.
+        for i in 0..9u64 {
+            video.push_part(part(i % 4 == 0, 500, t0), keep);
+        }
+        for i in 0..8u64 {
+            audio.push_part(part(i % 4 == 0, 500, t0), keep);
+        }
+        let next = video.next_msn().max(audio.next_msn());
+        for r in [&mut video, &mut audio] {
+            r.mark_discontinuity();
+            r.continue_after(next - 1);
+            for i in 0..5u64 {
+                r.push_part(part(i % 4 == 0, 500, t0), keep);
+            }
+        }
+        let msns = |r: &Rendition| r.segments().iter().map(|s| s.msn).collect::<Vec<_>>();
+        assert_eq!(msns(&video), [0, 1, 2, 3, 4]);
+        assert_eq!(msns(&audio), [0, 1, 3, 4], "the audio skips 2");
+        assert!(audio.segment(2).is_none());
+        for msn in [0, 1, 3, 4] {
+            assert_eq!(audio.segment(msn).map(|s| s.msn), Some(msn));
+        }
+        assert!(audio.segment(5).is_none());
+        assert_eq!(audio.open_segment().map(|s| s.msn), Some(4));
     }
 
     #[test]
