@@ -22,6 +22,10 @@ pub const LATENCY_PARTS: u32 = 3;
 /// segment back, it has its 30 s at once and renders in under a second.
 const DASHDEMUX2_1_22_0_BUFFERING: Duration = Duration::from_secs(30);
 
+/// How often a player refetches the MPD while an epoch is live: its Periods change only when
+/// the publisher leaves or comes back.
+const MINIMUM_UPDATE_PERIOD: Duration = Duration::from_secs(10);
+
 /// Which DASH client asks, for the one attribute that differs between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DashClient {
@@ -62,15 +66,30 @@ fn xs_duration(d: Duration) -> String {
     format!("PT{:.3}S", d.as_secs_f64())
 }
 
-/// A rendition's segment duration in its timescale: the newest complete segment's (video
-/// segments are exactly the target; AAC fragments are a fixed number of frames, e.g. 93 × 1024
-/// samples = 1.984 s, so one value holds for the whole stream).
-fn segment_duration(r: &Rendition) -> Option<Duration> {
-    r.segments()
-        .iter()
-        .rev()
-        .find(|s| s.complete)
-        .map(|s| s.duration())
+/// The `@duration` of every SegmentTemplate, one value for the whole stream: a `$Number$`
+/// template places segment k at (k − startNumber) × duration, so a value that is off (or that
+/// changes between two MPD updates) moves every later segment. Video segments start on forced
+/// keyframes exactly every segment, and with video the audio splits on the video's grid
+/// (`pipeline::build::VideoGrid`: each audio segment within one AAC frame of the video's, 2.005 s
+/// then 1.984 s…): both are the configured segment. Without video, AAC fragments are a fixed
+/// number of frames (93 × 1024 samples = 1.984 s at 48 kHz): a full one is measured. The last
+/// segment of an epoch is cut short where the publisher left, so it never sets the value.
+fn template_duration(pkg: &PackageState, r: &Rendition, with_video: bool) -> Option<Duration> {
+    if with_video {
+        return Some(pkg.config.segment);
+    }
+    let segments = r.segments();
+    let full = (1..segments.len()).rev().find(|&i| {
+        let (s, next) = (&segments[i - 1], &segments[i]);
+        s.complete && next.epoch_msn == s.epoch_msn
+    });
+    full.map(|i| segments[i - 1].duration()).or_else(|| {
+        segments
+            .iter()
+            .rev()
+            .find(|s| s.complete)
+            .map(|s| s.duration())
+    })
 }
 
 /// When the epoch starting at `epoch_msn` began on the wall clock: the start of its newest
@@ -86,6 +105,76 @@ fn epoch_start(r: &Rendition, epoch_msn: u64, d: Duration) -> Option<OffsetDateT
         .find(|s| s.complete)
         .or_else(|| in_epoch().next())?;
     Some(s.pdt - d * u32::try_from(s.msn - epoch_msn).ok()?)
+}
+
+/// The newest sequence number `r` holds in epoch `epoch`, if it has one there.
+fn last_in_epoch(r: &Rendition, epoch: u64) -> Option<u64> {
+    r.segments()
+        .iter()
+        .rev()
+        .find(|s| s.epoch_msn == epoch)
+        .map(|s| s.msn)
+}
+
+/// One Period: a pipeline epoch as the MPD announces it.
+struct PeriodPlan {
+    epoch: u64,
+    start: OffsetDateTime,
+    /// Segments every rendition of an epoch that is over holds (`None`: the live epoch).
+    segments: Option<u64>,
+}
+
+/// The Periods to announce, oldest first; `None` until the first can be.
+///
+/// ISO 23009-1 §5.3.9.5 (segment availability): once its availability start time has passed, a
+/// segment the MPD describes is available — so the MPD must not describe one that does not exist
+/// and never will. Two ways it did across a reconnect: an epoch that is over kept announcing `$Number$`s by the wall clock until the next
+/// Period began (numbers the new epoch then reuses for other media, or that no rendition of the
+/// old one holds), and the tracks of one epoch end ragged (the publisher leaves mid-segment; one
+/// track may have opened segment n when another had not), so numbers one track has are missing
+/// in another. An epoch that is over therefore gets a `Period@duration` (§5.3.2) covering only
+/// the segments every one of its renditions holds. And a new epoch is announced only once every
+/// rendition has begun it: a Period without audio would make a player start it video-only, or
+/// (while the last Period had no end) look for its audio in the old Period.
+fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Option<Vec<PeriodPlan>> {
+    let mut epochs: Vec<u64> = reference.segments().iter().map(|s| s.epoch_msn).collect();
+    epochs.dedup();
+    let newest = *epochs.last()?;
+    let begun = |e: u64| pkg.renditions.iter().all(|r| last_in_epoch(r, e).is_some());
+    if !begun(newest) {
+        epochs.pop();
+    }
+    // The live epoch goes on unless the broadcast ended or the publisher left.
+    let live_over = pkg.ended || pkg.renditions.iter().any(Rendition::awaiting_epoch);
+    let mut periods: Vec<PeriodPlan> = Vec::with_capacity(epochs.len());
+    for &epoch in &epochs {
+        let Some(mut start) = epoch_start(reference, epoch, d) else {
+            continue;
+        };
+        // Never before the previous Period's end: announced late is safe, early is not.
+        if let Some(end) = periods.last().and_then(|p| period_end(p, d)) {
+            start = start.max(end);
+        }
+        let over = epoch != newest || live_over;
+        let segments = over.then(|| {
+            pkg.renditions
+                .iter()
+                .filter_map(|r| last_in_epoch(r, epoch))
+                .map(|last| last + 1 - epoch)
+                .min()
+                .unwrap_or(0)
+        });
+        periods.push(PeriodPlan {
+            epoch,
+            start,
+            segments,
+        });
+    }
+    (!periods.is_empty()).then_some(periods)
+}
+
+fn period_end(p: &PeriodPlan, d: Duration) -> Option<OffsetDateTime> {
+    Some(p.start + d * u32::try_from(p.segments?).ok()?)
 }
 
 /// `s` as the value of a double-quoted XML attribute (XML 1.0 §2.4 and §3.3.3: `<`, `&` and
@@ -112,7 +201,8 @@ pub fn xml_attr(s: &str) -> std::borrow::Cow<'_, str> {
     out.into()
 }
 
-/// Renders the MPD, or `None` until every rendition has a complete segment. Media time
+/// Renders the MPD, or `None` until the reference track (the top video rung, else the audio) has
+/// a complete segment and every rendition has begun its epoch. Media time
 /// restarts at 0 with each pipeline epoch (a publisher reconnect), so each epoch is a Period
 /// whose `$Number$` addressing starts at the epoch's first sequence number; a main/backup or
 /// PULL source switch keeps media time going and stays within its Period.
@@ -135,16 +225,20 @@ pub fn render_mpd(
         .filter(|r| matches!(r.kind, RenditionKind::Audio { .. }))
         .collect();
     let reference = video.first().or(audio.first())?;
-    let ref_d = segment_duration(reference)?;
-    let mut epochs: Vec<u64> = reference.segments().iter().map(|s| s.epoch_msn).collect();
-    epochs.dedup();
-    let periods: Vec<(u64, OffsetDateTime)> = epochs
-        .into_iter()
-        .filter_map(|e| Some((e, epoch_start(reference, e, ref_d)?)))
-        .collect();
+    reference.last_complete_msn()?;
+    let d = template_duration(pkg, reference, !video.is_empty())?;
+    let periods = plan_periods(pkg, reference, d)?;
     // The oldest listed epoch's start: a stream without reconnects has one Period at PT0S,
     // which every client (ffmpeg's dashdec included) handles; later Periods start after it.
-    let ast = periods.first()?.1;
+    let ast = periods.first()?.start;
+    // Between epochs (the publisher left within its grace period) the last Period has ended:
+    // players look for the next one as often as a segment would have come, not every 10 s.
+    let waiting = !pkg.ended && periods.last().is_some_and(|p| p.segments.is_some());
+    let update = if waiting {
+        pkg.config.segment
+    } else {
+        MINIMUM_UPDATE_PERIOD
+    };
     let part = pkg.config.part;
     let window = pkg
         .dvr_window
@@ -163,10 +257,11 @@ pub fn render_mpd(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
 <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"dynamic\" \
 profiles=\"urn:mpeg:dash:profile:isoff-live:2011,urn:mpeg:dash:profile:cmaf:2019\" \
-availabilityStartTime=\"{}\" publishTime=\"{}\" minimumUpdatePeriod=\"PT10S\" \
+availabilityStartTime=\"{}\" publishTime=\"{}\" minimumUpdatePeriod=\"{}\" \
 minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\"{}\">\n",
         utc_ms(ast),
         utc_ms(now),
+        xs_duration(update),
         xs_duration(part),
         xs_duration(window),
         xs_duration(pkg.config.segment + part),
@@ -178,46 +273,15 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\
         latency_ms / 2,
         latency_ms * 4
     );
-    for (epoch, start) in periods {
-        let offset = (start - ast).max(time::Duration::ZERO);
-        let _ = writeln!(
-            out,
-            "  <Period id=\"{epoch}\" start=\"PT{}.{:03}S\">",
-            offset.whole_seconds(),
-            offset.subsec_milliseconds()
-        );
-        for (set_id, (content, mime, group)) in [
-            ("video", "video/mp4", &video),
-            ("audio", "audio/mp4", &audio),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let Some(first) = group.first() else { continue };
-            let Some(epoch_init) = first
-                .segments()
-                .iter()
-                .find(|s| s.epoch_msn == epoch)
-                .map(|s| s.init_version)
-            else {
-                continue; // this epoch had no such track
-            };
-            let period = PeriodTiming {
-                epoch,
-                start,
-                ref_d,
-                part,
-                time_url,
-            };
-            adaptation_set(
-                &mut out,
-                (set_id, content, mime),
-                group,
-                epoch_init,
-                &period,
-            );
-        }
-        out.push_str("  </Period>\n");
+    for period in &periods {
+        let timing = PeriodTiming {
+            epoch: period.epoch,
+            start: period.start,
+            d,
+            part,
+            time_url,
+        };
+        write_period(&mut out, period, ast, &timing, [&video, &audio]);
     }
     let _ = writeln!(
         out,
@@ -226,13 +290,54 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\
     Some(out)
 }
 
+/// One `<Period>`: its start on the MPD's timeline, its end once the epoch is over, and an
+/// adaptation set per track the epoch has.
+fn write_period(
+    out: &mut String,
+    period: &PeriodPlan,
+    ast: OffsetDateTime,
+    timing: &PeriodTiming,
+    [video, audio]: [&[&Rendition]; 2],
+) {
+    let offset = (period.start - ast).max(time::Duration::ZERO);
+    let duration = period
+        .segments
+        .and_then(|n| u32::try_from(n).ok())
+        .map(|n| format!(" duration=\"{}\"", xs_duration(timing.d * n)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "  <Period id=\"{}\" start=\"PT{}.{:03}S\"{duration}>",
+        period.epoch,
+        offset.whole_seconds(),
+        offset.subsec_milliseconds()
+    );
+    for (set_id, (content, mime, group)) in
+        [("video", "video/mp4", video), ("audio", "audio/mp4", audio)]
+            .into_iter()
+            .enumerate()
+    {
+        let Some(first) = group.first() else { continue };
+        let Some(epoch_init) = first
+            .segments()
+            .iter()
+            .find(|s| s.epoch_msn == period.epoch)
+            .map(|s| s.init_version)
+        else {
+            continue; // this epoch had no such track
+        };
+        adaptation_set(out, (set_id, content, mime), group, epoch_init, timing);
+    }
+    out.push_str("  </Period>\n");
+}
+
 /// What every adaptation set of one Period shares.
 struct PeriodTiming<'a> {
     /// The epoch's first sequence number (the template's startNumber).
     epoch: u64,
     start: OffsetDateTime,
-    /// The reference track's segment duration, for a track that has none complete yet.
-    ref_d: Duration,
+    /// Every template's segment duration ([`template_duration`]).
+    d: Duration,
     part: Duration,
     time_url: &'a str,
 }
@@ -247,12 +352,11 @@ fn adaptation_set(
     let PeriodTiming {
         epoch,
         start,
-        ref_d,
+        d,
         part,
         time_url,
     } = *period;
     let first = group[0];
-    let d = segment_duration(first).unwrap_or(ref_d);
     let timescale: u64 = match first.kind {
         RenditionKind::Audio { sample_rate, .. } => u64::from(sample_rate),
         RenditionKind::Video { .. } => 1000,
@@ -309,6 +413,9 @@ pub fn utc_now_text(now: OffsetDateTime) -> String {
 }
 
 #[cfg(test)]
+mod reconnect_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::package::state::tests::{part, stereo_audio, video_720p};
@@ -344,7 +451,8 @@ mod tests {
             "<Latency referenceId=\"0\" target=\"1500\"",
             "timeShiftBufferDepth=\"PT12.000S\"",
             "<SegmentTemplate timescale=\"1000\" duration=\"2000\" startNumber=\"0\"",
-            "<SegmentTemplate timescale=\"48000\" duration=\"95232\"",
+            // The audio follows the video's segment grid (`template_duration`).
+            "<SegmentTemplate timescale=\"48000\" duration=\"96000\"",
             "availabilityTimeOffset=\"1.500\" availabilityTimeComplete=\"false\"",
             "<Representation id=\"720p\" codecs=\"avc1.64001f\"",
             "<Representation id=\"audio\" codecs=\"mp4a.40.2\"",
@@ -433,10 +541,11 @@ mod tests {
         assert_eq!(mpd.matches("<Period ").count(), 2, "{mpd}");
         for needle in [
             "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
-            "<Period id=\"0\" start=\"PT0.000S\">",
+            // The old epoch ends with its last segment, not where the new one begins.
+            "<Period id=\"0\" start=\"PT0.000S\" duration=\"PT4.000S\">",
             "<Period id=\"2\" start=\"PT34.000S\">",
             "duration=\"2000\" startNumber=\"2\"",
-            "duration=\"95232\" startNumber=\"2\"",
+            "duration=\"96000\" startNumber=\"2\"",
         ] {
             assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
         }

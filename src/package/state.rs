@@ -325,6 +325,12 @@ impl Rendition {
         self.close_open_segment();
     }
 
+    /// Between epochs: the publisher left (or the pipeline is being rebuilt) and this
+    /// rendition's next segment will open a new epoch; its current epoch has no more segments.
+    pub fn awaiting_epoch(&self) -> bool {
+        self.pending_discontinuity
+    }
+
     /// Marks the first segment that starts at or after `pdt` (the source changed at that media
     /// time, within one frame): the open segment, already announced to players, is left as is.
     pub fn mark_discontinuity_from(&mut self, pdt: OffsetDateTime) {
