@@ -120,8 +120,11 @@ fn last_in_epoch(r: &Rendition, epoch: u64) -> Option<u64> {
 struct PeriodPlan {
     epoch: u64,
     start: OffsetDateTime,
-    /// Segments every rendition of an epoch that is over holds (`None`: the live epoch).
-    segments: Option<u64>,
+    /// How long an epoch that is over lasts (`None`: the live epoch): up to where the first of
+    /// its renditions to stop has media. Its last segment is cut short where the publisher
+    /// left, so a whole number of segments would describe media that does not exist, and a
+    /// player that joins at the Period's end waits for it (dash.js stalled at 7 s of 8).
+    length: Option<Duration>,
 }
 
 /// The Periods to announce, oldest first; `None` until the first can be.
@@ -133,7 +136,7 @@ struct PeriodPlan {
 /// old one holds), and the tracks of one epoch end ragged (the publisher leaves mid-segment; one
 /// track may have opened segment n when another had not), so numbers one track has are missing
 /// in another. An epoch that is over therefore gets a `Period@duration` (§5.3.2) covering only
-/// the segments every one of its renditions holds. And a new epoch is announced only once every
+/// the media every one of its renditions holds. And a new epoch is announced only once every
 /// rendition has begun it: a Period without audio would make a player start it video-only, or
 /// (while the last Period had no end) look for its audio in the old Period.
 fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Option<Vec<PeriodPlan>> {
@@ -152,29 +155,37 @@ fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Optio
             continue;
         };
         // Never before the previous Period's end: announced late is safe, early is not.
-        if let Some(end) = periods.last().and_then(|p| period_end(p, d)) {
+        if let Some(end) = periods.last().and_then(period_end) {
             start = start.max(end);
         }
         let over = epoch != newest || live_over;
-        let segments = over.then(|| {
+        let length = over.then(|| {
             pkg.renditions
                 .iter()
-                .filter_map(|r| last_in_epoch(r, epoch))
-                .map(|last| last + 1 - epoch)
+                .filter_map(|r| media_in_epoch(r, epoch, d))
                 .min()
-                .unwrap_or(0)
+                .unwrap_or_default()
         });
         periods.push(PeriodPlan {
             epoch,
             start,
-            segments,
+            length,
         });
     }
     (!periods.is_empty()).then_some(periods)
 }
 
-fn period_end(p: &PeriodPlan, d: Duration) -> Option<OffsetDateTime> {
-    Some(p.start + d * u32::try_from(p.segments?).ok()?)
+fn period_end(p: &PeriodPlan) -> Option<OffsetDateTime> {
+    Some(p.start + p.length?)
+}
+
+/// Where `r`'s media in epoch `epoch` ends on the Period's timeline: its newest segment there
+/// starts at (n − startNumber) × d. Never past the numbers it holds, so a Period this long
+/// announces none that `r` lacks.
+fn media_in_epoch(r: &Rendition, epoch: u64, d: Duration) -> Option<Duration> {
+    let last = r.segments().iter().rev().find(|s| s.epoch_msn == epoch)?;
+    let before = d * u32::try_from(last.msn - epoch).ok()?;
+    Some(before + last.duration().min(d))
 }
 
 /// `s` as the value of a double-quoted XML attribute (XML 1.0 §2.4 and §3.3.3: `<`, `&` and
@@ -233,7 +244,7 @@ pub fn render_mpd(
     let ast = periods.first()?.start;
     // Between epochs (the publisher left within its grace period) the last Period has ended:
     // players look for the next one as often as a segment would have come, not every 10 s.
-    let waiting = !pkg.ended && periods.last().is_some_and(|p| p.segments.is_some());
+    let waiting = !pkg.ended && periods.last().is_some_and(|p| p.length.is_some());
     let update = if waiting {
         pkg.config.segment
     } else {
@@ -301,9 +312,8 @@ fn write_period(
 ) {
     let offset = (period.start - ast).max(time::Duration::ZERO);
     let duration = period
-        .segments
-        .and_then(|n| u32::try_from(n).ok())
-        .map(|n| format!(" duration=\"{}\"", xs_duration(timing.d * n)))
+        .length
+        .map(|l| format!(" duration=\"{}\"", xs_duration(l)))
         .unwrap_or_default();
     let _ = writeln!(
         out,
@@ -541,8 +551,9 @@ mod tests {
         assert_eq!(mpd.matches("<Period ").count(), 2, "{mpd}");
         for needle in [
             "availabilityStartTime=\"2027-01-15T08:00:00.000Z\"",
-            // The old epoch ends with its last segment, not where the new one begins.
-            "<Period id=\"0\" start=\"PT0.000S\" duration=\"PT4.000S\">",
+            // The old epoch ends where its media does (the audio's last segment starts at 2 s
+            // on the template and holds 4 × 496 ms), not where the new one begins.
+            "<Period id=\"0\" start=\"PT0.000S\" duration=\"PT3.984S\">",
             "<Period id=\"2\" start=\"PT34.000S\">",
             "duration=\"2000\" startNumber=\"2\"",
             "duration=\"96000\" startNumber=\"2\"",

@@ -176,7 +176,8 @@ fn no_number_is_announced_that_will_not_exist_across_a_reconnect() {
     }
 }
 
-/// Between epochs the ended Period says so and players look for the next one every segment;
+/// Between epochs the ended Period says so (where its media ends, not at a whole segment) and
+/// players look for the next one every segment;
 /// the new Period is announced only once every rendition has begun it.
 #[test]
 fn the_new_period_waits_for_every_rendition() {
@@ -185,13 +186,14 @@ fn the_new_period_waits_for_every_rendition() {
         PackagingConfig::default(),
         vec![video_720p(3_000_000), stereo_audio(128_000)],
     );
-    push(&mut pkg, VIDEO, t0, 0..16);
-    push(&mut pkg, AUDIO, t0, 0..16);
+    // The publisher leaves 1.5 s into segment 3: the Period ends where its media does.
+    push(&mut pkg, VIDEO, t0, 0..15);
+    push(&mut pkg, AUDIO, t0, 0..15);
     reconnect(&mut pkg);
     let t1 = t0 + Duration::from_secs(10);
     let away = mpd_at(&pkg, t1);
     assert!(away.contains("minimumUpdatePeriod=\"PT2.000S\""), "{away}");
-    assert!(away.contains("duration=\"PT8.000S\">"), "{away}");
+    assert!(away.contains("duration=\"PT7.500S\">"), "{away}");
     push(&mut pkg, VIDEO, t1, 0..2);
     let video_only = mpd_at(&pkg, t1 + Duration::from_secs(1));
     assert_eq!(video_only.matches("<Period ").count(), 1, "{video_only}");
