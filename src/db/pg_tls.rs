@@ -121,9 +121,11 @@ pub fn connector(settings: &TlsSettings) -> Result<MakeRustlsConnect, PgTlsError
         (mode, _) => mode,
     };
     let verifier: Arc<dyn ServerCertVerifier> = match mode {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(Unchecked { algs }),
-        SslMode::VerifyCa => Arc::new(ChainOnly {
-            roots: roots(settings)?,
+        SslMode::Disable | SslMode::Prefer | SslMode::Require => {
+            Arc::new(NoHostCheck { roots: None, algs })
+        }
+        SslMode::VerifyCa => Arc::new(NoHostCheck {
+            roots: Some(roots(settings)?),
             algs,
         }),
         SslMode::VerifyFull => rustls::client::WebPkiServerVerifier::builder_with_provider(
@@ -174,58 +176,18 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PgTlsError> {
         .map_err(err)
 }
 
-/// `prefer`/`require`: encrypted against a passive listener, whoever the server is. The
-/// handshake's signatures are still checked (the server holds its certificate's key), so
-/// SCRAM's channel binding, which the client uses when the server offers it, ties the login to
-/// this connection.
+/// `prefer`/`require` (`roots: None`): encrypted against a passive listener, whoever the server
+/// is. `verify-ca` (`roots`): the chain up to a trusted CA, whatever host name the certificate
+/// carries. Either way the handshake's signatures are checked (the server holds its
+/// certificate's key), so SCRAM's channel binding, which the client uses when the server offers
+/// it, ties the login to this connection.
 #[derive(Debug)]
-struct Unchecked {
+struct NoHostCheck {
+    roots: Option<RootCertStore>,
     algs: WebPkiSupportedAlgorithms,
 }
 
-/// `verify-ca`: the chain up to a trusted CA, whatever host name the certificate carries.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: RootCertStore,
-    algs: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NoHostCheck {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -234,14 +196,16 @@ impl ServerCertVerifier for ChainOnly {
         _: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.algs.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algs.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
