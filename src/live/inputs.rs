@@ -79,7 +79,10 @@ impl Registry {
                 Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
                     inputs[slot.index()] = None;
                     switch.detach(slot, now, &mut out);
-                    self.slot_left(id, epoch, slot);
+                    // Before the status below shows it: the finish time is in the record first.
+                    if let Some(write) = self.slot_left(id, epoch, slot) {
+                        let _ = write.await;
+                    }
                 }
                 Got::Tick => {
                     switch.tick(now, &mut out);
@@ -93,7 +96,7 @@ impl Registry {
                     self.sessions.close(id, epoch);
                     for slot in [Slot::Main, Slot::Backup] {
                         if inputs[slot.index()].take().is_some() {
-                            self.slot_left(id, epoch, slot);
+                            drop(self.slot_left(id, epoch, slot));
                         }
                     }
                     break;

@@ -530,21 +530,23 @@ impl Registry {
         self.sessions.slot_started(id, slot);
         self.lease_state_changed(id);
         let now = Some(OffsetDateTime::now_utc());
-        match slot {
+        // Not awaited: nothing reads the start time against another field.
+        drop(match slot {
             Slot::Main => self.record_times(id, now, None, None),
             Slot::Backup => self.record_times(id, None, now, None),
-        }
+        });
         tracing::info!(stream = id, ?slot, ?protocol, "publish started");
     }
 
-    /// A publisher left its slot: the slot is free for a new publish.
-    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
+    /// A publisher left its slot: the slot is free for a new publish. For the main slot, the
+    /// write of `finished_at_primary`: the input task awaits it before it shows the stream off
+    /// air, so no reader sees `live: false` beside the previous finish time.
+    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) -> Option<tokio::task::JoinHandle<()>> {
         self.sessions.slot_left(id, epoch, slot);
         self.lease_state_changed(id);
-        if slot == Slot::Main {
-            self.record_times(id, None, None, Some(OffsetDateTime::now_utc()));
-        }
         tracing::info!(stream = id, ?slot, "publisher left");
+        (slot == Slot::Main)
+            .then(|| self.record_times(id, None, None, Some(OffsetDateTime::now_utc())))
     }
 
     fn record_times(
@@ -553,13 +555,13 @@ impl Registry {
         started: Option<OffsetDateTime>,
         started_backup: Option<OffsetDateTime>,
         finished: Option<OffsetDateTime>,
-    ) {
+    ) -> tokio::task::JoinHandle<()> {
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = store.set_stream_times(id, started, started_backup, finished) {
                 tracing::error!(stream = id, error = %e, "cannot record stream times");
             }
-        });
+        })
     }
 }
 
