@@ -79,10 +79,7 @@ impl Registry {
                 Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
                     inputs[slot.index()] = None;
                     switch.detach(slot, now, &mut out);
-                    // Before the status below shows it: the finish time is in the record first.
-                    if let Some(write) = self.slot_left(id, epoch, slot) {
-                        let _ = write.await;
-                    }
+                    self.slot_left_recorded(id, epoch, slot).await;
                 }
                 Got::Tick => {
                     switch.tick(now, &mut out);

@@ -549,6 +549,14 @@ impl Registry {
             .then(|| self.record_times(id, None, None, Some(OffsetDateTime::now_utc())))
     }
 
+    /// [`Self::slot_left`], its finish time in the record before the caller (the input task)
+    /// shows the stream off air.
+    async fn slot_left_recorded(&self, id: i64, epoch: u64, slot: Slot) {
+        if let Some(write) = self.slot_left(id, epoch, slot) {
+            let _ = write.await;
+        }
+    }
+
     fn record_times(
         &self,
         id: i64,
