@@ -481,7 +481,7 @@ async fn the_player_state_follows_the_broadcast() {
     );
     assert_eq!(
         st["streams"],
-        json!([{"id": s, "name": "cam", "live": false, "hls": format!("/cmaf/{s}/master.m3u8"), "dash": format!("/cmaf/{s}/index.mpd")}])
+        json!([{"id": s, "name": "cam", "live": false, "hls": format!("/cmaf/{s}/master.m3u8"), "dash": format!("/cmaf/{s}/index.mpd"), "dvr": false}])
     );
     assert_eq!(st["replay"], json!(null));
     // Finished with nothing to replay (no DVR, no recording): no replay.

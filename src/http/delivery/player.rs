@@ -3,12 +3,13 @@
 //! "offline" state that recovers by itself, and a WebGL sphere for 360° projections. The same
 //! page serves a broadcast (`/player/broadcasts/{id}`): it polls the broadcast's state and shows
 //! its pending message and poster, its live stream(s), a paused notice, or after the finish its
-//! DVR or recording. The player libraries come from the npm packages the set-up scripts
-//! install; no CDN.
+//! DVR or recording. The page's own controls (`player-controls.js`, inlined) choose a rung,
+//! scrub the DVR window, return to live and show the latency. The player libraries come from the
+//! npm packages the set-up scripts install; no CDN.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,7 +22,11 @@ use crate::db::{BroadcastStatus, Store, StoreError, VideoFilter, VideoStatus};
 use crate::http::listener::{full, json_response, Body};
 use crate::live::Registry;
 
-const PAGE: &str = include_str!("player.html");
+/// The page, with its controls' script (a file of its own, inlined: no second request, and no
+/// cached script of another version beside a fresh page).
+static PAGE: LazyLock<String> = LazyLock::new(|| {
+    include_str!("player.html").replace("{{CONTROLS_JS}}", include_str!("player-controls.js"))
+});
 /// The only files served from the assets directory: request names never become paths.
 const ASSETS: [(&str, &str); 2] = [
     ("hls.min.js", "hls.js/dist/hls.min.js"),
@@ -188,6 +193,8 @@ impl Player {
             "poster": format!("/screenshots/{id}/last.jpg"),
             "projection": row.settings.projection,
             "format": format,
+            // The timeline shows the rewind window only where there is one.
+            "dvr": row.settings.dvr_enabled,
         }))
     }
 
@@ -349,6 +356,7 @@ fn compute_state(
             "live": cluster.status(registry, sid, &leases).live,
             "hls": format!("/cmaf/{sid}/master.m3u8"),
             "dash": format!("/cmaf/{sid}/index.mpd"),
+            "dvr": row.settings.dvr_enabled,
         }));
         // Its outputs exist here, or on the node serving it (whose media requests are relayed).
         let served = if cluster.holds(sid) {
@@ -452,6 +460,14 @@ impl Player {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_carries_its_controls() {
+        assert!(!PAGE.contains("{{CONTROLS_JS}}"));
+        assert!(PAGE.contains("function playerControls("));
+        let served = page(&json!({"id": 1}));
+        assert_eq!(served.status(), StatusCode::OK);
+    }
 
     #[test]
     fn paths() {
