@@ -274,6 +274,144 @@ async fn player_page_shows_offline_goes_live_by_itself_and_plays_dash_and_360() 
     );
 }
 
+/// One player's part of the controls report: a quality menu of Auto + the three rungs whose
+/// choice shows in the video height, a latency that grows by the 20 s scrubbed back on the
+/// timeline, and LIVE bringing it back under 3 s within 3 s of the press.
+fn check_controls(r: &Value, player: &str) {
+    let rungs = &r["rungs"];
+    let options: Vec<&str> = rungs["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert!(
+        options[0].starts_with("Auto") && options[1..] == ["720p", "480p", "360p"],
+        "{player}: the quality menu: {options:?}"
+    );
+    for chosen in rungs["chosen"].as_array().unwrap() {
+        let label = chosen["label"].as_str().unwrap();
+        assert_eq!(
+            format!("{}p", chosen["height"]),
+            label,
+            "{player}: the video height after choosing {label}: {chosen}"
+        );
+    }
+    let edge = &r["edge"];
+    assert_eq!(edge["edge"], true, "{player}: LIVE lit at the edge: {edge}");
+    let at_edge = edge["latency"].as_f64().unwrap();
+    let dvr = &r["dvr"];
+    let behind = dvr["latency"].as_f64().unwrap();
+    assert!(
+        (at_edge + 15.0..at_edge + 25.0).contains(&behind),
+        "{player}: 20 s back on the timeline, latency {at_edge} → {behind}: {dvr}"
+    );
+    assert_eq!(
+        (dvr["edge"].as_bool(), dvr["state"].as_str()),
+        (Some(false), Some("live")),
+        "{player}: LIVE unlit, the picture moving: {dvr}"
+    );
+    let back = &r["back"];
+    let latency = back["latency"].as_f64().unwrap();
+    assert!(
+        back["edge"] == true && latency < 3.0 && back["ms"].as_u64().unwrap() < 3000,
+        "{player}: LIVE pressed, back under 3 s: {back}"
+    );
+    assert!(
+        back["after"]["t"].as_f64().unwrap() >= back["t"].as_f64().unwrap() + 1.0,
+        "{player}: and plays on from there: {back}"
+    );
+    println!(
+        "{player}: rungs {}; latency at the edge {at_edge} s, 20 s back {behind} s, after LIVE {latency} s ({} ms after the press; {} s a second later)",
+        rungs["chosen"], back["ms"], back["after"]["latency"]
+    );
+}
+
+/// The player page's controls (issue 37) on a live stream with DVR and three rungs, driven in
+/// Chromium as a viewer would, with hls.js then dash.js: see [`check_controls`]; the keys (m,
+/// space, arrow left, f) do what they say, taps show and hide the bar; a player library that
+/// cannot load is an error in words. Screenshots of each state under `target/tmp/controls`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_page_controls_choose_a_rung_scrub_the_dvr_window_and_return_to_live() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "controls", "dvr_enabled": true, "dvr_duration": 60}),
+        )
+        .await
+        .body;
+    // 2 minutes of pushing outlasts the driver (its own bound).
+    let ffmpeg = media::push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("controls");
+    let page = rec["iframe_url"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let r = driver(
+        "tests/browser/controls.mjs",
+        vec![page, out.to_string_lossy().into_owned()],
+    )
+    .await;
+    drop(ffmpeg);
+    println!(
+        "controls driver: {:?}, phases (s from its start) {}",
+        started.elapsed(),
+        r["phases"]
+    );
+    assert_eq!(r["errors"], json!([]), "{r}");
+    check_controls(&r["hls"], "hls.js");
+    check_controls(&r["dash"], "dash.js");
+
+    let keys = &r["keys"];
+    assert_eq!(
+        (&keys["unmuted"], &keys["muted"], &keys["playing"]),
+        (&json!(true), &json!(true), &json!(true)),
+        "m unmutes and mutes, space plays again: {keys}"
+    );
+    assert_eq!(
+        (
+            keys["paused"]["paused"].as_bool(),
+            keys["paused"]["state"].as_str()
+        ),
+        (Some(true), Some("paused")),
+        "space pauses, and the page says so rather than stalled: {keys}"
+    );
+    let (from, to) = (
+        keys["left"]["from"].as_f64().unwrap(),
+        keys["left"]["to"].as_f64().unwrap(),
+    );
+    assert!(
+        (4.0..6.0).contains(&(from - to)),
+        "arrow left: 5 s back: {keys}"
+    );
+    assert_eq!(
+        (&keys["fullscreen"], &keys["window"]),
+        (&json!(true), &json!(true)),
+        "f: full screen and back: {keys}"
+    );
+    assert_eq!(
+        r["touch"],
+        json!({"idle": true, "shown": true, "hidden": true}),
+        "a tap shows the idle bar, the next hides it"
+    );
+    let error = &r["error"];
+    assert_eq!(
+        (error["state"].as_str(), error["text"].as_str()),
+        (Some("error"), Some("The player could not start")),
+        "{error}"
+    );
+    assert!(
+        error["hint"].as_str().unwrap().contains("hls.min.js"),
+        "{error}"
+    );
+    for shot in r["shots"].as_array().unwrap() {
+        let png = std::fs::read(shot.as_str().unwrap()).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "{shot}");
+    }
+    println!("screenshots: {}", out.display());
+}
+
 /// A recorded video on its player page (`iframe_url`): hls.js (VOD master) and dash.js (static
 /// MPD, SegmentBase) play it from the start, the picture advances, it plays on from a seek to
 /// its middle, and a seek near the end reaches the end.

@@ -281,7 +281,8 @@ function playerControls({ cfg, stage, video, player }) {
     wake();
   });
   stage.addEventListener('pointermove', wake);
-  stage.addEventListener('pointerleave', hide);
+  // A finger "leaves" at every lift: only a mouse leaving means the viewer looks elsewhere.
+  stage.addEventListener('pointerleave', (e) => { if (e.pointerType === 'mouse') hide(); });
   stage.addEventListener('pointerup', (e) => {
     const p = press;
     press = null;
