@@ -189,22 +189,22 @@ function playerControls({ cfg, stage, video, player }) {
     refresh();
   }
 
+  // False where there is nothing to seek in (a live stream without DVR).
   function seekTo(t) {
     const a = adapter(player());
     const w = seekWindow(a);
-    if (!w) return;
+    if (!w) return false;
     // Past the target latency's reach is the live edge itself.
-    if (!cfg.vod && t >= w.end - (a.target() || DEFAULT_TARGET)) { toLive(); return; }
+    if (!cfg.vod && t >= w.end - (a.target() || DEFAULT_TARGET)) { toLive(); return true; }
     t = Math.max(w.start, Math.min(t, w.end));
     if (cfg.vod) video.currentTime = t;
     else a.seek(t);
     refresh();
+    return true;
   }
 
   function skip(d) {
-    if (!player()) return;
-    seekTo(video.currentTime + d);
-    toast(d < 0 ? `−${-d} s` : `+${d} s`);
+    if (player() && seekTo(video.currentTime + d)) toast(d < 0 ? `−${-d} s` : `+${d} s`);
   }
 
   function toLive() {
@@ -303,7 +303,8 @@ function playerControls({ cfg, stage, video, player }) {
   // Dragging previews the position (the clock); letting go seeks, once.
   timeline.addEventListener('input', () => { scrubbing = true; refresh(); });
   timeline.addEventListener('change', () => { scrubbing = false; seekTo(Number(timeline.value)); });
-  for (const ev of ['play', 'pause', 'volumechange', 'loadedmetadata', 'resize']) video.addEventListener(ev, refresh);
+  // `emptied`: the page stopped its player (offline, an error): the bar goes at once.
+  for (const ev of ['play', 'pause', 'volumechange', 'loadedmetadata', 'resize', 'emptied']) video.addEventListener(ev, refresh);
   document.addEventListener('fullscreenchange', refresh);
   document.addEventListener('webkitfullscreenchange', refresh);
   setInterval(refresh, 250);
