@@ -2,7 +2,8 @@
 // headless Debian Chromium, as a viewer would (menu, mouse, keys), and prints one JSON line of
 // what it saw; a PNG screenshot of each state goes to OUT_DIR:
 //   hls, dash  (hls.js, then dash.js with `?format=dash`), each with
-//     rungs    the quality menu's labels, and for 360p and 720p the video height reached
+//     rungs    the quality menu's labels, and for 360p then 720p the video height before and
+//              after
 //     edge     at the live edge: latency readout, LIVE control, the DVR window
 //     dvr      after a click on the timeline 20 s back: latency, LIVE control, picture advancing
 //     back     after pressing LIVE: latency, LIVE control, how long it took; `after`, the same
@@ -64,13 +65,15 @@ async function shot(page, name, wake = true) {
   report.shots.push(file);
 }
 
-// Chooses `label` in the quality menu; the height the video reaches within 20 s.
+// Chooses `label` in the quality menu; the height before and the one the video reaches within
+// 20 s.
 async function chooseRung(page, label, height) {
+  const from = (await look(page)).h;
   const value = await page.$eval('#quality', (q, l) => [...q.options].find((o) => o.textContent === l)?.value, label);
   await page.selectOption('#quality', value);
   const started = Date.now();
   const s = await until(page, (x) => x.h === height, 20000, `${label}`);
-  return { label, height: s.h, ms: Date.now() - started };
+  return { label, from, height: s.h, ms: Date.now() - started };
 }
 
 async function newPage(browser, options = {}) {
@@ -98,8 +101,8 @@ async function controls(browser, format, between, after) {
   let s = await until(page, (x) => x.state === 'live' && x.options.length > 1, 60000, 'live with rungs');
   const r = { rungs: { options: s.options, chosen: [] } };
   report[format] = r;
-  // Each choice a change: away from the rung automatic chose first.
-  for (const h of s.h === 360 ? [720, 360] : [360, 720]) {
+  // Automatic may play 360p already; from a chosen 360p (automatic off), 720p is a change.
+  for (const h of [360, 720]) {
     r.rungs.chosen.push(await chooseRung(page, `${h}p`, h));
     await shot(page, `${format}-${h}p`);
   }

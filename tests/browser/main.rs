@@ -289,14 +289,21 @@ fn check_controls(r: &Value, player: &str) {
         options[0].starts_with("Auto") && options[1..] == ["720p", "480p", "360p"],
         "{player}: the quality menu: {options:?}"
     );
-    for chosen in rungs["chosen"].as_array().unwrap() {
-        let label = chosen["label"].as_str().unwrap();
+    let chosen = rungs["chosen"].as_array().unwrap();
+    for c in chosen {
+        let label = c["label"].as_str().unwrap();
         assert_eq!(
-            format!("{}p", chosen["height"]),
+            format!("{}p", c["height"]),
             label,
-            "{player}: the video height after choosing {label}: {chosen}"
+            "{player}: the video height after choosing {label}: {c}"
         );
     }
+    // 360p chosen turns automatic off: the 720p choice after it is a change of height.
+    assert_eq!(
+        (chosen[1]["label"].as_str(), chosen[1]["from"].as_u64()),
+        (Some("720p"), Some(360)),
+        "{player}: {chosen:?}"
+    );
     let edge = &r["edge"];
     assert_eq!(edge["edge"], true, "{player}: LIVE lit at the edge: {edge}");
     let at_edge = edge["latency"].as_f64().unwrap();
