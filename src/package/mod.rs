@@ -322,60 +322,74 @@ impl Package {
         part: PartIn,
         ts_generation: Option<u64>,
     ) {
-        let observed = self.taps.any();
-        let (outcome, completed) = self.update(|p| {
+        let (evicted, completed) = self.update(|p| {
             if let Some(generation) = ts_generation {
                 // Under the state lock, which `pause_ts` takes after bumping the generation:
                 // a segment of a paused generation never lands after its window was emptied.
                 let ts = self.ts();
                 if !ts.live || ts.generation != generation {
-                    return (PushOutcome::default(), None);
+                    return (Vec::new(), None);
                 }
             }
             let retention = p.retention();
             let Some(r) = p.rendition_in_mut(output, name) else {
-                return (PushOutcome::default(), None);
+                return (Vec::new(), None);
             };
             let mut outcome = r.push_part(part, retention);
             if ts_generation.is_some() {
                 r.close_open_segment();
                 outcome.completed = r.segments().back().map(|s| s.chunks());
             }
-            let completed = match (&outcome.completed, observed) {
-                (Some((msn, chunks)), true) => r.segment(*msn).map(|s| CompletedSegment {
-                    key: SegmentKey {
-                        output,
-                        rendition: name.to_owned(),
-                        msn: *msn,
-                    },
+            let completed = outcome
+                .completed
+                .map(|(msn, chunks)| self.completed(output, r, msn, chunks));
+            (outcome.evicted, completed)
+        });
+        let mut jobs: Vec<storage::Job> = evicted
+            .into_iter()
+            .map(|msn| {
+                storage::Job::Delete(SegmentKey {
+                    output,
+                    rendition: name.to_owned(),
+                    msn,
+                })
+            })
+            .collect();
+        jobs.extend(completed);
+        if !jobs.is_empty() {
+            self.queue(jobs);
+        }
+    }
+
+    /// A segment of `r` just completed, under the state lock: the observers get it now and the
+    /// returned storage write is to be queued once the lock is released. Sent under the lock
+    /// (state, then taps): an observer registered meanwhile ([`Package::observe_since`] takes
+    /// the same lock) finds the segment either in the package or in its queue, never in neither
+    /// — checking for observers before taking the state lock missed it.
+    fn completed(
+        &self,
+        output: Output,
+        r: &Rendition,
+        msn: u64,
+        chunks: Vec<Bytes>,
+    ) -> storage::Job {
+        let key = SegmentKey {
+            output,
+            rendition: r.name.clone(),
+            msn,
+        };
+        if self.taps.any() {
+            if let Some(s) = r.segment(msn) {
+                self.taps.send(PackageEvent::Segment(CompletedSegment {
+                    key: key.clone(),
                     pdt: s.pdt,
                     duration: s.duration(),
                     discontinuity: s.discontinuity,
                     chunks: chunks.clone(),
-                }),
-                _ => None,
-            };
-            (outcome, completed)
-        });
-        if let Some(segment) = completed {
-            self.taps.send(PackageEvent::Segment(segment));
+                }));
+            }
         }
-        let key = |msn| SegmentKey {
-            output,
-            rendition: name.to_owned(),
-            msn,
-        };
-        let mut jobs: Vec<storage::Job> = outcome
-            .evicted
-            .iter()
-            .map(|&msn| storage::Job::Delete(key(msn)))
-            .collect();
-        if let Some((msn, chunks)) = outcome.completed {
-            jobs.push(storage::Job::Put(key(msn), chunks));
-        }
-        if !jobs.is_empty() {
-            self.queue(jobs);
-        }
+        storage::Job::Put(key, chunks)
     }
 
     /// The writer's outcome for a completed segment. A failed write (disk full) keeps the
@@ -459,11 +473,25 @@ impl Package {
         {
             *d = true;
         }
-        self.update(|p| {
-            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
-                r.mark_discontinuity();
+        // The open segment ends here: it is complete like any other, so it goes to observers
+        // (a recording would otherwise end a segment short: issue 37) and to storage.
+        let puts = self.update(|p| {
+            let mut puts = Vec::new();
+            for output in [Output::Cmaf, Output::Ts] {
+                for r in p.list_mut(output).into_iter().flatten() {
+                    let open = r.open_segment().filter(|s| !s.parts.is_empty());
+                    let open = open.map(|s| s.chunks());
+                    r.mark_discontinuity();
+                    if let Some((msn, chunks)) = open {
+                        puts.push(self.completed(output, r, msn, chunks));
+                    }
+                }
             }
+            puts
         });
+        if !puts.is_empty() {
+            self.queue(puts);
+        }
     }
 
     /// The grace period passed without a new publish: playlists end (EXT-X-ENDLIST).

@@ -113,7 +113,7 @@ impl Package {
 mod tests {
     use super::*;
     use crate::package::state::tests::{part, video_720p};
-    use crate::package::{PackageState, PackagingConfig};
+    use crate::package::{PackageState, PackagingConfig, PartIn};
 
     fn package() -> Arc<Package> {
         Arc::new(Package::new(PackageState::new(
@@ -153,6 +153,49 @@ mod tests {
         assert_eq!(seen[0].chunks.len(), 4);
         assert_eq!(seen[1].pdt, t0 + Duration::from_secs(2));
         assert_eq!(obs.dropped(), 0);
+    }
+
+    /// Issue 37: the inputs leave (or the pipeline is rebuilt) with a segment open. It ends
+    /// there and is complete like any other: an observer gets it, with every part pushed, and
+    /// storage holds it — before, it was only marked complete and a recording lost it.
+    #[tokio::test]
+    async fn a_discontinuity_hands_over_the_open_segment_to_observers_and_storage() {
+        use crate::package::{MemoryStorage, SegmentStorage};
+        let pkg = package();
+        let storage = Arc::new(MemoryStorage::default());
+        pkg.set_storage(storage.clone());
+        let mut obs = pkg.observe(16);
+        let sink = pkg.sink(Output::Cmaf, "720p").unwrap();
+        let t0 = OffsetDateTime::now_utc();
+        // One complete segment (msn 0) and three parts of the open one (msn 1).
+        for n in 0..7u64 {
+            let data = Bytes::from(vec![n as u8; 10]);
+            let at = t0 + Duration::from_millis(500 * n);
+            sink.part(PartIn {
+                data,
+                ..part(n % 4 == 0, 500, at)
+            });
+        }
+        pkg.mark_discontinuity();
+        let mut seen = Vec::new();
+        while let Some(PackageEvent::Segment(s)) = obs.try_recv() {
+            seen.push(s);
+        }
+        let msns: Vec<u64> = seen.iter().map(|s| s.key.msn).collect();
+        assert_eq!(msns, [0, 1]);
+        let last = &seen[1];
+        assert_eq!(last.duration, Duration::from_millis(1500));
+        assert_eq!(last.pdt, t0 + Duration::from_secs(2));
+        assert_eq!(last.chunks.len(), 3);
+        pkg.flush_storage();
+        let stored = storage
+            .get(&last.key)
+            .expect("the closed segment is stored");
+        assert_eq!(&stored[..], &[[4u8; 10], [5; 10], [6; 10]].concat()[..]);
+        // Nothing is handed over twice: a second discontinuity finds no open segment.
+        pkg.mark_discontinuity();
+        assert!(obs.try_recv().is_none());
+        assert_eq!(storage.len(), 2);
     }
 
     #[tokio::test]

@@ -43,22 +43,24 @@ impl RenditionSink {
             self.package.source_init(&self.name, init);
             return;
         }
-        let event = self.package.taps.any().then(|| PackageEvent::Init {
-            output: self.output,
-            rendition: self.name.clone(),
-            init: init.clone(),
-        });
+        // Sent under the state lock, as completed segments are (see `Package::completed`): an
+        // observer registered meanwhile gets this init either from the package or from its
+        // queue. Without it a recording drops every later segment of the rendition.
         self.package.update(|p| {
             if let Some(r) = p.rendition_in_mut(self.output, &self.name) {
                 if let Some(codecs) = codecs {
                     r.codecs = codecs;
                 }
-                r.set_init(init);
+                r.set_init(init.clone());
+            }
+            if self.package.taps.any() {
+                self.package.taps.send(PackageEvent::Init {
+                    output: self.output,
+                    rendition: self.name.clone(),
+                    init,
+                });
             }
         });
-        if let Some(event) = event {
-            self.package.taps.send(event);
-        }
     }
 
     /// A CMAF chunk: an LL-HLS part / LL-DASH chunk; for the source output, a whole fragment.

@@ -735,6 +735,32 @@ mod tests {
         assert!(ready.state.duration_ms > 0);
     }
 
+    /// Issue 37, the end loss: when the inputs leave, the package closes its open segment
+    /// (`mark_discontinuity`). That segment is complete, so a later stop's flush of the one in
+    /// progress does not take it: unless the package hands it over, the video ends a segment
+    /// short (28 s of a 30 s stream).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_segment_open_when_the_inputs_leave_ends_the_video() {
+        let (init, frags) = fragments::tests::cmaf(8);
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, false);
+        let package = live_package(init);
+        go_live(&h, id, &package);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.recordings.start(id).await.unwrap();
+        feed(&package, &frags);
+        // As `live::lifecycle::inputs_gone` does: the package first, then the event.
+        package.mark_discontinuity();
+        h.events.send(LiveEvent::InputsGone { id }).ok();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let video = h.recordings.stop(id).await.unwrap().expect("a video");
+        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
+        let expected: Duration = frags.iter().map(|f| f.1).sum();
+        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
+        let (summary, _) = fragments::read_index(&h.recordings.dir(video.id)).unwrap();
+        assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
+    }
+
     /// A recording longer than `record_max_secs` continues as a new video: the two hold every
     /// segment once — the one in progress at the split goes to the second, none is lost.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
