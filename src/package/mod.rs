@@ -447,6 +447,10 @@ impl Package {
             p.ended = false;
             p.endlist_tag = options.endlist_tag;
             p.dvr_window = options.dvr_window;
+            // Every rendition of this session numbers its segments from here on (`install`
+            // continues after the highest number used).
+            let all = p.renditions.iter().chain(p.ts_renditions.iter());
+            p.session_msn = all.map(Rendition::next_msn).max().unwrap_or(0);
         });
         if self.writer().is_none() {
             self.set_storage(storage);

@@ -107,6 +107,64 @@ impl Package {
         });
         Observer { rx, dropped }
     }
+
+    /// A new consumer of `output` as from the start of the current session: with the observer,
+    /// what it would have received since — per rendition, each init segment followed by the
+    /// complete segments that decode with it. Taken under the state lock, under which the
+    /// package also offers inits and completed segments to its observers: each one is in
+    /// exactly one of the two. (The source remux keeps no segments: its current inits only.)
+    pub fn observe_since(&self, capacity: usize, output: Output) -> (Observer, Vec<PackageEvent>) {
+        if output == Output::Source {
+            let observer = self.observe(capacity);
+            let inits = self.current_source_inits().into_iter();
+            let init = |(rendition, init)| PackageEvent::Init {
+                output,
+                rendition,
+                init,
+            };
+            return (observer, inits.map(init).collect());
+        }
+        let p = self.lock();
+        let mut backlog = Vec::new();
+        for r in p.list(output) {
+            let mut init_version = None;
+            let mut init = |backlog: &mut Vec<PackageEvent>, version: u32| {
+                if init_version == Some(version) {
+                    return;
+                }
+                init_version = Some(version);
+                if let Some(init) = r.init(version) {
+                    backlog.push(PackageEvent::Init {
+                        output,
+                        rendition: r.name.clone(),
+                        init: init.clone(),
+                    });
+                }
+            };
+            let session = r.segments().iter().filter(|s| s.msn >= p.session_msn);
+            // Older ones may be on disk only; a recording's backlog is seconds, in memory.
+            for s in session.filter(|s| s.complete && s.in_memory()) {
+                init(&mut backlog, s.init_version);
+                backlog.push(PackageEvent::Segment(CompletedSegment {
+                    key: SegmentKey {
+                        output,
+                        rendition: r.name.clone(),
+                        msn: s.msn,
+                    },
+                    pdt: s.pdt,
+                    duration: s.duration(),
+                    discontinuity: s.discontinuity,
+                    chunks: s.chunks().1,
+                }));
+            }
+            if r.has_init() {
+                init(&mut backlog, r.current_init_version());
+            }
+        }
+        let observer = self.observe(capacity);
+        drop(p);
+        (observer, backlog)
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +254,48 @@ mod tests {
         pkg.mark_discontinuity();
         assert!(obs.try_recv().is_none());
         assert_eq!(storage.len(), 2);
+    }
+
+    /// A consumer that starts with the session gets its init and the session's complete
+    /// segments as a backlog — not those of the session before, not the open one — and every
+    /// later segment from its queue, each once.
+    #[tokio::test]
+    async fn observing_since_the_session_start_backlogs_that_sessions_segments() {
+        use crate::package::{MemoryStorage, SessionOptions};
+        let pkg = package();
+        let sink = pkg.sink(Output::Cmaf, "720p").unwrap();
+        sink.init(Bytes::from_static(b"ftyp+moov"), None);
+        let t0 = OffsetDateTime::now_utc();
+        let at = |n: u64| t0 + Duration::from_millis(500 * n);
+        // The previous session: msn 0 complete, msn 1 closed when its inputs left.
+        for n in 0..6u64 {
+            sink.part(part(n % 4 == 0, 500, at(n)));
+        }
+        pkg.mark_discontinuity();
+        pkg.start_session(
+            SessionOptions::default(),
+            Arc::new(MemoryStorage::default()),
+        );
+        // This one: msn 2 and 3 complete, 4 open.
+        for n in 8..17u64 {
+            sink.part(part(n % 4 == 0, 500, at(n)));
+        }
+        let (mut obs, backlog) = pkg.observe_since(16, Output::Cmaf);
+        let seen: Vec<String> = backlog
+            .iter()
+            .map(|e| match e {
+                PackageEvent::Init { init, .. } => format!("init {}", init.len()),
+                PackageEvent::Segment(s) => format!("segment {}", s.key.msn),
+            })
+            .collect();
+        assert_eq!(seen, ["init 9", "segment 2", "segment 3"]);
+        assert!(obs.try_recv().is_none());
+        sink.part(part(true, 500, at(20)));
+        match obs.try_recv() {
+            Some(PackageEvent::Segment(s)) => assert_eq!(s.key.msn, 4),
+            other => panic!("{other:?}"),
+        }
+        assert!(obs.try_recv().is_none());
     }
 
     #[tokio::test]

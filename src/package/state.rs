@@ -267,7 +267,7 @@ impl Rendition {
         !self.inits.is_empty()
     }
 
-    fn current_init_version(&self) -> u32 {
+    pub(crate) fn current_init_version(&self) -> u32 {
         self.inits.back().map_or(0, |(v, _)| *v)
     }
 
@@ -519,6 +519,9 @@ pub struct PackageState {
     pub dvr_window: Option<Duration>,
     /// Set while segments cannot be written (disk full, read-only, …): since when, and why.
     pub storage_error: Option<(time::OffsetDateTime, String)>,
+    /// The first sequence number of the current session ([`super::Package::start_session`]):
+    /// a recording started with the session takes its segments from there on.
+    pub session_msn: u64,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
     pub version: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
@@ -547,6 +550,7 @@ impl PackageState {
             screenshot: None,
             dvr_window: None,
             storage_error: None,
+            session_msn: 0,
             version: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }

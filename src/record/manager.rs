@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, NoSpace};
 use super::fragments::{self, Summary};
 use super::policy::{Action, EndReason, Policy, PolicyError};
-use super::recorder::{Finished, Recorder};
+use super::recorder::{Finished, Recorder, Since};
 use crate::db::{
     RecordType, Store, VideoFilter, VideoRendition, VideoRow, VideoSettings, VideoState,
     VideoStatus,
@@ -240,7 +240,7 @@ impl Recordings {
                 s.package = Some(package);
                 let mut actions = Vec::new();
                 s.policy.live_started(now, &mut actions);
-                self.apply(id, s, actions).await;
+                self.apply(id, s, actions, Since::SessionStart).await;
             }
             LiveEvent::InputsGone { id } => {
                 if let Some(s) = streams.get_mut(&id) {
@@ -252,7 +252,7 @@ impl Recordings {
                     if s.open.is_some() {
                         let mut actions = Vec::new();
                         s.policy.stop_requested(&mut actions);
-                        self.apply(id, &mut s, actions).await;
+                        self.apply(id, &mut s, actions, Since::Now).await;
                     }
                 }
             }
@@ -278,7 +278,7 @@ impl Recordings {
             }
             s.policy.tick(now, &mut actions);
             if !actions.is_empty() {
-                self.apply(id, s, actions).await;
+                self.apply(id, s, actions, Since::Now).await;
             }
         }
     }
@@ -294,7 +294,7 @@ impl Recordings {
         s.policy
             .start_requested(Instant::now(), &mut actions)
             .map_err(|PolicyError::NotLive| RecordError::NotLive(id))?;
-        self.apply(id, s, actions).await;
+        self.apply(id, s, actions, Since::Now).await;
         Ok(())
     }
 
@@ -309,7 +309,7 @@ impl Recordings {
         if !s.policy.stop_requested(&mut actions) {
             return Ok(None);
         }
-        self.apply(id, s, actions).await;
+        self.apply(id, s, actions, Since::Now).await;
         let Some(video) = video else { return Ok(None) };
         let store = self.store.clone();
         Ok(tokio::task::spawn_blocking(move || store.get_video(video))
@@ -319,10 +319,11 @@ impl Recordings {
             .flatten())
     }
 
-    async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>) {
+    /// Carries out the policy's actions; a video started opens its recording from `since`.
+    async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>, since: Since) {
         for action in actions {
             match action {
-                Action::StartVideo => match self.open_video(id, s).await {
+                Action::StartVideo => match self.open_video(id, s, since).await {
                     Ok(open) => {
                         self.since
                             .lock()
@@ -347,7 +348,7 @@ impl Recordings {
         }
     }
 
-    async fn open_video(&self, id: i64, s: &StreamRec) -> Result<Open, RecordError> {
+    async fn open_video(&self, id: i64, s: &StreamRec, since: Since) -> Result<Open, RecordError> {
         let package = s.package.clone().ok_or(RecordError::NotLive(id))?;
         self.budget.check_start()?;
         let store = self.store.clone();
@@ -379,7 +380,7 @@ impl Recordings {
             RecordType::Origin => crate::package::Output::Source,
             RecordType::Transcoded => crate::package::Output::Cmaf,
         };
-        let recorder = Recorder::start(&package, dir, output, self.budget.clone())?;
+        let recorder = Recorder::start(&package, dir, output, self.budget.clone(), since)?;
         tracing::info!(stream = id, video = video.id, "recording started");
         Ok(Open {
             video,
@@ -752,6 +753,29 @@ mod tests {
         // As `live::lifecycle::inputs_gone` does: the package first, then the event.
         package.mark_discontinuity();
         h.events.send(LiveEvent::InputsGone { id }).ok();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let video = h.recordings.stop(id).await.unwrap().expect("a video");
+        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
+        let expected: Duration = frags.iter().map(|f| f.1).sum();
+        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
+        let (summary, _) = fragments::read_index(&h.recordings.dir(video.id)).unwrap();
+        assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
+    }
+
+    /// Issue 37, the start loss: `auto_record` opens the video (database writes) after the
+    /// stream went live, and the package completes segments meanwhile. The recording starts
+    /// with the session: those are in the video too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn auto_record_holds_the_segments_completed_before_it_started() {
+        let (init, frags) = fragments::tests::cmaf(8);
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, true);
+        let package = live_package(init);
+        // Two segments complete and a third open before the recorder could observe anything.
+        feed(&package, &frags[..3]);
+        go_live(&h, id, &package);
+        until(|| h.recordings.recording_duration(id)).await;
+        feed(&package, &frags[3..]);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let video = h.recordings.stop(id).await.unwrap().expect("a video");
         assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);

@@ -48,6 +48,16 @@ pub struct Finished {
     pub dropped: u64,
 }
 
+/// Where a recording starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// The next segment completed (`start_recording` mid-stream, a split's next video).
+    Now,
+    /// The start of the stream's current session (`auto_record` on going live): the segments
+    /// completed while the video row was being created belong to it (issue 37).
+    SessionStart,
+}
+
 pub struct Recorder {
     stop: watch::Sender<Option<bool>>,
     /// Set by the writer thread when it stopped writing (out of space, a write error).
@@ -57,26 +67,23 @@ pub struct Recorder {
 
 impl Recorder {
     /// Starts recording `package`'s `output` — the CMAF renditions (`transcoded`) or the
-    /// source remux (`origin`) — into `dir` (created; it must be new).
+    /// source remux (`origin`) — into `dir` (created; it must be new), from `since`.
     pub fn start(
         package: &Arc<Package>,
         dir: PathBuf,
         output: Output,
         budget: Arc<Budget>,
+        since: Since,
     ) -> Result<Recorder, FragmentsError> {
         let writer = Writer::create(&dir)?;
         // The pipeline feeds its source branch only while someone wants it.
         let demand = (output == Output::Source).then(|| package.demand_source());
-        let mut observer = package.observe(OBSERVE_QUEUE);
-        // A track's current init is in the package already: the recording starts with it.
-        let current: Vec<(String, Bytes)> = match output {
-            Output::Source => package.current_source_inits(),
-            _ => package.read(|p| {
-                p.list(output)
-                    .iter()
-                    .filter_map(|r| Some((r.name.clone(), r.current_init()?.clone())))
-                    .collect()
-            }),
+        let (mut observer, backlog) = match since {
+            Since::SessionStart => package.observe_since(OBSERVE_QUEUE, output),
+            Since::Now => (
+                package.observe(OBSERVE_QUEUE),
+                current_inits(package, output),
+            ),
         };
         let (jobs, rx) = std_mpsc::sync_channel::<Job>(WRITE_QUEUE);
         let failed = Arc::new(AtomicBool::new(false));
@@ -102,11 +109,6 @@ impl Recorder {
                     dropped += 1;
                 }
             };
-            for (rendition, init) in current {
-                if let (track, true) = tracks.open(&rendition, &init) {
-                    send(Job::Init { track, init });
-                }
-            }
             let mut handle = |event: PackageEvent, send: &mut dyn FnMut(Job)| match event {
                 PackageEvent::Init {
                     output: from,
@@ -132,6 +134,9 @@ impl Recorder {
                 }
                 _ => {}
             };
+            for e in backlog {
+                handle(e, &mut send);
+            }
             let flush = loop {
                 tokio::select! {
                     e = observer.recv() => match e {
@@ -193,6 +198,25 @@ impl Recorder {
         self.stop.send_replace(Some(flush));
         self.done.await.ok()
     }
+}
+
+/// Each track's current init, already in the package: a recording started now begins with it.
+fn current_inits(package: &Package, output: Output) -> Vec<PackageEvent> {
+    let current: Vec<(String, Bytes)> = match output {
+        Output::Source => package.current_source_inits(),
+        _ => package.read(|p| {
+            p.list(output)
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), r.current_init()?.clone())))
+                .collect()
+        }),
+    };
+    let init = |(rendition, init)| PackageEvent::Init {
+        output,
+        rendition,
+        init,
+    };
+    current.into_iter().map(init).collect()
 }
 
 /// Each rendition's segment in progress, newer than what was recorded, with parts.
@@ -345,6 +369,7 @@ mod tests {
             dir.clone(),
             Output::Cmaf,
             Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
+            Since::Now,
         )
         .unwrap();
         for f in &fragments[2..] {
