@@ -3,6 +3,7 @@
 //! the package takes in, in order per rendition. A slow consumer loses events — counted, and
 //! reported by [`Observer::dropped`] — and never holds back the pipeline or the renderers.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -108,12 +109,18 @@ impl Package {
         Observer { rx, dropped }
     }
 
-    /// A new consumer of `output` as from the start of the current session: with the observer,
-    /// what it would have received since — per rendition, each init segment followed by the
-    /// complete segments that decode with it. Taken under the state lock, under which the
-    /// package also offers inits and completed segments to its observers: each one is in
+    /// A new consumer of `output` as from the start of the current session, or after the
+    /// segments `after` names per rendition (where the previous consumer ended): with the
+    /// observer, what it would have received since — per rendition, each init segment followed
+    /// by the complete segments that decode with it. Taken under the state lock, under which
+    /// the package also offers inits and completed segments to its observers: each one is in
     /// exactly one of the two. (The source remux keeps no segments: its current inits only.)
-    pub fn observe_since(&self, capacity: usize, output: Output) -> (Observer, Vec<PackageEvent>) {
+    pub fn observe_since(
+        &self,
+        capacity: usize,
+        output: Output,
+        after: &BTreeMap<String, u64>,
+    ) -> (Observer, Vec<PackageEvent>) {
         if output == Output::Source {
             let observer = self.observe(capacity);
             let inits = self.current_source_inits().into_iter();
@@ -141,7 +148,9 @@ impl Package {
                     });
                 }
             };
-            let session = r.segments().iter().filter(|s| s.msn >= p.session_msn);
+            let first = after.get(&r.name).map_or(0, |m| m + 1);
+            let first = first.max(p.session_msn);
+            let session = r.segments().iter().filter(|s| s.msn >= first);
             // Older ones may be on disk only; a recording's backlog is seconds, in memory.
             for s in session.filter(|s| s.complete && s.in_memory()) {
                 init(&mut backlog, s.init_version);
@@ -280,7 +289,7 @@ mod tests {
         for n in 8..17u64 {
             sink.part(part(n % 4 == 0, 500, at(n)));
         }
-        let (mut obs, backlog) = pkg.observe_since(16, Output::Cmaf);
+        let (mut obs, backlog) = pkg.observe_since(16, Output::Cmaf, &BTreeMap::new());
         let seen: Vec<String> = backlog
             .iter()
             .map(|e| match e {

@@ -320,10 +320,10 @@ impl Recordings {
     }
 
     /// Carries out the policy's actions; a video started opens its recording from `since`.
-    async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>, since: Since) {
+    async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>, mut since: Since) {
         for action in actions {
             match action {
-                Action::StartVideo => match self.open_video(id, s, since).await {
+                Action::StartVideo => match self.open_video(id, s, since.clone()).await {
                     Ok(open) => {
                         self.since
                             .lock()
@@ -335,7 +335,11 @@ impl Recordings {
                 },
                 Action::EndVideo(reason) => {
                     if let Some(open) = s.open.take() {
-                        self.close_video(id, open, reason).await;
+                        let recorded = self.close_video(id, open, reason).await;
+                        // A split: the next video goes on from where this one ended.
+                        if let (EndReason::MaxDuration, Some(recorded)) = (reason, recorded) {
+                            since = Since::After(recorded);
+                        }
                     }
                     // Only now: a client that sees `recording: false` finds the video final
                     // (ready or error), never still pending (a race the quota test met).
@@ -391,7 +395,14 @@ impl Recordings {
         })
     }
 
-    async fn close_video(&self, id: i64, open: Open, reason: EndReason) {
+    /// Finalises the video; per rendition, the newest segment it holds (when the recorder
+    /// finished).
+    async fn close_video(
+        &self,
+        id: i64,
+        open: Open,
+        reason: EndReason,
+    ) -> Option<std::collections::BTreeMap<String, u64>> {
         let Open {
             video,
             recorder,
@@ -400,7 +411,8 @@ impl Recordings {
             ..
         } = open;
         // A split leaves the segment in progress to the next video.
-        let finished = recorder.stop(reason != EndReason::MaxDuration).await;
+        let mut finished = recorder.stop(reason != EndReason::MaxDuration).await;
+        let recorded = finished.as_mut().map(|f| std::mem::take(&mut f.recorded));
         if !screenshot {
             self.take_screenshot(video.id, &package).await;
         }
@@ -411,6 +423,7 @@ impl Recordings {
                 summary,
                 error,
                 dropped,
+                ..
             }) => {
                 let note = error.map(|e| e.to_string()).or_else(|| {
                     (dropped > 0).then(|| {
@@ -459,6 +472,7 @@ impl Recordings {
             ok = matches!(result, Ok(Ok(true))),
             "recording ended"
         );
+        recorded
     }
 }
 

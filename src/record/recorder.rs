@@ -46,16 +46,21 @@ pub struct Finished {
     pub error: Option<FragmentsError>,
     /// Segments lost because the recorder fell behind.
     pub dropped: u64,
+    /// Per rendition, the newest segment recorded.
+    pub recorded: BTreeMap<String, u64>,
 }
 
 /// Where a recording starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Since {
-    /// The next segment completed (`start_recording` mid-stream, a split's next video).
+    /// The next segment completed (`start_recording` mid-stream).
     Now,
     /// The start of the stream's current session (`auto_record` on going live): the segments
     /// completed while the video row was being created belong to it (issue 37).
     SessionStart,
+    /// After the segments the previous video ended with, per rendition ([`Finished::recorded`]):
+    /// a split's next video holds what completed while its row was being created.
+    After(BTreeMap<String, u64>),
 }
 
 pub struct Recorder {
@@ -79,7 +84,8 @@ impl Recorder {
         // The pipeline feeds its source branch only while someone wants it.
         let demand = (output == Output::Source).then(|| package.demand_source());
         let (mut observer, backlog) = match since {
-            Since::SessionStart => package.observe_since(OBSERVE_QUEUE, output),
+            Since::SessionStart => package.observe_since(OBSERVE_QUEUE, output, &BTreeMap::new()),
+            Since::After(recorded) => package.observe_since(OBSERVE_QUEUE, output, &recorded),
             Since::Now => (
                 package.observe(OBSERVE_QUEUE),
                 current_inits(package, output),
@@ -180,6 +186,7 @@ impl Recorder {
                     summary,
                     error,
                     dropped,
+                    recorded,
                 });
             }
         });
