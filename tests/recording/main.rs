@@ -5,6 +5,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod vod;
 
 use std::time::Duration;
 
