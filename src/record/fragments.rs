@@ -100,8 +100,14 @@ impl Summary {
     /// The longest rendition's duration (its tracks one after the other): what a player of
     /// the recording shows.
     pub fn duration(&self) -> Duration {
+        self.duration_of(|_| true)
+    }
+
+    /// The longest duration among the renditions whose tracks `keep` accepts (zero if none).
+    pub fn duration_of(&self, keep: impl Fn(&Track) -> bool) -> Duration {
         self.renditions()
             .iter()
+            .filter(|(_, tracks)| tracks.iter().all(|t| keep(t)))
             .map(|(_, tracks)| tracks.iter().map(|t| t.duration()).sum())
             .max()
             .unwrap_or_default()

@@ -2,7 +2,7 @@
 //! [`Policy`], runs a [`Recorder`] per open video and keeps the video records in the store
 //! (`pending` while recording, `ready` with duration and sizes once finalised).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, NoSpace};
 use super::fragments::{self, Summary};
 use super::policy::{Action, EndReason, Policy, PolicyError};
-use super::recorder::{Finished, Recorder, Since};
+use super::recorder::{Finished, Recorder, Since, Stop};
 use crate::db::{
     RecordType, Store, VideoFilter, VideoRendition, VideoRow, VideoSettings, VideoState,
     VideoStatus,
@@ -335,7 +335,12 @@ impl Recordings {
                 },
                 Action::EndVideo(reason) => {
                     if let Some(open) = s.open.take() {
-                        let recorded = self.close_video(id, open, reason).await;
+                        let how = match reason {
+                            EndReason::MaxDuration => Stop::Split,
+                            _ if s.policy.is_live() => Stop::Live,
+                            _ => Stop::Now,
+                        };
+                        let recorded = self.close_video(id, open, reason, how).await;
                         // A split: the next video goes on from where this one ended.
                         if let (EndReason::MaxDuration, Some(recorded)) = (reason, recorded) {
                             since = Since::After(recorded);
@@ -402,7 +407,8 @@ impl Recordings {
         id: i64,
         open: Open,
         reason: EndReason,
-    ) -> Option<std::collections::BTreeMap<String, u64>> {
+        how: Stop,
+    ) -> Option<BTreeMap<String, u64>> {
         let Open {
             video,
             recorder,
@@ -410,8 +416,7 @@ impl Recordings {
             screenshot,
             ..
         } = open;
-        // A split leaves the segment in progress to the next video.
-        let mut finished = recorder.stop(reason != EndReason::MaxDuration).await;
+        let mut finished = recorder.stop(how).await;
         let recorded = finished.as_mut().map(|f| std::mem::take(&mut f.recorded));
         if !screenshot {
             self.take_screenshot(video.id, &package).await;
@@ -537,6 +542,19 @@ fn finished_state(
             .and_then(|()| super::mp4::describe(&init).ok())
             .map_or((0, 0), |i| (i.width, i.height))
     };
+    let sizes: BTreeMap<&str, (u32, u32)> = summary
+        .tracks
+        .values()
+        .map(|t| (t.name.as_str(), size_of(t)))
+        .collect();
+    // The picture's length, as the HLS variants (video) and players show it: the audio's own
+    // fragment boundaries may end it a few frames later (issue 37). Audio-only: the audio's.
+    let is_video =
+        |t: &super::fragments::Track| sizes.get(t.name.as_str()).is_some_and(|s| s.1 > 0);
+    let duration = match summary.duration_of(is_video) {
+        d if d.is_zero() => summary.duration(),
+        d => d,
+    };
     let written = summary.tracks.values().any(|t| !t.fragments.is_empty());
     VideoState {
         record_type: was.record_type,
@@ -546,7 +564,7 @@ fn finished_state(
             VideoStatus::Error
         },
         error: error.or_else(|| (!written).then(|| "nothing was recorded".to_owned())),
-        duration_ms: summary.duration().as_millis() as u64,
+        duration_ms: duration.as_millis() as u64,
         size: summary.size(),
         screenshot: dir.join(SCREENSHOT).is_file(),
         download: dir.join(super::download::FILE).is_file(),
@@ -555,7 +573,7 @@ fn finished_state(
             .tracks
             .values()
             .map(|t| {
-                let (width, height) = size_of(t);
+                let (width, height) = sizes[t.name.as_str()];
                 VideoRendition {
                     name: t.name.clone(),
                     width,

@@ -23,6 +23,10 @@ use crate::package::{Output, Package, PackageEvent};
 const WRITE_QUEUE: usize = 150;
 /// Events held by the package for this recorder before it loses them.
 const OBSERVE_QUEUE: usize = 64;
+/// The longest a stop waits for a source fragment in progress (a long GOP)…
+const SOURCE_WAIT: Duration = Duration::from_secs(10);
+/// …beyond the longest fragment the track had: the remux's own delay.
+const SLACK: Duration = Duration::from_secs(1);
 
 enum Job {
     Init {
@@ -50,6 +54,20 @@ pub struct Finished {
     pub recorded: BTreeMap<String, u64>,
 }
 
+/// How a recording stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// A split: each rendition's segment in progress goes to the next video.
+    Split,
+    /// Everything received until now, with each rendition's segment in progress (its parts are
+    /// whole CMAF chunks): the inputs are gone, or the recording failed.
+    Now,
+    /// Stopped by request while the inputs are live: as `Now`, and each source track's
+    /// fragment in progress is awaited (the source remux emits whole GOPs; without it the
+    /// picture of an origin recording ended up to a GOP before its sound: issue 37).
+    Live,
+}
+
 /// Where a recording starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Since {
@@ -64,7 +82,7 @@ pub enum Since {
 }
 
 pub struct Recorder {
-    stop: watch::Sender<Option<bool>>,
+    stop: watch::Sender<Option<Stop>>,
     /// Set by the writer thread when it stopped writing (out of space, a write error).
     failed: Arc<AtomicBool>,
     done: oneshot::Receiver<Finished>,
@@ -102,8 +120,7 @@ impl Recorder {
             path: PathBuf::from("recorder thread"),
             source,
         })?;
-        // `Some(flush)` once stopped; `flush`: also record the segment in progress.
-        let (stop, mut stop_rx) = watch::channel(None::<bool>);
+        let (stop, mut stop_rx) = watch::channel(None::<Stop>);
         let package = package.clone();
         tokio::spawn(async move {
             let mut tracks = Tracks::default();
@@ -115,50 +132,65 @@ impl Recorder {
                     dropped += 1;
                 }
             };
-            let mut handle = |event: PackageEvent, send: &mut dyn FnMut(Job)| match event {
-                PackageEvent::Init {
-                    output: from,
-                    rendition,
-                    init,
-                } if from == output => {
-                    if let (track, true) = tracks.open(&rendition, &init) {
-                        send(Job::Init { track, init });
+            let mut ends = Ends::default();
+            let mut handle =
+                |event: PackageEvent, send: &mut dyn FnMut(Job), ends: &mut Ends| match event {
+                    PackageEvent::Init {
+                        output: from,
+                        rendition,
+                        init,
+                    } if from == output => {
+                        if let (track, true) = tracks.open(&rendition, &init) {
+                            ends.kind(&track, &init);
+                            send(Job::Init { track, init });
+                        }
                     }
-                }
-                PackageEvent::Segment(s) if s.key.output == output => {
-                    let Some(track) = tracks.current(&s.key.rendition) else {
-                        return;
-                    };
-                    recorded.insert(s.key.rendition.clone(), s.key.msn);
-                    send(Job::Fragment {
-                        track,
-                        chunks: s.chunks,
-                        duration: s.duration,
-                        pdt: s.pdt,
-                        discontinuity: s.discontinuity,
-                    });
-                }
-                _ => {}
-            };
+                    PackageEvent::Segment(s) if s.key.output == output => {
+                        let Some(track) = tracks.current(&s.key.rendition) else {
+                            return;
+                        };
+                        recorded.insert(s.key.rendition.clone(), s.key.msn);
+                        ends.fragment(&track, s.pdt + s.duration, s.duration);
+                        send(Job::Fragment {
+                            track,
+                            chunks: s.chunks,
+                            duration: s.duration,
+                            pdt: s.pdt,
+                            discontinuity: s.discontinuity,
+                        });
+                    }
+                    _ => {}
+                };
             for e in backlog {
-                handle(e, &mut send);
+                handle(e, &mut send, &mut ends);
             }
-            let flush = loop {
+            let stop = loop {
                 tokio::select! {
                     e = observer.recv() => match e {
-                        Some(e) => handle(e, &mut send),
-                        None => break false,
+                        Some(e) => handle(e, &mut send, &mut ends),
+                        None => break Stop::Split,
                     },
                     s = stop_rx.wait_for(Option::is_some) => {
-                        break s.map(|s| *s == Some(true)).unwrap_or(false);
+                        break s.ok().and_then(|s| *s).unwrap_or(Stop::Split);
                     }
                 };
             };
             // What the package completed before the stop is part of the recording.
             while let Some(e) = observer.try_recv() {
-                handle(e, &mut send);
+                handle(e, &mut send, &mut ends);
             }
-            if flush && output != Output::Source {
+            if stop == Stop::Live && output == Output::Source {
+                let at = OffsetDateTime::now_utc();
+                // A fragment in progress completes within a fragment's length (a GOP).
+                let deadline = tokio::time::Instant::now() + ends.longest() + SLACK;
+                while ends.pending(at) {
+                    match tokio::time::timeout_at(deadline, observer.recv()).await {
+                        Ok(Some(e)) => handle(e, &mut send, &mut ends),
+                        _ => break,
+                    }
+                }
+            }
+            if stop != Stop::Split && output != Output::Source {
                 // stop_recording: the segment in progress up to now (its parts are whole CMAF
                 // chunks) ends the video, so it holds everything until the request.
                 for (rendition, s) in in_progress(&package, output, &recorded) {
@@ -198,12 +230,56 @@ impl Recorder {
         self.failed.load(Ordering::Relaxed)
     }
 
-    /// Stops, finalises the files and returns what was recorded; `flush` also records each
-    /// rendition's segment in progress (a stop request: everything up to now), without it the
-    /// recording ends with the last complete segment (a split: the next video starts there).
-    pub async fn stop(self, flush: bool) -> Option<Finished> {
-        self.stop.send_replace(Some(flush));
+    /// Stops as `how` says, finalises the files and returns what was recorded.
+    pub async fn stop(self, how: Stop) -> Option<Finished> {
+        self.stop.send_replace(Some(how));
         self.done.await.ok()
+    }
+}
+
+/// Where each track's recording ends so far: what a stop while live waits on.
+#[derive(Default)]
+struct Ends {
+    /// Tracks whose init declares sound.
+    audio: std::collections::BTreeSet<String>,
+    /// Per track: where its newest fragment ends, its longest fragment.
+    tracks: BTreeMap<String, (OffsetDateTime, Duration)>,
+}
+
+impl Ends {
+    fn kind(&mut self, track: &str, init: &[u8]) {
+        if super::mp4::describe(init).is_ok_and(|i| i.audio) {
+            self.audio.insert(track.to_owned());
+        }
+    }
+
+    fn fragment(&mut self, track: &str, end: OffsetDateTime, duration: Duration) {
+        let e = self
+            .tracks
+            .entry(track.to_owned())
+            .or_insert((end, duration));
+        *e = (end, e.1.max(duration));
+    }
+
+    /// How long a fragment in progress may take to complete (capped: a stop is not held long).
+    fn longest(&self) -> Duration {
+        let longest = self.tracks.values().map(|e| e.1).max();
+        longest.unwrap_or(SOURCE_WAIT).min(SOURCE_WAIT)
+    }
+
+    /// Whether a track is still short of a stop requested `at`: each picture track until it
+    /// covers `at` (its fragment in progress then, a GOP); then each sound track until it ends
+    /// nearest to where the picture does — its fragments are cut on their own, by length, so
+    /// it ends within half a fragment of the picture rather than up to a whole one before or
+    /// after.
+    fn pending(&self, at: OffsetDateTime) -> bool {
+        let video = self.tracks.iter().filter(|(t, _)| !self.audio.contains(*t));
+        if video.clone().any(|(_, e)| e.0 < at) {
+            return true;
+        }
+        let picture_end = video.map(|(_, e)| e.0).max().unwrap_or(at);
+        let audio = self.tracks.iter().filter(|(t, _)| self.audio.contains(*t));
+        audio.into_iter().any(|(_, e)| e.0 + e.1 / 2 < picture_end)
     }
 }
 
@@ -339,6 +415,34 @@ fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stop while live at t = 10.5: the picture (2 s GOPs, ends at 10) waits for its GOP in
+    /// progress; then the sound (2 s fragments) goes on while it ends more than half a
+    /// fragment before the picture.
+    #[test]
+    fn a_stop_while_live_waits_for_the_picture_then_the_nearest_sound() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        let two = Duration::from_secs(2);
+        let mut ends = Ends::default();
+        ends.audio.insert("source-audio".into());
+        ends.fragment("source-video", s(10.0), two);
+        ends.fragment("source-audio", s(9.9), two);
+        let at = s(10.5);
+        assert!(ends.pending(at), "the picture's GOP in progress");
+        ends.fragment("source-video", s(12.0), two);
+        assert!(ends.pending(at), "the sound ends 2.1 s before the picture");
+        ends.fragment("source-audio", s(11.9), two);
+        assert!(!ends.pending(at), "0.1 s apart");
+        assert_eq!(ends.longest(), two);
+        // Sound only: it ends nearest to the stop.
+        let mut sound = Ends::default();
+        sound.audio.insert("a".into());
+        sound.fragment("a", s(9.0), two);
+        assert!(sound.pending(at));
+        sound.fragment("a", s(11.0), two);
+        assert!(!sound.pending(at));
+    }
     use crate::package::state::tests::video_720p;
     use crate::package::{PackageState, PackagingConfig, PartIn};
 
@@ -384,7 +488,7 @@ mod tests {
         }
         // The last pushed fragment is still open in the package (no next one closed it).
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let finished = recorder.stop(false).await.unwrap();
+        let finished = recorder.stop(Stop::Split).await.unwrap();
         assert!(finished.error.is_none(), "{:?}", finished.error);
         assert_eq!(finished.dropped, 0);
         let track = &finished.summary.tracks["720p"];

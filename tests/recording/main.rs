@@ -477,7 +477,9 @@ async fn a_long_recording_splits_and_a_long_pause_starts_another_video() {
         ],
     );
     let (id, url, first) = recording(&d, "split").await;
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // The publisher leaves 2 s into the second video: the inputs are gone (the pipeline
+    // drains for up to 5 s) and the resume time (1 s) passes before its split is due at 20 s.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     drop(first);
     // Gone for longer than the resume time: that video ends.
     wait_record(&d, id, Duration::from_secs(15), |r| r["recording"] == false).await;

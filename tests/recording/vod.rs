@@ -143,17 +143,37 @@ async fn assert_tiles_its_files(playlist_url: &str, playlist: &MediaPlaylist, te
     }
 }
 
-/// ffprobe's duration of a URL, in seconds.
-fn probed_secs(url: &str) -> f64 {
-    let probed = media::ffprobe_with(&["-show_entries", "format=duration"], url);
-    probed["format"]["duration"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{url}: no duration: {probed}"))
+/// The length of the media of `kind` (`v` or `a`) that ffprobe demuxes from `url`: from its
+/// first packet's start to its last one's end. (ffmpeg 5.1's DASH reader keeps only the whole
+/// seconds of an MPD's durations: the container durations cannot be compared to 0.1 s.)
+fn probed_secs(url: &str, kind: &str) -> f64 {
+    let select = format!("{kind}:0");
+    let args = [
+        "-select_streams",
+        &select,
+        "-show_entries",
+        "packet=pts_time,duration_time",
+    ];
+    let probed = media::ffprobe_with(&args, url);
+    let packets = probed["packets"].as_array().cloned().unwrap_or_default();
+    let num = |p: &Value, k: &str| p[k].as_str().and_then(|s| s.parse::<f64>().ok());
+    let spans: Vec<(f64, f64)> = packets
+        .iter()
+        .filter_map(|p| Some((num(p, "pts_time")?, num(p, "duration_time").unwrap_or(0.0))))
+        .collect();
+    assert!(!spans.is_empty(), "{url}: no {kind} packets");
+    let start = spans.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let end = spans
+        .iter()
+        .map(|s| s.0 + s.1)
+        .fold(f64::NEG_INFINITY, f64::max);
+    end - start
 }
 
-/// The checks of the module doc on a ready video; `download` is its MP4 download's URL.
-async fn assert_one_media(video: &Value, download: &str) {
+/// The checks of the module doc on a ready video; `downloads`: the MP4 download holding its
+/// picture, then the one holding its sound (one file for an origin recording; a transcoded
+/// one has an MP4 per rendition).
+async fn assert_one_media(video: &Value, downloads: [&str; 2]) {
     assert_eq!(video["status"], "ready", "{video}");
     let duration = video["duration"].as_u64().unwrap() as f64 / 1000.0;
     let hls = video["hls_url"].as_str().unwrap();
@@ -180,14 +200,36 @@ async fn assert_one_media(video: &Value, download: &str) {
             "{uri}: EXTINF sum {extinf} s, recorded {duration} s:\n{text}"
         );
     }
-    let probed = [
-        ("HLS", probed_secs(hls)),
-        ("DASH", probed_secs(video["dash_url"].as_str().unwrap())),
-        ("MP4", probed_secs(download)),
-    ];
-    for (a, x) in probed {
-        for (b, y) in probed {
-            assert!((x - y).abs() <= SAME, "{a} {x} s vs {b} {y} s: {probed:?}");
+    let dash = video["dash_url"].as_str().unwrap();
+    for (kind, download) in ["v", "a"].into_iter().zip(downloads) {
+        let probed = [
+            ("HLS", probed_secs(hls, kind)),
+            ("DASH", probed_secs(dash, kind)),
+            ("MP4", probed_secs(download, kind)),
+        ];
+        for (a, x) in probed {
+            for (b, y) in probed {
+                assert!(
+                    (x - y).abs() <= SAME,
+                    "{kind}: {a} {x} s vs {b} {y} s: {probed:?}"
+                );
+            }
+        }
+        // The recorded duration is the picture's (the sound may end a few frames apart).
+        if kind == "v" {
+            let hls = probed[0].1;
+            assert!(
+                (hls - duration).abs() <= FRAME,
+                "picture {hls} s, recorded {duration} s"
+            );
+        } else {
+            let apart = (probed[0].1 - duration).abs();
+            // Half a 2 s fragment of sound, and a frame.
+            assert!(
+                apart <= 1.05,
+                "sound {} s, picture {duration} s",
+                probed[0].1
+            );
         }
     }
 }
@@ -238,8 +280,14 @@ async fn a_transcoded_recording_presents_the_same_media_in_hls_dash_and_mp4() {
         (27_000..=31_000).contains(&ms),
         "{ms} ms of a 30 s push: {video}"
     );
-    let mp4 = video["converted_videos"][0]["mp4_url"].as_str().unwrap();
-    assert_one_media(&video, mp4).await;
+    let converted = video["converted_videos"].as_array().unwrap();
+    let mp4 = |name: &str| {
+        let c = converted.iter().find(|c| c["name"] == name);
+        c.and_then(|c| c["mp4_url"].as_str())
+            .unwrap_or_else(|| panic!("no {name} in {video}"))
+            .to_owned()
+    };
+    assert_one_media(&video, [&mp4("720p"), &mp4("audio")]).await;
 }
 
 /// The same for an origin recording stopped by request (its download is `origin_url`).
@@ -250,5 +298,5 @@ async fn an_origin_recording_presents_the_same_media_in_hls_dash_and_mp4() {
     let d = daemon(dir.path());
     let video = record_for(&d, "origin", 10, Some(12)).await;
     let mp4 = video["origin_url"].as_str().unwrap();
-    assert_one_media(&video, mp4).await;
+    assert_one_media(&video, [mp4, mp4]).await;
 }
