@@ -141,7 +141,7 @@ impl Recorder {
                         init,
                     } if from == output => {
                         if let (track, true) = tracks.open(&rendition, &init) {
-                            ends.kind(&track, &init);
+                            ends.kind(&rendition, &track, &init);
                             send(Job::Init { track, init });
                         }
                     }
@@ -183,8 +183,21 @@ impl Recorder {
                 let at = OffsetDateTime::now_utc();
                 // A fragment in progress completes within a fragment's length (a GOP).
                 let deadline = tokio::time::Instant::now() + ends.longest() + SLACK;
+                // Sound that comes while the picture is awaited is held back: only what ends
+                // nearest to the picture is kept (a late picture must not leave seconds of
+                // sound after it).
+                let mut held = std::collections::VecDeque::new();
                 while ends.pending(at) {
+                    if !ends.picture_short(at) {
+                        if let Some(e) = held.pop_front() {
+                            handle(e, &mut send, &mut ends);
+                            continue;
+                        }
+                    }
                     match tokio::time::timeout_at(deadline, observer.recv()).await {
+                        Ok(Some(e)) if ends.picture_short(at) && ends.is_sound(&e) => {
+                            held.push_back(e);
+                        }
                         Ok(Some(e)) => handle(e, &mut send, &mut ends),
                         _ => break,
                     }
@@ -240,17 +253,29 @@ impl Recorder {
 /// Where each track's recording ends so far: what a stop while live waits on.
 #[derive(Default)]
 struct Ends {
-    /// Tracks whose init declares sound.
+    /// Tracks, and renditions, whose init declares sound.
     audio: std::collections::BTreeSet<String>,
     /// Per track: where its newest fragment ends, its longest fragment.
     tracks: BTreeMap<String, (OffsetDateTime, Duration)>,
 }
 
 impl Ends {
-    fn kind(&mut self, track: &str, init: &[u8]) {
+    fn kind(&mut self, rendition: &str, track: &str, init: &[u8]) {
         if super::mp4::describe(init).is_ok_and(|i| i.audio) {
             self.audio.insert(track.to_owned());
+            self.audio.insert(rendition.to_owned());
         }
+    }
+
+    /// Whether `e` is a fragment of sound.
+    fn is_sound(&self, e: &PackageEvent) -> bool {
+        matches!(e, PackageEvent::Segment(s) if self.audio.contains(&s.key.rendition))
+    }
+
+    /// Whether a picture track ends before `at`.
+    fn picture_short(&self, at: OffsetDateTime) -> bool {
+        let mut video = self.tracks.iter().filter(|(t, _)| !self.audio.contains(*t));
+        video.any(|(_, e)| e.0 < at)
     }
 
     fn fragment(&mut self, track: &str, end: OffsetDateTime, duration: Duration) {
@@ -273,10 +298,10 @@ impl Ends {
     /// it ends within half a fragment of the picture rather than up to a whole one before or
     /// after.
     fn pending(&self, at: OffsetDateTime) -> bool {
-        let video = self.tracks.iter().filter(|(t, _)| !self.audio.contains(*t));
-        if video.clone().any(|(_, e)| e.0 < at) {
+        if self.picture_short(at) {
             return true;
         }
+        let video = self.tracks.iter().filter(|(t, _)| !self.audio.contains(*t));
         let picture_end = video.map(|(_, e)| e.0).max().unwrap_or(at);
         let audio = self.tracks.iter().filter(|(t, _)| self.audio.contains(*t));
         audio.into_iter().any(|(_, e)| e.0 + e.1 / 2 < picture_end)
