@@ -985,6 +985,88 @@ async fn gstreamer_dash_client_renders_our_ll_dash() {
     assert!(rendered < Duration::from_secs(10), "{rendered:?}");
 }
 
+/// VLC 3.0 (Debian 12's `cvlc`, its adaptive demuxer in low-latency mode on our MPD) receives
+/// our LL-DASH at real time. It runs for a wall-clock time, not `--run-time`: VLC ends an input
+/// once the demuxer's clock reaches start-time + run-time (`src/input/input.c`,
+/// `MainLoopDemux`), and a live DASH demuxer's clock is the MPD timeline — the seconds since the
+/// stream went live — so `--run-time 20` on a stream 14 s old stops after a few seconds of media
+/// (issue 37 counted 6), and on ffmpeg's own LL-DASH output once that is 20 s old, at once.
+#[tokio::test]
+async fn vlc_keeps_up_with_the_ll_dash_stream() {
+    use std::os::unix::fs::PermissionsExt;
+    const RUN: Duration = Duration::from_secs(20);
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "vlc-dash", "quality_set_id": 3})).await;
+    let id = rec["id"].as_i64().unwrap();
+    // Seven plays of the 6 s fixture: live until VLC is done.
+    let _push = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 6);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    // Joined some 10 s in, as a viewer would. VLC starts where the MPD's clock puts the live
+    // edge; a clock ahead of the segments gets it a 404 there, after which it asks for nothing
+    // more (an MPD 10 s early: no media at all).
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 5).await;
+
+    // VLC refuses to run as root: it runs as nobody and writes where nobody may.
+    let out = tempdir();
+    std::fs::set_permissions(out.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let ts = out.path().join("vlc.ts");
+    let log_path = out.path().join("vlc.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let sout = format!("#std{{access=file,mux=ts,dst={}}}", ts.display());
+    let mpd_url = rec["dash_url"].as_str().unwrap().to_owned();
+    let wall = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        // `timeout` runs as nobody too, so its SIGTERM reaches VLC itself, which then closes
+        // the TS file properly.
+        let mut vlc = Proc::spawn(
+            Command::new("runuser")
+                .args(["-u", "nobody", "--", "timeout"])
+                .arg(RUN.as_secs().to_string())
+                .args(["cvlc", "-I", "dummy", &mpd_url, "--sout", &sout])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log)),
+            "cvlc",
+        );
+        vlc.wait_within(RUN + Duration::from_secs(15))
+            .expect("cvlc did not stop at its timeout");
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+
+    let vlc_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let written = std::fs::metadata(&ts).map_or(0, |m| m.len());
+    assert!(written > 0, "VLC wrote no media; its log:\n{}", vlc_log());
+    let probe = ffprobe_with(
+        &[
+            "-show_entries",
+            "format=duration:stream=codec_type,codec_name",
+        ],
+        ts.to_str().unwrap(),
+    );
+    let mut codecs: Vec<&str> = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap())
+        .collect();
+    codecs.sort();
+    assert_eq!(codecs, ["aac", "h264"], "{probe}");
+    let media: f64 = probe["format"]["duration"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no duration: {probe}"));
+    println!("VLC received {media:.1} s of LL-DASH media in {wall:.1?}");
+    assert!(
+        media >= 0.8 * wall.as_secs_f64(),
+        "VLC received {media:.1} s of media in {wall:.1?}; its log:\n{}",
+        vlc_log()
+    );
+}
+
 /// The fixture as ffprobe reads it: (height, frame rate, keyframe interval s, video kbit/s).
 fn fixture_facts(name: &str) -> (u64, f64, f64, f64) {
     let path = fixture(name);
