@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::http::listener::{empty, full, Body};
 use crate::live::Registry;
 use crate::package::hls::{self, Readiness};
+use crate::package::state::RenditionKind;
 use crate::package::{Output, Package, PackageState, SegmentKey};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
@@ -523,12 +524,13 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
             );
         }
     };
-    let Some((seen, part)) =
-        package.read(|p| p.rendition(name).map(|r| (r.last_part(), p.config.part)))
-    else {
+    let Some((seen, part, leads)) = package.read(|p| {
+        let r = p.rendition(name)?;
+        Some((r.last_part(), p.config.part, leads_start(p, r)))
+    }) else {
         return not_found();
     };
-    if q.msn.is_none() {
+    if q.msn.is_none() && leads {
         // A plain request is answered when the next part lands (at most a part and a half
         // later): a player tuning in aims PART-HOLD-BACK behind the edge of the playlist it
         // got, and without blocking reload that edge is up to a part old — which hls.js, not
@@ -572,6 +574,19 @@ async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Respons
             "the requested part did not appear in time\n",
         ),
     }
+}
+
+/// Whether players take their start position from `r`'s playlist: a video rendition, or the
+/// audio of a stream without video. The audio playlist of a stream with video is answered at
+/// once: held for its own next part, it delayed the player's start by up to a part after the
+/// start position was chosen (hls.js waits for both playlists), and that delay became latency
+/// (issue 37: 0.16–0.46 s in joins of one stream).
+fn leads_start(p: &PackageState, r: &crate::package::state::Rendition) -> bool {
+    matches!(r.kind, RenditionKind::Video { .. })
+        || !p
+            .renditions
+            .iter()
+            .any(|r| matches!(r.kind, RenditionKind::Video { .. }))
 }
 
 /// A part, waiting for it when it is the next one to be produced (the preload hint).
