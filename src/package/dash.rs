@@ -11,7 +11,7 @@ use super::state::{PackageState, Rendition, RenditionKind};
 use super::utc_ms;
 
 /// ServiceDescription latency target: three parts. dash.js plays at its target (it catches up), so
-/// unlike LL-HLS's PART-HOLD-BACK (2.5 parts, `hls::part_hold_back`) this is where it sits.
+/// unlike LL-HLS's PART-HOLD-BACK (2 parts, `hls::part_hold_back`) this is where it sits.
 pub const LATENCY_PARTS: u32 = 3;
 
 /// GStreamer 1.22.0's `dashdemux2` (Debian 12's) goes to PLAYING only once 30 s of media are

@@ -112,7 +112,7 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
     for tag in [
         "#EXT-X-PART-INF:PART-TARGET=0.500",
         "CAN-BLOCK-RELOAD=YES",
-        "PART-HOLD-BACK=1.250",
+        "PART-HOLD-BACK=1.000",
         "#EXT-X-PRELOAD-HINT:TYPE=PART",
         "#EXT-X-RENDITION-REPORT:URI=\"../480p/index.m3u8\"",
         "INDEPENDENT=YES",
@@ -1231,7 +1231,7 @@ async fn statistics_describe_the_source_and_show_when_it_was_off() {
 }
 
 /// A 25 fps source: parts of 13 frames (0.52 s) and a shorter last one tile each 2 s segment,
-/// and the playlists announce what they hold — PART-TARGET 0.52, PART-HOLD-BACK 2.5 of it, the MPD's
+/// and the playlists announce what they hold — PART-TARGET 0.52, PART-HOLD-BACK 2 of it, the MPD's
 /// latency target (three parts) and availabilityTimeOffset from the same — instead of 1 s parts.
 #[tokio::test]
 async fn parts_are_half_a_second_at_25_fps() {
@@ -1249,7 +1249,7 @@ async fn parts_are_half_a_second_at_25_fps() {
         playlist.contains("#EXT-X-PART-INF:PART-TARGET=0.520\n"),
         "{playlist}"
     );
-    assert!(playlist.contains("PART-HOLD-BACK=1.300"), "{playlist}");
+    assert!(playlist.contains("PART-HOLD-BACK=1.040"), "{playlist}");
     // Every complete segment: 2 s; its parts 13 frames but the last (RFC 8216bis §4.4.4.9 lets
     // a segment's final part be shorter than 85 % of the target), adding up to it.
     let pl = hls::media(&playlist);
