@@ -193,7 +193,8 @@ def clip(fps, seconds, gop_seconds=2):
     (audio and video do not end together), which a player crosses with a small stall: over a
     minute of playback that alone adds 0.1-0.2 s of latency, so player benches push one long
     clip instead. Returns a path for `push`."""
-    out = os.path.join(ROOT, "target", "bench-clips", f"card-{fps}fps-{seconds}s.ts")
+    gop_name = "" if gop_seconds == 2 else f"-gop{gop_seconds}"
+    out = os.path.join(ROOT, "target", "bench-clips", f"card-{fps}fps-{seconds}s{gop_name}.ts")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         gop = str(fps * gop_seconds)
