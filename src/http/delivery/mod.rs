@@ -720,6 +720,22 @@ mod tests {
 
     use super::*;
 
+    /// Players take their start from the video's playlist (the audio's when there is no
+    /// video): only that one is held for a fresh edge.
+    #[test]
+    fn the_start_is_taken_from_the_video_or_the_only_audio() {
+        use crate::package::state::tests::{stereo_audio, video_720p};
+        use crate::package::PackagingConfig;
+        let both = PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1), stereo_audio(1)],
+        );
+        assert!(leads_start(&both, &both.renditions[0]));
+        assert!(!leads_start(&both, &both.renditions[1]));
+        let radio = PackageState::new(PackagingConfig::default(), vec![stereo_audio(1)]);
+        assert!(leads_start(&radio, &radio.renditions[0]));
+    }
+
     #[test]
     fn paths() {
         assert_eq!(parse_path("/cmaf/7/master.m3u8"), Some((7, Target::Master)));
