@@ -768,6 +768,16 @@ mod tests {
         assert!(ready.state.duration_ms > 0);
     }
 
+    /// Stops `id`'s recording: one ready video holding every one of `frags`, no more.
+    async fn stop_holding_all(h: &Harness, id: i64, frags: &[(Vec<Bytes>, Duration)]) {
+        let video = h.recordings.stop(id).await.unwrap().expect("a video");
+        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
+        let expected: Duration = frags.iter().map(|f| f.1).sum();
+        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
+        let (summary, _) = fragments::read_index(&h.recordings.dir(video.id)).unwrap();
+        assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
+    }
+
     /// Issue 37, the end loss: when the inputs leave, the package closes its open segment
     /// (`mark_discontinuity`). That segment is complete, so a later stop's flush of the one in
     /// progress does not take it: unless the package hands it over, the video ends a segment
@@ -786,12 +796,7 @@ mod tests {
         package.mark_discontinuity();
         h.events.send(LiveEvent::InputsGone { id }).ok();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let video = h.recordings.stop(id).await.unwrap().expect("a video");
-        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
-        let expected: Duration = frags.iter().map(|f| f.1).sum();
-        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
-        let (summary, _) = fragments::read_index(&h.recordings.dir(video.id)).unwrap();
-        assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
+        stop_holding_all(&h, id, &frags).await;
     }
 
     /// Issue 37, the start loss: `auto_record` opens the video (database writes) after the
@@ -809,12 +814,7 @@ mod tests {
         until(|| h.recordings.recording_duration(id)).await;
         feed(&package, &frags[3..]);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let video = h.recordings.stop(id).await.unwrap().expect("a video");
-        assert_eq!(video.state.status, VideoStatus::Ready, "{:?}", video.state);
-        let expected: Duration = frags.iter().map(|f| f.1).sum();
-        assert_eq!(video.state.duration_ms, expected.as_millis() as u64);
-        let (summary, _) = fragments::read_index(&h.recordings.dir(video.id)).unwrap();
-        assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
+        stop_holding_all(&h, id, &frags).await;
     }
 
     /// A recording longer than `record_max_secs` continues as a new video: the two hold every

@@ -101,7 +101,7 @@ impl Recorder {
         let writer = Writer::create(&dir)?;
         // The pipeline feeds its source branch only while someone wants it.
         let demand = (output == Output::Source).then(|| package.demand_source());
-        let (mut observer, backlog) = match since {
+        let (observer, backlog) = match since {
             Since::SessionStart => package.observe_since(OBSERVE_QUEUE, output, &BTreeMap::new()),
             Since::After(recorded) => package.observe_since(OBSERVE_QUEUE, output, &recorded),
             Since::Now => (
@@ -120,120 +120,29 @@ impl Recorder {
             path: PathBuf::from("recorder thread"),
             source,
         })?;
-        let (stop, mut stop_rx) = watch::channel(None::<Stop>);
+        let (stop, stop_rx) = watch::channel(None::<Stop>);
+        let feed = Feed {
+            output,
+            jobs,
+            dropped: 0,
+            tracks: Tracks::default(),
+            recorded: BTreeMap::new(),
+            ends: Ends::default(),
+        };
         let package = package.clone();
         tokio::spawn(async move {
-            let mut tracks = Tracks::default();
-            let mut dropped = 0u64;
-            // Per rendition, the newest segment recorded.
-            let mut recorded: BTreeMap<String, u64> = BTreeMap::new();
-            let mut send = |job: Job| {
-                if jobs.try_send(job).is_err() {
-                    dropped += 1;
-                }
+            let Some((summary, error, dropped, recorded)) =
+                feed.run(&package, observer, backlog, stop_rx, thread).await
+            else {
+                return;
             };
-            let mut ends = Ends::default();
-            let mut handle =
-                |event: PackageEvent, send: &mut dyn FnMut(Job), ends: &mut Ends| match event {
-                    PackageEvent::Init {
-                        output: from,
-                        rendition,
-                        init,
-                    } if from == output => {
-                        if let (track, true) = tracks.open(&rendition, &init) {
-                            ends.kind(&rendition, &track, &init);
-                            send(Job::Init { track, init });
-                        }
-                    }
-                    PackageEvent::Segment(s) if s.key.output == output => {
-                        let Some(track) = tracks.current(&s.key.rendition) else {
-                            return;
-                        };
-                        recorded.insert(s.key.rendition.clone(), s.key.msn);
-                        ends.fragment(&track, s.pdt + s.duration, s.duration);
-                        send(Job::Fragment {
-                            track,
-                            chunks: s.chunks,
-                            duration: s.duration,
-                            pdt: s.pdt,
-                            discontinuity: s.discontinuity,
-                        });
-                    }
-                    _ => {}
-                };
-            for e in backlog {
-                handle(e, &mut send, &mut ends);
-            }
-            let stop = loop {
-                tokio::select! {
-                    e = observer.recv() => match e {
-                        Some(e) => handle(e, &mut send, &mut ends),
-                        None => break Stop::Split,
-                    },
-                    s = stop_rx.wait_for(Option::is_some) => {
-                        break s.ok().and_then(|s| *s).unwrap_or(Stop::Split);
-                    }
-                };
-            };
-            // What the package completed before the stop is part of the recording.
-            while let Some(e) = observer.try_recv() {
-                handle(e, &mut send, &mut ends);
-            }
-            if stop == Stop::Live && output == Output::Source {
-                let at = OffsetDateTime::now_utc();
-                // A fragment in progress completes within a fragment's length (a GOP).
-                let deadline = tokio::time::Instant::now() + ends.longest() + SLACK;
-                // Sound that comes while the picture is awaited is held back: only what ends
-                // nearest to the picture is kept (a late picture must not leave seconds of
-                // sound after it).
-                let mut held = std::collections::VecDeque::new();
-                while ends.pending(at) {
-                    if !ends.picture_short(at) {
-                        if let Some(e) = held.pop_front() {
-                            handle(e, &mut send, &mut ends);
-                            continue;
-                        }
-                    }
-                    match tokio::time::timeout_at(deadline, observer.recv()).await {
-                        Ok(Some(e)) if ends.picture_short(at) && ends.is_sound(&e) => {
-                            held.push_back(e);
-                        }
-                        Ok(Some(e)) => handle(e, &mut send, &mut ends),
-                        _ => break,
-                    }
-                }
-            }
-            if stop != Stop::Split && output != Output::Source {
-                // stop_recording: the segment in progress up to now (its parts are whole CMAF
-                // chunks) ends the video, so it holds everything until the request.
-                for (rendition, s) in in_progress(&package, output, &recorded) {
-                    if let Some(track) = tracks.current(&rendition) {
-                        send(Job::Fragment {
-                            track,
-                            chunks: s.parts.iter().map(|p| p.data.clone()).collect(),
-                            duration: s.duration(),
-                            pdt: s.pdt,
-                            discontinuity: s.discontinuity,
-                        });
-                    }
-                }
-            }
             drop(demand);
-            // The writer thread ends when the queue's sender is gone.
-            drop(jobs);
-            dropped += observer.dropped();
-            let finished = tokio::task::spawn_blocking(move || thread.join())
-                .await
-                .ok()
-                .and_then(Result::ok);
-            if let Some((summary, error)) = finished {
-                let _ = done_tx.send(Finished {
-                    summary,
-                    error,
-                    dropped,
-                    recorded,
-                });
-            }
+            let _ = done_tx.send(Finished {
+                summary,
+                error,
+                dropped,
+                recorded,
+            });
         });
         Ok(Recorder { stop, failed, done })
     }
@@ -247,6 +156,149 @@ impl Recorder {
     pub async fn stop(self, how: Stop) -> Option<Finished> {
         self.stop.send_replace(Some(how));
         self.done.await.ok()
+    }
+}
+
+/// The recorder's task: package events in, the writer thread's jobs out.
+struct Feed {
+    output: Output,
+    jobs: std_mpsc::SyncSender<Job>,
+    /// Jobs the writer's queue had no room for.
+    dropped: u64,
+    tracks: Tracks,
+    /// Per rendition, the newest segment recorded.
+    recorded: BTreeMap<String, u64>,
+    ends: Ends,
+}
+
+type Written = (Summary, Option<FragmentsError>);
+
+impl Feed {
+    /// Records until stopped, finishes as the stop says, and waits for the writer thread:
+    /// (summary, error, segments lost, newest recorded per rendition).
+    async fn run(
+        mut self,
+        package: &Package,
+        mut observer: crate::package::Observer,
+        backlog: Vec<PackageEvent>,
+        mut stop_rx: watch::Receiver<Option<Stop>>,
+        thread: std::thread::JoinHandle<Written>,
+    ) -> Option<(Summary, Option<FragmentsError>, u64, BTreeMap<String, u64>)> {
+        for e in backlog {
+            self.handle(e);
+        }
+        let stop = loop {
+            tokio::select! {
+                e = observer.recv() => match e {
+                    Some(e) => self.handle(e),
+                    None => break Stop::Split,
+                },
+                s = stop_rx.wait_for(Option::is_some) => {
+                    break s.ok().and_then(|s| *s).unwrap_or(Stop::Split);
+                }
+            };
+        };
+        // What the package completed before the stop is part of the recording.
+        while let Some(e) = observer.try_recv() {
+            self.handle(e);
+        }
+        if stop == Stop::Live && self.output == Output::Source {
+            self.source_tail(&mut observer).await;
+        }
+        if stop != Stop::Split && self.output != Output::Source {
+            self.in_progress(package);
+        }
+        let Feed {
+            jobs,
+            mut dropped,
+            recorded,
+            ..
+        } = self;
+        // The writer thread ends when the queue's sender is gone.
+        drop(jobs);
+        dropped += observer.dropped();
+        let (summary, error) = tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .ok()?
+            .ok()?;
+        Some((summary, error, dropped, recorded))
+    }
+
+    fn send(&mut self, job: Job) {
+        if self.jobs.try_send(job).is_err() {
+            self.dropped += 1;
+        }
+    }
+
+    fn handle(&mut self, event: PackageEvent) {
+        match event {
+            PackageEvent::Init {
+                output,
+                rendition,
+                init,
+            } if output == self.output => {
+                if let (track, true) = self.tracks.open(&rendition, &init) {
+                    self.ends.kind(&rendition, &track, &init);
+                    self.send(Job::Init { track, init });
+                }
+            }
+            PackageEvent::Segment(s) if s.key.output == self.output => {
+                let Some(track) = self.tracks.current(&s.key.rendition) else {
+                    return;
+                };
+                self.recorded.insert(s.key.rendition.clone(), s.key.msn);
+                self.ends.fragment(&track, s.pdt + s.duration, s.duration);
+                self.send(Job::Fragment {
+                    track,
+                    chunks: s.chunks,
+                    duration: s.duration,
+                    pdt: s.pdt,
+                    discontinuity: s.discontinuity,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// A stop while live, source remux: each track's fragment in progress (whole GOPs).
+    async fn source_tail(&mut self, observer: &mut crate::package::Observer) {
+        let at = OffsetDateTime::now_utc();
+        // A fragment in progress completes within a fragment's length (a GOP).
+        let deadline = tokio::time::Instant::now() + self.ends.longest() + SLACK;
+        // Sound that comes while the picture is awaited is held back: only what ends nearest
+        // to the picture is kept (a late picture must not leave seconds of sound after it).
+        let mut held = std::collections::VecDeque::new();
+        while self.ends.pending(at) {
+            if !self.ends.picture_short(at) {
+                if let Some(e) = held.pop_front() {
+                    self.handle(e);
+                    continue;
+                }
+            }
+            match tokio::time::timeout_at(deadline, observer.recv()).await {
+                Ok(Some(e)) if self.ends.picture_short(at) && self.ends.is_sound(&e) => {
+                    held.push_back(e);
+                }
+                Ok(Some(e)) => self.handle(e),
+                _ => break,
+            }
+        }
+    }
+
+    /// stop_recording: the segment in progress up to now (its parts are whole CMAF chunks)
+    /// ends the video, so it holds everything until the request.
+    fn in_progress(&mut self, package: &Package) {
+        for (rendition, s) in in_progress(package, self.output, &self.recorded) {
+            if let Some(track) = self.tracks.current(&rendition) {
+                self.send(Job::Fragment {
+                    track,
+                    chunks: s.parts.iter().map(|p| p.data.clone()).collect(),
+                    duration: s.duration(),
+                    pdt: s.pdt,
+                    discontinuity: s.discontinuity,
+                });
+            }
+        }
     }
 }
 
