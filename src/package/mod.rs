@@ -1,6 +1,7 @@
 //! Packaging: the per-stream segment store fed by the pipeline, and the renderers that turn it
 //! into LL-HLS and MPEG-TS HLS playlists and the LL-DASH MPD. Never imports ingest.
 
+mod config;
 pub mod dash;
 pub mod hls;
 pub mod observe;
