@@ -323,6 +323,11 @@ pub async fn start(
     } else {
         tracing::warn!("overlay pages fetch through the operator's proxy (http_proxy is set): the URL policy does not check what they load");
     }
+    let node_id = config
+        .node_id
+        .clone()
+        .unwrap_or_else(crate::cluster::host_name);
+    let events = crate::events::Events::new(&node_id);
     let registry = Registry::new(
         store.clone(),
         quality_sets.clone(),
@@ -337,6 +342,7 @@ pub async fn start(
             media_root,
             stats_period: config.statistics_sample,
         },
+        events.clone(),
     );
     let tls = {
         let (cert, key, dir) = (
@@ -381,10 +387,6 @@ pub async fn start(
             source,
         })?;
     let public_url = public_url(&config, http_addr);
-    let node_id = config
-        .node_id
-        .clone()
-        .unwrap_or_else(crate::cluster::host_name);
     // This node among the daemons sharing the store: registered (first heartbeat) before any
     // publish is accepted, so its leases are never those of a node the others think dead.
     let cluster = crate::cluster::Cluster::new(
@@ -412,6 +414,7 @@ pub async fn start(
             min_free_bytes: config.recordings_min_free_bytes,
             node_id: node_id.clone(),
         },
+        events.clone(),
     );
     {
         // Before any publish: a recording a crash interrupted becomes one ready video.
@@ -423,7 +426,7 @@ pub async fn start(
             Err(e) => tracing::error!(error = %e, "recording recovery panicked"),
         }
     }
-    recordings.spawn(registry.events());
+    recordings.spawn(registry.clone());
     spawn_statistics_pruning(store.clone(), config.statistics_retention);
     let spectators = Arc::new(crate::broadcast::Spectators::default());
     let api = Arc::new(Api {
@@ -444,7 +447,7 @@ pub async fn start(
         spectators: spectators.clone(),
     });
     if let Some(hub) = &overlays {
-        hub.spawn(registry.events());
+        hub.spawn(&events);
     }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let limits = HttpLimits {

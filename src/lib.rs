@@ -55,6 +55,7 @@ pub mod config;
 pub mod daemon;
 pub(crate) mod data_dir;
 pub(crate) mod db;
+pub(crate) mod events;
 pub(crate) mod formats;
 #[doc(hidden)]
 pub mod fuzzing;

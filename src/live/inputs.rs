@@ -120,6 +120,11 @@ impl Registry {
                             at_ms = at / 1_000_000,
                             "outputs switched"
                         );
+                        self.events.emit(crate::events::Event::InputSwitched {
+                            stream_id: id,
+                            from,
+                            to,
+                        });
                         MediaMessage::Discontinuity { at }
                     }
                 };

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::Registry;
+use crate::events::Event;
 
 impl Registry {
     /// The pipeline of `epoch` has drained: start the grace period.
@@ -13,7 +14,7 @@ impl Registry {
             return;
         };
         package.mark_discontinuity();
-        self.emit(super::LiveEvent::InputsGone { id });
+        self.events.emit(Event::InputsGone { stream_id: id });
         tracing::info!(
             stream = id,
             grace_secs = self.config.grace.as_secs(),
@@ -26,7 +27,7 @@ impl Registry {
                 return;
             };
             package.set_ended();
-            registry.emit(super::LiveEvent::Ended { id });
+            registry.events.emit(Event::LiveEnded { stream_id: id });
             tracing::info!(stream = id, "stream ended");
             tokio::time::sleep(registry.config.linger).await;
             if registry.sessions.remove_idle(id, epoch) {

@@ -31,6 +31,7 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 
 use crate::db::{Store, StoreError, StreamRow, StreamSettings};
+use crate::events::{Event, Events};
 use crate::media::MediaMessage;
 use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
@@ -82,23 +83,6 @@ pub trait PipelineFactory: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>>;
 }
 
-/// What happens to live streams, for consumers that follow them (the recorder): bounded — a
-/// consumer that lags loses events and is told how many (`broadcast` semantics).
-#[derive(Clone)]
-pub enum LiveEvent {
-    /// A session started (first publish, or a return within the grace period on the same
-    /// package: `resumed`).
-    Started {
-        id: i64,
-        package: Arc<Package>,
-        resumed: bool,
-    },
-    /// Both inputs are gone; the grace period runs.
-    InputsGone { id: i64 },
-    /// The grace period passed: the outputs ended.
-    Ended { id: i64 },
-}
-
 /// Where streams are served when several daemons share the store (`cluster`): a stream's lease
 /// is taken before a publish is accepted and given up when the stream is forgotten here.
 pub trait Leases: Send + Sync + 'static {
@@ -113,9 +97,6 @@ pub trait Leases: Send + Sync + 'static {
     /// A publisher came or left: the stream's state is written now, not at the next beat.
     fn state_changed(self: Arc<Self>, id: i64);
 }
-
-/// Events queued per consumer before it loses the oldest.
-const EVENTS_QUEUE: usize = 256;
 
 /// The registry's settings.
 #[derive(Debug, Clone)]
@@ -141,7 +122,7 @@ pub struct Registry {
     config: LiveConfig,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     changes: changes::Changes,
-    events: tokio::sync::broadcast::Sender<LiveEvent>,
+    events: Events,
     leases: std::sync::OnceLock<Arc<dyn Leases>>,
     /// Publish checks per stream whose session has not opened yet ([`publisher::LeaseHold`]).
     holds: Mutex<HashMap<i64, usize>>,
@@ -153,6 +134,7 @@ impl Registry {
         quality_sets: Arc<QualitySets>,
         factory: Arc<dyn PipelineFactory>,
         config: LiveConfig,
+        events: Events,
     ) -> Arc<Registry> {
         Arc::new(Registry {
             sessions: sessions::Table::default(),
@@ -162,7 +144,7 @@ impl Registry {
             config,
             tasks: Mutex::new(Vec::new()),
             changes: changes::Changes::default(),
-            events: tokio::sync::broadcast::Sender::new(EVENTS_QUEUE),
+            events,
             leases: std::sync::OnceLock::new(),
             holds: Mutex::new(HashMap::new()),
         })
@@ -249,14 +231,9 @@ impl Registry {
         self.changes.changed(id)
     }
 
-    /// Follows session starts, inputs gone and ends from now on.
-    pub fn events(&self) -> tokio::sync::broadcast::Receiver<LiveEvent> {
-        self.events.subscribe()
-    }
-
-    fn emit(&self, event: LiveEvent) {
-        // No receiver is not an error: nobody follows.
-        let _ = self.events.send(event);
+    /// The domain events' bus this registry emits on (publish, switch, live start and end).
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// The change feed, taken once by the PULL fetcher.
@@ -468,7 +445,9 @@ impl Registry {
         let id = row.id;
         let quality_set = self.quality_set(&row).await;
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        let opened = self.sessions.open(id, slot, rx, self.config.packaging)?;
+        let opened = self
+            .sessions
+            .open(id, slot, protocol, rx, self.config.packaging)?;
         hold.used();
         let (handles, epoch, control, stop, media) = match opened {
             Opened::Joined(counters) => {
@@ -489,9 +468,8 @@ impl Registry {
             .start_session(session_options(&row.settings), Arc::new(storage));
         self.slot_started(id, slot, protocol);
         tracing::info!(stream = id, epoch, "session started");
-        self.emit(LiveEvent::Started {
-            id,
-            package: handles.package.clone(),
+        self.events.emit(Event::LiveStarted {
+            stream_id: id,
             resumed: epoch > 1,
         });
 
@@ -529,6 +507,11 @@ impl Registry {
     fn slot_started(&self, id: i64, slot: Slot, protocol: Protocol) {
         self.sessions.slot_started(id, slot);
         self.lease_state_changed(id);
+        self.events.emit(Event::PublishStarted {
+            stream_id: id,
+            slot,
+            protocol,
+        });
         let now = Some(OffsetDateTime::now_utc());
         // Not awaited: nothing reads the start time against another field.
         drop(match slot {
@@ -542,8 +525,15 @@ impl Registry {
     /// write of `finished_at_primary`: the input task awaits it before it shows the stream off
     /// air, so no reader sees `live: false` beside the previous finish time.
     fn slot_left(&self, id: i64, epoch: u64, slot: Slot) -> Option<tokio::task::JoinHandle<()>> {
-        self.sessions.slot_left(id, epoch, slot);
+        let protocol = self.sessions.slot_left(id, epoch, slot);
         self.lease_state_changed(id);
+        if let Some(protocol) = protocol {
+            self.events.emit(Event::PublishStopped {
+                stream_id: id,
+                slot,
+                protocol,
+            });
+        }
         tracing::info!(stream = id, ?slot, "publisher left");
         (slot == Slot::Main)
             .then(|| self.record_times(id, None, None, Some(OffsetDateTime::now_utc())))

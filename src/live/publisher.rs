@@ -9,28 +9,7 @@ use super::status::Counters;
 use crate::db::StreamRow;
 use crate::media::MediaMessage;
 
-/// Which input of a stream a publisher feeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
-    Main,
-    Backup,
-}
-
-impl Slot {
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// How the media arrives; named in logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Rtmp,
-    Srt,
-    Whip,
-    /// The daemon itself fetches the source (the stream's `uri`).
-    Pull,
-}
+pub use crate::events::{Protocol, Slot};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PublishError {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::publisher::{PublishError, Slot};
+use super::publisher::{Protocol, PublishError, Slot};
 use super::status::{Counters, LiveStatus, SharedStatus, StreamMetrics};
 use super::StreamHandles;
 use crate::media::MediaMessage;
@@ -31,8 +31,9 @@ pub(super) enum Control {
 /// feeds the one pipeline.
 struct Session {
     control: mpsc::Sender<Control>,
-    /// Which slots have a publisher (a second publish to a taken slot is refused).
-    slots: [bool; 2],
+    /// Which slots have a publisher, by what protocol (a second publish to a taken slot is
+    /// refused).
+    slots: [Option<Protocol>; 2],
     /// Both publishers have left and the pipeline is draining; a new publish must wait.
     closing: bool,
 }
@@ -91,7 +92,9 @@ impl Table {
         self.streams()
             .get(&id)
             .and_then(|e| e.session.as_ref())
-            .map_or((false, false), |s| (s.closing, s.slots[slot.index()]))
+            .map_or((false, false), |s| {
+                (s.closing, s.slots[slot.index()].is_some())
+            })
     }
 
     /// Whether a publish to `slot` must be refused now: it has a publisher, or the session is
@@ -136,7 +139,7 @@ impl Table {
         let Some(session) = e
             .session
             .as_ref()
-            .filter(|s| !s.closing && s.slots[slot.index()])
+            .filter(|s| !s.closing && s.slots[slot.index()].is_some())
         else {
             return false;
         };
@@ -166,13 +169,14 @@ impl Table {
         &self,
         id: i64,
         slot: Slot,
+        protocol: Protocol,
         media: mpsc::Receiver<MediaMessage>,
         packaging: PackagingConfig,
     ) -> Result<Opened, PublishError> {
         let (control_tx, control) = mpsc::channel(4);
         let (stop_tx, stop) = watch::channel(false);
-        let mut slots = [false; 2];
-        slots[slot.index()] = true;
+        let mut slots = [None; 2];
+        slots[slot.index()] = Some(protocol);
         let session = Session {
             control: control_tx,
             slots,
@@ -185,14 +189,14 @@ impl Table {
                 handles,
                 ..
             }) => {
-                if running.closing || running.slots[slot.index()] {
+                if running.closing || running.slots[slot.index()].is_some() {
                     return Err(PublishError::AlreadyLive(id));
                 }
                 running
                     .control
                     .try_send(Control::Attach((slot, media)))
                     .map_err(|_| PublishError::AlreadyLive(id))?;
-                running.slots[slot.index()] = true;
+                running.slots[slot.index()] = Some(protocol);
                 return Ok(Opened::Joined(handles.counters.clone()));
             }
             Some(e) => {
@@ -241,12 +245,14 @@ impl Table {
         }
     }
 
-    /// A publisher left its slot: the slot is free for a new publish.
-    pub fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
-        if let Some(s) = self.session_mut(&mut self.streams(), id, epoch) {
-            s.slots[slot.index()] = false;
-        }
+    /// A publisher left its slot: the slot is free for a new publish. The protocol it
+    /// published with, if it still held the slot.
+    pub fn slot_left(&self, id: i64, epoch: u64, slot: Slot) -> Option<Protocol> {
+        let left = self
+            .session_mut(&mut self.streams(), id, epoch)
+            .and_then(|s| s.slots[slot.index()].take());
         self.released.send_replace(());
+        left
     }
 
     fn session_mut<'a>(

@@ -89,6 +89,7 @@ impl Harness {
                 media_root: dir.path().join("media"),
                 stats_period: crate::live::stats::DEFAULT_SAMPLE_PERIOD,
             },
+            crate::events::Events::new("node-a"),
         );
         Harness {
             registry,
@@ -372,10 +373,11 @@ async fn settings_changes_reach_a_live_package() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn followers_see_start_inputs_gone_resume_and_end_in_order() {
+async fn followers_see_publish_start_inputs_gone_resume_and_end_in_order() {
+    use crate::events::{Event, Next};
     let h = Harness::new(Duration::ZERO);
     let id = h.stream(|_| {});
-    let mut events = h.registry.events();
+    let mut events = h.registry.events().subscribe();
     let first = h.publish(id, Slot::Main).await.unwrap();
     drop(first);
     settle().await;
@@ -384,21 +386,32 @@ async fn followers_see_start_inputs_gone_resume_and_end_in_order() {
     settle().await;
     tokio::time::sleep(GRACE + Duration::from_millis(10)).await;
     let mut seen = Vec::new();
-    while let Ok(e) = events.try_recv() {
-        seen.push(match e {
-            LiveEvent::Started { id: i, resumed, .. } if i == id => {
-                if resumed {
-                    "resumed"
-                } else {
-                    "started"
-                }
-            }
-            LiveEvent::InputsGone { id: i } if i == id => "gone",
-            LiveEvent::Ended { id: i } if i == id => "ended",
-            _ => "other",
+    while let Some(Next::Event(e)) = events.try_next() {
+        assert_eq!(e.event.stream_id(), id);
+        seen.push(match &e.event {
+            Event::PublishStarted { slot, .. } => format!("publish {slot:?}"),
+            Event::PublishStopped { slot, .. } => format!("left {slot:?}"),
+            Event::LiveStarted { resumed: false, .. } => "started".into(),
+            Event::LiveStarted { resumed: true, .. } => "resumed".into(),
+            Event::InputsGone { .. } => "gone".into(),
+            Event::LiveEnded { .. } => "ended".into(),
+            other => format!("{other:?}"),
         });
     }
-    assert_eq!(seen, ["started", "gone", "resumed", "gone", "ended"]);
+    assert_eq!(
+        seen,
+        [
+            "publish Main",
+            "started",
+            "left Main",
+            "gone",
+            "publish Main",
+            "resumed",
+            "left Main",
+            "gone",
+            "ended"
+        ]
+    );
 }
 
 /// Records the lease calls the registry makes; every take succeeds.

@@ -9,14 +9,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::broadcast;
-
 use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use gstreamer_video as gst_video;
 
-use crate::live::LiveEvent;
+use crate::events::{Event, Events, Next};
 use crate::overlay::{OverlaySpec, SPACE_HEIGHT, SPACE_WIDTH};
 use crate::url_policy;
 use crate::url_policy::client::{self, OutboundClient};
@@ -270,6 +268,8 @@ pub struct OverlayHub {
     renderers: Mutex<HashMap<(i64, i64), Rendering>>,
     /// Streams live now.
     live: Mutex<HashSet<i64>>,
+    /// Where a page that cannot be shown is told (set by [`OverlayHub::spawn`]).
+    events: std::sync::OnceLock<Events>,
 }
 
 impl OverlayHub {
@@ -287,6 +287,7 @@ impl OverlayHub {
             sets: Mutex::default(),
             renderers: Mutex::default(),
             live: Mutex::default(),
+            events: std::sync::OnceLock::new(),
         })
     }
 
@@ -295,28 +296,42 @@ impl OverlayHub {
         super::init().is_ok() && gst::ElementFactory::find("wpevideosrc").is_some()
     }
 
+    fn failed(&self, stream_id: i64, overlay: i64, error: String) {
+        if let Some(events) = self.events.get() {
+            events.emit(Event::OverlayFailed {
+                stream_id,
+                overlay_id: Some(overlay),
+                error,
+            });
+        }
+    }
+
     /// The set a stream's pipeline draws (created empty on first use).
     pub fn set_for(&self, stream: i64) -> Arc<OverlaySet> {
         lock(&self.sets).entry(stream).or_default().clone()
     }
 
-    /// Follows streams going live and ending.
-    pub fn spawn(self: &Arc<Self>, mut events: broadcast::Receiver<LiveEvent>) {
+    /// Follows streams going live and ending on `events`, and reports pages that fail there.
+    pub fn spawn(self: &Arc<Self>, events: &Events) {
         let this = self.clone();
+        let _ = self.events.set(events.clone());
+        let mut events = events.subscribe();
         tokio::spawn(async move {
             loop {
-                let id = match events.recv().await {
-                    Ok(LiveEvent::Started { id, .. }) => {
-                        lock(&this.live).insert(id);
-                        id
-                    }
-                    Ok(LiveEvent::Ended { id }) => {
-                        lock(&this.live).remove(&id);
-                        id
-                    }
-                    Ok(LiveEvent::InputsGone { .. }) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => break,
+                let id = match events.next().await {
+                    Some(Next::Event(e)) => match e.event {
+                        Event::LiveStarted { stream_id, .. } => {
+                            lock(&this.live).insert(stream_id);
+                            stream_id
+                        }
+                        Event::LiveEnded { stream_id } => {
+                            lock(&this.live).remove(&stream_id);
+                            stream_id
+                        }
+                        _ => continue,
+                    },
+                    Some(Next::Lost(_)) => continue,
+                    None => break,
                 };
                 this.changed(id).await;
             }
@@ -402,6 +417,7 @@ impl OverlayHub {
         };
         if let Err(why) = checked {
             tracing::warn!(stream, overlay, url = %url_policy::redact(&spec.url), reason = %why, "overlay page skipped");
+            self.failed(stream, overlay, why);
             return None;
         }
         let spec = spec.clone();
@@ -409,6 +425,7 @@ impl OverlayHub {
             Ok(Ok(r)) => Some(Arc::new(r)),
             Ok(Err(e)) => {
                 tracing::warn!(stream, overlay, error = %e, "overlay page skipped");
+                self.failed(stream, overlay, e.to_string());
                 None
             }
             Err(_) => None,

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::budget::{Budget, NoSpace};
@@ -19,8 +18,20 @@ use crate::db::{
     RecordType, Store, VideoFilter, VideoRendition, VideoRow, VideoSettings, VideoState,
     VideoStatus,
 };
-use crate::live::LiveEvent;
+use crate::events::{Event, Events, Next};
 use crate::package::Package;
+
+/// Where the recordings find a live stream's outputs: the live registry in the daemon, a map
+/// in the tests. Events carry no handles; the package is looked up when a session starts.
+pub trait LivePackages: Send + Sync + 'static {
+    fn package(&self, id: i64) -> Option<Arc<Package>>;
+}
+
+impl LivePackages for crate::live::Registry {
+    fn package(&self, id: i64) -> Option<Arc<Package>> {
+        crate::live::Registry::package(self, id)
+    }
+}
 
 /// How often resume and maximum-length deadlines are checked.
 const TICK: Duration = Duration::from_millis(500);
@@ -73,6 +84,7 @@ struct StreamRec {
 
 pub struct Recordings {
     store: Arc<dyn Store>,
+    events: Events,
     config: RecordConfig,
     budget: Arc<Budget>,
     streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
@@ -81,7 +93,7 @@ pub struct Recordings {
 }
 
 impl Recordings {
-    pub fn new(store: Arc<dyn Store>, config: RecordConfig) -> Arc<Recordings> {
+    pub fn new(store: Arc<dyn Store>, config: RecordConfig, events: Events) -> Arc<Recordings> {
         let budget = Arc::new(Budget::new(
             config.root.clone(),
             config.max_bytes,
@@ -89,6 +101,7 @@ impl Recordings {
         ));
         Arc::new(Recordings {
             store,
+            events,
             budget,
             config,
             streams: tokio::sync::Mutex::new(HashMap::new()),
@@ -140,6 +153,8 @@ impl Recordings {
             self.store
                 .update_video(video.id, video.revision, &settings, now)?;
             self.store.set_video_state(video.id, &state, now)?;
+            self.events
+                .emit(video_outcome(video.stream_id, video.id, &state));
             tracing::info!(
                 video = video.id,
                 status = state.status.as_str(),
@@ -150,19 +165,21 @@ impl Recordings {
         Ok(pending.len())
     }
 
-    /// Follows `events` until they end.
-    pub fn spawn(self: &Arc<Self>, mut events: broadcast::Receiver<LiveEvent>) {
+    /// Follows the live events (subscribed now) until the bus is gone; a session's outputs
+    /// come from `packages`.
+    pub fn spawn(self: &Arc<Self>, packages: Arc<dyn LivePackages>) {
         let this = self.clone();
+        let mut events = self.events.subscribe();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
             loop {
                 tokio::select! {
-                    e = events.recv() => match e {
-                        Ok(e) => this.on_event(e).await,
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                    e = events.next() => match e {
+                        Some(Next::Event(e)) => this.on_event(&e.event, &*packages).await,
+                        Some(Next::Lost(n)) => {
                             tracing::warn!(lost = n, "recordings fell behind the live events");
                         }
-                        Err(broadcast::error::RecvError::Closed) => break,
+                        None => break,
                     },
                     _ = tick.tick() => this.tick().await,
                 }
@@ -217,11 +234,15 @@ impl Recordings {
         since.get(&id).map(|t| t.elapsed().as_secs_f64())
     }
 
-    async fn on_event(&self, event: LiveEvent) {
+    async fn on_event(&self, event: &Event, packages: &dyn LivePackages) {
         let now = Instant::now();
         let mut streams = self.streams.lock().await;
-        match event {
-            LiveEvent::Started { id, package, .. } => {
+        match *event {
+            Event::LiveStarted { stream_id: id, .. } => {
+                // Gone already (a session shorter than this follower's lag): nothing to record.
+                let Some(package) = packages.package(id) else {
+                    return;
+                };
                 let row = {
                     let store = self.store.clone();
                     tokio::task::spawn_blocking(move || store.get_stream(id))
@@ -242,12 +263,12 @@ impl Recordings {
                 s.policy.live_started(now, &mut actions);
                 self.apply(id, s, actions, Since::SessionStart).await;
             }
-            LiveEvent::InputsGone { id } => {
+            Event::InputsGone { stream_id: id } => {
                 if let Some(s) = streams.get_mut(&id) {
                     s.policy.inputs_gone(now);
                 }
             }
-            LiveEvent::Ended { id } => {
+            Event::LiveEnded { stream_id: id } => {
                 if let Some(mut s) = streams.remove(&id) {
                     if s.open.is_some() {
                         let mut actions = Vec::new();
@@ -256,6 +277,7 @@ impl Recordings {
                     }
                 }
             }
+            _ => {}
         }
     }
 
@@ -391,6 +413,10 @@ impl Recordings {
         };
         let recorder = Recorder::start(&package, dir, output, self.budget.clone(), since)?;
         tracing::info!(stream = id, video = video.id, "recording started");
+        self.events.emit(Event::RecordingStarted {
+            stream_id: id,
+            video_id: video.id,
+        });
         Ok(Open {
             video,
             recorder,
@@ -417,6 +443,10 @@ impl Recordings {
             ..
         } = open;
         let mut finished = recorder.stop(how).await;
+        self.events.emit(Event::RecordingStopped {
+            stream_id: id,
+            video_id: video.id,
+        });
         let recorded = finished.as_mut().map(|f| std::mem::take(&mut f.recorded));
         if !screenshot {
             self.take_screenshot(video.id, &package).await;
@@ -462,6 +492,7 @@ impl Recordings {
         };
         let store = self.store.clone();
         let name = format!("{}, {}", video.settings.name, crate::package::utc_ms(ended));
+        let outcome = video_outcome(id, video.id, &state);
         let result = tokio::task::spawn_blocking(move || {
             let settings = VideoSettings {
                 name,
@@ -477,6 +508,9 @@ impl Recordings {
             ok = matches!(result, Ok(Ok(true))),
             "recording ended"
         );
+        if matches!(result, Ok(Ok(true))) {
+            self.events.emit(outcome);
+        }
         recorded
     }
 }
@@ -585,6 +619,22 @@ fn finished_state(
     }
 }
 
+/// The event a finalised video's state tells: ready, or failed with why.
+fn video_outcome(stream_id: i64, video_id: i64, state: &VideoState) -> Event {
+    match state.status {
+        VideoStatus::Ready => Event::VideoReady {
+            stream_id,
+            video_id,
+            duration_ms: state.duration_ms,
+        },
+        _ => Event::VideoFailed {
+            stream_id,
+            video_id,
+            error: state.error.clone().unwrap_or_default(),
+        },
+    }
+}
+
 /// 16 random bytes as hex: the unguessable part of a video's media URLs.
 fn slug() -> String {
     use rand::RngCore;
@@ -604,8 +654,19 @@ mod tests {
     struct Harness {
         store: Arc<SqliteStore>,
         recordings: Arc<Recordings>,
-        events: broadcast::Sender<LiveEvent>,
+        events: Events,
+        packages: Arc<TestPackages>,
         _dir: tempfile::TempDir,
+    }
+
+    /// The live sessions' packages, as the registry would hold them.
+    #[derive(Default)]
+    struct TestPackages(Mutex<HashMap<i64, Arc<Package>>>);
+
+    impl LivePackages for TestPackages {
+        fn package(&self, id: i64) -> Option<Arc<Package>> {
+            self.0.lock().unwrap().get(&id).cloned()
+        }
     }
 
     fn harness(resume: Duration) -> Harness {
@@ -629,13 +690,16 @@ mod tests {
                 max,
                 node_id: "node-a".into(),
             },
+            Events::new("node-a"),
         );
-        let events = broadcast::Sender::new(16);
-        recordings.spawn(events.subscribe());
+        let events = recordings.events.clone();
+        let packages = Arc::new(TestPackages::default());
+        recordings.spawn(packages.clone());
         Harness {
             store,
             recordings,
             events,
+            packages,
             _dir: dir,
         }
     }
@@ -665,13 +729,11 @@ mod tests {
 
     /// The stream goes live on `package` (a first publish, not a resume).
     fn go_live(h: &Harness, id: i64, package: &Arc<Package>) {
-        h.events
-            .send(LiveEvent::Started {
-                id,
-                package: package.clone(),
-                resumed: false,
-            })
-            .ok();
+        h.packages.0.lock().unwrap().insert(id, package.clone());
+        h.events.emit(Event::LiveStarted {
+            stream_id: id,
+            resumed: false,
+        });
     }
 
     fn feed(package: &Arc<Package>, fragments: &[(Vec<Bytes>, Duration)]) {
@@ -714,19 +776,19 @@ mod tests {
         let h = harness(Duration::from_secs(5));
         let id = stream(&h, true);
         let package = live_package(init);
-        let started = |resumed| LiveEvent::Started {
-            id,
-            package: package.clone(),
+        h.packages.0.lock().unwrap().insert(id, package.clone());
+        let started = |resumed| Event::LiveStarted {
+            stream_id: id,
             resumed,
         };
-        h.events.send(started(false)).ok();
+        h.events.emit(started(false));
         until(|| (!videos(&h, id).is_empty()).then_some(())).await;
         until(|| h.recordings.recording_duration(id)).await;
         feed(&package, &frags[..3]);
         // The input leaves and comes back within the resume time: the same video goes on.
-        h.events.send(LiveEvent::InputsGone { id }).ok();
+        h.events.emit(Event::InputsGone { stream_id: id });
         tokio::time::sleep(Duration::from_millis(100)).await;
-        h.events.send(started(true)).ok();
+        h.events.emit(started(true));
         feed(&package, &frags[3..]);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let video = h.recordings.stop(id).await.unwrap().expect("a video");
@@ -758,7 +820,7 @@ mod tests {
         assert!(videos(&h, id).is_empty(), "no auto_record");
         h.recordings.start(id).await.unwrap();
         feed(&package, &frags);
-        h.events.send(LiveEvent::InputsGone { id }).ok();
+        h.events.emit(Event::InputsGone { stream_id: id });
         let ready = until(|| {
             videos(&h, id)
                 .into_iter()
@@ -794,7 +856,7 @@ mod tests {
         feed(&package, &frags);
         // As `live::lifecycle::inputs_gone` does: the package first, then the event.
         package.mark_discontinuity();
-        h.events.send(LiveEvent::InputsGone { id }).ok();
+        h.events.emit(Event::InputsGone { stream_id: id });
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop_holding_all(&h, id, &frags).await;
     }

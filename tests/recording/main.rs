@@ -3,6 +3,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod events;
 #[path = "../common/media.rs"]
 mod media;
 mod vod;

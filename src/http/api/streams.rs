@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use super::fields::{char_len, Fields, Nullable};
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
+use crate::events::Event;
 use crate::http::listener::{json_response, Body};
 use crate::live::LiveStatus;
 use crate::url_policy::{self, Purpose};
@@ -430,6 +431,9 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .await?;
     tracing::info!(stream = row.id, name = %row.settings.name, "stream created");
     api.registry.stream_changed(row.id);
+    api.registry
+        .events()
+        .emit(Event::StreamCreated { stream_id: row.id });
     api.render(StatusCode::CREATED, row).await
 }
 
@@ -510,6 +514,9 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     )
     .await?;
     tracing::info!(stream = id, "stream updated");
+    api.registry
+        .events()
+        .emit(Event::StreamUpdated { stream_id: id });
     // `html_overlay` may have changed: render (or stop rendering) the overlays.
     super::overlays::changed(api, id);
     api.registry.apply_settings(id, &row.settings);
@@ -527,6 +534,9 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
     api.registry.kick(id);
     api.registry.stream_changed(id);
     tracing::info!(stream = id, "stream deleted");
+    api.registry
+        .events()
+        .emit(Event::StreamDeleted { stream_id: id });
     Ok(super::no_content())
 }
 

@@ -260,5 +260,11 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
         tracing::error!(video = id, error = %e, "cannot remove the video's files");
     }
     tracing::info!(video = id, "video deleted");
+    api.registry
+        .events()
+        .emit(crate::events::Event::VideoDeleted {
+            stream_id: row.stream_id,
+            video_id: id,
+        });
     Ok(super::no_content())
 }

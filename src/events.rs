@@ -1,0 +1,324 @@
+//! The domain events: one typed stream of what happened to streams, publishers, recordings,
+//! videos and overlays — plain data, no handles — for the consumers that follow facts (the
+//! recorder now; webhooks, metrics later). Producers call [`Events::emit`]; consumers
+//! [`Events::subscribe`] and are never wired into their producers.
+//!
+//! Bounded (`broadcast` semantics): a consumer that lags loses the oldest events and is told how
+//! many; a producer never waits for a consumer.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+use tokio::sync::broadcast;
+
+/// Events queued per consumer before it loses the oldest.
+pub const EVENTS_QUEUE: usize = 1024;
+
+/// Which input of a stream a publisher feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Slot {
+    Main,
+    Backup,
+}
+
+impl Slot {
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How the media arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    Rtmp,
+    Srt,
+    Whip,
+    /// The daemon itself fetches the source (the stream's `uri`).
+    Pull,
+}
+
+/// What happened. Field names are the ones a webhook body will carry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    StreamCreated {
+        stream_id: i64,
+    },
+    StreamUpdated {
+        stream_id: i64,
+    },
+    StreamDeleted {
+        stream_id: i64,
+    },
+    /// A publisher got a slot (or the PULL fetcher connected).
+    PublishStarted {
+        stream_id: i64,
+        slot: Slot,
+        protocol: Protocol,
+    },
+    /// That publisher left its slot.
+    PublishStopped {
+        stream_id: i64,
+        slot: Slot,
+        protocol: Protocol,
+    },
+    /// The stream's outputs started (first publish), or came back within the grace period on
+    /// the same outputs (`resumed`).
+    LiveStarted {
+        stream_id: i64,
+        resumed: bool,
+    },
+    /// Both inputs are gone; the grace period runs.
+    InputsGone {
+        stream_id: i64,
+    },
+    /// The grace period passed: the outputs ended.
+    LiveEnded {
+        stream_id: i64,
+    },
+    /// The input switch moved from one slot to the other (main → backup when the main went
+    /// silent, and back).
+    InputSwitched {
+        stream_id: i64,
+        from: Slot,
+        to: Slot,
+    },
+    /// A PULL stream that received nothing for its inactivity limit was deactivated.
+    PullDeactivated {
+        stream_id: i64,
+    },
+    RecordingStarted {
+        stream_id: i64,
+        video_id: i64,
+    },
+    RecordingStopped {
+        stream_id: i64,
+        video_id: i64,
+    },
+    VideoReady {
+        stream_id: i64,
+        video_id: i64,
+        duration_ms: u64,
+    },
+    VideoFailed {
+        stream_id: i64,
+        video_id: i64,
+        error: String,
+    },
+    VideoDeleted {
+        stream_id: i64,
+        video_id: i64,
+    },
+    /// An overlay's page could not be shown (its stream goes on without it).
+    OverlayFailed {
+        stream_id: i64,
+        overlay_id: Option<i64>,
+        error: String,
+    },
+}
+
+impl Event {
+    /// The stream the event is about (the order webhooks keep is per stream).
+    pub fn stream_id(&self) -> i64 {
+        use Event::*;
+        match self {
+            StreamCreated { stream_id }
+            | StreamUpdated { stream_id }
+            | StreamDeleted { stream_id }
+            | PublishStarted { stream_id, .. }
+            | PublishStopped { stream_id, .. }
+            | LiveStarted { stream_id, .. }
+            | InputsGone { stream_id }
+            | LiveEnded { stream_id }
+            | InputSwitched { stream_id, .. }
+            | PullDeactivated { stream_id }
+            | RecordingStarted { stream_id, .. }
+            | RecordingStopped { stream_id, .. }
+            | VideoReady { stream_id, .. }
+            | VideoFailed { stream_id, .. }
+            | VideoDeleted { stream_id, .. }
+            | OverlayFailed { stream_id, .. } => *stream_id,
+        }
+    }
+}
+
+/// An event with when and where it happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Envelope {
+    /// Increasing per process: consumers that must not handle one twice compare it.
+    pub seq: u64,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: OffsetDateTime,
+    /// The node that saw it (`node_id`).
+    #[serde(serialize_with = "shared_str")]
+    pub node: Arc<str>,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+    let text = at
+        .format(&time::format_description::well_known::Rfc3339)
+        .map_err(serde::ser::Error::custom)?;
+    s.serialize_str(&text)
+}
+
+fn shared_str<S: serde::Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(text)
+}
+
+/// The bus: cheap to clone, one per daemon.
+#[derive(Clone)]
+pub struct Events {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: broadcast::Sender<Arc<Envelope>>,
+    node: Arc<str>,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl Events {
+    pub fn new(node: &str) -> Events {
+        Events {
+            inner: Arc::new(Inner {
+                tx: broadcast::Sender::new(EVENTS_QUEUE),
+                node: node.into(),
+                seq: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub fn emit(&self, event: Event) {
+        // The sequence is taken and the event sent under one order: `send` on a broadcast
+        // channel is serialised, but two emitters could take numbers in one order and send in
+        // the other; a consumer then sees numbers out of order, never a lost or doubled one.
+        let seq = self
+            .inner
+            .seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let envelope = Arc::new(Envelope {
+            seq,
+            at: OffsetDateTime::now_utc(),
+            node: self.inner.node.clone(),
+            event,
+        });
+        // One JSON line per event at debug level: what a webhook would carry, for operators
+        // (`RUST_LOG=livepack::events=debug`) and the end-to-end tests that read the log.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            if let Ok(json) = serde_json::to_string(&*envelope) {
+                tracing::debug!(event = %json, "event");
+            }
+        }
+        // No subscriber is not an error: nobody follows.
+        let _ = self.inner.tx.send(envelope);
+    }
+
+    /// Follows the events from now on.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            rx: self.inner.tx.subscribe(),
+        }
+    }
+}
+
+/// One consumer's place in the stream.
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<Envelope>>,
+}
+
+/// What a consumer gets next.
+pub enum Next {
+    Event(Arc<Envelope>),
+    /// The consumer fell behind; this many events are lost to it.
+    Lost(u64),
+}
+
+impl Subscription {
+    /// The next event, or `None` once the bus is gone.
+    pub async fn next(&mut self) -> Option<Next> {
+        match self.rx.recv().await {
+            Ok(e) => Some(Next::Event(e)),
+            Err(broadcast::error::RecvError::Lagged(n)) => Some(Next::Lost(n)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// The next event already queued, without waiting.
+    pub fn try_next(&mut self) -> Option<Next> {
+        match self.rx.try_recv() {
+            Ok(e) => Some(Next::Event(e)),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => Some(Next::Lost(n)),
+            Err(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn subscribers_get_every_event_in_order_with_the_node_and_a_rising_sequence() {
+        let events = Events::new("node-a");
+        let mut a = events.subscribe();
+        events.emit(Event::StreamCreated { stream_id: 1 });
+        let mut b = events.subscribe();
+        events.emit(Event::LiveStarted {
+            stream_id: 1,
+            resumed: false,
+        });
+        let Some(Next::Event(first)) = a.next().await else {
+            panic!("no event")
+        };
+        let Some(Next::Event(second)) = a.next().await else {
+            panic!("no event")
+        };
+        assert_eq!(first.event, Event::StreamCreated { stream_id: 1 });
+        assert_eq!(&*first.node, "node-a");
+        assert!(second.seq > first.seq);
+        // A later subscriber sees only what came after it.
+        let Some(Next::Event(only)) = b.try_next() else {
+            panic!("no event")
+        };
+        assert_eq!(only.seq, second.seq);
+        assert!(b.try_next().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_is_told_how_many_it_lost() {
+        let events = Events::new("n");
+        let mut slow = events.subscribe();
+        for i in 0..EVENTS_QUEUE as i64 + 5 {
+            events.emit(Event::StreamUpdated { stream_id: i });
+        }
+        match slow.next().await {
+            Some(Next::Lost(n)) => assert_eq!(n, 5),
+            _ => panic!("expected a loss report"),
+        }
+    }
+
+    #[test]
+    fn the_wire_shape_is_flat_with_a_snake_case_type() {
+        let e = Envelope {
+            seq: 7,
+            at: time::macros::datetime!(2026-11-26 12:00 UTC),
+            node: "n1".into(),
+            event: Event::PublishStarted {
+                stream_id: 3,
+                slot: Slot::Backup,
+                protocol: Protocol::Srt,
+            },
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"seq": 7, "at": "2026-11-26T12:00:00Z", "node": "n1",
+                "type": "publish_started", "stream_id": 3, "slot": "backup", "protocol": "srt"})
+        );
+    }
+}
