@@ -61,6 +61,7 @@ pub(crate) mod formats;
 pub mod fuzzing;
 pub mod heap;
 pub mod http;
+pub(crate) mod hub;
 pub(crate) mod ingest;
 pub(crate) mod live;
 pub(crate) mod media;

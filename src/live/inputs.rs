@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::publisher::Slot;
 use super::sessions::{Attach, Control};
 use super::stats::SourceStats;
-use super::status::Counters;
 use super::switch::{Switch, SwitchEvent};
 use super::{Registry, StreamHandles, SWITCH_TICK};
 use crate::db::SourceSample;
+use crate::hub::{Feed, Hub};
 use crate::media::MediaMessage;
 use time::OffsetDateTime;
 
@@ -26,14 +26,11 @@ impl Registry {
         epoch: u64,
         first: Attach,
         mut control_rx: mpsc::Receiver<Control>,
-        pipe: mpsc::Sender<MediaMessage>,
+        mut pipeline_gone: oneshot::Receiver<()>,
         mut stop: watch::Receiver<bool>,
     ) {
         let StreamHandles {
-            id,
-            status,
-            counters,
-            ..
+            id, status, hub, ..
         } = stream;
         async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
             match rx {
@@ -66,7 +63,7 @@ impl Registry {
                 m = recv(main_rx) => Got::Media(Slot::Main, m),
                 m = recv(backup_rx) => Got::Media(Slot::Backup, m),
                 _ = tick.tick() => Got::Tick,
-                _ = pipe.closed() => Got::PipelineGone,
+                _ = &mut pipeline_gone => Got::PipelineGone,
                 _ = stopped(&mut stop) => Got::Stopped,
             };
             match got {
@@ -99,44 +96,7 @@ impl Registry {
                     break;
                 }
             }
-            for event in out.drain(..) {
-                let msg = match event {
-                    SwitchEvent::Media(m) => m,
-                    SwitchEvent::TrackMissing { slot, track } => {
-                        tracing::warn!(
-                            stream = id,
-                            ?slot,
-                            ?track,
-                            wait_secs = crate::media::TRACK_WAIT.as_secs(),
-                            "declared track delivered nothing in time; starting without it"
-                        );
-                        continue;
-                    }
-                    SwitchEvent::Switched { from, to, at } => {
-                        tracing::info!(
-                            stream = id,
-                            ?from,
-                            ?to,
-                            at_ms = at / 1_000_000,
-                            "outputs switched"
-                        );
-                        self.events.emit(crate::events::Event::InputSwitched {
-                            stream_id: id,
-                            from,
-                            to,
-                        });
-                        MediaMessage::Discontinuity { at }
-                    }
-                };
-                let frame = matches!(msg, MediaMessage::Frame(_));
-                stats.observe(&msg);
-                if pipe.try_send(msg).is_err() {
-                    dropped += 1;
-                    if frame {
-                        Counters::add(&counters.frames_dropped, 1);
-                    }
-                }
-            }
+            dropped += self.forward(id, &mut out, &hub, &mut stats);
             let receiving = (
                 switch.receiving(Slot::Main, now),
                 switch.receiving(Slot::Backup, now),
@@ -159,6 +119,8 @@ impl Registry {
                 }
             }
         }
+        // The pipeline (and every other reader of the source) sees the end of its media.
+        hub.end(&Feed::Source);
         self.save_sample(id, stats.cut(OffsetDateTime::now_utc()));
         if dropped > 0 || switch.overlapped() > 0 {
             tracing::warn!(
@@ -168,6 +130,51 @@ impl Registry {
                 "input switch dropped media"
             );
         }
+    }
+
+    /// Hands the switch's output to the source's readers; how many deliveries were lost to a
+    /// full reader queue (the pipeline's are counted in `frames_dropped` by its reader).
+    fn forward(
+        &self,
+        id: i64,
+        out: &mut Vec<SwitchEvent>,
+        hub: &Hub,
+        stats: &mut SourceStats,
+    ) -> u64 {
+        let mut dropped = 0;
+        for event in out.drain(..) {
+            let msg = match event {
+                SwitchEvent::Media(m) => m,
+                SwitchEvent::TrackMissing { slot, track } => {
+                    tracing::warn!(
+                        stream = id,
+                        ?slot,
+                        ?track,
+                        wait_secs = crate::media::TRACK_WAIT.as_secs(),
+                        "declared track delivered nothing in time; starting without it"
+                    );
+                    continue;
+                }
+                SwitchEvent::Switched { from, to, at } => {
+                    tracing::info!(
+                        stream = id,
+                        ?from,
+                        ?to,
+                        at_ms = at / 1_000_000,
+                        "outputs switched"
+                    );
+                    self.events.emit(crate::events::Event::InputSwitched {
+                        stream_id: id,
+                        from,
+                        to,
+                    });
+                    MediaMessage::Discontinuity { at }
+                }
+            };
+            stats.observe(&msg);
+            dropped += hub.publish(&Feed::Source, msg).dropped as u64;
+        }
+        dropped
     }
 
     /// Stores a window's source statistics, off the input task (a slow disk never holds media).

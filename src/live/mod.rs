@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::db::{Store, StoreError, StreamRow, StreamSettings};
 use crate::events::{Event, Events};
+use crate::hub::{self, Feed, Hub, ReaderOptions};
 use crate::media::MediaMessage;
 use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
@@ -58,16 +59,18 @@ pub const ENDED_LINGER: Duration = Duration::from_secs(30);
 pub struct StreamHandles {
     pub id: i64,
     pub package: Arc<Package>,
+    /// The stream's media fan-out: the switched source and the encoded rungs, to any reader.
+    pub hub: Arc<Hub>,
     pub status: SharedStatus,
     pub counters: Arc<Counters>,
 }
 
-/// What a session's pipeline is given: the stream, its ladder's quality set, the switched
-/// media, and the signal to drain and stop.
+/// What a session's pipeline is given: the stream, its ladder's quality set, its reader of
+/// the switched media (ends when both publishers left), and the signal to drain and stop.
 pub struct PipelineJob {
     pub stream: StreamHandles,
     pub quality_set: QualitySet,
-    pub media: mpsc::Receiver<MediaMessage>,
+    pub media: hub::Reader,
     pub stop: watch::Receiver<bool>,
 }
 
@@ -474,19 +477,30 @@ impl Registry {
         });
 
         let publisher = Publisher::new(id, tx, handles.counters.clone());
-        let (pipe_tx, pipe_rx) = mpsc::channel(PUBLISH_QUEUE);
+        // Attached before the input task publishes anything: the pipeline sees the start.
+        let counters = handles.counters.clone();
+        let pipe = handles.hub.subscribe(
+            Feed::Source,
+            ReaderOptions::new("pipeline", PUBLISH_QUEUE).on_drop(move |m| {
+                if matches!(m, MediaMessage::Frame(_)) {
+                    Counters::add(&counters.frames_dropped, 1);
+                }
+            }),
+        );
+        // Dropped when the pipeline has ended: the input task then stops taking media.
+        let (pipeline_alive, pipeline_gone) = tokio::sync::oneshot::channel::<()>();
         let inputs = tokio::spawn(self.clone().run_inputs(
             handles.clone(),
             epoch,
             (slot, media),
             control,
-            pipe_tx,
+            pipeline_gone,
             stop.clone(),
         ));
         let pipeline = self.factory.run(PipelineJob {
             stream: handles,
             quality_set,
-            media: pipe_rx,
+            media: pipe,
             stop,
         });
         let registry = self.clone();
@@ -494,6 +508,7 @@ impl Registry {
             if let Err(e) = pipeline.await {
                 tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
             }
+            drop(pipeline_alive);
             registry.inputs_gone(id, epoch);
         });
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());

@@ -210,6 +210,7 @@ impl Table {
                 let handles = StreamHandles {
                     id,
                     package: Arc::new(Package::new(PackageState::new(packaging, vec![]))),
+                    hub: crate::hub::Hub::new(),
                     status: SharedStatus::default(),
                     counters: Arc::default(),
                 };

@@ -22,6 +22,7 @@ use time::OffsetDateTime;
 use super::ladder::{output_fps, part_duration, Ladder};
 use super::sink;
 use super::{PipelineError, APPSRC_MAX_BYTES};
+use crate::hub::Feed;
 use crate::media::{AudioConfig, VideoCodec, VideoConfig};
 use crate::package::sink::{SOURCE_AUDIO, SOURCE_VIDEO};
 use crate::package::{Layout, PackagingConfig, Rendition, RenditionKind, RenditionSink};
@@ -321,7 +322,7 @@ pub struct Built {
     pub audio_src: Option<AppSrc>,
 }
 
-fn make(factory: &str) -> Result<gst::Element, PipelineError> {
+pub(super) fn make(factory: &str) -> Result<gst::Element, PipelineError> {
     gst::ElementFactory::make(factory).build().map_err(|e| {
         PipelineError::Build(format!(
             "{factory}: {e} (is its GStreamer plugin installed?)"
@@ -480,6 +481,7 @@ pub(super) fn running_time(pad: &gst::Pad, info: &gst::PadProbeInfo) -> Option<g
 pub fn build(
     plan: &Plan,
     package: Arc<crate::package::Package>,
+    hub: &Arc<crate::hub::Hub>,
     meter: sink::Meter,
 ) -> Result<Built, PipelineError> {
     let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
@@ -590,6 +592,7 @@ pub fn build(
             encoded
                 .link(&cmaf[0])
                 .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
+            super::taps::tap(&pipeline, encoded, hub, Feed::Video(rung.name.clone()))?;
             if i == 0 {
                 video_grid = Some(VideoGrid::watch(&cmaf[0]));
             }
@@ -682,6 +685,7 @@ pub fn build(
         encoded
             .link(&cmaf[0])
             .map_err(|e| PipelineError::Build(format!("audio cmaf branch: {e}")))?;
+        super::taps::tap(&pipeline, encoded, hub, Feed::Audio)?;
         if let Some(grid) = &video_grid {
             grid.align(&cmaf[0], &cmaf[1], plan.segment);
         }

@@ -9,6 +9,7 @@ pub(crate) mod overlay;
 mod recycle;
 pub(crate) mod scale;
 mod sink;
+mod taps;
 mod ts_gate;
 
 use std::collections::VecDeque;
@@ -135,7 +136,7 @@ impl PipelineFactory for GstPipelines {
 /// within [`PROBE_MEDIA`] is taken. `seed` is what a rebuild carries over from the pipeline
 /// before.
 async fn probe(
-    rx: &mut mpsc::Receiver<MediaMessage>,
+    rx: &mut crate::hub::Reader,
     seed: Vec<MediaMessage>,
 ) -> Result<Option<Probe>, PipelineError> {
     let mut p = Probe {
@@ -273,23 +274,30 @@ pub async fn run(
     stream: StreamHandles,
     ladder: Ladder,
     overlays: Option<Arc<overlay::OverlaySet>>,
-    mut rx: mpsc::Receiver<MediaMessage>,
+    mut rx: crate::hub::Reader,
     mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), PipelineError> {
+    let ran = run_pipelines(&stream, &ladder, overlays, &mut rx, &mut stop).await;
+    // The rungs' readers see the end of the session's outputs (the source's already ended, or
+    // ends now that this reader of it is gone).
+    stream.hub.end_all();
+    ran
+}
+
+/// [`run`]'s pipelines, one after another while the input's tracks or codecs change.
+async fn run_pipelines(
+    stream: &StreamHandles,
+    ladder: &Ladder,
+    overlays: Option<Arc<overlay::OverlaySet>>,
+    rx: &mut crate::hub::Reader,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     let mut seed = Vec::new();
     loop {
-        let Some(probe) = probe(&mut rx, std::mem::take(&mut seed)).await? else {
+        let Some(probe) = probe(rx, std::mem::take(&mut seed)).await? else {
             return Ok(());
         };
-        let ran = run_one(
-            &stream,
-            &ladder,
-            overlays.clone(),
-            probe,
-            &mut rx,
-            &mut stop,
-        )
-        .await;
+        let ran = run_one(stream, ladder, overlays.clone(), probe, rx, stop).await;
         crate::heap::released();
         match ran? {
             Pumped::Ended => return Ok(()),
@@ -319,12 +327,13 @@ async fn run_one(
     ladder: &Ladder,
     overlays: Option<Arc<overlay::OverlaySet>>,
     probe: Probe,
-    rx: &mut mpsc::Receiver<MediaMessage>,
+    rx: &mut crate::hub::Reader,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Pumped, PipelineError> {
     let StreamHandles {
         id: stream_id,
         package,
+        hub,
         status,
         counters,
     } = stream.clone();
@@ -363,7 +372,7 @@ async fn run_one(
             counters: counters.clone(),
         };
         let plan = plan.clone();
-        tokio::task::spawn_blocking(move || build::build(&plan, package, meter))
+        tokio::task::spawn_blocking(move || build::build(&plan, package, &hub, meter))
             .await
             .map_err(|e| PipelineError::Build(e.to_string()))??
     };
@@ -415,7 +424,7 @@ async fn run_one(
 }
 
 async fn pump(
-    rx: &mut mpsc::Receiver<MediaMessage>,
+    rx: &mut crate::hub::Reader,
     pusher: &mut Pusher,
     mut bus_rx: mpsc::Receiver<PipelineError>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
@@ -630,6 +639,37 @@ mod tests {
     use crate::quality::QualitySets;
     use gstreamer_app::AppSink;
 
+    /// The switched source as the input task publishes it: a hub feed and the pipeline's
+    /// reader of it. Dropping the sender ends the feed, as the input task does.
+    struct Tx(Arc<crate::hub::Hub>);
+
+    impl Tx {
+        async fn send(&self, m: MediaMessage) -> Result<(), MediaMessage> {
+            self.try_send(m)
+        }
+
+        fn try_send(&self, m: MediaMessage) -> Result<(), MediaMessage> {
+            let published = self.0.publish(&crate::hub::Feed::Source, m);
+            assert_eq!(published.dropped, 0, "the test's queue is too small");
+            Ok(())
+        }
+    }
+
+    impl Drop for Tx {
+        fn drop(&mut self) {
+            self.0.end(&crate::hub::Feed::Source);
+        }
+    }
+
+    fn source_channel(capacity: usize) -> (Tx, crate::hub::Reader) {
+        let hub = crate::hub::Hub::new();
+        let reader = hub.subscribe(
+            crate::hub::Feed::Source,
+            crate::hub::ReaderOptions::new("pipeline", capacity),
+        );
+        (Tx(hub), reader)
+    }
+
     /// Runs a test-source → encoder pipeline ending in `appsink name=out`: (codec_data of the
     /// caps, [(pts ns, keyframe, data)]).
     fn run_encoder(desc: &str) -> (bytes::Bytes, Vec<(u64, bool, bytes::Bytes)>) {
@@ -691,6 +731,136 @@ mod tests {
         (asc, frames.into_iter().map(|(t, _, d)| (t, d)).collect())
     }
 
+    /// The frames a hub reader got until `n` frames came (bounded): configs, then frames.
+    async fn read_feed(r: &mut crate::hub::Reader, n: usize) -> (Vec<MediaMessage>, Vec<Frame>) {
+        let (mut configs, mut frames) = (Vec::new(), Vec::new());
+        while frames.len() < n {
+            match tokio::time::timeout(Duration::from_secs(20), r.recv()).await {
+                Ok(Some(MediaMessage::Frame(f))) => frames.push(f),
+                Ok(Some(m)) => configs.push(m),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        (configs, frames)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hub_readers_attach_to_the_encoded_rungs_while_live_and_see_the_end() {
+        use crate::hub::{Feed, ReaderOptions};
+        let (avcc, video) = encode(640, 360, 300);
+        let (asc, audio) = encode_aac(300);
+        let base = video[0].0;
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![],
+        )));
+        let hub = crate::hub::Hub::new();
+        let (tx, rx) = source_channel(8192);
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let status = SharedStatus::default();
+        let stream = StreamHandles {
+            id: 1,
+            package: package.clone(),
+            hub: hub.clone(),
+            status: status.clone(),
+            counters: Arc::<Counters>::default(),
+        };
+        let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
+        let mut rung = Feed::Audio;
+        let task = tokio::spawn(run(stream, ladder, None, rx, stop));
+        tx.send(MediaMessage::VideoConfig(
+            crate::media::codec::parse_avcc(avcc).unwrap(),
+        ))
+        .await
+        .unwrap();
+        let asc = crate::media::codec::parse_asc(asc).unwrap();
+        tx.send(MediaMessage::AudioConfig(AudioConfig::Aac(asc)))
+            .await
+            .unwrap();
+        let mut audio = audio.into_iter().peekable();
+        let mut first = None;
+        let mut again = None;
+        for (i, (pts, keyframe, data)) in video.into_iter().enumerate() {
+            let pts = pts - base;
+            while let Some((t, a)) = audio.next_if(|(t, _)| *t <= pts) {
+                tx.send(MediaMessage::Frame(Frame {
+                    track: TrackKind::Audio,
+                    dts: t,
+                    pts: t,
+                    keyframe: true,
+                    data: a,
+                }))
+                .await
+                .unwrap();
+            }
+            tx.send(MediaMessage::Frame(Frame {
+                track: TrackKind::Video,
+                dts: pts,
+                pts,
+                keyframe,
+                data,
+            }))
+            .await
+            .unwrap();
+            // Readers attach while live: one after 2 s, detached; another after 6 s.
+            if i == 60 {
+                // The top rung the source's size allows, as the pipeline built it.
+                let top = status.lock().unwrap().transcoded_qualities.first().cloned();
+                rung = Feed::Video(top.expect("the pipeline runs by now"));
+                first = Some((
+                    hub.subscribe(rung.clone(), ReaderOptions::new("test", 1024)),
+                    hub.subscribe(Feed::Audio, ReaderOptions::new("test", 1024)),
+                ));
+            }
+            if i == 180 {
+                again = Some(hub.subscribe(rung.clone(), ReaderOptions::new("again", 1024)));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (mut v, mut a) = first.unwrap();
+        let (configs, frames) = read_feed(&mut v, 30).await;
+        // The rung's own avcC first, then length-prefixed H.264 at the rung's size.
+        let Some(MediaMessage::VideoConfig(c)) = configs.first() else {
+            panic!("no video config first: {configs:?}")
+        };
+        assert_eq!((c.width, c.height), (640, 360), "{c:?}");
+        assert!(crate::media::codec::parse_avcc(c.record.clone()).is_ok());
+        assert_eq!(frames.len(), 30);
+        for f in &frames {
+            let len = u32::from_be_bytes(f.data[..4].try_into().unwrap()) as usize;
+            assert!(len + 4 <= f.data.len(), "not length-prefixed NAL units");
+        }
+        assert!(frames.windows(2).all(|w| w[1].dts > w[0].dts));
+        let (configs, frames) = read_feed(&mut a, 30).await;
+        assert!(
+            matches!(configs.first(), Some(MediaMessage::AudioConfig(AudioConfig::Aac(c))) if c.sample_rate == 48_000),
+            "{configs:?}"
+        );
+        assert_eq!(frames.len(), 30);
+        // Detached: the hub forgets them; the later reader starts with the config again.
+        drop((v, a));
+        let mut later = again.unwrap();
+        let (configs, frames) = read_feed(&mut later, 10).await;
+        assert!(matches!(
+            configs.first(),
+            Some(MediaMessage::VideoConfig(_))
+        ));
+        assert_eq!(frames.len(), 10);
+        assert_eq!(hub.stats().len(), 1, "{:?}", hub.stats());
+        drop(tx);
+        task.await.unwrap().unwrap();
+        // The session is over: its readers see the end.
+        while let Some(m) = later.try_recv() {
+            drop(m);
+        }
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), later.recv())
+                .await
+                .unwrap(),
+            None
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_track_that_appears_later_rebuilds_the_pipeline_with_it() {
         let (avcc, video) = encode(640, 360, 150);
@@ -705,11 +875,12 @@ mod tests {
             PackagingConfig::default(),
             vec![],
         )));
-        let (tx, rx) = mpsc::channel(8192);
+        let (tx, rx) = source_channel(8192);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let stream = StreamHandles {
             id: 1,
             package: package.clone(),
+            hub: crate::hub::Hub::new(),
             status: SharedStatus::default(),
             counters: Arc::<Counters>::default(),
         };
@@ -785,13 +956,14 @@ mod tests {
             vec![],
         )));
         let status = SharedStatus::default();
-        let (tx, rx) = mpsc::channel(4096);
+        let (tx, rx) = source_channel(4096);
         let (_stop_tx, stop) = tokio::sync::watch::channel(false);
         let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
         let counters = Arc::<Counters>::default();
         let stream = StreamHandles {
             id: 1,
             package: package.clone(),
+            hub: crate::hub::Hub::new(),
             status: status.clone(),
             counters: counters.clone(),
         };
@@ -879,7 +1051,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_probe_waits_for_declared_video_and_starts_at_its_keyframe() {
-        let (tx, mut rx) = mpsc::channel(4096);
+        let (tx, mut rx) = source_channel(4096);
         let (video, audio) = configs();
         tx.send(MediaMessage::Tracks(Tracks {
             video: true,
@@ -906,7 +1078,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_probe_gives_up_a_declared_track_after_the_wait_and_keeps_the_audio() {
-        let (tx, mut rx) = mpsc::channel(4096);
+        let (tx, mut rx) = source_channel(4096);
         let (_, audio) = configs();
         tx.send(MediaMessage::Tracks(Tracks {
             video: true,
@@ -927,7 +1099,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn undeclared_the_probe_takes_what_came_in_its_time_and_a_rebuild_seed_first() {
-        let (tx, mut rx) = mpsc::channel(4096);
+        let (tx, mut rx) = source_channel(4096);
         let (video, audio) = configs();
         tx.send(audio.clone()).await.unwrap();
         for ms in (0..=1000).step_by(20) {

@@ -1,0 +1,417 @@
+//! The live media hub: per stream, a fan-out of its media to every reader that subscribes —
+//! the source's frames as the input switch forwards them ([`Feed::Source`]: the pipeline, an
+//! origin restream) and each rung's encoded output ([`Feed::Video`], [`Feed::Audio`]: real-time
+//! readers, rung restreams).
+//!
+//! Each reader has its own bounded queue. Publishing never waits: a reader whose queue is full
+//! loses that message, which is counted on the reader (and reported to its owner's counter if it
+//! gave one), and never delays the publisher or the other readers. Readers attach and detach
+//! while live (dropping a [`Reader`] detaches it); a new reader first gets the feed's current
+//! track declaration and codec configs, so it can start decoding at the next keyframe.
+//! [`Hub::demand`] tells a producer how many readers a feed has, so a branch only some readers
+//! need can run only while one is attached.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch};
+
+use crate::media::MediaMessage;
+
+/// Which media of a stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Feed {
+    /// The source as received, after the main/backup switch (configs, frames,
+    /// discontinuities).
+    Source,
+    /// A video rung's encoded output (H.264, length-prefixed NAL units, its avcC as config),
+    /// by rung name.
+    Video(String),
+    /// The encoded audio every rung carries (AAC).
+    Audio,
+}
+
+/// Called with each message a reader loses (its owner's own counter, e.g. the stream's
+/// `frames_dropped` for the pipeline).
+pub type OnDrop = Box<dyn Fn(&MediaMessage) + Send + Sync>;
+
+/// How a reader subscribes.
+pub struct ReaderOptions {
+    /// Named in logs and metrics (`pipeline`, `whep`, `restream 3`).
+    pub name: String,
+    /// Messages queued before the oldest undelivered ones are lost to this reader.
+    pub capacity: usize,
+    pub on_drop: Option<OnDrop>,
+}
+
+impl ReaderOptions {
+    pub fn new(name: impl Into<String>, capacity: usize) -> ReaderOptions {
+        ReaderOptions {
+            name: name.into(),
+            capacity,
+            on_drop: None,
+        }
+    }
+
+    pub fn on_drop(mut self, f: impl Fn(&MediaMessage) + Send + Sync + 'static) -> Self {
+        self.on_drop = Some(Box::new(f));
+        self
+    }
+}
+
+struct Slot {
+    id: u64,
+    name: String,
+    tx: mpsc::Sender<MediaMessage>,
+    dropped: Arc<AtomicU64>,
+    on_drop: Option<OnDrop>,
+}
+
+#[derive(Default)]
+struct FeedState {
+    readers: Vec<Slot>,
+    /// What a new reader is given first: the latest track declaration and codec configs.
+    header: Header,
+    demand: Option<watch::Sender<usize>>,
+}
+
+#[derive(Default, Clone)]
+struct Header {
+    tracks: Option<MediaMessage>,
+    video: Option<MediaMessage>,
+    audio: Option<MediaMessage>,
+}
+
+impl Header {
+    fn note(&mut self, msg: &MediaMessage) {
+        match msg {
+            MediaMessage::Tracks(_) => self.tracks = Some(msg.clone()),
+            MediaMessage::VideoConfig(_) => self.video = Some(msg.clone()),
+            MediaMessage::AudioConfig(_) => self.audio = Some(msg.clone()),
+            _ => {}
+        }
+    }
+
+    fn messages(&self) -> impl Iterator<Item = &MediaMessage> {
+        [&self.tracks, &self.video, &self.audio]
+            .into_iter()
+            .flatten()
+    }
+}
+
+/// One stream's hub. Cheap to share (`Arc`); lives as long as the stream's outputs, so readers
+/// can stay attached across a reconnect within the grace period.
+#[derive(Default)]
+pub struct Hub {
+    feeds: Mutex<HashMap<Feed, FeedState>>,
+    next_id: AtomicU64,
+}
+
+/// What one publish did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub delivered: usize,
+    pub dropped: usize,
+}
+
+/// A reader's place in the hub and each reader's losses, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaderStats {
+    pub feed: Feed,
+    pub name: String,
+    pub dropped: u64,
+}
+
+impl Hub {
+    pub fn new() -> Arc<Hub> {
+        Arc::new(Hub::default())
+    }
+
+    fn feeds(&self) -> MutexGuard<'_, HashMap<Feed, FeedState>> {
+        self.feeds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether anyone reads `feed` now: producers skip building messages nobody gets.
+    pub fn wanted(&self, feed: &Feed) -> bool {
+        self.feeds()
+            .get(feed)
+            .is_some_and(|f| !f.readers.is_empty())
+    }
+
+    /// Sends `msg` to every reader of `feed` without waiting; a full queue loses it for that
+    /// reader only. Configs are kept for readers that attach later.
+    pub fn publish(&self, feed: &Feed, msg: MediaMessage) -> Published {
+        let mut feeds = self.feeds();
+        let state = match feeds.get_mut(feed) {
+            Some(s) => s,
+            None => feeds.entry(feed.clone()).or_default(),
+        };
+        state.header.note(&msg);
+        let mut out = Published::default();
+        let before = state.readers.len();
+        state.readers.retain(|r| match r.tx.try_send(msg.clone()) {
+            Ok(()) => {
+                out.delivered += 1;
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(lost)) => {
+                out.dropped += 1;
+                r.dropped.fetch_add(1, Ordering::Relaxed);
+                if let Some(f) = &r.on_drop {
+                    f(&lost);
+                }
+                true
+            }
+            // The reader was dropped: detached.
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+        if state.readers.len() != before {
+            state.update_demand();
+        }
+        out
+    }
+
+    /// Attaches a reader to `feed`; it gets the feed's current header first, then everything
+    /// published from now on.
+    pub fn subscribe(self: &Arc<Self>, feed: Feed, options: ReaderOptions) -> Reader {
+        let (tx, rx) = mpsc::channel(options.capacity.max(4));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut feeds = self.feeds();
+        let state = feeds.entry(feed.clone()).or_default();
+        for msg in state.header.messages() {
+            // A fresh queue of at least 4 holds the (at most 3) header messages.
+            let _ = tx.try_send(msg.clone());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        state.readers.push(Slot {
+            id,
+            name: options.name,
+            tx,
+            dropped: dropped.clone(),
+            on_drop: options.on_drop,
+        });
+        state.update_demand();
+        Reader {
+            rx,
+            dropped,
+            hub: Arc::downgrade(self),
+            feed,
+            id,
+        }
+    }
+
+    /// How many readers `feed` has, now and as it changes.
+    pub fn demand(&self, feed: &Feed) -> watch::Receiver<usize> {
+        let mut feeds = self.feeds();
+        let state = feeds.entry(feed.clone()).or_default();
+        match &state.demand {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(state.readers.len());
+                state.demand = Some(tx);
+                rx
+            }
+        }
+    }
+
+    /// The feed's producer is done (the session's inputs are gone, the pipeline stopped): its
+    /// readers get the end of their stream, and its header is forgotten (the next session
+    /// declares its own).
+    pub fn end(&self, feed: &Feed) {
+        let mut feeds = self.feeds();
+        if let Some(state) = feeds.get_mut(feed) {
+            state.readers.clear();
+            state.header = Header::default();
+            state.update_demand();
+        }
+    }
+
+    /// Every feed ends (the stream's session is over).
+    pub fn end_all(&self) {
+        for state in self.feeds().values_mut() {
+            state.readers.clear();
+            state.header = Header::default();
+            state.update_demand();
+        }
+    }
+
+    /// Every attached reader with what it lost.
+    pub fn stats(&self) -> Vec<ReaderStats> {
+        self.feeds()
+            .iter()
+            .flat_map(|(feed, s)| {
+                s.readers.iter().map(|r| ReaderStats {
+                    feed: feed.clone(),
+                    name: r.name.clone(),
+                    dropped: r.dropped.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+
+    fn detach(&self, feed: &Feed, id: u64) {
+        if let Some(state) = self.feeds().get_mut(feed) {
+            state.readers.retain(|r| r.id != id);
+            state.update_demand();
+        }
+    }
+}
+
+impl FeedState {
+    fn update_demand(&self) {
+        if let Some(tx) = &self.demand {
+            tx.send_if_modified(|n| std::mem::replace(n, self.readers.len()) != self.readers.len());
+        }
+    }
+}
+
+/// One reader of one feed. Dropping it detaches it at once.
+pub struct Reader {
+    rx: mpsc::Receiver<MediaMessage>,
+    dropped: Arc<AtomicU64>,
+    hub: std::sync::Weak<Hub>,
+    feed: Feed,
+    id: u64,
+}
+
+impl Reader {
+    /// The next message; `None` once the feed ended.
+    pub async fn recv(&mut self) -> Option<MediaMessage> {
+        self.rx.recv().await
+    }
+
+    pub fn try_recv(&mut self) -> Option<MediaMessage> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Messages this reader lost because its queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.detach(&self.feed, self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{Frame, TrackKind, Tracks, VideoCodec, VideoConfig};
+    use bytes::Bytes;
+
+    fn frame(n: u64) -> MediaMessage {
+        MediaMessage::Frame(Frame {
+            track: TrackKind::Video,
+            dts: n,
+            pts: n,
+            keyframe: n == 0,
+            data: Bytes::from(vec![n as u8; 8]),
+        })
+    }
+
+    fn config() -> MediaMessage {
+        MediaMessage::VideoConfig(VideoConfig {
+            codec: VideoCodec::H264,
+            record: Bytes::from_static(&[1, 100, 0, 31]),
+            width: 1280,
+            height: 720,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_loses_and_counts_while_a_fast_one_gets_everything() {
+        let hub = Hub::new();
+        let lost = Arc::new(AtomicU64::new(0));
+        let counted = lost.clone();
+        let mut fast = hub.subscribe(Feed::Source, ReaderOptions::new("fast", 100));
+        let mut slow = hub.subscribe(
+            Feed::Source,
+            ReaderOptions::new("slow", 4).on_drop(move |_| {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }),
+        );
+        let mut results = Vec::new();
+        for n in 0..10 {
+            results.push(hub.publish(&Feed::Source, frame(n)));
+        }
+        assert_eq!(results[0].delivered, 2);
+        assert_eq!(
+            results[9],
+            Published {
+                delivered: 1,
+                dropped: 1
+            }
+        );
+        for n in 0..10 {
+            assert_eq!(fast.recv().await, Some(frame(n)));
+        }
+        // The slow reader kept the oldest four; the rest are counted, on it and by its owner.
+        for n in 0..4 {
+            assert_eq!(slow.try_recv(), Some(frame(n)));
+        }
+        assert_eq!(slow.try_recv(), None);
+        assert_eq!(slow.dropped(), 6);
+        assert_eq!(lost.load(Ordering::Relaxed), 6);
+        let stats = hub.stats();
+        assert!(stats.iter().any(|s| s.name == "slow" && s.dropped == 6));
+        assert!(stats.iter().any(|s| s.name == "fast" && s.dropped == 0));
+    }
+
+    #[tokio::test]
+    async fn a_late_reader_starts_with_the_header_then_what_follows() {
+        let hub = Hub::new();
+        let feed = Feed::Video("720p".into());
+        let tracks = MediaMessage::Tracks(Tracks {
+            video: true,
+            audio: false,
+        });
+        hub.publish(&feed, tracks.clone());
+        hub.publish(&feed, config());
+        hub.publish(&feed, frame(0));
+        let mut late = hub.subscribe(feed.clone(), ReaderOptions::new("late", 8));
+        hub.publish(&feed, frame(1));
+        assert_eq!(late.recv().await, Some(tracks));
+        assert_eq!(late.recv().await, Some(config()));
+        assert_eq!(late.recv().await, Some(frame(1)));
+        // Other feeds are separate.
+        hub.publish(&Feed::Audio, frame(2));
+        assert_eq!(late.try_recv(), None);
+    }
+
+    #[tokio::test]
+    async fn demand_follows_readers_attaching_and_detaching_and_the_end_closes_readers() {
+        let hub = Hub::new();
+        let feed = Feed::Audio;
+        let mut demand = hub.demand(&feed);
+        assert_eq!(*demand.borrow(), 0);
+        assert!(!hub.wanted(&feed));
+        let a = hub.subscribe(feed.clone(), ReaderOptions::new("a", 8));
+        let mut b = hub.subscribe(feed.clone(), ReaderOptions::new("b", 8));
+        demand.changed().await.unwrap();
+        assert_eq!(*demand.borrow_and_update(), 2);
+        assert!(hub.wanted(&feed));
+        drop(a);
+        demand.changed().await.unwrap();
+        assert_eq!(*demand.borrow_and_update(), 1);
+        assert_eq!(hub.publish(&feed, frame(0)).delivered, 1);
+        hub.end(&feed);
+        assert_eq!(b.recv().await, Some(frame(0)));
+        assert_eq!(
+            b.recv().await,
+            None,
+            "the end of the feed closes its readers"
+        );
+        assert_eq!(*demand.borrow(), 0);
+        // The next session's readers start without the previous session's configs.
+        hub.publish(&feed, config());
+        hub.end(&feed);
+        let mut next = hub.subscribe(feed.clone(), ReaderOptions::new("next", 8));
+        assert_eq!(next.try_recv(), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! The encoded rungs into the live media hub: `tee ! queue(leaky) ! appsink` after each
+//! rung's encoder, turning its buffers into `media` frames (and its caps into codec configs)
+//! for the hub's readers. Costs nothing but a queue while no reader is attached: samples are
+//! converted only when the feed is wanted. Leaky, so a tap never holds up the encoder or the
+//! other branches of its tee.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app::AppSink;
+
+use super::PipelineError;
+use crate::hub::{Feed, Hub};
+use crate::media::{
+    AacConfig, AudioConfig, Frame, MediaMessage, TrackKind, VideoCodec, VideoConfig,
+};
+
+/// Buffers a tap queues (about a second of video) before it drops the oldest.
+const TAP_QUEUE_BUFFERS: u32 = 32;
+
+/// Branches `tee` into the hub as `feed`.
+pub fn tap(
+    pipeline: &gst::Pipeline,
+    tee: &gst::Element,
+    hub: &Arc<Hub>,
+    feed: Feed,
+) -> Result<(), PipelineError> {
+    let queue = super::build::make("queue")?;
+    queue.set_property("max-size-buffers", TAP_QUEUE_BUFFERS);
+    queue.set_property("max-size-bytes", 0u32);
+    queue.set_property("max-size-time", 0u64);
+    queue.set_property_from_str("leaky", "downstream");
+    let sink = AppSink::builder().sync(false).build();
+    // Not part of preroll: a branch nobody reads must never hold the pipeline's start.
+    sink.set_property("async", false);
+    let track = match feed {
+        Feed::Audio => TrackKind::Audio,
+        _ => TrackKind::Video,
+    };
+    let hub = Arc::downgrade(hub);
+    let last_caps: Mutex<Option<gst::Caps>> = Mutex::new(None);
+    sink.set_callbacks(
+        gstreamer_app::AppSinkCallbacks::builder()
+            .new_sample(move |sink| {
+                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+                let Some(hub) = hub.upgrade() else {
+                    return Err(gst::FlowError::Eos);
+                };
+                if !hub.wanted(&feed) {
+                    // Forget the caps: a reader attaching later gets the config again.
+                    *last_caps.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    return Ok(gst::FlowSuccess::Ok);
+                }
+                if let Some(caps) = sample.caps() {
+                    let mut last = last_caps.lock().unwrap_or_else(|p| p.into_inner());
+                    if last.as_ref() != Some(&caps.to_owned()) {
+                        *last = Some(caps.to_owned());
+                        if let Some(config) = config_of(caps) {
+                            hub.publish(&feed, config);
+                        }
+                    }
+                }
+                if let Some(frame) = sample.buffer().and_then(|b| frame_of(b, track)) {
+                    hub.publish(&feed, MediaMessage::Frame(frame));
+                }
+                Ok(gst::FlowSuccess::Ok)
+            })
+            .build(),
+    );
+    pipeline
+        .add_many([&queue, sink.upcast_ref()])
+        .map_err(|e| PipelineError::Build(e.to_string()))?;
+    gst::Element::link_many([tee, &queue, sink.upcast_ref()])
+        .map_err(|e| PipelineError::Build(format!("hub tap: {e}")))?;
+    Ok(())
+}
+
+/// The codec config the encoder's caps carry (avcC for H.264, the AudioSpecificConfig for
+/// AAC).
+fn config_of(caps: &gst::CapsRef) -> Option<MediaMessage> {
+    let s = caps.structure(0)?;
+    let record = s
+        .get::<gst::Buffer>("codec_data")
+        .ok()
+        .and_then(|b| b.map_readable().ok().map(|m| Bytes::copy_from_slice(&m)))?;
+    match s.name().as_str() {
+        "video/x-h264" => Some(MediaMessage::VideoConfig(VideoConfig {
+            codec: VideoCodec::H264,
+            record,
+            width: s.get::<i32>("width").ok()?.max(0) as u32,
+            height: s.get::<i32>("height").ok()?.max(0) as u32,
+        })),
+        "audio/mpeg" => Some(MediaMessage::AudioConfig(AudioConfig::Aac(AacConfig {
+            asc: record,
+            sample_rate: s.get::<i32>("rate").ok()?.max(0) as u32,
+            channels: s.get::<i32>("channels").ok()?.clamp(0, 255) as u8,
+        }))),
+        _ => None,
+    }
+}
+
+fn frame_of(buffer: &gst::BufferRef, track: TrackKind) -> Option<Frame> {
+    let pts = buffer.pts()?.nseconds();
+    let dts = buffer.dts().map_or(pts, |d| d.nseconds());
+    let data = buffer.map_readable().ok()?;
+    Some(Frame {
+        track,
+        dts,
+        pts,
+        keyframe: !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT),
+        data: Bytes::copy_from_slice(&data),
+    })
+}
