@@ -130,7 +130,8 @@ pub(super) fn set_links(
     let list = c.dialect().id_list(2);
     c.execute(
         &format!(
-            "INSERT INTO broadcast_streams ({this}, {other}) SELECT $1::BIGINT, value FROM {list} AS ids"
+            "INSERT INTO broadcast_streams ({this}, {other}) \
+             SELECT $1::BIGINT, value FROM {list} AS ids"
         ),
         &args![id, wanted.clone()],
     )?;
