@@ -167,9 +167,12 @@ impl<B: Backend> VideoStore for SqlStore<B> {
 
     fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError> {
         let sql = format!("DELETE FROM videos WHERE id = $1 RETURNING {VIDEO_COLUMNS}");
-        self.backend()
-            .with_conn(Pool::Main, |c| c.query_opt(&sql, &args![id]))?
-            .map(|r| video_from_row(&r))
-            .transpose()
+        // A record that cannot be read stays: the caller removes the media only of the record
+        // it gets back, so deleting one it cannot describe would orphan its files.
+        self.backend().transaction(Pool::Main, Tx::Plain, |c| {
+            c.query_opt(&sql, &args![id])?
+                .map(|r| video_from_row(&r))
+                .transpose()
+        })
     }
 }
