@@ -152,3 +152,49 @@ fn render(template: &str, dialect: Dialect) -> String {
     out.push_str(rest);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a: stable across Rust releases, unlike the std hasher.
+    fn fnv(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// The text each backend shipped (`sqlite.rs` and `postgres.rs` before the schema was
+    /// written once): a database migrated by an older build has exactly these steps behind it.
+    #[test]
+    fn shipped_migrations_render_unchanged() {
+        let shipped: [(Dialect, [u64; 6]); 2] = [
+            (
+                Dialect::Sqlite,
+                [
+                    0xcf1a_ceeb_c3d9_4e41,
+                    0x8ebf_c06a_a172_f2dc,
+                    0x4e41_0b4b_da72_b2aa,
+                    0xaac3_e780_0769_560d,
+                    0x3cc6_fe84_e2d7_247d,
+                    0x3a64_9b74_5c5a_fccc,
+                ],
+            ),
+            (
+                Dialect::Postgres,
+                [
+                    0xd3e2_00c9_88f7_2dad,
+                    0x71ab_2ee7_b8cb_e561,
+                    0x3a21_aeda_549c_e33b,
+                    0xee9d_233b_30e6_767a,
+                    0xb44c_a710_40a6_41aa,
+                    0x7f48_6d7d_3a9f_5d5e,
+                ],
+            ),
+        ];
+        for (dialect, hashes) in shipped {
+            let rendered: Vec<u64> = migrations(dialect).map(|sql| fnv(&sql)).collect();
+            assert_eq!(rendered[..hashes.len()], hashes, "{dialect:?}");
+        }
+    }
+}

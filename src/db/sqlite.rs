@@ -14,6 +14,9 @@ use super::{schema, SqlStore, StoreError};
 
 pub const DB_FILE_NAME: &str = "livepack.db";
 
+/// Prepared statements kept: more than the aggregates' fixed statements.
+const STATEMENT_CACHE: usize = 128;
+
 /// The SQLite [`super::Store`].
 pub type SqliteStore = SqlStore<Sqlite>;
 
@@ -44,6 +47,8 @@ impl SqlStore<Sqlite> {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Every statement of the aggregates stays prepared (the default keeps 16).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut conn)?;
         Ok(SqlStore::new(Sqlite {
             conn: Mutex::new(conn),
