@@ -4,8 +4,8 @@
 //! nodes serve. With SQLite there is one node and every lease is its own; the same code runs.
 //!
 //! Coordination is the store's: a lease is one row, taken atomically
-//! ([`crate::db::Store::take_lease`]); a node is alive while its heartbeat is younger than
-//! `node_dead_secs` by the store's clock. No consensus of our own.
+//! ([`crate::db::ClusterStore::take_lease`]); a node is alive while its heartbeat is younger
+//! than `node_dead_secs` by the store's clock. No consensus of our own.
 
 pub mod lookup;
 pub mod node_auth;
@@ -393,7 +393,7 @@ impl crate::live::Leases for Cluster {
 impl Cluster {
     /// A stream's live state as every node shows it: this node's own while it serves the
     /// stream, else what the serving node wrote in its lease (`leases`: the live ones, from
-    /// [`crate::db::Store::live_leases`]).
+    /// [`crate::db::ClusterStore::live_leases`]).
     pub fn status(&self, registry: &Registry, id: i64, leases: &[LeaseRow]) -> LiveStatus {
         if self.holds(id) {
             return registry.status(id);

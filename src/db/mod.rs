@@ -1,25 +1,48 @@
-//! Persistence of the control-plane records (streams, broadcasts, FastEdge apps, profile
-//! templates, settings) behind the [`Store`] trait: [`sqlite::SqliteStore`] is the embedded
-//! default backend, [`postgres::PostgresStore`] the one several daemons share. [`open`] picks
-//! one from the configuration (`database_url`).
+//! Persistence of the control-plane records (streams, broadcasts, videos, FastEdge apps and
+//! profile templates, overlays, source statistics, settings, the cluster's nodes and leases)
+//! behind one store trait per aggregate, gathered in [`Store`]. Each aggregate's SQL is written
+//! once (`streams.rs`, `videos.rs`, …) in [`SqlStore`] over one connection abstraction
+//! (`conn.rs`, dialect differences in `dialect.rs`, the schema in `schema.rs`); the backends
+//! only open connections: [`SqliteStore`] is the embedded default, [`PostgresStore`] the one
+//! several daemons share. [`open`] picks one from the configuration (`database_url`).
 //!
-//! The trait is synchronous on purpose: callers run it on the blocking pool, and both backends
-//! implement it with sync clients without an async-trait layer.
+//! The traits are synchronous on purpose: callers run them on the blocking pool, and both
+//! backends use sync clients without an async-trait layer.
 
+mod apps;
+mod broadcasts;
+mod cluster;
 mod codec;
+mod conn;
+mod dialect;
+mod links;
+mod overlays;
 mod pg_tls;
 pub mod postgres;
+mod schema;
+mod settings;
 pub mod sqlite;
+mod stats;
+mod streams;
 #[cfg(test)]
 mod tests;
+mod videos;
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+pub use self::apps::AppStore;
+pub use self::broadcasts::BroadcastStore;
+pub use self::cluster::ClusterStore;
+pub use self::overlays::OverlayStore;
 pub use self::postgres::PostgresStore;
+pub use self::settings::SettingStore;
 pub use self::sqlite::SqliteStore;
+pub use self::stats::StatsStore;
+pub use self::streams::StreamStore;
+pub use self::videos::VideoStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -575,7 +598,7 @@ pub struct LeaseRow {
     pub status: String,
 }
 
-/// How [`Store::take_lease`] may take a lease another node holds.
+/// How [`ClusterStore::take_lease`] may take a lease another node holds.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTake {
     /// A holder silent this long is dead: its leases are free.
@@ -584,182 +607,50 @@ pub struct LeaseTake {
     pub from_idle: bool,
 }
 
-/// Everything the control plane persists. Every mutating call is atomic and durable when it
-/// returns `Ok`: the API acknowledges a write only after this.
-pub trait Store: Send + Sync + 'static {
-    /// `settings.broadcast_ids` must name existing broadcasts ([`StoreError::UnknownReference`]
-    /// otherwise), here and in `update_stream`.
-    fn create_stream(
-        &self,
-        settings: &StreamSettings,
-        token: &str,
-        now: OffsetDateTime,
-    ) -> Result<StreamRow, StoreError>;
-    fn get_stream(&self, id: i64) -> Result<Option<StreamRow>, StoreError>;
-    /// Newest first; returns the page and the total number of streams.
-    fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError>;
-    /// Replaces the settings if the record is still at `revision`.
-    fn update_stream(
-        &self,
-        id: i64,
-        revision: i64,
-        settings: &StreamSettings,
-    ) -> Result<Update<StreamRow>, StoreError>;
-    fn delete_stream(&self, id: i64) -> Result<bool, StoreError>;
-    /// Live-state timestamps owned by the ingest side; `None` leaves a column as it is.
-    fn set_stream_times(
-        &self,
-        id: i64,
-        started_at_primary: Option<OffsetDateTime>,
-        started_at_backup: Option<OffsetDateTime>,
-        finished_at_primary: Option<OffsetDateTime>,
-    ) -> Result<bool, StoreError>;
+/// Everything the control plane persists, one trait per aggregate. Every mutating call is
+/// atomic and durable when it returns `Ok`: the API acknowledges a write only after this.
+pub trait Store:
+    StreamStore
+    + BroadcastStore
+    + VideoStore
+    + AppStore
+    + OverlayStore
+    + StatsStore
+    + SettingStore
+    + ClusterStore
+    + Send
+    + Sync
+    + 'static
+{
+}
 
-    fn create_app(&self, settings: &AppSettings) -> Result<Update<AppRow>, StoreError>;
-    fn get_app(&self, id: i64) -> Result<Option<AppRow>, StoreError>;
-    /// Returns the page and the number of apps matching the filter before paging.
-    fn list_apps(&self, filter: &AppFilter) -> Result<(Vec<AppRow>, u64), StoreError>;
-    fn update_app(
-        &self,
-        id: i64,
-        revision: i64,
-        settings: &AppSettings,
-    ) -> Result<Update<AppRow>, StoreError>;
-    fn delete_app(&self, id: i64) -> Result<bool, StoreError>;
+impl<T> Store for T where
+    T: StreamStore
+        + BroadcastStore
+        + VideoStore
+        + AppStore
+        + OverlayStore
+        + StatsStore
+        + SettingStore
+        + ClusterStore
+        + Send
+        + Sync
+        + 'static
+{
+}
 
-    /// Inserts or replaces templates by id.
-    fn upsert_profile_templates(&self, templates: &[ProfileTemplate]) -> Result<(), StoreError>;
-    fn list_profile_templates(&self) -> Result<Vec<ProfileTemplate>, StoreError>;
+/// The one implementation of every aggregate's store: its SQL, written once, run on either
+/// backend's connections ([`sqlite::Sqlite`], [`postgres::Postgres`]).
+pub struct SqlStore<B> {
+    backend: B,
+}
 
-    /// A new video of `stream_id` (pending, as its recording starts).
-    fn create_video(
-        &self,
-        stream_id: i64,
-        slug: &str,
-        settings: &VideoSettings,
-        state: &VideoState,
-        started_at: OffsetDateTime,
-        now: OffsetDateTime,
-    ) -> Result<VideoRow, StoreError>;
-    fn get_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
-    /// Newest first; returns the page and the number matching the filter before paging.
-    fn list_videos(&self, filter: &VideoFilter) -> Result<(Vec<VideoRow>, u64), StoreError>;
-    /// Replaces the owner's fields if the record is still at `revision`.
-    fn update_video(
-        &self,
-        id: i64,
-        revision: i64,
-        settings: &VideoSettings,
-        now: OffsetDateTime,
-    ) -> Result<Update<VideoRow>, StoreError>;
-    /// Replaces the recorder's fields (it is their only writer); `false` if the video is gone.
-    fn set_video_state(
-        &self,
-        id: i64,
-        state: &VideoState,
-        now: OffsetDateTime,
-    ) -> Result<bool, StoreError>;
-    /// Removes the record; returns it (its media is removed by the caller).
-    fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError>;
+impl<B> SqlStore<B> {
+    fn new(backend: B) -> SqlStore<B> {
+        SqlStore { backend }
+    }
 
-    /// `settings.stream_ids` must name existing streams ([`StoreError::UnknownReference`]
-    /// otherwise), here and in `update_broadcast`. Changing the links also moves the linked
-    /// streams' revisions (and a stream's links move the broadcasts'), so a compare-and-set on
-    /// either side never writes back links it read before the other side changed them.
-    fn create_broadcast(
-        &self,
-        settings: &BroadcastSettings,
-        now: OffsetDateTime,
-    ) -> Result<BroadcastRow, StoreError>;
-    fn get_broadcast(&self, id: i64) -> Result<Option<BroadcastRow>, StoreError>;
-    /// Newest first; returns the page and the total number of broadcasts.
-    fn list_broadcasts(
-        &self,
-        offset: u64,
-        limit: u32,
-    ) -> Result<(Vec<BroadcastRow>, u64), StoreError>;
-    fn update_broadcast(
-        &self,
-        id: i64,
-        revision: i64,
-        settings: &BroadcastSettings,
-        now: OffsetDateTime,
-    ) -> Result<Update<BroadcastRow>, StoreError>;
-    /// Removes the broadcast and its links (the streams stay).
-    fn delete_broadcast(&self, id: i64) -> Result<bool, StoreError>;
-
-    /// A stream's overlays, oldest first.
-    fn list_overlays(&self, stream_id: i64) -> Result<Vec<OverlayRow>, StoreError>;
-    /// Adds overlays to a stream in one transaction, unless it would then have more than
-    /// `max` (`Ok(None)`: nothing added) or the stream does not exist (`Ok(None)` too: the
-    /// caller looked it up first).
-    fn create_overlays(
-        &self,
-        stream_id: i64,
-        specs: &[crate::overlay::OverlaySpec],
-        max: usize,
-        now: OffsetDateTime,
-    ) -> Result<Option<Vec<OverlayRow>>, StoreError>;
-    /// Replaces overlays' specs in one transaction; `Ok(None)` (nothing changed) when one of
-    /// the ids is not an overlay of this stream.
-    fn update_overlays(
-        &self,
-        stream_id: i64,
-        updates: &[(i64, crate::overlay::OverlaySpec)],
-        now: OffsetDateTime,
-    ) -> Result<Option<Vec<OverlayRow>>, StoreError>;
-    fn delete_overlay(&self, stream_id: i64, id: i64) -> Result<bool, StoreError>;
-
-    /// Adds one window's source statistics of a stream.
-    fn add_source_sample(&self, stream_id: i64, sample: &SourceSample) -> Result<(), StoreError>;
-    /// A stream's samples in `[from_ms, to_ms)` aggregated per bucket of `bucket_ms`, buckets
-    /// starting at `offset_ms` plus a multiple of `bucket_ms`; oldest first, empty buckets
-    /// absent.
-    fn source_buckets(
-        &self,
-        stream_id: i64,
-        from_ms: i64,
-        to_ms: i64,
-        bucket_ms: i64,
-        offset_ms: i64,
-    ) -> Result<Vec<SourceBucket>, StoreError>;
-    /// Removes every stream's samples older than `before_ms`; returns how many.
-    fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError>;
-
-    /// Small named settings (the default quality set, one-time seeding marks).
-    fn get_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
-    fn set_setting(&self, key: &str, value: &str) -> Result<(), StoreError>;
-    /// `key`'s value, storing `value` first when it has none. Atomic: of callers racing with
-    /// different values, all get the one stored first (a secret the nodes generate and share).
-    fn setting_or_insert(&self, key: &str, value: &str) -> Result<String, StoreError>;
-
-    // The cluster: nodes and leases (one per live stream, held by the node serving it).
-    /// Records `node`'s heartbeat (registering it), writes `leases`' state where `node` still
-    /// holds them, and returns the ids of every stream `node` holds a lease on, ascending.
-    fn heartbeat(&self, node: &NodeBeat<'_>, leases: &[LeaseState])
-        -> Result<Vec<i64>, StoreError>;
-    /// Takes `stream_id`'s lease for `node` (marked publishing, its status reset unless `node`
-    /// held it already) when nobody holds it, `node` does, its holder is dead, or (`from_idle`)
-    /// its holder no longer publishes. Otherwise `Ok(Err(holder))`. Atomic: of nodes taking
-    /// one lease at once, one wins.
-    fn take_lease(
-        &self,
-        stream_id: i64,
-        node: &str,
-        take: LeaseTake,
-    ) -> Result<Result<(), LeaseRow>, StoreError>;
-    /// Gives up `stream_id`'s lease if `node` holds it; `true` if it did.
-    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError>;
-    /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
-    /// ascending by stream id.
-    fn live_leases(
-        &self,
-        stream_id: Option<i64>,
-        dead_after: std::time::Duration,
-    ) -> Result<Vec<LeaseRow>, StoreError>;
-    /// Every node that ever sent a heartbeat, by id.
-    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError>;
-    /// A node stopping cleanly: its leases go at once and it counts as dead (not after the
-    /// silence bound).
-    fn node_left(&self, node: &str) -> Result<(), StoreError>;
+    fn backend(&self) -> &B {
+        &self.backend
+    }
 }

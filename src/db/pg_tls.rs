@@ -240,7 +240,7 @@ mod certs;
 mod tests {
     use super::*;
     use crate::db::tests::pg_server::PgServer;
-    use crate::db::{PostgresStore, Store, StoreError};
+    use crate::db::{ClusterStore, PostgresStore, StoreError};
 
     /// Against a server that admits TCP clients over TLS only, with a certificate for
     /// `localhost` and 127.0.0.1 signed by a test CA: each mode connects or is refused as libpq's

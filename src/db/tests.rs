@@ -779,6 +779,12 @@ fn corrupt_documents_are_reported_as_corrupt(store: &Backend) {
         store.get_video(v.id).unwrap_err(),
         StoreError::Corrupt { kind: "video", id, .. } if id == v.id
     ));
+    // Not deleted: the caller would not know which media to remove with it.
+    assert!(matches!(
+        store.delete_video(v.id).unwrap_err(),
+        StoreError::Corrupt { kind: "video", .. }
+    ));
+    assert!(store.get_video(v.id).is_err(), "still there, still corrupt");
     store.exec("UPDATE settings SET value = 'x'");
     store.exec("INSERT INTO profile_templates (id, body) VALUES (7, '{}')");
     assert!(matches!(

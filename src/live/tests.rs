@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::*;
-use crate::db::SqliteStore;
+use crate::db::{SqliteStore, StreamStore};
 use crate::media::{Frame, TrackKind, VideoCodec, VideoConfig};
 
 const GRACE: Duration = Duration::from_secs(60);

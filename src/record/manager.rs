@@ -646,7 +646,7 @@ fn slug() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{SqliteStore, StreamSettings};
+    use crate::db::{SqliteStore, StreamSettings, StreamStore, VideoStore};
     use crate::package::state::tests::video_720p;
     use crate::package::{Output, PackageState, PackagingConfig, PartIn};
     use bytes::Bytes;

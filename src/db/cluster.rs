@@ -1,0 +1,197 @@
+//! The cluster's records: node heartbeats and leases (one per live stream, held by the node
+//! serving it). Every time here is the store's clock ([`super::dialect::Dialect::now_ms`]),
+//! PostgreSQL's for several nodes, so the nodes' own clocks may differ. Runs on the cluster's
+//! own connections ([`Pool::Cluster`]) so a heartbeat never queues behind API calls.
+
+use std::time::Duration;
+
+use super::codec::{from_ms, to_ms};
+use super::conn::{args, Backend, Pool, Row, Tx};
+use super::{LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError};
+
+/// Insert-then-read rounds of a lease take before it is reported as contended.
+const LEASE_TAKE_ROUNDS: usize = 3;
+
+pub trait ClusterStore {
+    /// Records `node`'s heartbeat (registering it), writes `leases`' state where `node` still
+    /// holds them, and returns the ids of every stream `node` holds a lease on, ascending.
+    fn heartbeat(&self, node: &NodeBeat<'_>, leases: &[LeaseState])
+        -> Result<Vec<i64>, StoreError>;
+    /// Takes `stream_id`'s lease for `node` (marked publishing, its status reset unless `node`
+    /// held it already) when nobody holds it, `node` does, its holder is dead, or (`from_idle`)
+    /// its holder no longer publishes. Otherwise `Ok(Err(holder))`. Atomic: of nodes taking
+    /// one lease at once, one wins.
+    fn take_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        take: LeaseTake,
+    ) -> Result<Result<(), LeaseRow>, StoreError>;
+    /// Gives up `stream_id`'s lease if `node` holds it; `true` if it did.
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError>;
+    /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
+    /// ascending by stream id.
+    fn live_leases(
+        &self,
+        stream_id: Option<i64>,
+        dead_after: Duration,
+    ) -> Result<Vec<LeaseRow>, StoreError>;
+    /// Every node that ever sent a heartbeat, by id.
+    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError>;
+    /// A node stopping cleanly: its leases go at once and it counts as dead (not after the
+    /// silence bound).
+    fn node_left(&self, node: &str) -> Result<(), StoreError>;
+}
+
+/// A lease and its holder's URL (left join: a holder that never beat has none).
+const LEASE_SELECT: &str = "SELECT l.stream_id, l.node_id, COALESCE(n.url, ''), l.publishing, \
+    l.status FROM leases l LEFT JOIN nodes n ON n.id = l.node_id";
+
+fn lease_row(r: &Row) -> Result<LeaseRow, StoreError> {
+    Ok(LeaseRow {
+        stream_id: r.i64(0)?,
+        node_id: r.string(1)?,
+        node_url: r.string(2)?,
+        publishing: r.bool(3)?,
+        status: r.string(4)?,
+    })
+}
+
+fn dead_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+impl<B: Backend> ClusterStore for SqlStore<B> {
+    fn heartbeat(
+        &self,
+        node: &NodeBeat<'_>,
+        leases: &[LeaseState],
+    ) -> Result<Vec<i64>, StoreError> {
+        self.backend().transaction(Pool::Cluster, Tx::Plain, |c| {
+            let now = c.dialect().now_ms();
+            c.execute(
+                &format!(
+                    "INSERT INTO nodes (id, url, started_at_ms, heartbeat_ms) \
+                     VALUES ($1, $2, $3, {now}) \
+                     ON CONFLICT (id) DO UPDATE SET url = excluded.url, \
+                       started_at_ms = excluded.started_at_ms, heartbeat_ms = excluded.heartbeat_ms"
+                ),
+                &args![node.id, node.url, to_ms(node.started_at)],
+            )?;
+            for l in leases {
+                c.execute(
+                    "UPDATE leases SET publishing = $1, status = $2 \
+                     WHERE stream_id = $3 AND node_id = $4",
+                    &args![l.publishing, l.status.as_str(), l.stream_id, node.id],
+                )?;
+            }
+            let held = c.query(
+                "SELECT stream_id FROM leases WHERE node_id = $1 ORDER BY stream_id",
+                &args![node.id],
+            )?;
+            held.iter().map(|r| r.i64(0)).collect()
+        })
+    }
+
+    fn take_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        take: LeaseTake,
+    ) -> Result<Result<(), LeaseRow>, StoreError> {
+        self.backend().with_conn(Pool::Cluster, |c| {
+            let now = c.dialect().now_ms();
+            // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking
+            // one lease at once, one wins.
+            let take_sql = format!(
+                "INSERT INTO leases (stream_id, node_id, publishing, status, taken_at_ms) \
+                 VALUES ($1, $2, true, '{{}}', {now}) \
+                 ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, \
+                   publishing = true, \
+                   status = CASE WHEN leases.node_id = excluded.node_id THEN leases.status \
+                     ELSE excluded.status END, \
+                   taken_at_ms = excluded.taken_at_ms \
+                 WHERE leases.node_id = excluded.node_id OR ($3 AND NOT leases.publishing) \
+                   OR NOT EXISTS (SELECT 1 FROM nodes \
+                     WHERE nodes.id = leases.node_id AND nodes.heartbeat_ms > {now} - $4) \
+                 RETURNING stream_id"
+            );
+            let holder_sql = format!("{LEASE_SELECT} WHERE l.stream_id = $1");
+            let take_args = args![stream_id, node, take.from_idle, dead_ms(take.dead_after)];
+            // A row released between the insert and the read: take it again. Each round means
+            // a holder went away meanwhile, so a few rounds end it.
+            for _ in 0..LEASE_TAKE_ROUNDS {
+                if c.query_opt(&take_sql, &take_args)?.is_some() {
+                    return Ok(Ok(()));
+                }
+                if let Some(holder) = c.query_opt(&holder_sql, &args![stream_id])? {
+                    return Ok(Err(lease_row(&holder)?));
+                }
+            }
+            Err(StoreError::Contended {
+                what: format!("the lease of stream {stream_id}"),
+            })
+        })
+    }
+
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
+        let released = self.backend().with_conn(Pool::Cluster, |c| {
+            c.execute(
+                "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
+                &args![stream_id, node],
+            )
+        })?;
+        Ok(released == 1)
+    }
+
+    fn live_leases(
+        &self,
+        stream_id: Option<i64>,
+        dead_after: Duration,
+    ) -> Result<Vec<LeaseRow>, StoreError> {
+        let rows = self.backend().with_conn(Pool::Main, |c| {
+            let now = c.dialect().now_ms();
+            c.query(
+                &format!(
+                    "{LEASE_SELECT} WHERE n.heartbeat_ms > {now} - $1 \
+                     AND ($2::BIGINT IS NULL OR l.stream_id = $2) ORDER BY l.stream_id"
+                ),
+                &args![dead_ms(dead_after), stream_id],
+            )
+        })?;
+        rows.iter().map(lease_row).collect()
+    }
+
+    fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
+        let rows = self.backend().with_conn(Pool::Cluster, |c| {
+            let now = c.dialect().now_ms();
+            c.query(
+                &format!(
+                    "SELECT id, url, started_at_ms, {now} - heartbeat_ms FROM nodes ORDER BY id"
+                ),
+                &[],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(NodeRow {
+                    id: r.string(0)?,
+                    url: r.string(1)?,
+                    started_at: from_ms("node", 0, r.i64(2)?)?,
+                    silent: Duration::from_millis(r.i64(3)?.max(0) as u64),
+                })
+            })
+            .collect()
+    }
+
+    fn node_left(&self, node: &str) -> Result<(), StoreError> {
+        self.backend().transaction(Pool::Cluster, Tx::Plain, |c| {
+            c.execute("DELETE FROM leases WHERE node_id = $1", &args![node])?;
+            c.execute(
+                "UPDATE nodes SET heartbeat_ms = 0 WHERE id = $1",
+                &args![node],
+            )?;
+            Ok(())
+        })
+    }
+}

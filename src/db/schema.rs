@@ -1,0 +1,200 @@
+//! The schema, written once: each migration is a template whose `{word}`s each dialect spells
+//! its own way ([`Dialect::schema_word`]), rendered to the same text each backend shipped.
+//! Each backend records the version its own way (SQLite's `user_version`, PostgreSQL's
+//! `livepack_schema`); a version names one schema in both.
+//!
+//! Types: SQLite's INTEGER is BIGINT in PostgreSQL, REAL is DOUBLE PRECISION, AUTOINCREMENT an
+//! identity (ids never reused). Free text a client chose that is only compared or sorted, never
+//! read back (`name_folded`, an app's `plan`), is BYTEA there: compared byte-wise like SQLite's
+//! BINARY collation whatever the database's locale, and able to hold the NUL that PostgreSQL's
+//! TEXT refuses. App names sort byte-wise too (`COLLATE "C"`).
+
+use super::dialect::Dialect;
+
+/// Each entry moves the schema from version `index` to `index + 1`. Append only: a shipped
+/// migration is never edited.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE streams (
+    id {id},
+    revision {int} NOT NULL,
+    token TEXT NOT NULL,
+    created_at_ms {int} NOT NULL,
+    started_at_primary_ms {int},
+    started_at_backup_ms {int},
+    finished_at_primary_ms {int},
+    settings TEXT NOT NULL
+);
+CREATE TABLE apps (
+    id {id},
+    revision {int} NOT NULL,
+    name TEXT{collate_c} NOT NULL UNIQUE,
+    name_folded {folded} NOT NULL,
+    status {int} NOT NULL,
+    api_type TEXT NOT NULL,
+    template {int},
+    {binary} {int},
+    plan_id {int} NOT NULL,
+    plan {folded} NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE profile_templates (
+    id {int} PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"#,
+    r#"
+CREATE TABLE videos (
+    id {id},
+    revision {int} NOT NULL,
+    stream_id {int} NOT NULL,
+    slug TEXT NOT NULL,
+    created_at_ms {int} NOT NULL,
+    updated_at_ms {int} NOT NULL,
+    started_at_ms {int} NOT NULL,
+    name_folded {folded} NOT NULL,
+    status TEXT NOT NULL,
+    client_user_id TEXT,
+    settings TEXT NOT NULL,
+    state TEXT NOT NULL
+);
+CREATE INDEX videos_by_stream ON videos (stream_id, id);
+"#,
+    r#"
+CREATE TABLE overlays (
+    id {id},
+    stream_id {int} NOT NULL,
+    created_at_ms {int} NOT NULL,
+    updated_at_ms {int} NOT NULL,
+    spec TEXT NOT NULL
+);
+CREATE INDEX overlays_by_stream ON overlays (stream_id, id);
+"#,
+    r#"
+CREATE TABLE source_samples (
+    stream_id {int} NOT NULL,
+    time_ms {int} NOT NULL,
+    bitrate_kbps {real} NOT NULL,
+    frames {int} NOT NULL,
+    height {int} NOT NULL,
+    fps {real} NOT NULL,
+    keyframe_interval {real} NOT NULL
+);
+CREATE INDEX source_samples_by_stream ON source_samples (stream_id, time_ms);
+CREATE INDEX source_samples_by_time ON source_samples (time_ms);
+"#,
+    // Broadcasts, and which streams belong to which: `broadcast_streams` is the one record of
+    // that link, read both as a stream's `broadcast_ids` and as a broadcast's `stream_ids`.
+    // Until now `broadcast_ids` sat in the stream's settings document with no broadcast behind
+    // it; such ids named nothing and are dropped (no PostgreSQL store predates this step, so
+    // there it finds nothing).
+    r#"
+CREATE TABLE broadcasts (
+    id {id},
+    revision {int} NOT NULL,
+    created_at_ms {int} NOT NULL,
+    updated_at_ms {int} NOT NULL,
+    settings TEXT NOT NULL
+);
+CREATE TABLE broadcast_streams (
+    broadcast_id {int} NOT NULL REFERENCES broadcasts (id) ON DELETE CASCADE,
+    stream_id {int} NOT NULL REFERENCES streams (id) ON DELETE CASCADE,
+    PRIMARY KEY (broadcast_id, stream_id)
+){without_rowid};
+CREATE INDEX broadcast_streams_by_stream ON broadcast_streams (stream_id, broadcast_id);
+{drop_broadcast_ids}
+"#,
+    // The cluster: daemons sharing the store, and which one serves each live stream. Times
+    // are the store's clock (PostgreSQL's for several nodes), so nodes' clocks may differ.
+    r#"
+CREATE TABLE nodes (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    started_at_ms {int} NOT NULL,
+    heartbeat_ms {int} NOT NULL
+);
+CREATE TABLE leases (
+    stream_id {int} PRIMARY KEY REFERENCES streams (id) ON DELETE CASCADE,
+    node_id TEXT NOT NULL,
+    publishing {bool} NOT NULL,
+    status TEXT NOT NULL,
+    taken_at_ms {int} NOT NULL
+);
+CREATE INDEX leases_by_node ON leases (node_id);
+"#,
+];
+
+/// The schema version this build knows.
+pub(super) fn known_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// The migrations in `dialect`'s SQL: entry `i` moves version `i` to `i + 1`.
+pub(super) fn migrations(dialect: Dialect) -> impl Iterator<Item = String> {
+    MIGRATIONS
+        .iter()
+        .map(move |template| render(template, dialect))
+}
+
+fn render(template: &str, dialect: Dialect) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        let end = start + rest[start..].find('}').expect("closed schema word");
+        out.push_str(&rest[..start]);
+        out.push_str(dialect.schema_word(&rest[start + 1..end]));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a: stable across Rust releases, unlike the std hasher.
+    fn fnv(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// The text each backend shipped (`sqlite.rs` and `postgres.rs` before the schema was
+    /// written once): a database migrated by an older build has exactly these steps behind it.
+    #[test]
+    fn shipped_migrations_render_unchanged() {
+        let shipped: [(Dialect, [u64; 6]); 2] = [
+            (
+                Dialect::Sqlite,
+                [
+                    0xcf1a_ceeb_c3d9_4e41,
+                    0x8ebf_c06a_a172_f2dc,
+                    0x4e41_0b4b_da72_b2aa,
+                    0xaac3_e780_0769_560d,
+                    0x3cc6_fe84_e2d7_247d,
+                    0x3a64_9b74_5c5a_fccc,
+                ],
+            ),
+            (
+                Dialect::Postgres,
+                [
+                    0xd3e2_00c9_88f7_2dad,
+                    0x71ab_2ee7_b8cb_e561,
+                    0x3a21_aeda_549c_e33b,
+                    0xee9d_233b_30e6_767a,
+                    0xb44c_a710_40a6_41aa,
+                    0x7f48_6d7d_3a9f_5d5e,
+                ],
+            ),
+        ];
+        for (dialect, hashes) in shipped {
+            let rendered: Vec<u64> = migrations(dialect).map(|sql| fnv(&sql)).collect();
+            assert_eq!(rendered[..hashes.len()], hashes, "{dialect:?}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Source statistics: one sample per stream and sampling window, aggregated into time buckets
+//! for `GET /streaming/statistics/ffprobe`, pruned by age.
+
+use super::codec::to_ms;
+use super::conn::{args, Backend, Pool};
+use super::{SourceBucket, SourceSample, SqlStore, StoreError};
+
+pub trait StatsStore {
+    /// Adds one window's source statistics of a stream.
+    fn add_source_sample(&self, stream_id: i64, sample: &SourceSample) -> Result<(), StoreError>;
+    /// A stream's samples in `[from_ms, to_ms)` aggregated per bucket of `bucket_ms`, buckets
+    /// starting at `offset_ms` plus a multiple of `bucket_ms`; oldest first, empty buckets
+    /// absent.
+    fn source_buckets(
+        &self,
+        stream_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        bucket_ms: i64,
+        offset_ms: i64,
+    ) -> Result<Vec<SourceBucket>, StoreError>;
+    /// Removes every stream's samples older than `before_ms`; returns how many.
+    fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError>;
+}
+
+impl<B: Backend> StatsStore for SqlStore<B> {
+    fn add_source_sample(&self, stream_id: i64, sample: &SourceSample) -> Result<(), StoreError> {
+        self.backend().with_conn(Pool::Main, |c| {
+            c.execute(
+                "INSERT INTO source_samples \
+                 (stream_id, time_ms, bitrate_kbps, frames, height, fps, keyframe_interval) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &args![
+                    stream_id,
+                    to_ms(sample.time),
+                    sample.bitrate_kbps,
+                    sample.frames as i64,
+                    sample.height,
+                    sample.fps,
+                    sample.keyframe_interval
+                ],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn source_buckets(
+        &self,
+        stream_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        bucket_ms: i64,
+        offset_ms: i64,
+    ) -> Result<Vec<SourceBucket>, StoreError> {
+        // Samples are never before the epoch, so `time_ms - offset` (offset < a week) divides
+        // the same way in SQLite and PostgreSQL (both truncate) only once shifted
+        // non-negative: + one bucket.
+        let rows = self.backend().with_conn(Pool::Main, |c| {
+            c.query(
+                "SELECT ((time_ms - $5::BIGINT + $4::BIGINT) / $4) * $4 + $5 - $4 AS bucket, \
+                   COUNT(*), AVG(bitrate_kbps), CAST(SUM(frames) AS BIGINT), MAX(height), \
+                   MAX(fps), MAX(keyframe_interval) \
+                 FROM source_samples WHERE stream_id = $1 AND time_ms >= $2 AND time_ms < $3 \
+                 GROUP BY bucket ORDER BY bucket",
+                &args![stream_id, from_ms, to_ms, bucket_ms.max(1), offset_ms],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(SourceBucket {
+                    time_ms: r.i64(0)?,
+                    samples: r.i64(1)?.max(0) as u64,
+                    avg_bitrate_kbps: r.f64(2)?,
+                    sum_frames: r.i64(3)?.max(0) as u64,
+                    max_height: u32::try_from(r.i64(4)?).unwrap_or(u32::MAX),
+                    max_fps: r.f64(5)?,
+                    max_keyframe_interval: r.f64(6)?,
+                })
+            })
+            .collect()
+    }
+
+    fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.backend().with_conn(Pool::Main, |c| {
+            c.execute(
+                "DELETE FROM source_samples WHERE time_ms < $1",
+                &args![before_ms],
+            )
+        })
+    }
+}
