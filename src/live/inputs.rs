@@ -32,12 +32,6 @@ impl Registry {
         let StreamHandles {
             id, status, hub, ..
         } = stream;
-        async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
-            match rx {
-                Some(rx) => rx.recv().await,
-                None => std::future::pending().await,
-            }
-        }
         let mut switch = Switch::new(self.config.switch_timeout);
         let mut inputs: [Option<mpsc::Receiver<MediaMessage>>; 2] = [None, None];
         let mut tick = tokio::time::interval(SWITCH_TICK);
@@ -119,14 +113,26 @@ impl Registry {
                 }
             }
         }
-        // The pipeline (and every other reader of the source) sees the end of its media.
+        self.inputs_ended(id, &hub, stats, dropped, switch.overlapped());
+    }
+
+    /// The input task's last words: the source's readers (the pipeline first) see the end of
+    /// their media, the last statistics window is saved, losses are logged.
+    fn inputs_ended(
+        &self,
+        id: i64,
+        hub: &Hub,
+        mut stats: SourceStats,
+        dropped: u64,
+        overlapped: u64,
+    ) {
         hub.end(&Feed::Source);
         self.save_sample(id, stats.cut(OffsetDateTime::now_utc()));
-        if dropped > 0 || switch.overlapped() > 0 {
+        if dropped > 0 || overlapped > 0 {
             tracing::warn!(
                 stream = id,
                 dropped,
-                overlapped = switch.overlapped(),
+                overlapped,
                 "input switch dropped media"
             );
         }
@@ -193,5 +199,13 @@ impl Registry {
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     if stop.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+/// The next message of a slot's publisher; never, for an empty slot.
+async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMessage> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -17,243 +17,21 @@ use std::time::Duration;
 use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app::AppSrc;
-use time::OffsetDateTime;
 
-use super::ladder::{output_fps, part_duration, Ladder};
+use super::elements::{
+    appsrc, audio_caps, audio_decoder, capsfilter, drop_buffer, holds_keyframe, link, make,
+    running_time, video_caps, video_decoder,
+};
+use super::plan::{
+    Plan, VideoRung, AUDIO_CHANNELS, AUDIO_RATE, JPEG_QUALITY, SCREENSHOT_INTERVAL,
+    SCREENSHOT_MAX_WIDTH, X264_ONE_THREAD_MAX_PIXEL_RATE, X264_PRESET,
+};
 use super::sink;
-use super::{PipelineError, APPSRC_MAX_BYTES};
+use super::PipelineError;
 use crate::hub::Feed;
-use crate::media::{AudioConfig, VideoCodec, VideoConfig};
+use crate::media::{AudioConfig, VideoConfig};
 use crate::package::sink::{SOURCE_AUDIO, SOURCE_VIDEO};
-use crate::package::{Layout, PackagingConfig, Rendition, RenditionKind, RenditionSink};
-
-/// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
-pub const X264_PRESET: &str = "veryfast";
-/// Rungs up to this pixel rate (720p at 60 fps) are encoded on one thread. `tune=zerolatency`
-/// makes x264 split each frame into one slice per thread, and a ladder already runs one encoder
-/// per rung on the same cores: the slice threads only added wake-ups (N=2: 148 → 142 % CPU, 90
-/// → 65 threads) and slices cost bits (720p +0.08 dB). One 720p frame takes ~10 ms on one
-/// thread, well inside a 60 fps frame interval; bigger rungs keep x264's own thread count.
-const X264_ONE_THREAD_MAX_PIXEL_RATE: u64 = 1280 * 720 * 60;
-pub const AUDIO_RATE: i32 = 48_000;
-pub const AUDIO_CHANNELS: i32 = 2;
-pub const AUDIO_RENDITION: &str = "audio";
-/// Screenshots: one every 10 s, at most 1080 px wide (aspect kept).
-pub const SCREENSHOT_INTERVAL: Duration = Duration::from_secs(10);
-pub const SCREENSHOT_MAX_WIDTH: u32 = 1080;
-const JPEG_QUALITY: i32 = 85;
-
-#[derive(Debug, Clone)]
-pub struct VideoRung {
-    pub name: String,
-    pub width: u32,
-    pub height: u32,
-    pub kbps: u32,
-}
-
-/// Everything needed to build one epoch's pipeline.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub stream_id: i64,
-    pub fps: u32,
-    pub segment: Duration,
-    /// cmafmux's chunk duration.
-    pub part: Duration,
-    /// The longest part (PART-TARGET): `part` rounded up to whole frames.
-    pub part_target: Duration,
-    pub video: Option<VideoConfig>,
-    pub audio: Option<AudioConfig>,
-    pub video_rungs: Vec<VideoRung>,
-    pub audio_kbps: u32,
-    /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
-    pub wall_base: OffsetDateTime,
-    /// Remux the source (see [`Ladder::source`]).
-    pub source: bool,
-    /// HTML overlays blended into the decoded picture before the ladder (so every rung, the
-    /// screenshots and transcoded recordings carry them; the source remux does not).
-    pub overlays: Option<Arc<super::overlay::OverlaySet>>,
-}
-
-impl Plan {
-    pub fn new(
-        stream_id: i64,
-        ladder: &Ladder,
-        video: Option<&VideoConfig>,
-        audio: Option<&AudioConfig>,
-        measured_fps: Option<f64>,
-        packaging: PackagingConfig,
-        wall_base: OffsetDateTime,
-    ) -> Plan {
-        let fps = output_fps(measured_fps);
-        let video_rungs = video
-            .map(|v| {
-                ladder
-                    .capped(v.height)
-                    .into_iter()
-                    .map(|r| {
-                        // Keep the source's display shape; even sizes for 4:2:0.
-                        let width =
-                            (f64::from(r.height) * f64::from(v.width) / f64::from(v.height) / 2.0)
-                                .round() as u32
-                                * 2;
-                        VideoRung {
-                            name: r.name,
-                            width: width.max(2),
-                            height: r.height,
-                            kbps: r.video_kbps,
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let parts = if video.is_some() {
-            part_duration(fps, packaging.segment, packaging.part)
-        } else {
-            crate::pipeline::ladder::Parts {
-                chunk: packaging.part,
-                target: packaging.part,
-            }
-        };
-        Plan {
-            stream_id,
-            fps,
-            segment: packaging.segment,
-            part: parts.chunk,
-            part_target: parts.target,
-            video: video.cloned(),
-            audio: audio.cloned(),
-            video_rungs,
-            audio_kbps: ladder.audio_kbps(),
-            wall_base,
-            source: ladder.source,
-            overlays: None,
-        }
-    }
-
-    pub fn rendition_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.video_rungs.iter().map(|r| r.name.clone()).collect();
-        if self.audio.is_some() {
-            names.push(AUDIO_RENDITION.into());
-        }
-        names
-    }
-
-    /// The MPEG-TS variants: one per video rung with the audio muxed in, or audio alone.
-    fn ts_renditions(&self) -> Vec<Rendition> {
-        let audio_bps = if self.audio.is_some() {
-            u64::from(self.audio_kbps) * 1000
-        } else {
-            0
-        };
-        let all = self.renditions();
-        let (videos, audio): (Vec<Rendition>, Vec<Rendition>) = all
-            .into_iter()
-            .partition(|r| matches!(r.kind, RenditionKind::Video { .. }));
-        if videos.is_empty() {
-            return audio;
-        }
-        videos
-            .into_iter()
-            .map(|mut r| {
-                r.nominal_bitrate += audio_bps;
-                r
-            })
-            .collect()
-    }
-
-    /// The package renditions this plan produces, in order (video rungs, then audio).
-    fn renditions(&self) -> Vec<Rendition> {
-        let mut out: Vec<Rendition> = self
-            .video_rungs
-            .iter()
-            .map(|r| {
-                Rendition::new(
-                    &r.name,
-                    RenditionKind::Video {
-                        width: r.width,
-                        height: r.height,
-                        frame_rate: f64::from(self.fps),
-                    },
-                    "avc1.640028",
-                    u64::from(r.kbps) * 1000,
-                )
-            })
-            .collect();
-        if self.audio.is_some() {
-            out.push(Rendition::new(
-                AUDIO_RENDITION,
-                RenditionKind::Audio {
-                    channels: AUDIO_CHANNELS as u8,
-                    sample_rate: AUDIO_RATE as u32,
-                },
-                "mp4a.40.2",
-                u64::from(self.audio_kbps) * 1000,
-            ));
-        }
-        out
-    }
-}
-
-/// appsrc caps for the source video: MP4-style records and 4-byte length framing.
-pub fn video_caps(c: &VideoConfig) -> gst::Caps {
-    let (name, format, alignment) = match c.codec {
-        VideoCodec::H264 => ("video/x-h264", "avc", "au"),
-        VideoCodec::H265 => ("video/x-h265", "hvc1", "au"),
-        // One temporal unit per buffer, OBUs with size fields: the MP4 sample format.
-        VideoCodec::Av1 => ("video/x-av1", "obu-stream", "tu"),
-    };
-    gst::Caps::builder(name)
-        .field("stream-format", format)
-        .field("alignment", alignment)
-        .field("codec_data", gst::Buffer::from_slice(c.record.clone()))
-        .build()
-}
-
-/// Parser and decoder for the input's video codec.
-fn video_decoder(c: &VideoConfig) -> Result<[gst::Element; 2], PipelineError> {
-    let [parse, decode] = match c.codec {
-        VideoCodec::H264 => [make("h264parse")?, make("avdec_h264")?],
-        VideoCodec::H265 => [make("h265parse")?, make("avdec_h265")?],
-        // libaom's decoder (plugins-bad): GStreamer 1.22 has no dav1d element in Debian 12.
-        VideoCodec::Av1 => [make("av1parse")?, make("av1dec")?],
-    };
-    // Pictures leave the decoder in recycled memory (`recycle`: page faults 10.7 k/s → ~40/s,
-    // −4 % of a 720p stream's CPU, then −1.4 % when the decoder's copy went straight into it).
-    // libav then decodes into frames of its own and copies each picture out once; with direct
-    // rendering it deep-copied every picture it still used as a reference into fresh memory.
-    if decode.find_property("direct-rendering").is_some() {
-        decode.set_property("direct-rendering", false);
-    }
-    super::recycle::recycle_output(&decode);
-    Ok([parse, decode])
-}
-
-pub fn audio_caps(c: &AudioConfig) -> gst::Caps {
-    match c {
-        AudioConfig::Aac(c) => gst::Caps::builder("audio/mpeg")
-            .field("mpegversion", 4i32)
-            .field("stream-format", "raw")
-            .field("codec_data", gst::Buffer::from_slice(c.asc.clone()))
-            .field("rate", c.sample_rate as i32)
-            .field("channels", i32::from(c.channels))
-            .build(),
-        // RFC 7587: one Opus packet per buffer, 48 kHz, mono or stereo (mapping family 0).
-        AudioConfig::Opus(c) => gst::Caps::builder("audio/x-opus")
-            .field("channel-mapping-family", 0i32)
-            .field("rate", 48_000i32)
-            .field("channels", i32::from(c.channels.clamp(1, 2)))
-            .build(),
-    }
-}
-
-/// Parser and decoder for the input's audio codec.
-/// (parser if any, decoder) of the source audio.
-fn audio_decoder(c: &AudioConfig) -> Result<[Option<gst::Element>; 2], PipelineError> {
-    Ok(match c {
-        AudioConfig::Aac(_) => [Some(make("aacparse")?), Some(make("avdec_aac")?)],
-        AudioConfig::Opus(_) => [None, Some(make("opusdec")?)],
-    })
-}
+use crate::package::{Layout, RenditionSink};
 
 /// `tee → gate → queue → parser → cmafmux → appsink` for one source track, remuxed as received
 /// into fragments of the segment length, to the package's observe-only source sink `name`.
@@ -320,40 +98,6 @@ pub struct Built {
     pub pipeline: gst::Pipeline,
     pub video_src: Option<AppSrc>,
     pub audio_src: Option<AppSrc>,
-}
-
-pub(super) fn make(factory: &str) -> Result<gst::Element, PipelineError> {
-    gst::ElementFactory::make(factory).build().map_err(|e| {
-        PipelineError::Build(format!(
-            "{factory}: {e} (is its GStreamer plugin installed?)"
-        ))
-    })
-}
-
-fn capsfilter(caps: gst::Caps) -> Result<gst::Element, PipelineError> {
-    gst::ElementFactory::make("capsfilter")
-        .property("caps", caps)
-        .build()
-        .map_err(|e| PipelineError::Build(format!("capsfilter: {e}")))
-}
-
-fn link(pipeline: &gst::Pipeline, chain: &[gst::Element]) -> Result<(), PipelineError> {
-    pipeline
-        .add_many(chain)
-        .map_err(|e| PipelineError::Build(e.to_string()))?;
-    gst::Element::link_many(chain).map_err(|e| PipelineError::Build(format!("link: {e}")))
-}
-
-fn appsrc(caps: gst::Caps) -> Result<AppSrc, PipelineError> {
-    let src = AppSrc::builder()
-        .caps(&caps)
-        .format(gst::Format::Time)
-        .is_live(true)
-        .max_bytes(APPSRC_MAX_BYTES)
-        .build();
-    // Never block the ingest: a full queue drops its oldest buffers.
-    src.set_property_from_str("leaky-type", "downstream");
-    Ok(src)
 }
 
 fn cmafmux(plan: &Plan) -> Result<gst::Element, PipelineError> {
@@ -453,30 +197,6 @@ impl VideoGrid {
     }
 }
 
-/// Drops the buffer a probe holds. Taken and handled rather than returning `Drop`: that logged a
-/// GStreamer-CRITICAL per buffer (`gst_mini_object_unref` of NULL) from some probes.
-pub(super) fn drop_buffer(info: &mut gst::PadProbeInfo) -> gst::PadProbeReturn {
-    drop(info.data.take());
-    gst::PadProbeReturn::Handled
-}
-
-/// Whether a probe holds a buffer that starts a GOP.
-pub(super) fn holds_keyframe(info: &gst::PadProbeInfo) -> bool {
-    info.buffer()
-        .is_some_and(|b| !b.flags().contains(gst::BufferFlags::DELTA_UNIT))
-}
-
-/// A buffer's running time on `pad`'s current segment.
-pub(super) fn running_time(pad: &gst::Pad, info: &gst::PadProbeInfo) -> Option<gst::ClockTime> {
-    let Some(gst::PadProbeData::Buffer(buffer)) = &info.data else {
-        return None;
-    };
-    let pts = buffer.pts()?;
-    let segment = pad.sticky_event::<gst::event::Segment>(0)?;
-    let segment = segment.segment().downcast_ref::<gst::ClockTime>()?;
-    segment.to_running_time(pts)
-}
-
 /// Builds the pipeline (state NULL) and installs the plan's renditions in the package.
 pub fn build(
     plan: &Plan,
@@ -485,15 +205,12 @@ pub fn build(
     meter: sink::Meter,
 ) -> Result<Built, PipelineError> {
     let pipeline = gst::Pipeline::with_name(&format!("stream-{}", plan.stream_id));
-    let renditions = plan.renditions();
     let (sinks, ts_sinks) = package.install(Layout {
         segment: plan.segment,
         part: plan.part_target,
-        cmaf: renditions,
+        cmaf: plan.renditions(),
         ts: plan.ts_renditions(),
     });
-    // Metrics follow the first rendition (the top video rung, or audio).
-    let meter = Some(meter);
     // Legacy HLS: one mpegtsmux per video rung (audio muxed in), or one for audio alone,
     // muxed only while asked for.
     let ts_gate = super::ts_gate::TsGate::new(&package);
@@ -501,10 +218,54 @@ pub fn build(
         .into_iter()
         .map(|sink| ts_branch(&pipeline, plan, sink, ts_gate.clone()))
         .collect::<Result<Vec<_>, _>>()?;
+    let b = Builder {
+        pipeline,
+        plan,
+        package,
+        hub,
+        sinks,
+        ts_gate,
+        ts_muxes,
+        // Metrics follow the first rendition (the top video rung, or audio).
+        meter: Some(meter),
+    };
+    let (video_src, video_grid) = match &plan.video {
+        Some(v) => {
+            let (src, grid) = b.video(v)?;
+            (Some(src), grid)
+        }
+        None => (None, None),
+    };
+    let audio_src = match &plan.audio {
+        Some(a) => Some(b.audio(a, video_grid.as_ref())?),
+        None => None,
+    };
+    Ok(Built {
+        pipeline: b.pipeline,
+        video_src,
+        audio_src,
+    })
+}
 
-    let mut video_src = None;
-    let mut video_grid = None;
-    if let Some(v) = &plan.video {
+/// What every branch of one pipeline is built with.
+struct Builder<'a> {
+    pipeline: gst::Pipeline,
+    plan: &'a Plan,
+    package: Arc<crate::package::Package>,
+    hub: &'a Arc<crate::hub::Hub>,
+    /// The package's CMAF sinks: one per video rung, then the audio's.
+    sinks: Vec<RenditionSink>,
+    ts_gate: Arc<super::ts_gate::TsGate>,
+    /// One per video rung (or one for audio alone).
+    ts_muxes: Vec<gst::Element>,
+    meter: Option<sink::Meter>,
+}
+
+impl Builder<'_> {
+    /// `appsrc → decode → I420@fps → (overlays) → tee`, a branch per rung, the screenshot and
+    /// the source remux. The source's appsrc, and the top rung's segment grid for the audio.
+    fn video(&self, v: &VideoConfig) -> Result<(AppSrc, Option<VideoGrid>), PipelineError> {
+        let (pipeline, plan) = (&self.pipeline, self.plan);
         let src = appsrc(video_caps(v))?;
         let [parse, decode] = video_decoder(v)?;
         let source_tee = make("tee")?;
@@ -539,104 +300,121 @@ pub fn build(
         .chain(overlay)
         .chain([make("tee")?])
         .collect();
-        link(&pipeline, &head)?;
+        link(pipeline, &head)?;
         let tee = head.last().expect("tee").clone();
+        let mut grid = None;
         for (i, rung) in plan.video_rungs.iter().enumerate() {
-            let queue = make("queue")?;
-            // Bounded by time, not leaky: dropping in one branch only would misalign segments.
-            queue.set_property("max-size-buffers", 0u32);
-            queue.set_property("max-size-bytes", 0u32);
-            queue.set_property("max-size-time", 2_000_000_000u64);
-            let enc = make("x264enc")?;
-            enc.set_property("bitrate", rung.kbps);
-            enc.set_property_from_str("tune", "zerolatency");
-            enc.set_property_from_str("speed-preset", X264_PRESET);
-            // Keyframes come from cmafmux's force-keyunit requests at fragment starts; the GOP cap
-            // is only a fallback, and scene cuts must not add keyframes in one rung only.
-            enc.set_property(
-                "key-int-max",
-                plan.fps * plan.segment.as_secs().max(1) as u32 * 2,
-            );
-            enc.set_property("option-string", "scenecut=0");
-            enc.set_property("threads", x264_threads(rung, plan.fps));
-            let sink = sink::appsink(
-                sinks[i].clone(),
-                plan.wall_base,
-                if i == 0 { meter.clone() } else { None },
-            );
-            let chain = [
-                queue,
-                make(super::scale::FACTORY)?,
-                capsfilter(
-                    gst::Caps::builder("video/x-raw")
-                        .field("width", rung.width as i32)
-                        .field("height", rung.height as i32)
-                        .field("pixel-aspect-ratio", gst::Fraction::new(1, 1))
-                        .build(),
-                )?,
-                enc,
-                capsfilter(
-                    gst::Caps::builder("video/x-h264")
-                        .field("profile", "high")
-                        .build(),
-                )?,
-                make("h264parse")?,
-                make("tee")?,
-            ];
-            link(&pipeline, &chain)?;
-            tee.link(&chain[0])
-                .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
-            let encoded = chain.last().expect("tee");
-            let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
-            link(&pipeline, &cmaf)?;
-            encoded
-                .link(&cmaf[0])
-                .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
-            super::taps::tap(&pipeline, encoded, hub, Feed::Video(rung.name.clone()))?;
+            let cmaf_queue = self.rung(&tee, i, rung)?;
             if i == 0 {
-                video_grid = Some(VideoGrid::watch(&cmaf[0]));
+                grid = Some(VideoGrid::watch(&cmaf_queue));
             }
-            // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
-            let parse = make("h264parse")?;
-            parse.set_property("config-interval", -1i32);
-            let ts = [
-                make("queue")?,
-                parse,
-                capsfilter(
-                    gst::Caps::builder("video/x-h264")
-                        .field("stream-format", "byte-stream")
-                        .field("alignment", "au")
-                        .build(),
-                )?,
-            ];
-            link(&pipeline, &ts)?;
-            if let Some(pad) = ts[0].static_pad("sink") {
-                ts_gate.install(&pad, true);
-            }
-            encoded
-                .link(&ts[0])
-                .map_err(|e| PipelineError::Build(format!("ts branch: {e}")))?;
-            ts[2]
-                .link(&ts_muxes[i])
-                .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
         }
-        screenshot_branch(&pipeline, &tee, v, package.clone())?;
+        screenshot_branch(pipeline, &tee, v, self.package.clone())?;
         if plan.source {
             let [parser, _] = video_decoder(v)?;
             source_branch(
-                &pipeline,
+                pipeline,
                 plan,
-                &package,
+                &self.package,
                 &source_tee,
                 Some(parser),
                 SOURCE_VIDEO,
             )?;
         }
-        video_src = Some(src);
+        Ok((src, grid))
     }
 
-    let mut audio_src = None;
-    if let Some(a) = &plan.audio {
+    /// One rung: `queue → scale → x264enc → h264parse → tee`, into CMAF, TS and the hub. Returns
+    /// the CMAF branch's queue (the top rung's segment grid is watched there).
+    fn rung(
+        &self,
+        tee: &gst::Element,
+        i: usize,
+        rung: &VideoRung,
+    ) -> Result<gst::Element, PipelineError> {
+        let (pipeline, plan) = (&self.pipeline, self.plan);
+        let queue = make("queue")?;
+        // Bounded by time, not leaky: dropping in one branch only would misalign segments.
+        queue.set_property("max-size-buffers", 0u32);
+        queue.set_property("max-size-bytes", 0u32);
+        queue.set_property("max-size-time", 2_000_000_000u64);
+        let enc = make("x264enc")?;
+        enc.set_property("bitrate", rung.kbps);
+        enc.set_property_from_str("tune", "zerolatency");
+        enc.set_property_from_str("speed-preset", X264_PRESET);
+        // Keyframes come from cmafmux's force-keyunit requests at fragment starts; the GOP cap
+        // is only a fallback, and scene cuts must not add keyframes in one rung only.
+        enc.set_property(
+            "key-int-max",
+            plan.fps * plan.segment.as_secs().max(1) as u32 * 2,
+        );
+        enc.set_property("option-string", "scenecut=0");
+        enc.set_property("threads", x264_threads(rung, plan.fps));
+        let sink = sink::appsink(
+            self.sinks[i].clone(),
+            plan.wall_base,
+            if i == 0 { self.meter.clone() } else { None },
+        );
+        let chain = [
+            queue,
+            make(super::scale::FACTORY)?,
+            capsfilter(
+                gst::Caps::builder("video/x-raw")
+                    .field("width", rung.width as i32)
+                    .field("height", rung.height as i32)
+                    .field("pixel-aspect-ratio", gst::Fraction::new(1, 1))
+                    .build(),
+            )?,
+            enc,
+            capsfilter(
+                gst::Caps::builder("video/x-h264")
+                    .field("profile", "high")
+                    .build(),
+            )?,
+            make("h264parse")?,
+            make("tee")?,
+        ];
+        link(pipeline, &chain)?;
+        tee.link(&chain[0])
+            .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
+        let encoded = chain.last().expect("tee");
+        let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
+        link(pipeline, &cmaf)?;
+        encoded
+            .link(&cmaf[0])
+            .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
+        super::taps::tap(pipeline, encoded, self.hub, Feed::Video(rung.name.clone()))?;
+        // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
+        let parse = make("h264parse")?;
+        parse.set_property("config-interval", -1i32);
+        let ts = [
+            make("queue")?,
+            parse,
+            capsfilter(
+                gst::Caps::builder("video/x-h264")
+                    .field("stream-format", "byte-stream")
+                    .field("alignment", "au")
+                    .build(),
+            )?,
+        ];
+        link(pipeline, &ts)?;
+        if let Some(pad) = ts[0].static_pad("sink") {
+            self.ts_gate.install(&pad, true);
+        }
+        encoded
+            .link(&ts[0])
+            .map_err(|e| PipelineError::Build(format!("ts branch: {e}")))?;
+        ts[2]
+            .link(&self.ts_muxes[i])
+            .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
+        let [cmaf_queue, ..] = cmaf;
+        Ok(cmaf_queue)
+    }
+
+    /// `appsrc → decode → 48 kHz stereo → audiorate → avenc_aac → tee`, into CMAF (on the
+    /// video's segment grid), every TS variant and the hub; the source remux.
+    fn audio(&self, a: &AudioConfig, grid: Option<&VideoGrid>) -> Result<AppSrc, PipelineError> {
+        let (pipeline, plan) = (&self.pipeline, self.plan);
         let src = appsrc(audio_caps(a))?;
         let enc = make("avenc_aac")?;
         enc.set_property(
@@ -644,12 +422,16 @@ pub fn build(
             i32::try_from(plan.audio_kbps * 1000).unwrap_or(128_000),
         );
         let sink = sink::appsink(
-            sinks
+            self.sinks
                 .last()
                 .expect("the layout has the audio rendition")
                 .clone(),
             plan.wall_base,
-            if plan.video.is_none() { meter } else { None },
+            if plan.video.is_none() {
+                self.meter.clone()
+            } else {
+                None
+            },
         );
         let source_tee = make("tee")?;
         let [parse, decode] = audio_decoder(a)?;
@@ -674,22 +456,29 @@ pub fn build(
                 make("tee")?,
             ])
             .collect();
-        link(&pipeline, &chain)?;
+        link(pipeline, &chain)?;
         if plan.source {
             let [parser, _] = audio_decoder(a)?;
-            source_branch(&pipeline, plan, &package, &source_tee, parser, SOURCE_AUDIO)?;
+            source_branch(
+                pipeline,
+                plan,
+                &self.package,
+                &source_tee,
+                parser,
+                SOURCE_AUDIO,
+            )?;
         }
         let encoded = chain.last().expect("tee");
         let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
-        link(&pipeline, &cmaf)?;
+        link(pipeline, &cmaf)?;
         encoded
             .link(&cmaf[0])
             .map_err(|e| PipelineError::Build(format!("audio cmaf branch: {e}")))?;
-        super::taps::tap(&pipeline, encoded, hub, Feed::Audio)?;
-        if let Some(grid) = &video_grid {
+        super::taps::tap(pipeline, encoded, self.hub, Feed::Audio)?;
+        if let Some(grid) = grid {
             grid.align(&cmaf[0], &cmaf[1], plan.segment);
         }
-        for mux in &ts_muxes {
+        for mux in &self.ts_muxes {
             let queue = make("queue")?;
             pipeline
                 .add(&queue)
@@ -697,16 +486,11 @@ pub fn build(
             gst::Element::link_many([encoded, &queue, mux])
                 .map_err(|e| PipelineError::Build(format!("ts mux audio: {e}")))?;
             if let Some(pad) = queue.static_pad("sink") {
-                ts_gate.install(&pad, plan.video.is_none());
+                self.ts_gate.install(&pad, plan.video.is_none());
             }
         }
-        audio_src = Some(src);
+        Ok(src)
     }
-    Ok(Built {
-        pipeline,
-        video_src,
-        audio_src,
-    })
 }
 
 /// x264's `threads` for a rung: 1, or 0 (x264 decides) above `X264_ONE_THREAD_MAX_PIXEL_RATE`.

@@ -4,8 +4,10 @@
 //! own stream.
 
 mod build;
+mod elements;
 mod ladder;
 pub(crate) mod overlay;
+mod plan;
 mod recycle;
 pub(crate) mod scale;
 mod sink;
@@ -215,39 +217,47 @@ async fn probe(
             MediaMessage::Discontinuity { .. } => {}
         }
     }
-    if p.video.is_none() && p.audio.is_none() {
-        return Err(PipelineError::NoMedia(START_TIMEOUT));
-    }
-    if !seen_keyframe {
-        p.video = None;
-    }
-    if p.video.is_none() {
-        p.frames.retain(|f| f.track == TrackKind::Audio);
-    }
-    if p.audio.is_none() {
-        p.frames.retain(|f| f.track == TrackKind::Video);
-    }
-    // Outputs start together at the first keyframe: audio before it is dropped (at most a
-    // GOP's worth when joining mid-GOP; the switch already starts at the keyframe).
-    if let Some(key) = p
-        .frames
-        .iter()
-        .find(|f| f.track == TrackKind::Video)
-        .map(|f| f.dts)
-    {
-        p.frames
-            .retain(|f| f.track == TrackKind::Video || f.dts >= key);
-    }
-    if p.frames.is_empty() {
-        return Err(PipelineError::NoMedia(START_TIMEOUT));
-    }
-    p.fps = measure_fps(
-        p.frames
+    p.settle(seen_keyframe).map(Some)
+}
+
+impl Probe {
+    /// What the probe collected, made consistent: tracks without a config (or video without a
+    /// keyframe) left out, outputs starting together at the first keyframe, the rate measured.
+    fn settle(mut self, seen_keyframe: bool) -> Result<Probe, PipelineError> {
+        if self.video.is_none() && self.audio.is_none() {
+            return Err(PipelineError::NoMedia(START_TIMEOUT));
+        }
+        if !seen_keyframe {
+            self.video = None;
+        }
+        if self.video.is_none() {
+            self.frames.retain(|f| f.track == TrackKind::Audio);
+        }
+        if self.audio.is_none() {
+            self.frames.retain(|f| f.track == TrackKind::Video);
+        }
+        // Outputs start together at the first keyframe: audio before it is dropped (at most a
+        // GOP's worth when joining mid-GOP; the switch already starts at the keyframe).
+        if let Some(key) = self
+            .frames
             .iter()
-            .filter(|f| f.track == TrackKind::Video)
-            .map(|f| f.dts),
-    );
-    Ok(Some(p))
+            .find(|f| f.track == TrackKind::Video)
+            .map(|f| f.dts)
+        {
+            self.frames
+                .retain(|f| f.track == TrackKind::Video || f.dts >= key);
+        }
+        if self.frames.is_empty() {
+            return Err(PipelineError::NoMedia(START_TIMEOUT));
+        }
+        self.fps = measure_fps(
+            self.frames
+                .iter()
+                .filter(|f| f.track == TrackKind::Video)
+                .map(|f| f.dts),
+        );
+        Ok(self)
+    }
 }
 
 /// Frames per second from decode timestamps (ns): the median interval, robust to jitter.
@@ -339,9 +349,9 @@ async fn run_one(
     } = stream.clone();
     init()?;
     let base = probe.frames.iter().map(|f| f.dts).min().unwrap_or(0);
-    let plan = build::Plan {
+    let plan = plan::Plan {
         overlays,
-        ..build::Plan::new(
+        ..plan::Plan::new(
             stream_id,
             ladder,
             probe.video.as_ref(),
@@ -568,7 +578,7 @@ impl Pusher {
     /// decoder.
     fn video_config(&mut self, c: VideoConfig) {
         if let Some(src) = &self.video {
-            src.set_caps(Some(&build::video_caps(&c)));
+            src.set_caps(Some(&elements::video_caps(&c)));
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
             s.video_width = Some(c.width);
             s.video_height = Some(c.height);
@@ -578,7 +588,7 @@ impl Pusher {
 
     fn audio_config(&mut self, c: AudioConfig) {
         if let Some(src) = &self.audio {
-            src.set_caps(Some(&build::audio_caps(&c)));
+            src.set_caps(Some(&elements::audio_caps(&c)));
         }
         self.audio_config = Some(c);
     }

@@ -27,7 +27,7 @@ pub fn tap(
     hub: &Arc<Hub>,
     feed: Feed,
 ) -> Result<(), PipelineError> {
-    let queue = super::build::make("queue")?;
+    let queue = super::elements::make("queue")?;
     queue.set_property("max-size-buffers", TAP_QUEUE_BUFFERS);
     queue.set_property("max-size-bytes", 0u32);
     queue.set_property("max-size-time", 0u64);

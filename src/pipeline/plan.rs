@@ -1,0 +1,179 @@
+//! What a stream's pipeline is to be, decided before anything is built (pure): the rungs the
+//! source's size and rate allow, the part and segment durations, the renditions the package
+//! installs, the encoder settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::ladder::{output_fps, part_duration, Ladder};
+use crate::media::{AudioConfig, VideoConfig};
+use crate::package::{PackagingConfig, Rendition, RenditionKind};
+
+/// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
+pub const X264_PRESET: &str = "veryfast";
+/// Rungs up to this pixel rate (720p at 60 fps) are encoded on one thread. `tune=zerolatency`
+/// makes x264 split each frame into one slice per thread, and a ladder already runs one encoder
+/// per rung on the same cores: the slice threads only added wake-ups (N=2: 148 → 142 % CPU, 90
+/// → 65 threads) and slices cost bits (720p +0.08 dB). One 720p frame takes ~10 ms on one
+/// thread, well inside a 60 fps frame interval; bigger rungs keep x264's own thread count.
+pub const X264_ONE_THREAD_MAX_PIXEL_RATE: u64 = 1280 * 720 * 60;
+pub const AUDIO_RATE: i32 = 48_000;
+pub const AUDIO_CHANNELS: i32 = 2;
+pub const AUDIO_RENDITION: &str = "audio";
+/// Screenshots: one every 10 s, at most 1080 px wide (aspect kept).
+pub const SCREENSHOT_INTERVAL: Duration = Duration::from_secs(10);
+pub const SCREENSHOT_MAX_WIDTH: u32 = 1080;
+pub const JPEG_QUALITY: i32 = 85;
+
+#[derive(Debug, Clone)]
+pub struct VideoRung {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    pub kbps: u32,
+}
+
+/// Everything needed to build one epoch's pipeline.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub stream_id: i64,
+    pub fps: u32,
+    pub segment: Duration,
+    /// cmafmux's chunk duration.
+    pub part: Duration,
+    /// The longest part (PART-TARGET): `part` rounded up to whole frames.
+    pub part_target: Duration,
+    pub video: Option<VideoConfig>,
+    pub audio: Option<AudioConfig>,
+    pub video_rungs: Vec<VideoRung>,
+    pub audio_kbps: u32,
+    /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
+    pub wall_base: OffsetDateTime,
+    /// Remux the source (see [`Ladder::source`]).
+    pub source: bool,
+    /// HTML overlays blended into the decoded picture before the ladder (so every rung, the
+    /// screenshots and transcoded recordings carry them; the source remux does not).
+    pub overlays: Option<Arc<super::overlay::OverlaySet>>,
+}
+
+impl Plan {
+    pub fn new(
+        stream_id: i64,
+        ladder: &Ladder,
+        video: Option<&VideoConfig>,
+        audio: Option<&AudioConfig>,
+        measured_fps: Option<f64>,
+        packaging: PackagingConfig,
+        wall_base: OffsetDateTime,
+    ) -> Plan {
+        let fps = output_fps(measured_fps);
+        let video_rungs = video
+            .map(|v| {
+                ladder
+                    .capped(v.height)
+                    .into_iter()
+                    .map(|r| {
+                        // Keep the source's display shape; even sizes for 4:2:0.
+                        let width =
+                            (f64::from(r.height) * f64::from(v.width) / f64::from(v.height) / 2.0)
+                                .round() as u32
+                                * 2;
+                        VideoRung {
+                            name: r.name,
+                            width: width.max(2),
+                            height: r.height,
+                            kbps: r.video_kbps,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let parts = if video.is_some() {
+            part_duration(fps, packaging.segment, packaging.part)
+        } else {
+            crate::pipeline::ladder::Parts {
+                chunk: packaging.part,
+                target: packaging.part,
+            }
+        };
+        Plan {
+            stream_id,
+            fps,
+            segment: packaging.segment,
+            part: parts.chunk,
+            part_target: parts.target,
+            video: video.cloned(),
+            audio: audio.cloned(),
+            video_rungs,
+            audio_kbps: ladder.audio_kbps(),
+            wall_base,
+            source: ladder.source,
+            overlays: None,
+        }
+    }
+
+    pub fn rendition_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.video_rungs.iter().map(|r| r.name.clone()).collect();
+        if self.audio.is_some() {
+            names.push(AUDIO_RENDITION.into());
+        }
+        names
+    }
+
+    /// The MPEG-TS variants: one per video rung with the audio muxed in, or audio alone.
+    pub fn ts_renditions(&self) -> Vec<Rendition> {
+        let audio_bps = if self.audio.is_some() {
+            u64::from(self.audio_kbps) * 1000
+        } else {
+            0
+        };
+        let all = self.renditions();
+        let (videos, audio): (Vec<Rendition>, Vec<Rendition>) = all
+            .into_iter()
+            .partition(|r| matches!(r.kind, RenditionKind::Video { .. }));
+        if videos.is_empty() {
+            return audio;
+        }
+        videos
+            .into_iter()
+            .map(|mut r| {
+                r.nominal_bitrate += audio_bps;
+                r
+            })
+            .collect()
+    }
+
+    /// The package renditions this plan produces, in order (video rungs, then audio).
+    pub fn renditions(&self) -> Vec<Rendition> {
+        let mut out: Vec<Rendition> = self
+            .video_rungs
+            .iter()
+            .map(|r| {
+                Rendition::new(
+                    &r.name,
+                    RenditionKind::Video {
+                        width: r.width,
+                        height: r.height,
+                        frame_rate: f64::from(self.fps),
+                    },
+                    "avc1.640028",
+                    u64::from(r.kbps) * 1000,
+                )
+            })
+            .collect();
+        if self.audio.is_some() {
+            out.push(Rendition::new(
+                AUDIO_RENDITION,
+                RenditionKind::Audio {
+                    channels: AUDIO_CHANNELS as u8,
+                    sample_rate: AUDIO_RATE as u32,
+                },
+                "mp4a.40.2",
+                u64::from(self.audio_kbps) * 1000,
+            ));
+        }
+        out
+    }
+}
