@@ -42,6 +42,7 @@ const REQUIRED_ELEMENTS: &[&str] = &[
     "audioconvert",
     "audioresample",
     "avenc_aac",
+    "opusenc",
     "cmafmux",
 ];
 

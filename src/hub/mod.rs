@@ -30,6 +30,9 @@ pub enum Feed {
     Video(String),
     /// The encoded audio every rung carries (AAC).
     Audio,
+    /// The stream's audio as Opus 48 kHz (what WebRTC readers take), encoded only while this
+    /// feed has a reader.
+    Opus,
 }
 
 /// Called with each message a reader loses (its owner's own counter, e.g. the stream's

@@ -452,11 +452,14 @@ impl Builder<'_> {
                 // wall clock, so the outage is a gap) and drops overlaps: the AAC track stays
                 // continuous, as players need.
                 make("audiorate")?,
+                make("tee")?,
                 enc,
                 make("tee")?,
             ])
             .collect();
         link(pipeline, &chain)?;
+        let raw = &chain[chain.len() - 3];
+        super::taps::on_demand_opus(pipeline, raw, self.hub)?;
         if plan.source {
             let [parser, _] = audio_decoder(a)?;
             source_branch(

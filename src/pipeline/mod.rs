@@ -820,6 +820,7 @@ mod tests {
                 first = Some((
                     hub.subscribe(rung.clone(), ReaderOptions::new("test", 1024)),
                     hub.subscribe(Feed::Audio, ReaderOptions::new("test", 1024)),
+                    hub.subscribe(Feed::Opus, ReaderOptions::new("test", 1024)),
                 ));
             }
             if i == 180 {
@@ -827,7 +828,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let (mut v, mut a) = first.unwrap();
+        let (mut v, mut a, mut opus) = first.unwrap();
         let (configs, frames) = read_feed(&mut v, 30).await;
         // The rung's own avcC first, then length-prefixed H.264 at the rung's size.
         let Some(MediaMessage::VideoConfig(c)) = configs.first() else {
@@ -847,8 +848,23 @@ mod tests {
             "{configs:?}"
         );
         assert_eq!(frames.len(), 30);
+        // The on-demand Opus branch: encoded from when its reader attached, 20 ms frames.
+        let (configs, frames) = read_feed(&mut opus, 30).await;
+        assert!(
+            matches!(configs.first(), Some(MediaMessage::AudioConfig(AudioConfig::Opus(c))) if c.channels == 2),
+            "{configs:?}"
+        );
+        assert_eq!(frames.len(), 30);
+        assert!(
+            frames[0].pts >= 1_900_000_000,
+            "encoded before anyone read it: {} ns",
+            frames[0].pts
+        );
+        // 20 ms apart, but for the encoder's 6.5 ms look-ahead at its start.
+        let steps: Vec<u64> = frames.windows(2).map(|w| w[1].pts - w[0].pts).collect();
+        assert!(steps[1..].iter().all(|d| *d == 20_000_000), "{steps:?}");
         // Detached: the hub forgets them; the later reader starts with the config again.
-        drop((v, a));
+        drop((v, a, opus));
         let mut later = again.unwrap();
         let (configs, frames) = read_feed(&mut later, 10).await;
         assert!(matches!(

@@ -1,4 +1,4 @@
-//! The encoded rungs into the live media hub: `tee ! queue(leaky) ! appsink` after each
+//! The encoded rungs (and the on-demand Opus audio) into the live media hub: `tee ! queue(leaky) ! appsink` after each
 //! rung's encoder, turning its buffers into `media` frames (and its caps into codec configs)
 //! for the hub's readers. Costs nothing but a queue while no reader is attached: samples are
 //! converted only when the feed is wanted. Leaky, so a tap never holds up the encoder or the
@@ -14,7 +14,7 @@ use gstreamer_app::AppSink;
 use super::PipelineError;
 use crate::hub::{Feed, Hub};
 use crate::media::{
-    AacConfig, AudioConfig, Frame, MediaMessage, TrackKind, VideoCodec, VideoConfig,
+    AacConfig, AudioConfig, Frame, MediaMessage, OpusConfig, TrackKind, VideoCodec, VideoConfig,
 };
 
 /// Buffers a tap queues (about a second of video) before it drops the oldest.
@@ -36,10 +36,11 @@ pub fn tap(
     // Not part of preroll: a branch nobody reads must never hold the pipeline's start.
     sink.set_property("async", false);
     let track = match feed {
-        Feed::Audio => TrackKind::Audio,
-        _ => TrackKind::Video,
+        Feed::Audio | Feed::Opus => TrackKind::Audio,
+        Feed::Video(_) | Feed::Source => TrackKind::Video,
     };
     let hub = Arc::downgrade(hub);
+    let (gate, feed_for_gate) = (hub.clone(), feed.clone());
     let last_caps: Mutex<Option<gst::Caps>> = Mutex::new(None);
     sink.set_callbacks(
         gstreamer_app::AppSinkCallbacks::builder()
@@ -49,8 +50,7 @@ pub fn tap(
                     return Err(gst::FlowError::Eos);
                 };
                 if !hub.wanted(&feed) {
-                    // Forget the caps: a reader attaching later gets the config again.
-                    *last_caps.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    // The last reader left with this sample in the queue.
                     return Ok(gst::FlowSuccess::Ok);
                 }
                 if let Some(caps) = sample.caps() {
@@ -74,13 +74,61 @@ pub fn tap(
         .map_err(|e| PipelineError::Build(e.to_string()))?;
     gst::Element::link_many([tee, &queue, sink.upcast_ref()])
         .map_err(|e| PipelineError::Build(format!("hub tap: {e}")))?;
+    if let Some(pad) = queue.static_pad("sink") {
+        drop_unless_wanted(&pad, gate, feed_for_gate);
+    }
     Ok(())
+}
+
+/// Drops buffers on `pad` while `feed` has no reader: an unread tap or branch never wakes its
+/// queue's thread (caps and other events still pass, so a later reader starts right).
+fn drop_unless_wanted(pad: &gst::Pad, hub: std::sync::Weak<Hub>, feed: Feed) {
+    pad.add_probe(gst::PadProbeType::BUFFER, move |_, info| {
+        match hub.upgrade() {
+            Some(hub) if hub.wanted(&feed) => gst::PadProbeReturn::Ok,
+            _ => super::elements::drop_buffer(info),
+        }
+    });
+}
+
+/// `raw tee → queue → (gate) → audioconvert → opusenc → hub` as [`Feed::Opus`]: the second
+/// audio codec WebRTC readers need, encoded only while one is attached. The gate before the
+/// encoder drops every buffer while the feed has no reader, so an idle branch costs a queue,
+/// not an encoder; the first buffer after a reader attaches starts the encoder afresh.
+pub fn on_demand_opus(
+    pipeline: &gst::Pipeline,
+    raw: &gst::Element,
+    hub: &Arc<Hub>,
+) -> Result<(), PipelineError> {
+    let make = super::elements::make;
+    let queue = make("queue")?;
+    queue.set_property_from_str("leaky", "downstream");
+    let convert = make("audioconvert")?;
+    let enc = make("opusenc")?;
+    // Voice and music at WebRTC's usual rate; 20 ms frames, as browsers send.
+    enc.set_property("bitrate", 96_000i32);
+    let chain = [queue.clone(), convert, enc.clone()];
+    pipeline
+        .add_many(&chain)
+        .map_err(|e| PipelineError::Build(e.to_string()))?;
+    gst::Element::link_many([raw, &chain[0], &chain[1], &chain[2]])
+        .map_err(|e| PipelineError::Build(format!("opus branch: {e}")))?;
+    // Before the queue: an idle branch does not even wake its thread.
+    if let Some(pad) = queue.static_pad("sink") {
+        drop_unless_wanted(&pad, Arc::downgrade(hub), Feed::Opus);
+    }
+    tap(pipeline, &enc, hub, Feed::Opus)
 }
 
 /// The codec config the encoder's caps carry (avcC for H.264, the AudioSpecificConfig for
 /// AAC).
 fn config_of(caps: &gst::CapsRef) -> Option<MediaMessage> {
     let s = caps.structure(0)?;
+    if s.name() == "audio/x-opus" {
+        return Some(MediaMessage::AudioConfig(AudioConfig::Opus(OpusConfig {
+            channels: s.get::<i32>("channels").ok()?.clamp(0, 255) as u8,
+        })));
+    }
     let record = s
         .get::<gst::Buffer>("codec_data")
         .ok()
