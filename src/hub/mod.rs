@@ -9,11 +9,15 @@
 //! while live (dropping a [`Reader`] detaches it); a new reader first gets the feed's current
 //! track declaration and codec configs, so it can start decoding at the next keyframe.
 //! [`Hub::demand`] tells a producer how many readers a feed has, so a branch only some readers
-//! need can run only while one is attached.
+//! need can run only while one is attached. A reader that must start now (a real-time viewer
+//! joining mid-GOP, a lost picture) asks the feed's encoder for a keyframe through
+//! [`Hub::request_keyframe`], rate-limited per feed because every other reader of that rung
+//! gets the extra keyframe too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
@@ -34,6 +38,13 @@ pub enum Feed {
     /// feed has a reader.
     Opus,
 }
+
+/// Keyframe requests to one feed's encoder are forwarded at most this often: each one costs
+/// every output of the rung a keyframe's bits (an IDR is several P-frames' size).
+pub const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Asks a feed's encoder for a keyframe (installed by the producer).
+pub type KeyframeRequest = Arc<dyn Fn() + Send + Sync>;
 
 /// Called with each message a reader loses (its owner's own counter, e.g. the stream's
 /// `frames_dropped` for the pipeline).
@@ -77,6 +88,8 @@ struct FeedState {
     /// What a new reader is given first: the latest track declaration and codec configs.
     header: Header,
     demand: Option<watch::Sender<usize>>,
+    keyframe: Option<KeyframeRequest>,
+    last_keyframe_request: Option<Instant>,
 }
 
 #[derive(Default, Clone)]
@@ -235,8 +248,37 @@ impl Hub {
         for state in self.feeds().values_mut() {
             state.readers.clear();
             state.header = Header::default();
+            state.keyframe = None;
             state.update_demand();
         }
+    }
+
+    /// The producer of `feed` can make a keyframe on request (a rebuilt pipeline installs its
+    /// own).
+    pub fn on_keyframe_request(&self, feed: &Feed, request: KeyframeRequest) {
+        self.feeds().entry(feed.clone()).or_default().keyframe = Some(request);
+    }
+
+    /// Asks `feed`'s encoder for a keyframe; whether the request went to it (not when one went
+    /// within [`KEYFRAME_REQUEST_INTERVAL`], or the feed cannot make one: wait for the next).
+    pub fn request_keyframe(&self, feed: &Feed) -> bool {
+        let now = Instant::now();
+        let mut feeds = self.feeds();
+        let Some(state) = feeds.get_mut(feed) else {
+            return false;
+        };
+        let recent = state
+            .last_keyframe_request
+            .is_some_and(|t| now.duration_since(t) < KEYFRAME_REQUEST_INTERVAL);
+        let request = match &state.keyframe {
+            Some(request) if !recent => request.clone(),
+            _ => return false,
+        };
+        state.last_keyframe_request = Some(now);
+        // Called without the hub's lock: the encoder's side may publish meanwhile.
+        drop(feeds);
+        request();
+        true
     }
 
     /// Every attached reader with what it lost.
@@ -385,6 +427,33 @@ mod tests {
         // Other feeds are separate.
         hub.publish(&Feed::Audio, frame(2));
         assert_eq!(late.try_recv(), None);
+    }
+
+    #[test]
+    fn keyframe_requests_reach_the_producer_at_most_once_per_interval() {
+        let hub = Hub::new();
+        let feed = Feed::Video("720p".into());
+        assert!(!hub.request_keyframe(&feed), "nothing can make one yet");
+        let asked = Arc::new(AtomicU64::new(0));
+        let counted = asked.clone();
+        hub.on_keyframe_request(
+            &feed,
+            Arc::new(move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }),
+        );
+        assert!(hub.request_keyframe(&feed));
+        assert!(!hub.request_keyframe(&feed), "within the interval");
+        assert_eq!(asked.load(Ordering::Relaxed), 1);
+        std::thread::sleep(KEYFRAME_REQUEST_INTERVAL);
+        assert!(hub.request_keyframe(&feed));
+        assert_eq!(asked.load(Ordering::Relaxed), 2);
+        hub.end_all();
+        std::thread::sleep(KEYFRAME_REQUEST_INTERVAL);
+        assert!(
+            !hub.request_keyframe(&feed),
+            "the session's encoder is gone"
+        );
     }
 
     #[tokio::test]

@@ -812,7 +812,7 @@ mod tests {
             }))
             .await
             .unwrap();
-            // Readers attach while live: one after 2 s, detached; another after 6 s.
+            // Readers attach while live: one after 2 s, detached; another after 5.5 s.
             if i == 60 {
                 // The top rung the source's size allows, as the pipeline built it.
                 let top = status.lock().unwrap().transcoded_qualities.first().cloned();
@@ -823,8 +823,10 @@ mod tests {
                     hub.subscribe(Feed::Opus, ReaderOptions::new("test", 1024)),
                 ));
             }
-            if i == 180 {
+            if i == 165 {
                 again = Some(hub.subscribe(rung.clone(), ReaderOptions::new("again", 1024)));
+                // A reader joining mid-GOP asks for a keyframe rather than waiting for the next.
+                assert!(hub.request_keyframe(&rung));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -872,6 +874,10 @@ mod tests {
             Some(MediaMessage::VideoConfig(_))
         ));
         assert_eq!(frames.len(), 10);
+        // 5.5 s in, 2 s segments: the natural keyframe is 15 frames away; the requested one
+        // comes within the encoder's queue.
+        let key = frames.iter().position(|f| f.keyframe);
+        assert!(key.is_some_and(|k| k < 8), "keyframe at {key:?}");
         assert_eq!(hub.stats().len(), 1, "{:?}", hub.stats());
         drop(tx);
         task.await.unwrap().unwrap();

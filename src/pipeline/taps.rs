@@ -75,9 +75,33 @@ pub fn tap(
     gst::Element::link_many([tee, &queue, sink.upcast_ref()])
         .map_err(|e| PipelineError::Build(format!("hub tap: {e}")))?;
     if let Some(pad) = queue.static_pad("sink") {
+        if matches!(feed_for_gate, Feed::Video(_)) {
+            keyframes_on_request(&pad, &gate, &feed_for_gate);
+        }
         drop_unless_wanted(&pad, gate, feed_for_gate);
     }
     Ok(())
+}
+
+/// A reader's keyframe request becomes an upstream force-key-unit event from the tap: through
+/// the rung's tee and parser to its x264enc, which makes the next picture an IDR (with SPS/PPS:
+/// `all-headers`).
+fn keyframes_on_request(pad: &gst::Pad, hub: &std::sync::Weak<Hub>, feed: &Feed) {
+    let Some(hub) = hub.upgrade() else { return };
+    let pad = pad.downgrade();
+    hub.on_keyframe_request(
+        feed,
+        Arc::new(move || {
+            if let Some(pad) = pad.upgrade() {
+                let event = gstreamer_video::UpstreamForceKeyUnitEvent::builder()
+                    .all_headers(true)
+                    .build();
+                // From any thread: the event goes upstream on the caller's thread, and the
+                // encoder only flags its next frame.
+                let _ = pad.push_event(event);
+            }
+        }),
+    );
 }
 
 /// Drops buffers on `pad` while `feed` has no reader: an unread tap or branch never wakes its
