@@ -4,15 +4,26 @@
 //! Data flows one way (see `ARCHITECTURE.md` in the shared notes for the reasons):
 //!
 //! ```text
-//! ingest::{rtmp,srt,whip,pull} ─► media ─► live ─► pipeline ─► package (sink API → state,
-//!                                 (frames)  (sessions,  (GStreamer)  storage) ─► http::delivery
-//!                                            switch)                 renderers: hls, dash, ts
-//! http::api ─► db (records) ; live ◄─ http::api (status, kick, settings)
+//! ingest::{rtmp,srt,whip,pull} ─► media ─► live ─► hub (per stream: Source feed)
+//!                                 (frames)  (sessions,  │ readers: pipeline, [restream origin]
+//!                                            switch)    ▼
+//!   pipeline (GStreamer: decode, ladder) ─► package (sink API → state, storage) ─► http::delivery
+//!        └─ taps: each rung's H.264, AAC, on-demand Opus ─► hub (Video/Audio/Opus feeds)
+//!                                  readers: [WHEP, SRT read, rung restreams]
+//! events: live, record, api, pull, overlays emit ─► record, overlays, [webhooks] follow
+//! http::api ─► db (one query layer, per-aggregate stores) ; live ◄─ http::api (status, kick)
 //! ```
 //!
 //! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
-//! - `db`: persistence of the control-plane records behind the `Store` trait (SQLite by
-//!   default; PostgreSQL, which several daemons can share, with `database_url`).
+//! - `db`: persistence of the control-plane records: per-aggregate store traits (streams,
+//!   broadcasts, videos, apps, overlays, statistics, settings, cluster; `Store` is all of them)
+//!   implemented once as SQL over a small connection abstraction (`conn`, `dialect`,
+//!   `schema`), on SQLite by default or PostgreSQL, which several daemons can share.
+//! - `events`: the domain events — one typed stream (publish, live, switch, recording, video,
+//!   stream record, overlay) of plain data; producers emit, consumers subscribe.
+//! - `hub`: per stream, the fan-out of its media to readers — the switched source, each rung's
+//!   encoded video, the AAC, the Opus encoded only while read — with a bounded queue per
+//!   reader, header replay for late readers, demand, and keyframe requests to the encoders.
 //! - `cluster`: this daemon as one node of several on one store — heartbeat, the leases on
 //!   the streams it serves (refusals elsewhere), the live state other nodes wrote.
 //! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
@@ -23,8 +34,10 @@
 //! - `live`: who publishes what — the sessions table and slots, publish permits, the input
 //!   switch, the grace lifecycle, the record-change feed, live status and counters. Gets its
 //!   pipelines from a `PipelineFactory`; imports neither `pipeline` nor `http`.
-//! - `pipeline`: one GStreamer pipeline per session (decode once, ABR ladder, CMAF + TS,
-//!   screenshots), writing only through the package's sink API.
+//! - `pipeline`: one GStreamer pipeline per session, the first reader of the hub's source
+//!   (decode once, ABR ladder, CMAF + TS, screenshots): `plan` (pure), `elements`, `build`,
+//!   `taps` (the encoded rungs back into the hub); it writes only through the package's sink
+//!   API.
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).
