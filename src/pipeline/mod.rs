@@ -658,6 +658,18 @@ mod tests {
             self.try_send(m)
         }
 
+        /// A frame at `t` ns (dts = pts: the test sources have no B-frames).
+        fn frame(&self, track: TrackKind, t: u64, keyframe: bool, data: bytes::Bytes) {
+            self.try_send(MediaMessage::Frame(Frame {
+                track,
+                dts: t,
+                pts: t,
+                keyframe,
+                data,
+            }))
+            .unwrap();
+        }
+
         fn try_send(&self, m: MediaMessage) -> Result<(), MediaMessage> {
             let published = self.0.publish(&crate::hub::Feed::Source, m);
             assert_eq!(published.dropped, 0, "the test's queue is too small");
@@ -793,25 +805,9 @@ mod tests {
         for (i, (pts, keyframe, data)) in video.into_iter().enumerate() {
             let pts = pts - base;
             while let Some((t, a)) = audio.next_if(|(t, _)| *t <= pts) {
-                tx.send(MediaMessage::Frame(Frame {
-                    track: TrackKind::Audio,
-                    dts: t,
-                    pts: t,
-                    keyframe: true,
-                    data: a,
-                }))
-                .await
-                .unwrap();
+                tx.frame(TrackKind::Audio, t, true, a);
             }
-            tx.send(MediaMessage::Frame(Frame {
-                track: TrackKind::Video,
-                dts: pts,
-                pts,
-                keyframe,
-                data,
-            }))
-            .await
-            .unwrap();
+            tx.frame(TrackKind::Video, pts, keyframe, data);
             // Readers attach while live: one after 2 s, detached; another after 5.5 s.
             if i == 60 {
                 // The top rung the source's size allows, as the pipeline built it.
@@ -934,26 +930,10 @@ mod tests {
                 }
                 while let Some((t, a)) = audio.next_if(|(t, _)| *t + 3_000_000_000 <= pts) {
                     let t = t + 3_000_000_000;
-                    tx.send(MediaMessage::Frame(Frame {
-                        track: TrackKind::Audio,
-                        dts: t,
-                        pts: t,
-                        keyframe: true,
-                        data: a,
-                    }))
-                    .await
-                    .unwrap();
+                    tx.frame(TrackKind::Audio, t, true, a);
                 }
             }
-            tx.send(MediaMessage::Frame(Frame {
-                track: TrackKind::Video,
-                dts: pts,
-                pts,
-                keyframe,
-                data,
-            }))
-            .await
-            .unwrap();
+            tx.frame(TrackKind::Video, pts, keyframe, data);
             if pts < 1_500_000_000 {
                 // Real time for the start, so the probe decides on video alone.
                 tokio::time::sleep(Duration::from_millis(33)).await;
