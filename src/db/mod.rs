@@ -37,7 +37,7 @@ pub use self::apps::AppStore;
 pub use self::broadcasts::BroadcastStore;
 pub use self::cluster::ClusterStore;
 pub use self::overlays::OverlayStore;
-pub use self::postgres::PostgresStore;
+pub use self::postgres::{DatabaseUrl, PostgresStore};
 pub use self::settings::SettingStore;
 pub use self::sqlite::SqliteStore;
 pub use self::stats::StatsStore;
@@ -101,58 +101,6 @@ fn postgres_detail(e: &::postgres::Error) -> String {
         return format!("{text} (sslmode, sslrootcert in database_url)");
     }
     text
-}
-
-/// Where the records live when not in SQLite: a PostgreSQL URL, checked when the configuration
-/// is read. Shown (`Debug`, [`DatabaseUrl::redacted`]) without its credentials.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(String);
-
-impl DatabaseUrl {
-    /// A `postgres://` or `postgresql://` URL the client accepts; the reason if not.
-    pub fn parse(url: &str) -> Result<DatabaseUrl, String> {
-        let url = url.trim();
-        self::postgres::check_url(url)?;
-        Ok(DatabaseUrl(url.to_owned()))
-    }
-
-    /// Hosts (or socket directories), ports and database: no user, password or parameters.
-    pub fn redacted(&self) -> String {
-        let Ok((c, _)) = self::postgres::parse_url(&self.0) else {
-            return "<invalid URL>".into();
-        };
-        let ports = c.get_ports();
-        let hosts: Vec<String> = c
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, host)| {
-                let host = match host {
-                    ::postgres::config::Host::Tcp(name) if name.contains(':') => {
-                        format!("[{name}]")
-                    }
-                    ::postgres::config::Host::Tcp(name) => name.clone(),
-                    ::postgres::config::Host::Unix(dir) => dir.display().to_string(),
-                };
-                // One port for every host, or one each.
-                match ports.get(if ports.len() == 1 { 0 } else { i }) {
-                    Some(port) => format!("{host}:{port}"),
-                    None => host,
-                }
-            })
-            .collect();
-        format!(
-            "postgres://{}/{}",
-            hosts.join(","),
-            c.get_dbname().unwrap_or_default()
-        )
-    }
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DatabaseUrl({})", self.redacted())
-    }
 }
 
 /// Opens the configured store: PostgreSQL at `url`, else (the zero-setup default) SQLite in

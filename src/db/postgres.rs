@@ -327,6 +327,58 @@ impl Backend for Postgres {
     }
 }
 
+/// Where the records live when not in SQLite: a PostgreSQL URL, checked when the configuration
+/// is read. Shown (`Debug`, [`DatabaseUrl::redacted`]) without its credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(pub(super) String);
+
+impl DatabaseUrl {
+    /// A `postgres://` or `postgresql://` URL the client accepts; the reason if not.
+    pub fn parse(url: &str) -> Result<DatabaseUrl, String> {
+        let url = url.trim();
+        check_url(url)?;
+        Ok(DatabaseUrl(url.to_owned()))
+    }
+
+    /// Hosts (or socket directories), ports and database: no user, password or parameters.
+    pub fn redacted(&self) -> String {
+        let Ok((c, _)) = parse_url(&self.0) else {
+            return "<invalid URL>".into();
+        };
+        let ports = c.get_ports();
+        let hosts: Vec<String> = c
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let host = match host {
+                    ::postgres::config::Host::Tcp(name) if name.contains(':') => {
+                        format!("[{name}]")
+                    }
+                    ::postgres::config::Host::Tcp(name) => name.clone(),
+                    ::postgres::config::Host::Unix(dir) => dir.display().to_string(),
+                };
+                // One port for every host, or one each.
+                match ports.get(if ports.len() == 1 { 0 } else { i }) {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host,
+                }
+            })
+            .collect();
+        format!(
+            "postgres://{}/{}",
+            hosts.join(","),
+            c.get_dbname().unwrap_or_default()
+        )
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({})", self.redacted())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

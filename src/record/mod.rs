@@ -4,6 +4,7 @@
 
 pub mod budget;
 pub mod download;
+mod finish;
 pub mod fragments;
 pub mod manager;
 pub mod mp4;
