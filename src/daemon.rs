@@ -437,7 +437,7 @@ pub async fn start(
         ),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
-        relay: crate::cluster::relay::Relay::new(cluster.clone(), store.clone(), node_auth),
+        relay: crate::http::relay::Relay::new(cluster.clone(), store.clone(), node_auth),
         cluster: cluster.clone(),
         recordings: recordings.clone(),
         overlays: overlays.clone(),
@@ -452,7 +452,7 @@ pub async fn start(
         body_timeout: config.http_body_timeout,
         stall_timeout: config.http_stall_timeout,
     };
-    let gates = Gates::new(&config);
+    let gates = Gates::new(config.admission());
     let muxes = crate::ingest::whip::Muxes::bind(&config.whip, gates.ice_tcp).await?;
     let whip_udp_addrs = muxes
         .udp

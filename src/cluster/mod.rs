@@ -9,7 +9,6 @@
 
 pub mod lookup;
 pub mod node_auth;
-pub mod relay;
 
 use std::collections::HashSet;
 use std::future::Future;

@@ -45,7 +45,7 @@ pub async fn route(
     // A request that claims to come from another node proves it before anything else.
     let req = match api.relay.admit(req) {
         Ok(req) => req,
-        Err(e) => return crate::cluster::relay::refused(&e),
+        Err(e) => return crate::http::relay::refused(&e),
     };
     let path = req.uri().path();
     let public = |body: Response<Body>| {

@@ -148,15 +148,11 @@ fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
     s.parse().ok()
 }
 
+/// Any origin may read the media, and the headers a player's range requests need.
 pub(crate) fn with_common(mut resp: Response<Body>) -> Response<Body> {
-    let h = resp.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Content-Length, Content-Range, Accept-Ranges"),
+    crate::http::cors::any_origin_exposing(
+        &mut resp,
+        "Content-Length, Content-Range, Accept-Ranges",
     );
     resp
 }
@@ -187,11 +183,7 @@ pub async fn handle(
     if req.method() == Method::OPTIONS {
         // CORS preflight: any origin may read the media.
         return with_common(
-            Response::builder()
-                .status(StatusCode::NO_CONTENT)
-                .header(header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, OPTIONS")
-                .header(header::ACCESS_CONTROL_ALLOW_HEADERS, "Range")
-                .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
+            crate::http::cors::preflight("GET, HEAD, OPTIONS", "Range")
                 .body(empty())
                 .expect("static response"),
         );

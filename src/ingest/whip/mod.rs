@@ -20,12 +20,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::admission::Admission;
 use crate::http::body::BodyError;
-use crate::http::listener::{empty, full, json_response, Body};
+use crate::http::error::ApiError;
+use crate::http::listener::{empty, full, Body};
 use crate::live::{Protocol, PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
@@ -131,28 +131,16 @@ pub fn owns(path: &str) -> bool {
     path.starts_with("/whip/")
 }
 
-/// A refusal: the JSON error shape of the control API, with a stable code.
-fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Response<Body> {
-    let message: String = message.into();
-    let mut r = json_response(
-        status,
-        &json!({"error": {"code": code, "message": message, "field": null}}),
-    );
+/// A refusal: the daemon's JSON error shape, with a stable code.
+fn refuse(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response<Body> {
+    let mut r = ApiError::new(status, code, message).response();
     cors(&mut r);
     r
 }
 
 /// RFC 9725 §4.2: browsers on another origin push, so the session headers must be readable.
 fn cors(r: &mut Response<Body>) {
-    let h = r.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, ETag, Link, Accept-Patch"),
-    );
+    crate::http::cors::any_origin_exposing(r, "Location, ETag, Link, Accept-Patch");
 }
 
 /// `path_and_query`: the refused request's, for a redirect to the node serving the stream.
@@ -486,15 +474,8 @@ fn options(session: bool) -> Response<Body> {
     } else {
         "POST, OPTIONS"
     };
-    let mut r = Response::builder()
-        .status(StatusCode::NO_CONTENT)
+    let mut r = crate::http::cors::preflight(methods, "Authorization, Content-Type, If-Match")
         .header(header::ALLOW, methods)
-        .header(header::ACCESS_CONTROL_ALLOW_METHODS, methods)
-        .header(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            "Authorization, Content-Type, If-Match",
-        )
-        .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
         .header("accept-post", "application/sdp")
         .body(empty())
         .expect("valid response headers");

@@ -3,21 +3,23 @@
 //! a blocking playlist reload waits there, the growing LL-DASH segment arrives chunk by chunk.
 //! One URL then works on every node, behind any load balancer.
 //!
-//! The relaying node vouches for the request ([`super::node_auth`]): the user's credentials stay
-//! with the node they were given to, and the serving node accepts the signature instead.
+//! The relaying node vouches for the request ([`crate::cluster::node_auth`]): the user's
+//! credentials stay with the node they were given to, and the serving node accepts the
+//! signature instead. Which node serves a stream is the cluster's to say (its leases); this
+//! module only carries the request there and the answer back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::node_auth::{NodeAuth, NodeAuthError, Relayed};
-use super::Cluster;
+use crate::cluster::node_auth::{NodeAuth, NodeAuthError, Relayed};
+use crate::cluster::Cluster;
 use crate::db::{LeaseRow, Store};
+use crate::http::error::{error_response, ApiError};
 use crate::http::listener::Body;
 use crate::url_policy;
 use crate::url_policy::client::{self, OutboundClient};
@@ -42,7 +44,7 @@ const PASSED_ON: [HeaderName; 6] = [
     header::CONTENT_TYPE,
 ];
 /// A relayed request body (control API writes) is read whole first, up to the API's own limit.
-const MAX_BODY: usize = crate::http::api::MAX_BODY_BYTES;
+const MAX_BODY: usize = crate::http::body::MAX_JSON_BYTES;
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's, not the answer's.
 const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
@@ -247,15 +249,11 @@ pub fn refused(e: &NodeAuthError) -> Response<Body> {
         NodeAuthError::Busy => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::UNAUTHORIZED,
     };
-    crate::http::api::error_response(&crate::http::api::ApiError::new(
-        status,
-        "unauthorized",
-        e.to_string(),
-    ))
+    error_response(&ApiError::new(status, "unauthorized", e.to_string()))
 }
 
 fn too_large() -> Response<Body> {
-    crate::http::api::error_response(&crate::http::api::ApiError::new(
+    error_response(&ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
         format!("the body exceeds {MAX_BODY} bytes"),
@@ -263,14 +261,10 @@ fn too_large() -> Response<Body> {
 }
 
 fn unreachable_node(why: &str) -> Response<Body> {
-    let body = serde_json::json!({"error": {
-        "code": "node_unreachable",
-        "message": format!("the node serving this did not answer: {why}"),
-        "field": null,
-    }});
-    Response::builder()
-        .status(StatusCode::BAD_GATEWAY)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(crate::http::listener::full(Bytes::from(body.to_string())))
-        .expect("static response is valid")
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "node_unreachable",
+        format!("the node serving this did not answer: {why}"),
+    )
+    .response()
 }
