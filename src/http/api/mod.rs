@@ -5,6 +5,7 @@ pub mod auth;
 pub mod broadcasts;
 pub mod fastedge;
 pub mod fields;
+pub mod format;
 pub mod overlays;
 pub mod quality_sets;
 pub mod security;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::fields::{char_len, Fields};
-use super::streams::iso8601;
+use super::format::iso8601;
 use super::ApiError;
 use super::{json_response, Api, Body};
 use crate::db::OverlayRow;
