@@ -6,6 +6,7 @@
 mod build;
 mod ladder;
 pub(crate) mod overlay;
+mod probes;
 mod recycle;
 pub(crate) mod scale;
 mod sink;

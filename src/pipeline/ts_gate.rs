@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
-use super::build::{drop_buffer, holds_keyframe, running_time};
+use super::probes::{drop_buffer, holds_keyframe, running_time};
 use crate::package::Package;
 
 /// A branch that is closed (no generation is `u64::MAX`).
