@@ -7,22 +7,24 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::Request;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use url::Url;
 
 use crate::admission::Gates;
+use crate::cluster::{Cluster, ClusterConfig};
 use crate::config::Config;
 use crate::db::{Store, StoreError};
 use crate::http::api::{self, Api, ApiKeys, Endpoints};
-use crate::http::listener::{self, HttpLimits};
-use crate::ingest::rtmp::listener as rtmp;
-use crate::ingest::srt;
+use crate::http::delivery::player::Player;
+use crate::http::listener::HttpLimits;
+use crate::http::relay::Relay;
+use crate::http::server::{Http, Routes};
+use crate::ingest::listeners::{Ingest, IngestError, IngestGates};
 use crate::live::{LiveConfig, Registry};
+use crate::pipeline::overlay::OverlayHub;
 use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
+use crate::record::manager::{RecordConfig, Recordings};
 
 /// GStreamer elements the pipelines need, checked at start so a missing plugin package is an
 /// immediate, named error rather than a failure at the first publish.
@@ -83,12 +85,8 @@ pub enum DaemonError {
     Pipeline(#[from] PipelineError),
     #[error("GStreamer element `{0}` is missing: install the GStreamer plugin packages (scripts/run does)")]
     MissingElement(&'static str),
-    #[error("RTMPS: {0}")]
-    Tls(#[from] rtmp::TlsError),
-    #[error("PULL: {0}")]
-    Pull(#[from] crate::ingest::pull::PullError),
     #[error(transparent)]
-    WhipMux(#[from] crate::ingest::whip::MuxError),
+    Ingest(#[from] IngestError),
     #[error("overlay page proxy: {0}")]
     PageProxy(std::io::Error),
 }
@@ -126,7 +124,7 @@ pub struct Running {
     srt: tokio::task::JoinHandle<()>,
     store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
-    cluster: Arc<crate::cluster::Cluster>,
+    cluster: Arc<Cluster>,
     whip: Arc<crate::ingest::whip::Whip>,
 }
 
@@ -250,13 +248,9 @@ fn spawn_statistics_pruning(store: Arc<dyn crate::db::Store>, retention: Duratio
     });
 }
 
-/// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
-/// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
-/// to the operator's own proxy, or unguarded.
-pub async fn start(
-    config: Config,
-    page_proxy: Option<std::net::TcpListener>,
-) -> Result<Running, DaemonError> {
+/// The store, opened in the prepared data directory and seeded with the profile templates, and
+/// the API keys with where they came from.
+async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, ApiKeys, KeySource), DaemonError> {
     let data_dir = config.data_dir.clone();
     let templates_file = config.profile_templates_file.clone();
     let need_key = config.api_keys.is_empty();
@@ -283,7 +277,6 @@ pub async fn start(
         Ok::<_, DaemonError>((store, key))
     })
     .await??;
-    let store: Arc<dyn Store> = Arc::from(store);
     let (keys, key_source) = match key {
         Some((path, key, generated)) => (
             ApiKeys::new(std::slice::from_ref(&key)),
@@ -295,7 +288,11 @@ pub async fn start(
         ),
         None => (ApiKeys::new(&config.api_keys), KeySource::Configured),
     };
-    let quality_sets = Arc::new(QualitySets::load(config.quality_sets_file.as_deref())?);
+    Ok((Arc::from(store), keys, key_source))
+}
+
+/// GStreamer initialised, with every element the pipelines need.
+async fn check_gstreamer() -> Result<(), DaemonError> {
     tokio::task::spawn_blocking(|| {
         pipeline::init()?;
         for name in REQUIRED_ELEMENTS {
@@ -305,25 +302,42 @@ pub async fn start(
         }
         Ok(())
     })
-    .await??;
-    // Segments of a previous run belong to streams that are no longer live.
+    .await?
+}
+
+/// The HTML overlays' hub, if GStreamer's WPE WebKit plugin is there (without it the daemon
+/// runs and refuses `html_overlay: true`), with the page proxy serving its pages' requests.
+fn overlays(
+    store: &Arc<dyn Store>,
+    page_proxy: Option<std::net::TcpListener>,
+) -> Result<Option<Arc<OverlayHub>>, DaemonError> {
+    if !OverlayHub::available() {
+        tracing::warn!("HTML overlays unavailable: GStreamer's wpevideosrc is not installed (Debian: gstreamer1.0-wpe)");
+        return Ok(None);
+    }
+    let hub = OverlayHub::new(store.clone());
+    if let Some(listener) = page_proxy {
+        crate::page_proxy::serve(listener).map_err(DaemonError::PageProxy)?;
+    } else {
+        tracing::warn!("overlay pages fetch through the operator's proxy (http_proxy is set): the URL policy does not check what they load");
+    }
+    Ok(Some(hub))
+}
+
+/// The live registry: sessions get their pipelines from GStreamer and package under
+/// `DATA_DIR/media`, emptied first (its segments belong to streams of a previous run).
+async fn registry(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    quality_sets: &Arc<QualitySets>,
+    overlays: &Option<Arc<OverlayHub>>,
+) -> Arc<Registry> {
     let media_root = config.data_dir.join("media");
     {
         let root = media_root.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
     }
-    // HTML overlays need GStreamer's WPE WebKit plugin; without it the daemon runs and
-    // refuses `html_overlay: true`.
-    let overlays = pipeline::overlay::OverlayHub::available()
-        .then(|| pipeline::overlay::OverlayHub::new(store.clone()));
-    if overlays.is_none() {
-        tracing::warn!("HTML overlays unavailable: GStreamer's wpevideosrc is not installed (Debian: gstreamer1.0-wpe)");
-    } else if let Some(listener) = page_proxy {
-        crate::page_proxy::serve(listener).map_err(DaemonError::PageProxy)?;
-    } else {
-        tracing::warn!("overlay pages fetch through the operator's proxy (http_proxy is set): the URL policy does not check what they load");
-    }
-    let registry = Registry::new(
+    Registry::new(
         store.clone(),
         quality_sets.clone(),
         Arc::new(pipeline::GstPipelines {
@@ -337,60 +351,21 @@ pub async fn start(
             media_root,
             stats_period: config.statistics_sample,
         },
-    );
-    let tls = {
-        let (cert, key, dir) = (
-            config.rtmps_cert_file.clone(),
-            config.rtmps_key_file.clone(),
-            config.data_dir.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            rtmp::tls_acceptor(cert.as_deref(), key.as_deref(), &dir)
-        })
-        .await??
-    };
+    )
+}
 
-    let listener = TcpListener::bind(config.http_addr)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            what: "http",
-            addr: config.http_addr,
-            source,
-        })?;
-    let http_addr = listener.local_addr().map_err(|source| DaemonError::Bind {
-        what: "http",
-        addr: config.http_addr,
-        source,
-    })?;
-    let bind = |what: &'static str, addr: SocketAddr| async move {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|source| DaemonError::Bind { what, addr, source })?;
-        let bound = l
-            .local_addr()
-            .map_err(|source| DaemonError::Bind { what, addr, source })?;
-        Ok::<_, DaemonError>((l, bound))
-    };
-    let (rtmp_listener, rtmp_addr) = bind("rtmp", config.rtmp_addr).await?;
-    let (rtmps_listener, rtmps_addr) = bind("rtmps", config.rtmps_addr).await?;
-    let (srt_socket, srt_addr) = srt::listener::bind(config.srt_addr)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            what: "srt",
-            addr: config.srt_addr,
-            source,
-        })?;
-    let public_url = public_url(&config, http_addr);
-    let node_id = config
-        .node_id
-        .clone()
-        .unwrap_or_else(crate::cluster::host_name);
-    // This node among the daemons sharing the store: registered (first heartbeat) before any
-    // publish is accepted, so its leases are never those of a node the others think dead.
-    let cluster = crate::cluster::Cluster::new(
-        crate::cluster::ClusterConfig {
-            node_id: node_id.clone(),
-            node_url: node_url(&config, http_addr),
+/// This node among the daemons sharing the store, registered (first heartbeat) before any
+/// publish is accepted, so its leases are never those of a node the others think dead.
+async fn cluster(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    registry: &Arc<Registry>,
+    http_addr: SocketAddr,
+) -> Result<Arc<Cluster>, DaemonError> {
+    let cluster = Cluster::new(
+        ClusterConfig {
+            node_id: node_id(config),
+            node_url: node_url(config, http_addr),
             dead_after: config.node_dead_after,
             shared_store: config.database_url.is_some(),
         },
@@ -398,139 +373,138 @@ pub async fn start(
     );
     registry.set_leases(cluster.clone());
     cluster
-        .start(&registry)
+        .start(registry)
         .await
         .map_err(DaemonError::Cluster)?;
-    let node_auth = node_auth(&config, &store).await?;
-    let recordings = crate::record::manager::Recordings::new(
+    Ok(cluster)
+}
+
+fn node_id(config: &Config) -> String {
+    config
+        .node_id
+        .clone()
+        .unwrap_or_else(crate::cluster::host_name)
+}
+
+/// The recorder, following the registry's events once the recordings a crash interrupted are
+/// finalised (before any publish: each becomes one ready video).
+async fn recordings(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    registry: &Registry,
+) -> Arc<Recordings> {
+    let recordings = Recordings::new(
         store.clone(),
-        crate::record::manager::RecordConfig {
+        RecordConfig {
             root: config.data_dir.join("videos"),
             resume: config.record_resume,
             max: config.record_max,
             max_bytes: config.recordings_max_bytes,
             min_free_bytes: config.recordings_min_free_bytes,
-            node_id: node_id.clone(),
+            node_id: node_id(config),
         },
     );
-    {
-        // Before any publish: a recording a crash interrupted becomes one ready video.
-        let recordings = recordings.clone();
-        match tokio::task::spawn_blocking(move || recordings.recover_pending()).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(videos = n, "interrupted recordings finalised"),
-            Ok(Err(e)) => tracing::error!(error = %e, "cannot finalise interrupted recordings"),
-            Err(e) => tracing::error!(error = %e, "recording recovery panicked"),
-        }
+    let recover = recordings.clone();
+    match tokio::task::spawn_blocking(move || recover.recover_pending()).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => tracing::info!(videos = n, "interrupted recordings finalised"),
+        Ok(Err(e)) => tracing::error!(error = %e, "cannot finalise interrupted recordings"),
+        Err(e) => tracing::error!(error = %e, "recording recovery panicked"),
     }
     recordings.spawn(registry.events());
+    recordings
+}
+
+fn http_limits(config: &Config) -> HttpLimits {
+    HttpLimits {
+        header_timeout: Duration::from_secs(config.http_header_timeout_secs),
+        body_timeout: config.http_body_timeout,
+        stall_timeout: config.http_stall_timeout,
+    }
+}
+
+/// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
+/// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
+/// to the operator's own proxy, or unguarded.
+pub async fn start(
+    config: Config,
+    page_proxy: Option<std::net::TcpListener>,
+) -> Result<Running, DaemonError> {
+    let (store, keys, key_source) = open_store(&config).await?;
+    let quality_sets = Arc::new(QualitySets::load(config.quality_sets_file.as_deref())?);
+    check_gstreamer().await?;
+    let overlays = overlays(&store, page_proxy)?;
+    let registry = registry(&config, &store, &quality_sets, &overlays).await;
+    let gates = Gates::new(config.admission());
+    let http = Http::bind(config.http_addr)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            what: "http",
+            addr: config.http_addr,
+            source,
+        })?;
+    let ingest_gates = IngestGates {
+        rtmp: gates.rtmp,
+        rtmps: gates.rtmps,
+        srt: gates.srt,
+        ice_tcp: gates.ice_tcp,
+    };
+    let ingest = Ingest::bind(&config, ingest_gates).await?;
+    let public_url = public_url(&config, http.addr);
+    let cluster = cluster(&config, &store, &registry, http.addr).await?;
+    let node_auth = node_auth(&config, &store).await?;
+    let recordings = recordings(&config, &store, &registry).await;
     spawn_statistics_pruning(store.clone(), config.statistics_retention);
+    if let Some(hub) = &overlays {
+        hub.spawn(registry.events());
+    }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
         quality_sets,
-        endpoints: Endpoints::new(&public_url, rtmp_addr.port(), srt_addr.port()).with(
-            &public_url,
-            &config.cdn_resources,
-            &config.ingest_regions,
-        ),
+        endpoints: Endpoints::new(&public_url, ingest.rtmp_addr.port(), ingest.srt_addr.port())
+            .with(&public_url, &config.cdn_resources, &config.ingest_regions),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
-        relay: crate::http::relay::Relay::new(cluster.clone(), store.clone(), node_auth),
+        relay: Relay::new(cluster.clone(), store.clone(), node_auth),
         cluster: cluster.clone(),
-        recordings: recordings.clone(),
-        overlays: overlays.clone(),
+        recordings,
+        overlays,
         spectators: spectators.clone(),
     });
-    if let Some(hub) = &overlays {
-        hub.spawn(registry.events());
-    }
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let limits = HttpLimits {
-        header_timeout: Duration::from_secs(config.http_header_timeout_secs),
-        body_timeout: config.http_body_timeout,
-        stall_timeout: config.http_stall_timeout,
-    };
-    let gates = Gates::new(config.admission());
-    let muxes = crate::ingest::whip::Muxes::bind(&config.whip, gates.ice_tcp).await?;
-    let whip_udp_addrs = muxes
-        .udp
-        .as_ref()
-        .map(|m| m.local_addrs())
-        .unwrap_or_default();
-    let whip_tcp_addr = muxes.tcp.as_ref().map(|m| m.local_addr());
-    let whip = crate::ingest::whip::Whip::new(registry.clone(), config.whip.clone(), muxes);
-    let player = crate::http::delivery::player::Player::new(
+    let player = Player::new(
         registry.clone(),
         cluster.clone(),
         store.clone(),
         config.player_assets_dir.clone(),
         spectators,
     );
-    let handler = {
-        let whip = whip.clone();
-        move |req: Request<Incoming>, _peer: SocketAddr| {
-            let (api, whip, player) = (api.clone(), whip.clone(), player.clone());
-            async move { crate::http::router::route(api, whip, player, req).await }
-        }
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let ingest = ingest.serve(&config, &registry, &store, &shutdown_rx)?;
+    let http_addr = http.addr;
+    let routes = Routes {
+        api,
+        whip: ingest.whip.clone(),
+        player,
     };
-    tokio::spawn(rtmp::serve(
-        rtmp_listener,
-        None,
-        gates.rtmp,
-        registry.clone(),
-        config.rtmp,
-        shutdown_rx.clone(),
-    ));
-    tokio::spawn(rtmp::serve(
-        rtmps_listener,
-        Some(tls),
-        gates.rtmps,
-        registry.clone(),
-        config.rtmp,
-        shutdown_rx.clone(),
-    ));
-    let srt = tokio::spawn(srt::listener::serve(
-        srt_socket,
-        srt_addr,
-        registry.clone(),
-        config.srt,
-        gates.srt,
-        shutdown_rx.clone(),
-    ));
-    crate::ingest::pull::Puller::spawn(
-        registry.clone(),
-        store.clone(),
-        config.pull,
-        shutdown_rx.clone(),
-    )
-    .map_err(DaemonError::Pull)?;
-    let http = tokio::spawn(listener::serve(
-        listener,
-        handler,
-        limits,
-        gates.http,
-        shutdown_rx,
-    ));
+    let http = http.serve(routes, http_limits(&config), gates.http, shutdown_rx);
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
-    tracing::info!(rtmp = %rtmp_addr, rtmps = %rtmps_addr, srt = %srt_addr, "ingest listening");
-    tracing::info!(udp = ?whip_udp_addrs, tcp = ?whip_tcp_addr, "WHIP ICE ports");
     Ok(Running {
         http_addr,
-        rtmp_addr,
-        rtmps_addr,
-        srt_addr,
-        whip_udp_addrs,
-        whip_tcp_addr,
+        rtmp_addr: ingest.rtmp_addr,
+        rtmps_addr: ingest.rtmps_addr,
+        srt_addr: ingest.srt_addr,
+        whip_udp_addrs: ingest.whip_udp_addrs,
+        whip_tcp_addr: ingest.whip_tcp_addr,
         registry,
         cluster,
         public_url,
         key_source,
         shutdown,
-        whip,
+        whip: ingest.whip,
         http,
-        srt,
+        srt: ingest.srt,
         store,
     })
 }

@@ -12,3 +12,4 @@ pub(crate) mod listener;
 pub(crate) mod peer_io;
 pub(crate) mod relay;
 pub(crate) mod router;
+pub(crate) mod server;
