@@ -400,7 +400,7 @@ pub async fn start(
             .with(&public_url, &config.cdn_resources, &config.ingest_regions),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
-        relay: Relay::new(cluster.clone(), store.clone(), node_auth),
+        relay: Relay::new(cluster.clone(), node_auth),
         cluster: cluster.clone(),
         recordings,
         overlays,
