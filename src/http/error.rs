@@ -1,4 +1,5 @@
-//! The one JSON error shape every HTTP answer of ours uses (the control API, WHIP, the relay):
+//! The one JSON error shape of every JSON error we answer (the control API, WHIP, the relay;
+//! media delivery answers plain text):
 //! `{"error":{"code":"…","message":"…","field":"…"|null}}` with a stable `code`, and the
 //! responses that carry it.
 
