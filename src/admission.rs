@@ -286,6 +286,25 @@ impl RefusalLog {
     }
 }
 
+/// One listener's connection caps: in all, and per address.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    pub max: usize,
+    pub per_address: usize,
+}
+
+/// Every listener's caps and the proxies trusted to name the client, as the configuration
+/// states them ([`crate::config::Config::admission`]).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub http: Caps,
+    /// RTMP and RTMPS, each.
+    pub rtmp: Caps,
+    pub srt: Caps,
+    pub ice_tcp: Caps,
+    pub trusted: TrustedProxies,
+}
+
 /// Each listener's admission gate; the TCP ones share the process's file budget.
 pub struct Gates {
     pub http: Admission,
@@ -297,36 +316,32 @@ pub struct Gates {
 
 impl Gates {
     /// Raises the file limit (once per process is enough; again is harmless) and builds the
-    /// gates from the configuration.
-    pub fn new(config: &crate::config::Config) -> Gates {
+    /// gates from `limits`.
+    pub fn new(limits: Limits) -> Gates {
         let files = file_budget(raise_file_limit());
-        let trusted = Arc::new(config.trusted_proxies.clone());
-        let tcp = |name, max, per_ip| {
-            Admission::new(name, max, per_ip, Some(files.clone()), trusted.clone())
+        let trusted = Arc::new(limits.trusted);
+        let tcp = |name, caps: Caps| {
+            Admission::new(
+                name,
+                caps.max,
+                caps.per_address,
+                Some(files.clone()),
+                trusted.clone(),
+            )
         };
-        let (rtmp, whip) = (&config.rtmp, &config.whip);
         Gates {
-            http: tcp(
-                "http",
-                config.http_max_connections,
-                config.http_max_connections_per_ip,
-            ),
-            rtmp: tcp("rtmp", rtmp.max_connections, rtmp.max_connections_per_ip),
-            rtmps: tcp("rtmps", rtmp.max_connections, rtmp.max_connections_per_ip),
+            http: tcp("http", limits.http),
+            rtmp: tcp("rtmp", limits.rtmp),
+            rtmps: tcp("rtmps", limits.rtmp),
             // Callers share one UDP socket: no descriptor each.
             srt: Admission::new(
                 "srt",
-                config.srt.max_connections,
-                config.srt.max_connections_per_ip,
+                limits.srt.max,
+                limits.srt.per_address,
                 None,
                 trusted.clone(),
             ),
-            // A session's candidate pairs may each open one.
-            ice_tcp: tcp(
-                "ice-tcp",
-                whip.max_sessions.saturating_mul(4),
-                whip.tcp_max_connections_per_ip,
-            ),
+            ice_tcp: tcp("ice-tcp", limits.ice_tcp),
         }
     }
 }

@@ -25,12 +25,14 @@
 //!   encoded video, the AAC, the Opus encoded only while read — with a bounded queue per
 //!   reader, header replay for late readers, demand, and keyframe requests to the encoders.
 //! - `cluster`: this daemon as one node of several on one store — heartbeat, the leases on
-//!   the streams it serves (refusals elsewhere), the live state other nodes wrote.
+//!   the streams it serves (refusals elsewhere), the live state other nodes wrote, and how
+//!   nodes vouch for the requests they relay (`cluster::node_auth`).
 //! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
 //!   pipeline; the timestamp unwrap (`timeline`) and the one re-timer (`retime`).
 //! - `formats`: container parsers shared by ingest and package (MPEG-TS).
 //! - `ingest`: RTMP/RTMPS, SRT and WHIP listeners and the PULL fetcher; each turns what it
 //!   receives into `media` messages for `live`. Never imports `pipeline` or `package`.
+//!   `ingest::listeners` is the daemon's ingest part: every port bound, then served.
 //! - `live`: who publishes what — the sessions table and slots, publish permits, the input
 //!   switch, the grace lifecycle, the record-change feed, live status and counters. Gets its
 //!   pipelines from a `PipelineFactory`; imports neither `pipeline` nor `http`.
@@ -41,8 +43,12 @@
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).
-//! - [`http`]: the listener shared by every server, the control API (`http::api`) and media
-//!   delivery ([`http::delivery`]: blocking reload, chunked DASH, the player page, metrics).
+//! - [`http`]: the daemon's edge — the listener shared by every server, the HTTP part
+//!   (`http::server`: bound, then served), the router, the one JSON error shape
+//!   (`http::error`), CORS (`http::cors`), body limits ([`http::body`]), the relay to the node
+//!   serving a stream (`http::relay`, a reverse proxy; `cluster` says which node that is), the
+//!   control API (`http::api`) and media delivery ([`http::delivery`]: blocking reload, chunked
+//!   DASH, the player page, metrics).
 //! - `url_policy`: the one policy for outbound URLs (schemes per use, host rules, the DNS
 //!   guard), the one outbound HTTP client builder that checks every hop (`url_policy::client`:
 //!   overlay pages, PULL's gateway, the relay; webhooks later) and the one redaction helper
@@ -52,10 +58,11 @@
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
 //!   comparison of tokens and keys. `data_dir`: the data directory the owner's only (0700,
 //!   files 0600, looser ones tightened at start).
-//! - [`admission`]: who may connect — the file budget, per-listener and per-address caps,
-//!   trusted proxies.
-//! - [`daemon`]: wires them together (the GStreamer pipeline factory into `live`, stores into
-//!   the API, PULL and the player) and runs until shutdown.
+//! - [`admission`]: who may connect — the file budget, per-listener and per-address caps
+//!   (stated by [`config::Config::admission`]), trusted proxies.
+//! - [`daemon`]: assembles the parts, each built by its own constructor (the store, the
+//!   registry with its GStreamer pipeline factory, the cluster, the recorder, ingest, HTTP),
+//!   and runs until shutdown.
 //!
 //! Modules are `pub(crate)` unless a bench, test or fuzz target needs them, so rustc reports
 //! dead code.

@@ -34,7 +34,7 @@ pub enum Purpose {
     PullHttpHop,
     /// An HTML page rendered into the picture (overlays), and what it loads (`page_proxy`).
     WebPage,
-    /// A request relayed to the node serving a stream (`cluster::relay`).
+    /// A request relayed to the node serving a stream (`http::relay`).
     Relay,
 }
 

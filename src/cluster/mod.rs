@@ -9,7 +9,6 @@
 
 pub mod lookup;
 pub mod node_auth;
-pub mod relay;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -95,6 +94,49 @@ impl Cluster {
     /// Whether this node serves `id` (holds its lease).
     pub fn holds(&self, id: i64) -> bool {
         lock(&self.held).contains(&id)
+    }
+
+    /// The URL of the node serving stream `id` when another node does; `None` when this node
+    /// serves it or nobody does. `fresh` asks the store now; otherwise the second-old snapshot
+    /// of every live lease answers (see [`lookup`]).
+    pub async fn serving_node(&self, id: i64, fresh: bool) -> Option<String> {
+        if self.holds(id) || id <= 0 {
+            return None;
+        }
+        let elsewhere = |l: &LeaseRow| {
+            l.stream_id == id && l.node_id != self.node_id() && !l.node_url.is_empty()
+        };
+        if !fresh {
+            let leases = self.lookups.live_leases().await.ok()?;
+            return leases
+                .iter()
+                .find(|l| elsewhere(l))
+                .map(|l| l.node_url.clone());
+        }
+        let store = self.store.clone();
+        let dead_after = self.dead_after();
+        let leases = tokio::task::spawn_blocking(move || store.live_leases(Some(id), dead_after))
+            .await
+            .ok()?
+            .ok()?;
+        leases.into_iter().find(elsewhere).map(|l| l.node_url)
+    }
+
+    /// The URL of node `node` when it is another node that announced one.
+    pub async fn node_url(&self, node: &str) -> Option<String> {
+        if node == self.node_id() {
+            return None;
+        }
+        let store = self.store.clone();
+        let nodes = tokio::task::spawn_blocking(move || store.nodes())
+            .await
+            .ok()?
+            .ok()?;
+        nodes
+            .into_iter()
+            .find(|n| n.id == node)
+            .map(|n| n.url)
+            .filter(|u| !u.is_empty())
     }
 
     /// Registers the node (first heartbeat) before anything is accepted, then beats every

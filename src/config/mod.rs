@@ -306,6 +306,23 @@ impl Config {
             player_assets_dir: s.player_assets_dir,
         })
     }
+
+    /// Every listener's connection caps, for [`crate::admission::Gates`].
+    pub fn admission(&self) -> crate::admission::Limits {
+        use crate::admission::Caps;
+        let caps = |max, per_address| Caps { max, per_address };
+        crate::admission::Limits {
+            http: caps(self.http_max_connections, self.http_max_connections_per_ip),
+            rtmp: caps(self.rtmp.max_connections, self.rtmp.max_connections_per_ip),
+            srt: caps(self.srt.max_connections, self.srt.max_connections_per_ip),
+            // A WHIP session's candidate pairs may each open one.
+            ice_tcp: caps(
+                self.whip.max_sessions.saturating_mul(4),
+                self.whip.tcp_max_connections_per_ip,
+            ),
+            trusted: self.trusted_proxies.clone(),
+        }
+    }
 }
 
 /// Absent or blank: SQLite. The value is echoed without credentials: it may hold a password.

@@ -15,6 +15,10 @@ use tokio::time::Instant;
 /// the connection close).
 pub const MAX_DRAIN_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Largest JSON request body read (the control API's, and a relayed one, read whole before it
+/// is passed on); any record fits in a few KiB.
+pub const MAX_JSON_BYTES: usize = 1024 * 1024;
+
 /// When the request's body must be complete; put in the request's extensions by the listener.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyDeadline(pub Instant);

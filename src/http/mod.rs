@@ -1,9 +1,15 @@
-//! HTTP: the listener shared by every server (`listener`), the control API (`api`) and
-//! media delivery ([`delivery`]: playlists, parts, segments, MPD, screenshots, player page).
+//! HTTP: the listener shared by every server (`listener`), the router, the one JSON error
+//! shape (`error`), CORS (`cors`), body limits (`body`), the relay to other nodes (`relay`),
+//! the control API (`api`) and media delivery ([`delivery`]: playlists, parts, segments, MPD,
+//! screenshots, player page).
 
 pub(crate) mod api;
 pub mod body;
+pub(crate) mod cors;
 pub mod delivery;
+pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod peer_io;
+pub(crate) mod relay;
 pub(crate) mod router;
+pub(crate) mod server;

@@ -8,8 +8,9 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use crate::http::api::{self, Api, ApiError};
+use crate::http::api::{self, Api};
 use crate::http::delivery;
+use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{self, json_response, Body};
 
 /// `req`, about stream `id`, answered by the node serving that stream when it is another one
@@ -45,14 +46,14 @@ pub async fn route(
     // A request that claims to come from another node proves it before anything else.
     let req = match api.relay.admit(req) {
         Ok(req) => req,
-        Err(e) => return crate::cluster::relay::refused(&e),
+        Err(e) => return crate::http::relay::refused(&e),
     };
     let path = req.uri().path();
     let public = |body: Response<Body>| {
         if matches!(*req.method(), Method::GET | Method::HEAD) {
             return body;
         }
-        let mut refused = api::error_response(&ApiError::method_not_allowed());
+        let mut refused = error_response(&ApiError::method_not_allowed());
         refused.headers_mut().insert(
             hyper::header::ALLOW,
             hyper::header::HeaderValue::from_static("GET, HEAD"),
@@ -68,9 +69,7 @@ pub async fn route(
                 .body(listener::full(api::OPENAPI_JSON))
                 .expect("static response is valid"),
         ),
-        "/metrics" if !api.keys.allows(req.headers()) => {
-            api::error_response(&ApiError::unauthorized())
-        }
+        "/metrics" if !api.keys.allows(req.headers()) => error_response(&ApiError::unauthorized()),
         "/metrics" => public(
             Response::builder()
                 .header(hyper::header::CONTENT_TYPE, delivery::metrics::CONTENT_TYPE)
@@ -95,6 +94,6 @@ pub async fn route(
             here_or_serving_node(&api, id, req, |req| whip.handle(req)).await
         }
         p if delivery::player::owns(p) => player.handle(req).await,
-        _ => api::error_response(&ApiError::not_found("resource")),
+        _ => error_response(&ApiError::not_found("resource")),
     }
 }

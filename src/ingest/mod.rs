@@ -1,6 +1,7 @@
 //! Ingest: protocol listeners that authenticate publishers against the stream records and turn
 //! what they receive into `media` messages for the registry. Never imports the pipeline.
 
+pub mod listeners;
 pub mod mpegts;
 pub mod pull;
 pub mod rtmp;

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use super::state::Segment;
-
 /// Segment and part targets plus the live window, validated by [`PackagingConfig::new`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PackagingConfig {
@@ -66,14 +64,5 @@ impl PackagingConfig {
     /// EXT-X-TARGETDURATION: whole seconds, never below a segment's rounded duration.
     pub fn target_duration_secs(&self) -> u64 {
         self.segment.as_secs_f64().ceil() as u64
-    }
-
-    /// The target duration for a playlist holding `segments`: rfc8216bis §4.4.3.1 "The EXTINF
-    /// duration of each Media Segment in a Playlist file, when rounded to the nearest integer,
-    /// MUST be less than or equal to the Target Duration".
-    pub fn target_duration_for<'a>(&self, segments: impl Iterator<Item = &'a Segment>) -> u64 {
-        segments
-            .map(|s| s.duration().as_secs_f64().round() as u64)
-            .fold(self.target_duration_secs(), u64::max)
     }
 }

@@ -430,6 +430,18 @@ impl Rendition {
     }
 }
 
+// Here rather than beside the struct: it reads segments, and the config module stays a leaf.
+impl PackagingConfig {
+    /// The target duration for a playlist holding `segments`: rfc8216bis §4.4.3.1 "The EXTINF
+    /// duration of each Media Segment in a Playlist file, when rounded to the nearest integer,
+    /// MUST be less than or equal to the Target Duration".
+    pub fn target_duration_for<'a>(&self, segments: impl Iterator<Item = &'a Segment>) -> u64 {
+        segments
+            .map(|s| s.duration().as_secs_f64().round() as u64)
+            .fold(self.target_duration_secs(), u64::max)
+    }
+}
+
 /// Everything packaged for one stream: its renditions and whether the broadcast ended.
 #[derive(Debug)]
 pub struct PackageState {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use super::fields::{char_len, Fields, Nullable};
-use super::streams::iso8601;
+use super::format::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{BroadcastRow, BroadcastSettings, BroadcastStatus, Update};
 use crate::http::listener::{json_response, Body};

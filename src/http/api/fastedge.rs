@@ -10,7 +10,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::fields::{char_len, Fields};
-use super::streams::iso8601;
+use super::format::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{ApiType, AppFilter, AppOrderKey, AppRow, AppSettings, Update};
 use crate::http::listener::{json_response, Body};

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::error::ApiError;
+use super::ApiError;
 
 pub struct Fields {
     map: Map<String, Value>,

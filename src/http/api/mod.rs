@@ -3,9 +3,9 @@
 
 pub mod auth;
 pub mod broadcasts;
-pub mod error;
 pub mod fastedge;
 pub mod fields;
+pub mod format;
 pub mod overlays;
 pub mod quality_sets;
 pub mod security;
@@ -17,21 +17,18 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use url::Url;
 
 use crate::db::{Store, StoreError};
+pub use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{full, json_response, Body};
 use crate::quality::QualitySets;
 pub use auth::ApiKeys;
-pub use error::ApiError;
 
 /// The OpenAPI document, kept in the repository and served as is.
 pub const OPENAPI_JSON: &str = include_str!("openapi.json");
-
-/// Largest request body the API reads; any record fits in a few KiB.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How many times a PATCH re-reads and re-applies after losing a race to another writer.
 const UPDATE_RETRIES: usize = 5;
@@ -107,7 +104,7 @@ pub struct Api {
     /// This node among the daemons sharing the store: whose live state a stream shows.
     pub cluster: Arc<crate::cluster::Cluster>,
     /// Media requests for streams and videos another node serves go there.
-    pub relay: Arc<crate::cluster::relay::Relay>,
+    pub relay: Arc<crate::http::relay::Relay>,
     pub recordings: Arc<crate::record::manager::Recordings>,
     /// `None` without the WPE plugin: `html_overlay: true` is refused.
     pub overlays: Option<Arc<crate::pipeline::overlay::OverlayHub>>,
@@ -304,7 +301,7 @@ impl Api {
         let path = req.uri().path().to_owned();
         // A request another node relayed was authenticated there; its signature stands for
         // the key (`Relay::admit` checked it).
-        let vouched = crate::cluster::relay::is_relayed(&req);
+        let vouched = crate::http::relay::is_relayed(&req);
         let result = if !vouched && !self.keys.allows(req.headers()) {
             Err(ApiError::unauthorized())
         } else {
@@ -459,18 +456,9 @@ where
     ))
 }
 
-pub fn error_response(e: &ApiError) -> Response<Body> {
-    let mut resp = json_response(e.status, &e.body());
-    if e.status == StatusCode::UNAUTHORIZED {
-        resp.headers_mut()
-            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("apikey"));
-    }
-    resp
-}
-
-/// Reads a JSON request body: 415 for a non-JSON content type, 413 over [`MAX_BODY_BYTES`]
-/// (after draining the rest, see [`crate::http::body`]), 408 past the body deadline, 400 for
-/// bad JSON.
+/// Reads a JSON request body: 415 for a non-JSON content type, 413 over
+/// [`crate::http::body::MAX_JSON_BYTES`] (after draining the rest, see [`crate::http::body`]),
+/// 408 past the body deadline, 400 for bad JSON.
 pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE) {
         let essence = ct
@@ -493,7 +481,7 @@ pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiE
         .extensions()
         .get::<crate::cluster::node_auth::Relayed>()
         .cloned();
-    let bytes = crate::http::body::read(req, MAX_BODY_BYTES)
+    let bytes = crate::http::body::read(req, crate::http::body::MAX_JSON_BYTES)
         .await
         .map_err(|e| {
             use crate::http::body::BodyError;

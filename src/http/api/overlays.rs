@@ -8,9 +8,9 @@ use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::ApiError;
 use super::fields::{char_len, Fields};
-use super::streams::iso8601;
+use super::format::iso8601;
+use super::ApiError;
 use super::{json_response, Api, Body};
 use crate::db::OverlayRow;
 use crate::overlay::{OverlaySpec, MAX_PER_STREAM, MAX_URL};

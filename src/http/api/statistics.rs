@@ -10,7 +10,7 @@ use serde::Serialize;
 use time::format_description::well_known::Rfc3339;
 use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time};
 
-use super::streams::iso8601;
+use super::format::iso8601;
 use super::{query_int, query_pairs, Api, ApiError};
 use crate::db::SourceBucket;
 use crate::http::listener::{json_response, Body};

@@ -7,10 +7,10 @@ use hyper::{Response, StatusCode};
 use rand::RngCore;
 use serde::Serialize;
 use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::fields::{char_len, Fields, Nullable};
+use super::format::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
 use crate::events::Event;
@@ -109,11 +109,6 @@ pub struct RegionPushUrls {
     push_url_srt: Option<String>,
     backup_push_url_srt: Option<String>,
     push_url_whip: Option<String>,
-}
-
-pub fn iso8601(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339)
-        .expect("UTC timestamps within 0000..9999 format")
 }
 
 impl Api {

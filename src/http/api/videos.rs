@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::fields::{char_len, Fields};
-use super::streams::iso8601;
+use super::format::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
 use crate::db::{RecordType, Update, VideoFilter, VideoRow, VideoSettings, VideoStatus};
 use crate::http::listener::{json_response, Body};

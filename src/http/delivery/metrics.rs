@@ -95,6 +95,18 @@ impl Family<'_> {
 pub fn render(streams: &[StreamMetrics], process: ProcessStats, tasks: Option<usize>) -> String {
     let mut out = String::with_capacity(1024 + streams.len() * 512);
     let mut f = Family { out: &mut out };
+    process_families(&mut f, process, tasks, streams.len());
+    stream_families(&mut f, streams);
+    out
+}
+
+/// The process's own families, and how many streams it holds.
+fn process_families(
+    f: &mut Family<'_>,
+    process: ProcessStats,
+    tasks: Option<usize>,
+    streams: usize,
+) {
     f.single(
         "process_resident_memory_bytes",
         "gauge",
@@ -129,8 +141,12 @@ pub fn render(streams: &[StreamMetrics], process: ProcessStats, tasks: Option<us
         "livepack_streams",
         "gauge",
         "Streams with a live publisher or in their grace period.",
-        Some(streams.len()),
+        Some(streams),
     );
+}
+
+/// One family per stream measure, a sample per stream.
+fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     let flag = |b: bool| Some(u8::from(b));
     f.per_stream(
         streams,
@@ -191,7 +207,6 @@ pub fn render(streams: &[StreamMetrics], process: ProcessStats, tasks: Option<us
                 .then(|| Counters::get(&s.counters.output_delay_us) as f64 / 1e6)
         },
     );
-    out
 }
 
 /// The exposition of `registry` now.

@@ -148,15 +148,11 @@ fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
     s.parse().ok()
 }
 
+/// Any origin may read the media, and the headers a player's range requests need.
 pub(crate) fn with_common(mut resp: Response<Body>) -> Response<Body> {
-    let h = resp.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Content-Length, Content-Range, Accept-Ranges"),
+    crate::http::cors::any_origin_exposing(
+        &mut resp,
+        "Content-Length, Content-Range, Accept-Ranges",
     );
     resp
 }
@@ -187,11 +183,7 @@ pub async fn handle(
     if req.method() == Method::OPTIONS {
         // CORS preflight: any origin may read the media.
         return with_common(
-            Response::builder()
-                .status(StatusCode::NO_CONTENT)
-                .header(header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, OPTIONS")
-                .header(header::ACCESS_CONTROL_ALLOW_HEADERS, "Range")
-                .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
+            crate::http::cors::preflight("GET, HEAD, OPTIONS", "Range")
                 .body(empty())
                 .expect("static response"),
         );
@@ -212,142 +204,168 @@ pub async fn handle(
     let Some(package) = registry.package(id) else {
         return not_found();
     };
-    let range = req.headers().get(header::RANGE).cloned();
-    let resp = match target {
-        Target::Master => master(&package).await,
-        Target::Playlist(name) => playlist(&package, &name, req.uri().query()).await,
-        Target::Init(name, v) => {
-            let init = package.read(|p| p.rendition(&name).and_then(|r| r.init(v).cloned()));
-            // Init versions restart with each session of the stream (its encoder may differ):
-            // a cache keeps one no longer than a playlist.
-            media_body(
-                init,
-                mp4_type(&package, &name),
-                PLAYLIST_CACHE,
-                range.as_ref(),
-            )
-        }
-        Target::Mpd => {
-            let client = crate::package::dash::DashClient::from_user_agent(
-                req.headers()
-                    .get(header::USER_AGENT)
-                    .and_then(|h| h.to_str().ok()),
-            );
-            let render = |p: &PackageState| {
-                let now = time::OffsetDateTime::now_utc();
-                crate::package::dash::render_mpd(p, now, time_url, client)
-            };
-            match package.wait_for(timeout(&package), render).await {
-                Some(mpd) => with_common(
-                    Response::builder()
-                        .header(header::CONTENT_TYPE, MPD_TYPE)
-                        .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
-                        // One attribute depends on the client (see `DashClient`): caches must
-                        // keep the variants apart.
-                        .header(header::VARY, "User-Agent")
-                        .body(full(mpd))
-                        .expect("valid response"),
-                ),
-                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
-            }
-        }
-        Target::Segment(name, msn) if growing(&package, &name, msn) => {
-            grow(package.clone(), name, msn).await
-        }
-        Target::Segment(name, msn) => {
-            let source = package
-                .wait_for(timeout(&package), |p| {
-                    let r = p.rendition(&name)?;
-                    match r.segment(msn) {
-                        Some(s) if s.complete => Some(Some(locate(Output::Cmaf, &name, s))),
-                        Some(_) => None, // still being produced
-                        None => Some(None),
-                    }
-                })
-                .await
-                .flatten();
-            media_body(
-                load(&package, source).await,
-                "video/iso.segment",
-                IMMUTABLE,
-                range.as_ref(),
-            )
-        }
-        Target::TsMaster => {
-            let _demand = package.request_ts();
-            let with_duration = duration_requested(req.uri().query());
-            let ready = |p: &PackageState| {
-                (!p.ts_renditions.is_empty()
-                    && package.ts_live()
-                    && p.ts_renditions
-                        .iter()
-                        .all(|r| r.last_complete_msn().is_some()))
-                .then(|| crate::package::ts::render_master(p, with_duration))
-            };
-            match package.wait_for(ts_timeout(&package), ready).await {
-                Some(text) => playlist_response(text),
-                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
-            }
-        }
-        Target::TsPlaylist(name) => {
-            let _demand = package.request_ts();
-            let with_duration = duration_requested(req.uri().query());
-            // TS is muxed on demand: the first request waits for its first segment.
-            let render = |p: &PackageState| {
-                if p.ts_renditions.is_empty() && !p.ended {
-                    return None; // the pipeline is not built yet: the stream is starting
-                }
-                let Some(r) = p.ts_renditions.iter().find(|r| r.name == name) else {
-                    return Some(None);
-                };
-                let ready = p.ended || (package.ts_live() && r.last_complete_msn().is_some());
-                ready.then(|| {
-                    Some(crate::package::ts::render_media(
-                        p,
-                        r,
-                        with_duration,
-                        p.ended && p.endlist_tag,
-                    ))
-                })
-            };
-            match package.wait_for(ts_timeout(&package), render).await {
-                Some(Some(text)) => playlist_response(text),
-                Some(None) => not_found(),
-                None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
-            }
-        }
-        Target::TsSegment(name, msn) => {
-            let _demand = package.request_ts();
-            let source = package.read(|p| {
-                p.ts_renditions
-                    .iter()
-                    .find(|r| r.name == name)
-                    .and_then(|r| r.segment(msn))
-                    .map(|s| locate(Output::Ts, &name, s))
-            });
-            media_body(
-                load(&package, source).await,
-                "video/mp2t",
-                IMMUTABLE,
-                range.as_ref(),
-            )
-        }
-        Target::Screenshot => {
-            let jpeg = package.read(|p| p.screenshot.clone());
-            // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
-            media_body(jpeg, "image/jpeg", "public, max-age=5", range.as_ref())
-        }
-        Target::Part(name, msn, idx) => part(&package, &name, msn, idx)
-            .await
-            .map_or_else(not_found, |data| {
-                media_body(Some(data), "video/iso.segment", IMMUTABLE, range.as_ref())
-            }),
-    };
+    let resp = answer(&package, target, req.headers(), req.uri().query(), time_url).await;
     if head {
         let (parts, _) = resp.into_parts();
         return Response::from_parts(parts, empty());
     }
     resp
+}
+
+/// The answer for `target` of a live stream's `package`, to a request with `headers` and
+/// `query`.
+async fn answer(
+    package: &Arc<Package>,
+    target: Target,
+    headers: &hyper::HeaderMap,
+    query: Option<&str>,
+    time_url: &str,
+) -> Response<Body> {
+    let range = headers.get(header::RANGE);
+    match target {
+        Target::Master => master(package).await,
+        Target::Playlist(name) => playlist(package, &name, query).await,
+        Target::Init(name, v) => {
+            let init = package.read(|p| p.rendition(&name).and_then(|r| r.init(v).cloned()));
+            // Init versions restart with each session of the stream (its encoder may differ):
+            // a cache keeps one no longer than a playlist.
+            media_body(init, mp4_type(package, &name), PLAYLIST_CACHE, range)
+        }
+        Target::Mpd => mpd(package, headers, time_url).await,
+        Target::Segment(name, msn) if growing(package, &name, msn) => {
+            grow(package.clone(), name, msn).await
+        }
+        Target::Segment(name, msn) => segment(package, &name, msn, range).await,
+        Target::TsMaster => ts_master(package, query).await,
+        Target::TsPlaylist(name) => ts_playlist(package, &name, query).await,
+        Target::TsSegment(name, msn) => ts_segment(package, &name, msn, range).await,
+        Target::Screenshot => {
+            let jpeg = package.read(|p| p.screenshot.clone());
+            // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
+            media_body(jpeg, "image/jpeg", "public, max-age=5", range)
+        }
+        Target::Part(name, msn, idx) => part(package, &name, msn, idx)
+            .await
+            .map_or_else(not_found, |data| {
+                media_body(Some(data), "video/iso.segment", IMMUTABLE, range)
+            }),
+    }
+}
+
+/// The MPD, once the stream has something to list.
+async fn mpd(package: &Package, headers: &hyper::HeaderMap, time_url: &str) -> Response<Body> {
+    let client = crate::package::dash::DashClient::from_user_agent(
+        headers
+            .get(header::USER_AGENT)
+            .and_then(|h| h.to_str().ok()),
+    );
+    let render = |p: &PackageState| {
+        let now = time::OffsetDateTime::now_utc();
+        crate::package::dash::render_mpd(p, now, time_url, client)
+    };
+    match package.wait_for(timeout(package), render).await {
+        Some(mpd) => with_common(
+            Response::builder()
+                .header(header::CONTENT_TYPE, MPD_TYPE)
+                .header(header::CACHE_CONTROL, PLAYLIST_CACHE)
+                // One attribute depends on the client (see `DashClient`): caches must
+                // keep the variants apart.
+                .header(header::VARY, "User-Agent")
+                .body(full(mpd))
+                .expect("valid response"),
+        ),
+        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+    }
+}
+
+/// A complete CMAF segment, once the one asked for is complete.
+async fn segment(
+    package: &Package,
+    name: &str,
+    msn: u64,
+    range: Option<&HeaderValue>,
+) -> Response<Body> {
+    let source = package
+        .wait_for(timeout(package), |p| {
+            let r = p.rendition(name)?;
+            match r.segment(msn) {
+                Some(s) if s.complete => Some(Some(locate(Output::Cmaf, name, s))),
+                Some(_) => None, // still being produced
+                None => Some(None),
+            }
+        })
+        .await
+        .flatten();
+    media_body(
+        load(package, source).await,
+        "video/iso.segment",
+        IMMUTABLE,
+        range,
+    )
+}
+
+/// The TS master playlist, once every TS variant has a segment.
+async fn ts_master(package: &Arc<Package>, query: Option<&str>) -> Response<Body> {
+    let _demand = package.request_ts();
+    let with_duration = duration_requested(query);
+    let ready = |p: &PackageState| {
+        (!p.ts_renditions.is_empty()
+            && package.ts_live()
+            && p.ts_renditions
+                .iter()
+                .all(|r| r.last_complete_msn().is_some()))
+        .then(|| crate::package::ts::render_master(p, with_duration))
+    };
+    match package.wait_for(ts_timeout(package), ready).await {
+        Some(text) => playlist_response(text),
+        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+    }
+}
+
+/// A TS variant's playlist. TS is muxed on demand: the first request waits for its first
+/// segment.
+async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) -> Response<Body> {
+    let _demand = package.request_ts();
+    let with_duration = duration_requested(query);
+    let render = |p: &PackageState| {
+        if p.ts_renditions.is_empty() && !p.ended {
+            return None; // the pipeline is not built yet: the stream is starting
+        }
+        let Some(r) = p.ts_renditions.iter().find(|r| r.name == name) else {
+            return Some(None);
+        };
+        let ready = p.ended || (package.ts_live() && r.last_complete_msn().is_some());
+        ready.then(|| {
+            Some(crate::package::ts::render_media(
+                p,
+                r,
+                with_duration,
+                p.ended && p.endlist_tag,
+            ))
+        })
+    };
+    match package.wait_for(ts_timeout(package), render).await {
+        Some(Some(text)) => playlist_response(text),
+        Some(None) => not_found(),
+        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
+    }
+}
+
+async fn ts_segment(
+    package: &Arc<Package>,
+    name: &str,
+    msn: u64,
+    range: Option<&HeaderValue>,
+) -> Response<Body> {
+    let _demand = package.request_ts();
+    let source = package.read(|p| {
+        p.ts_renditions
+            .iter()
+            .find(|r| r.name == name)
+            .and_then(|r| r.segment(msn))
+            .map(|s| locate(Output::Ts, name, s))
+    });
+    media_body(load(package, source).await, "video/mp2t", IMMUTABLE, range)
 }
 
 /// The segment being produced, or the next one: LL-DASH clients ask for it early

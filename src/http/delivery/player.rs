@@ -178,10 +178,7 @@ impl Player {
         let live = self.cluster.status(&self.registry, id, &leases).live;
         if status {
             let mut r = json_response(StatusCode::OK, &json!({ "live": live }));
-            r.headers_mut().insert(
-                header::ACCESS_CONTROL_ALLOW_ORIGIN,
-                HeaderValue::from_static("*"),
-            );
+            crate::http::cors::any_origin(&mut r);
             return r;
         }
         page(&json!({

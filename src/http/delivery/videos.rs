@@ -76,7 +76,7 @@ fn not_found() -> Response<Body> {
 pub async fn handle(
     store: Arc<dyn Store>,
     root: PathBuf,
-    relay: &crate::cluster::relay::Relay,
+    relay: &crate::http::relay::Relay,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {

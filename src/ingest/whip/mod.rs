@@ -20,12 +20,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::admission::Admission;
 use crate::http::body::BodyError;
-use crate::http::listener::{empty, full, json_response, Body};
+use crate::http::error::ApiError;
+use crate::http::listener::{empty, full, Body};
 use crate::live::{Protocol, PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
@@ -131,28 +131,24 @@ pub fn owns(path: &str) -> bool {
     path.starts_with("/whip/")
 }
 
-/// A refusal: the JSON error shape of the control API, with a stable code.
-fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Response<Body> {
-    let message: String = message.into();
-    let mut r = json_response(
-        status,
-        &json!({"error": {"code": code, "message": message, "field": null}}),
-    );
+/// A refusal on its way out of a step of `POST` (boxed: a response is large to move).
+type Refusal = Box<Response<Body>>;
+
+/// [`refuse`], boxed for a step's `Err`.
+fn refused(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
+    Box::new(refuse(status, code, message))
+}
+
+/// A refusal: the daemon's JSON error shape, with a stable code.
+fn refuse(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response<Body> {
+    let mut r = ApiError::new(status, code, message).response();
     cors(&mut r);
     r
 }
 
 /// RFC 9725 §4.2: browsers on another origin push, so the session headers must be readable.
 fn cors(r: &mut Response<Body>) {
-    let h = r.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, ETag, Link, Accept-Patch"),
-    );
+    crate::http::cors::any_origin_exposing(r, "Location, ETag, Link, Accept-Patch");
 }
 
 /// `path_and_query`: the refused request's, for a redirect to the node serving the stream.
@@ -322,70 +318,19 @@ impl Whip {
         name: &str,
         req: Request<hyper::body::Incoming>,
     ) -> Response<Body> {
-        if crate::ingest::parse_target(name, "x").is_none() {
-            return refuse(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such stream: the path is /whip/{id}",
-            );
-        }
-        if !is_sdp(&req) {
-            let mut r = refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "the offer must be sent as Content-Type: application/sdp",
-            );
-            r.headers_mut()
-                .insert("accept-post", HeaderValue::from_static("application/sdp"));
-            return r;
-        }
-        let Some(token) = token(&req) else {
-            let mut r = refuse(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "send the stream token as `Authorization: Bearer <token>` or `?token=<token>`",
-            );
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return r;
-        };
-        let Some(target) = crate::ingest::parse_target(name, &token) else {
-            return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token");
+        let target = match publish_target(name, &req) {
+            Ok(target) => target,
+            Err(refusal) => return *refusal,
         };
         // Where the node serving the stream takes the same request (another node's refusal).
         let path_and_query = req
             .uri()
             .path_and_query()
             .map_or_else(String::new, |p| p.as_str().to_owned());
-        let offer: Bytes = match crate::http::body::read(req, self.config.max_sdp_bytes).await {
-            Ok(b) => b,
-            Err(BodyError::TooLarge(limit)) => {
-                return refuse(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    format!("the offer exceeds {limit} bytes"),
-                )
-            }
-            Err(e @ BodyError::Timeout) => {
-                return refuse(StatusCode::REQUEST_TIMEOUT, "body_timeout", e.to_string())
-            }
-            Err(e) => {
-                return refuse(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    format!("reading the offer: {e}"),
-                )
-            }
+        let offer = match read_offer(req, self.config.max_sdp_bytes).await {
+            Ok(offer) => offer,
+            Err(refusal) => return *refusal,
         };
-        if let Err(e) = sdp::check_offer(&offer) {
-            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            let code = if e.status() == 406 {
-                "unsupported_codecs"
-            } else {
-                "invalid_sdp"
-            };
-            return refuse(status, code, e.to_string());
-        }
         if self.sessions().len() >= self.config.max_sessions {
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -408,33 +353,10 @@ impl Whip {
                 return publish_refusal(&e, &path_and_query);
             }
         };
-        // The offer is UTF-8 (checked above).
-        let offer = String::from_utf8_lossy(&offer).into_owned();
-        let negotiated = match session::negotiate(offer, &self.config, &self.muxes).await {
+        let negotiated = match self.negotiate(id, offer).await {
             Ok(n) => n,
-            Err(e @ session::SessionError::Offer(_)) => {
-                return refuse(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string())
-            }
-            Err(session::SessionError::Unsupported(e)) => {
-                return refuse(
-                    StatusCode::NOT_ACCEPTABLE,
-                    "unsupported_codecs",
-                    e.to_string(),
-                )
-            }
-            Err(e) => {
-                tracing::error!(stream = id, error = %e, "WHIP session set-up failed");
-                return refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string());
-            }
+            Err(refusal) => return *refusal,
         };
-        if let Err(e) = sdp::check_answer(negotiated.answer.as_bytes()) {
-            negotiated.close().await;
-            return refuse(
-                StatusCode::NOT_ACCEPTABLE,
-                "unsupported_codecs",
-                e.to_string(),
-            );
-        }
         let publisher = match self.registry.start(permit).await {
             Ok(p) => p,
             Err(e) => {
@@ -442,6 +364,57 @@ impl Whip {
                 return publish_refusal(&e, &path_and_query);
             }
         };
+        let answer = negotiated.answer.clone();
+        let sid = self.run_session(&target, negotiated, publisher);
+        self.created(name, &sid, answer)
+    }
+
+    /// The peer connection for `offer` (UTF-8, checked), with an answer this daemon can take.
+    async fn negotiate(&self, id: i64, offer: String) -> Result<session::Negotiated, Refusal> {
+        let negotiated = match session::negotiate(offer, &self.config, &self.muxes).await {
+            Ok(n) => n,
+            Err(e @ session::SessionError::Offer(_)) => {
+                return Err(refused(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_sdp",
+                    e.to_string(),
+                ))
+            }
+            Err(session::SessionError::Unsupported(e)) => {
+                return Err(refused(
+                    StatusCode::NOT_ACCEPTABLE,
+                    "unsupported_codecs",
+                    e.to_string(),
+                ))
+            }
+            Err(e) => {
+                tracing::error!(stream = id, error = %e, "WHIP session set-up failed");
+                return Err(refused(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    e.to_string(),
+                ));
+            }
+        };
+        if let Err(e) = sdp::check_answer(negotiated.answer.as_bytes()) {
+            negotiated.close().await;
+            return Err(refused(
+                StatusCode::NOT_ACCEPTABLE,
+                "unsupported_codecs",
+                e.to_string(),
+            ));
+        }
+        Ok(negotiated)
+    }
+
+    /// Registers the session (its id is what a DELETE names) and runs it until it ends; the id.
+    fn run_session(
+        self: &Arc<Self>,
+        target: &crate::ingest::PublishTarget,
+        negotiated: session::Negotiated,
+        publisher: crate::live::Publisher,
+    ) -> String {
+        let (id, slot) = (target.stream_id, target.slot);
         let sid = session_id();
         let (stop, stop_rx) = watch::channel(false);
         self.sessions().insert(
@@ -451,16 +424,20 @@ impl Whip {
                 stop,
             },
         );
-        let answer = negotiated.answer.clone();
         let whip = self.clone();
-        let (slot, sid_task) = (target.slot, sid.clone());
+        let sid_task = sid.clone();
         let timeouts = (self.config.connect_timeout, self.config.idle_timeout);
         tokio::spawn(async move {
             let reason = session::run(negotiated, publisher, 2, timeouts, stop_rx).await;
             whip.sessions().remove(&sid_task);
             tracing::info!(stream = id, ?slot, session = %sid_task, reason, "WHIP publisher left");
         });
-        tracing::info!(stream = id, slot = ?target.slot, session = %sid, "WHIP session created");
+        tracing::info!(stream = id, ?slot, session = %sid, "WHIP session created");
+        sid
+    }
+
+    /// `201 Created`: the answer, and the session's URL.
+    fn created(&self, name: &str, sid: &str, answer: String) -> Response<Body> {
         let location = format!("/whip/{name}/{sid}");
         let mut r = Response::builder()
             .status(StatusCode::CREATED)
@@ -479,6 +456,82 @@ impl Whip {
     }
 }
 
+/// The stream and token a `POST /whip/{name}` names, or its refusal: a known path, an SDP
+/// body, a token.
+fn publish_target(
+    name: &str,
+    req: &Request<hyper::body::Incoming>,
+) -> Result<crate::ingest::PublishTarget, Refusal> {
+    if crate::ingest::parse_target(name, "x").is_none() {
+        return Err(refused(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such stream: the path is /whip/{id}",
+        ));
+    }
+    if !is_sdp(req) {
+        let mut r = refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the offer must be sent as Content-Type: application/sdp",
+        );
+        r.headers_mut()
+            .insert("accept-post", HeaderValue::from_static("application/sdp"));
+        return Err(r.into());
+    }
+    let Some(token) = token(req) else {
+        let mut r = refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send the stream token as `Authorization: Bearer <token>` or `?token=<token>`",
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return Err(r.into());
+    };
+    crate::ingest::parse_target(name, &token)
+        .ok_or_else(|| refused(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token"))
+}
+
+/// The offer, read under the size limit and checked before anything is allocated for it.
+async fn read_offer(req: Request<hyper::body::Incoming>, limit: usize) -> Result<String, Refusal> {
+    let offer: Bytes = match crate::http::body::read(req, limit).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(limit)) => {
+            return Err(refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the offer exceeds {limit} bytes"),
+            ))
+        }
+        Err(e @ BodyError::Timeout) => {
+            return Err(refused(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                e.to_string(),
+            ))
+        }
+        Err(e) => {
+            return Err(refused(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("reading the offer: {e}"),
+            ))
+        }
+    };
+    if let Err(e) = sdp::check_offer(&offer) {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        let code = if e.status() == 406 {
+            "unsupported_codecs"
+        } else {
+            "invalid_sdp"
+        };
+        return Err(refused(status, code, e.to_string()));
+    }
+    // The offer is UTF-8 (checked above).
+    Ok(String::from_utf8_lossy(&offer).into_owned())
+}
+
 /// CORS preflight (RFC 9725 §4.2 allows OPTIONS on the endpoint and on sessions).
 fn options(session: bool) -> Response<Body> {
     let methods = if session {
@@ -486,15 +539,8 @@ fn options(session: bool) -> Response<Body> {
     } else {
         "POST, OPTIONS"
     };
-    let mut r = Response::builder()
-        .status(StatusCode::NO_CONTENT)
+    let mut r = crate::http::cors::preflight(methods, "Authorization, Content-Type, If-Match")
         .header(header::ALLOW, methods)
-        .header(header::ACCESS_CONTROL_ALLOW_METHODS, methods)
-        .header(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            "Authorization, Content-Type, If-Match",
-        )
-        .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
         .header("accept-post", "application/sdp")
         .body(empty())
         .expect("valid response headers");

@@ -1,10 +1,14 @@
-//! The control API's one error type and its JSON shape:
-//! `{"error":{"code":"…","message":"…","field":"…"|null}}` with a stable `code`.
+//! The one JSON error shape of every JSON error we answer (the control API, WHIP, the relay;
+//! media delivery answers plain text):
+//! `{"error":{"code":"…","message":"…","field":"…"|null}}` with a stable `code`, and the
+//! responses that carry it.
 
-use hyper::StatusCode;
+use hyper::header::{HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Response, StatusCode};
 use serde_json::json;
 
 use crate::db::StoreError;
+use crate::http::listener::{json_response, Body};
 use crate::url_policy::UrlPolicyError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +142,22 @@ impl ApiError {
     pub fn body(&self) -> serde_json::Value {
         json!({"error": {"code": self.code, "message": self.message, "field": self.field}})
     }
+
+    /// The error as a JSON response, without a credentials challenge: WHIP and the relay's
+    /// gateway errors answer with this (WHIP's `401` names its own scheme, `Bearer`).
+    pub fn response(&self) -> Response<Body> {
+        json_response(self.status, &self.body())
+    }
+}
+
+/// The control API's answer to `e`: a `401` tells the client which scheme the API takes.
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let mut resp = e.response();
+    if e.status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("apikey"));
+    }
+    resp
 }
 
 impl From<StoreError> for ApiError {

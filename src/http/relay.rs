@@ -3,21 +3,22 @@
 //! a blocking playlist reload waits there, the growing LL-DASH segment arrives chunk by chunk.
 //! One URL then works on every node, behind any load balancer.
 //!
-//! The relaying node vouches for the request ([`super::node_auth`]): the user's credentials stay
-//! with the node they were given to, and the serving node accepts the signature instead.
+//! The relaying node vouches for the request ([`crate::cluster::node_auth`]): the user's
+//! credentials stay with the node they were given to, and the serving node accepts the
+//! signature instead. Which node serves a stream is the cluster's to say (its leases); this
+//! module only carries the request there and the answer back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::node_auth::{NodeAuth, NodeAuthError, Relayed};
-use super::Cluster;
-use crate::db::{LeaseRow, Store};
+use crate::cluster::node_auth::{NodeAuth, NodeAuthError, Relayed};
+use crate::cluster::Cluster;
+use crate::http::error::{error_response, ApiError};
 use crate::http::listener::Body;
 use crate::url_policy;
 use crate::url_policy::client::{self, OutboundClient};
@@ -42,7 +43,7 @@ const PASSED_ON: [HeaderName; 6] = [
     header::CONTENT_TYPE,
 ];
 /// A relayed request body (control API writes) is read whole first, up to the API's own limit.
-const MAX_BODY: usize = crate::http::api::MAX_BODY_BYTES;
+const MAX_BODY: usize = crate::http::body::MAX_JSON_BYTES;
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's, not the answer's.
 const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
@@ -54,14 +55,14 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 ];
 
 pub struct Relay {
+    /// Which node serves a stream, or holds a video: the cluster's leases and nodes say.
     cluster: Arc<Cluster>,
-    store: Arc<dyn Store>,
     auth: NodeAuth,
     client: OutboundClient,
 }
 
 impl Relay {
-    pub fn new(cluster: Arc<Cluster>, store: Arc<dyn Store>, auth: NodeAuth) -> Arc<Relay> {
+    pub fn new(cluster: Arc<Cluster>, auth: NodeAuth) -> Arc<Relay> {
         let client = client::build(client::Outbound::relay(), |b| {
             b.connect_timeout(CONNECT_TIMEOUT)
                 .read_timeout(READ_TIMEOUT)
@@ -69,7 +70,6 @@ impl Relay {
         .expect("a client without TLS settings builds");
         Arc::new(Relay {
             cluster,
-            store,
             auth,
             client,
         })
@@ -104,7 +104,7 @@ impl Relay {
     /// stream, nobody does, or the request was relayed already: two nodes that disagree on an
     /// owner for a moment never pass a request around), else the serving node's URL.
     pub async fn stream_owner(&self, id: i64, req: &Request<Incoming>) -> Option<String> {
-        if is_relayed(req) || self.cluster.holds(id) || id <= 0 {
+        if is_relayed(req) {
             return None;
         }
         // Reads (media, the API's GETs: anyone may send them, for any id) use the cluster's
@@ -112,41 +112,16 @@ impl Relay {
         // start: authenticated) looks the serving node up afresh, or its live effect could land
         // on a node that just lost or has not yet seen the stream.
         let read = matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD);
-        let elsewhere = |l: &LeaseRow| {
-            l.stream_id == id && l.node_id != self.cluster.node_id() && !l.node_url.is_empty()
-        };
-        if read {
-            let leases = self.cluster.lookups().live_leases().await.ok()?;
-            return leases
-                .iter()
-                .find(|l| elsewhere(l))
-                .map(|l| l.node_url.clone());
-        }
-        let store = self.store.clone();
-        let dead_after = self.cluster.dead_after();
-        let leases = tokio::task::spawn_blocking(move || store.live_leases(Some(id), dead_after))
-            .await
-            .ok()?
-            .ok()?;
-        leases.into_iter().find(elsewhere).map(|l| l.node_url)
+        self.cluster.serving_node(id, !read).await
     }
 
     /// Where a request for a video recorded on `node` goes: `None` to answer it here.
     pub async fn node_url(&self, node: Option<&str>, req: &Request<Incoming>) -> Option<String> {
         let node = node?;
-        if is_relayed(req) || node == self.cluster.node_id() {
+        if is_relayed(req) {
             return None;
         }
-        let store = self.store.clone();
-        let nodes = tokio::task::spawn_blocking(move || store.nodes())
-            .await
-            .ok()?
-            .ok()?;
-        nodes
-            .into_iter()
-            .find(|n| n.id == node)
-            .map(|n| n.url)
-            .filter(|u| !u.is_empty())
+        self.cluster.node_url(node).await
     }
 
     /// Asks `base` (a node's URL) for the same path and query and streams its answer back;
@@ -247,15 +222,11 @@ pub fn refused(e: &NodeAuthError) -> Response<Body> {
         NodeAuthError::Busy => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::UNAUTHORIZED,
     };
-    crate::http::api::error_response(&crate::http::api::ApiError::new(
-        status,
-        "unauthorized",
-        e.to_string(),
-    ))
+    error_response(&ApiError::new(status, "unauthorized", e.to_string()))
 }
 
 fn too_large() -> Response<Body> {
-    crate::http::api::error_response(&crate::http::api::ApiError::new(
+    error_response(&ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
         format!("the body exceeds {MAX_BODY} bytes"),
@@ -263,14 +234,10 @@ fn too_large() -> Response<Body> {
 }
 
 fn unreachable_node(why: &str) -> Response<Body> {
-    let body = serde_json::json!({"error": {
-        "code": "node_unreachable",
-        "message": format!("the node serving this did not answer: {why}"),
-        "field": null,
-    }});
-    Response::builder()
-        .status(StatusCode::BAD_GATEWAY)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(crate::http::listener::full(Bytes::from(body.to_string())))
-        .expect("static response is valid")
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "node_unreachable",
+        format!("the node serving this did not answer: {why}"),
+    )
+    .response()
 }

@@ -1,0 +1,68 @@
+//! The daemon's HTTP part: its port bound at start (the cluster announces it, the API's URLs
+//! name it), then served: every request routed ([`super::router`]) under the listener's limits
+//! and admission gate.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::Request;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::api::Api;
+use super::delivery::player::Player;
+use super::listener::{self, HttpLimits};
+use crate::admission::Admission;
+use crate::ingest::whip::Whip;
+
+/// The HTTP port, bound and not yet accepting.
+pub struct Http {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+/// Who answers the requests the router hands out besides media delivery.
+pub struct Routes {
+    pub api: Arc<Api>,
+    pub whip: Arc<Whip>,
+    pub player: Arc<Player>,
+}
+
+impl Http {
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<Http> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        Ok(Http { listener, addr })
+    }
+
+    /// Serves until `shutdown`, then lets in-flight requests finish (the task ends then).
+    pub fn serve(
+        self,
+        routes: Routes,
+        limits: HttpLimits,
+        admission: Admission,
+        shutdown: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
+        let routes = Arc::new(routes);
+        let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
+            let routes = routes.clone();
+            async move {
+                let (api, whip, player) = (
+                    routes.api.clone(),
+                    routes.whip.clone(),
+                    routes.player.clone(),
+                );
+                super::router::route(api, whip, player, req).await
+            }
+        };
+        tokio::spawn(listener::serve(
+            self.listener,
+            handler,
+            limits,
+            admission,
+            shutdown,
+        ))
+    }
+}
