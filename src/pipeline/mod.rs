@@ -22,7 +22,7 @@ use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::live::{
-    Counters, LiveStatus, PipelineFactory, PipelineFailure, PipelineJob, SharedStatus,
+    Counters, PipelineFactory, PipelineFailure, PipelineJob, PipelinePart, SharedStatus,
     StreamHandles,
 };
 use crate::media::{
@@ -344,16 +344,11 @@ async fn run_one(
     };
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
-        // The receiving states belong to the registry's input switch.
-        *s = LiveStatus {
-            live: s.live,
-            backup_live: s.backup_live,
+        s.set_pipeline_part(PipelinePart {
             transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
-            video_width: probe.video.as_ref().map(|v| v.width),
-            video_height: probe.video.as_ref().map(|v| v.height),
-            ..LiveStatus::default()
-        };
+            video_size: probe.video.as_ref().map(|v| (v.width, v.height)),
+        });
     }
     let built = {
         let package = package.clone();
@@ -550,7 +545,7 @@ impl Pusher {
         if self.fps_window.len().is_multiple_of(15) {
             if let Some(fps) = measure_fps(self.fps_window.iter().copied()) {
                 let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-                s.frame_rate = Some((fps * 100.0).round() / 100.0);
+                s.set_frame_rate((fps * 100.0).round() / 100.0);
             }
         }
     }
@@ -561,8 +556,7 @@ impl Pusher {
         if let Some(src) = &self.video {
             src.set_caps(Some(&build::video_caps(&c)));
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.video_width = Some(c.width);
-            s.video_height = Some(c.height);
+            s.set_video_size(c.width, c.height);
         }
         self.video_config = Some(c);
     }
@@ -838,7 +832,7 @@ mod tests {
             "only {media:?} of 6 s came out"
         );
         let s = status.lock().unwrap().clone();
-        assert_eq!((s.video_width, s.video_height), (Some(640), Some(360)));
+        assert_eq!((s.video_width(), s.video_height()), (Some(640), Some(360)));
         // Every part of the top rung was counted; nothing had to be dropped.
         let parts: usize = package.read(|p| {
             p.renditions[0]
