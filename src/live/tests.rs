@@ -221,14 +221,17 @@ async fn a_reconnect_within_grace_continues_the_package_then_it_ends_and_lingers
     let again = h.publish(id, Slot::Main).await.unwrap();
     assert!(Arc::ptr_eq(&package, &h.registry.package(id).unwrap()));
     assert_eq!(h.jobs(), 2, "a new pipeline on the same package");
-    assert!(!package.read(|p| p.ended));
+    assert!(!package.read(|p| p.ended()));
 
     drop(again);
     settle().await;
     tokio::time::sleep(GRACE - Duration::from_millis(10)).await;
-    assert!(!package.read(|p| p.ended), "still within the grace period");
+    assert!(
+        !package.read(|p| p.ended()),
+        "still within the grace period"
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(package.read(|p| p.ended), "grace passed: playlists end");
+    assert!(package.read(|p| p.ended()), "grace passed: playlists end");
     assert!(h.registry.package(id).is_some(), "ended outputs linger");
     tokio::time::sleep(LINGER).await;
     assert!(
@@ -357,7 +360,7 @@ async fn settings_changes_reach_a_live_package() {
     let id = h.stream(|_| {});
     let _p = h.publish(id, Slot::Main).await.unwrap();
     let package = h.registry.package(id).unwrap();
-    assert_eq!(package.read(|p| p.dvr_window), None);
+    assert_eq!(package.read(|p| p.dvr_window()), None);
     let settings = StreamSettings {
         dvr_enabled: true,
         dvr_duration: 600,
@@ -366,7 +369,7 @@ async fn settings_changes_reach_a_live_package() {
     };
     h.registry.apply_settings(id, &settings);
     assert_eq!(
-        package.read(|p| (p.dvr_window, p.endlist_tag)),
+        package.read(|p| (p.dvr_window(), p.endlist_tag())),
         (Some(Duration::from_secs(600)), false)
     );
 }

@@ -115,7 +115,7 @@ pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: 
 }
 
 pub fn block_timeout(pkg: &PackageState) -> Duration {
-    Duration::from_secs(pkg.config.target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
+    Duration::from_secs(pkg.config().target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
 }
 
 fn secs(d: Duration) -> String {
@@ -131,11 +131,11 @@ pub fn render_master(pkg: &PackageState) -> String {
         "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}\n#EXT-X-INDEPENDENT-SEGMENTS"
     );
     let audio = pkg
-        .renditions
+        .renditions()
         .iter()
         .find(|r| matches!(r.kind, RenditionKind::Audio { .. }));
     let videos: Vec<&Rendition> = pkg
-        .renditions
+        .renditions()
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Video { .. }))
         .collect();
@@ -215,7 +215,7 @@ pub fn media_playlist(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bo
 /// A media playlist (§4.4): the live window of `r`, its parts near the live edge, the preload
 /// hint and the other renditions' reports. `skip` makes it a delta update (§6.2.5.1).
 pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool) -> String {
-    let cfg = &pkg.config;
+    let cfg = &pkg.config();
     let td = cfg.target_duration_secs();
     let part_target = cfg.part;
     let skip_until = Duration::from_secs(td * 6);
@@ -303,7 +303,7 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
             let _ = writeln!(out, "#EXTINF:{},\nseg_{}.m4s", secs(s.duration()), s.msn);
         }
     }
-    if !pkg.ended {
+    if !pkg.ended() {
         if let Some((msn, idx)) = next_part_hint(r, cfg.segment) {
             let _ = writeln!(
                 out,
@@ -311,7 +311,7 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
             );
         }
     }
-    for other in pkg.renditions.iter().filter(|o| o.name != r.name) {
+    for other in pkg.renditions().iter().filter(|o| o.name != r.name) {
         if let Some((msn, part)) = other.last_part() {
             let _ = writeln!(
                 out,
@@ -385,7 +385,7 @@ mod tests {
     fn golden_media_playlist() {
         // 22 parts = 5 complete segments (msn 0..4) + 2 parts of msn 5.
         let pkg = package(22);
-        let text = render_media(&pkg, &pkg.renditions[0], false, false);
+        let text = render_media(&pkg, &pkg.renditions()[0], false, false);
         assert_eq!(
             text,
             "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-TARGETDURATION:2\n\
@@ -417,12 +417,12 @@ mod tests {
     fn hint_moves_to_next_segment_when_open_one_is_full() {
         let pkg = package(8);
         assert_eq!(
-            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            next_part_hint(&pkg.renditions()[0], pkg.config().segment),
             Some((2, 0))
         );
         let pkg = package(9);
         assert_eq!(
-            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            next_part_hint(&pkg.renditions()[0], pkg.config().segment),
             Some((2, 1))
         );
     }
@@ -430,17 +430,17 @@ mod tests {
     #[test]
     fn delta_update_skips_old_segments_and_endlist() {
         let pkg = package_with(22, 10);
-        let full = render_media(&pkg, &pkg.renditions[0], false, false);
+        let full = render_media(&pkg, &pkg.renditions()[0], false, false);
         assert!(!full.contains("EXT-X-SKIP"));
-        let delta = render_media(&pkg, &pkg.renditions[0], true, false);
+        let delta = render_media(&pkg, &pkg.renditions()[0], true, false);
         // 11 s of media listed (6 segments incl. the open one); 12 s skip boundary: none skipped.
         assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS=0\n"));
         let mut long = package_with(60, 10);
-        let delta = render_media(&long, &long.renditions[0], true, false);
+        let delta = render_media(&long, &long.renditions()[0], true, false);
         assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS="), "{delta}");
         assert!(!delta.contains("SKIPPED-SEGMENTS=0"), "{delta}");
-        long.ended = true;
-        let ended = render_media(&long, &long.renditions[0], false, true);
+        long.set_ended(true);
+        let ended = render_media(&long, &long.renditions()[0], false, true);
         assert!(ended.ends_with("#EXT-X-ENDLIST\n"));
         assert!(!ended.contains("PRELOAD-HINT"));
     }
@@ -461,7 +461,7 @@ mod tests {
     fn blocking_table() {
         // Live edge: segment 5 open with parts 0 and 1; segment 4 complete. 4 parts/segment.
         let pkg = package(22);
-        let r = &pkg.renditions[0];
+        let r = &pkg.renditions()[0];
         let q = |msn: Option<u64>, part: Option<u64>| MediaQuery {
             msn,
             part,
@@ -499,7 +499,7 @@ mod tests {
         // Parts of the first segment only: a plain request waits for it to complete (hls.js
         // reads such a playlist as empty), unless the stream has ended.
         let young = package(3);
-        let r = &young.renditions[0];
+        let r = &young.renditions()[0];
         assert_eq!(readiness(r, false, &q(None, None), 4), Readiness::Wait);
         assert_eq!(
             readiness(r, false, &q(Some(0), Some(2)), 4),
@@ -508,7 +508,7 @@ mod tests {
         assert_eq!(readiness(r, true, &q(None, None), 4), Readiness::Ready);
         let grown = package(5);
         assert_eq!(
-            readiness(&grown.renditions[0], false, &q(None, None), 4),
+            readiness(&grown.renditions()[0], false, &q(None, None), 4),
             Readiness::Ready
         );
     }

@@ -338,7 +338,7 @@ async fn run_one(
             probe.video.as_ref(),
             probe.audio.as_ref(),
             probe.fps,
-            package.read(|p| p.config),
+            package.read(|p| p.config()),
             probe.wall_time_of(base),
         )
     };
@@ -758,11 +758,11 @@ mod tests {
             .unwrap();
         let (names, marked) = package.read(|p| {
             (
-                p.renditions
+                p.renditions()
                     .iter()
                     .map(|r| r.name.clone())
                     .collect::<Vec<_>>(),
-                p.renditions[0].segments().iter().any(|s| s.discontinuity),
+                p.renditions()[0].segments().iter().any(|s| s.discontinuity),
             )
         });
         // The audio joined the outputs, in a new pipeline whose first segment is marked.
@@ -815,11 +815,11 @@ mod tests {
             .unwrap()
             .unwrap();
         let (media, ladder_names) = package.read(|p| {
-            let top = &p.renditions[0];
+            let top = &p.renditions()[0];
             let media: Duration = top.segments().iter().map(|s| s.duration()).sum();
             (
                 media,
-                p.renditions
+                p.renditions()
                     .iter()
                     .map(|r| r.name.clone())
                     .collect::<Vec<_>>(),
@@ -835,7 +835,7 @@ mod tests {
         assert_eq!((s.video_width(), s.video_height()), (Some(640), Some(360)));
         // Every part of the top rung was counted; nothing had to be dropped.
         let parts: usize = package.read(|p| {
-            p.renditions[0]
+            p.renditions()[0]
                 .segments()
                 .iter()
                 .map(|s| s.parts.len())
