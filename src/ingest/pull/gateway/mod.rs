@@ -26,13 +26,13 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 use url::Url;
 
-mod upstream;
+mod answer;
 
 use super::rewrite::{self, PlaylistKind, RewriteError, Sniffed};
 use crate::http::listener::{self as server, Body};
 use crate::url_policy::client::{self, OutboundClient};
 use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
-use upstream::{is_redirect, location, passed_headers, read_playlist, sniff};
+use answer::{is_redirect, location, passed_headers, read_playlist, sniff};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -548,7 +548,7 @@ impl Inner {
         let (tx, body) = server::channel_body(4);
         let (stream, url) = (self.stream, redact(upstream.as_str()));
         let mut shutdown = self.shutdown_rx.clone();
-        let pump = upstream::pump(resp, first, cap, tx, (stream, url));
+        let pump = answer::pump(resp, first, cap, tx, (stream, url));
         tokio::spawn(async move {
             tokio::select! {
                 _ = pump => {}
