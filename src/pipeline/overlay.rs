@@ -369,7 +369,10 @@ impl OverlayHub {
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => break,
                 };
-                this.changed(id).await;
+                // Applied in the stream's turn, not here: a page that is slow to answer must
+                // not hold up the events of every stream (a lagging receiver loses some).
+                let hub = this.clone();
+                tokio::spawn(async move { hub.changed(id).await });
             }
         });
     }
