@@ -64,11 +64,11 @@ fn part(index: u64, t0: OffsetDateTime, data: &Bytes) -> PartIn {
 /// the live window or a DVR window.
 fn stream(parts: u64, dvr: Option<Duration>) -> PackageState {
     let mut p = PackageState::new(PackagingConfig::default(), ladder());
-    p.dvr_window = dvr;
+    p.set_dvr_window(dvr);
     let t0 = OffsetDateTime::now_utc() - PART * parts as u32;
     let data = Bytes::from(vec![0u8; PART_BYTES]);
     for i in 0..=parts {
-        for r in 0..p.renditions.len() {
+        for r in 0..p.renditions().len() {
             p.push_part(r, part(i, t0, &data));
         }
     }
@@ -78,14 +78,14 @@ fn stream(parts: u64, dvr: Option<Duration>) -> PackageState {
 fn rendering(c: &mut Criterion) {
     let live = stream(120, None);
     let dvr = stream(2 * 3600 * 2, Some(Duration::from_secs(3600)));
-    let top = &live.renditions[0];
+    let top = &live.renditions()[0];
     c.bench_function("hls/render_master", |b| {
         b.iter(|| hls::render_master(black_box(&live)))
     });
     c.bench_function("hls/render_media live window (6 segments)", |b| {
         b.iter(|| hls::render_media(black_box(&live), top, false, false))
     });
-    let dvr_top = &dvr.renditions[0];
+    let dvr_top = &dvr.renditions()[0];
     c.bench_function("hls/render_media DVR 1 h (1800 segments)", |b| {
         b.iter(|| hls::render_media(black_box(&dvr), dvr_top, false, false))
     });
@@ -123,7 +123,7 @@ fn store(c: &mut Criterion) {
         )
     });
     let live = stream(120, None);
-    let top = &live.renditions[0];
+    let top = &live.renditions()[0];
     let (last_msn, _) = top.last_part().expect("parts");
     c.bench_function("store/get part", |b| {
         b.iter(|| {
@@ -161,7 +161,7 @@ fn blocking_reload(c: &mut Criterion) {
                     for _ in 0..iters {
                         let package = Arc::new(Package::new(stream(parts, dvr)));
                         let (msn, idx) =
-                            package.read(|p| p.renditions[0].last_part().expect("parts"));
+                            package.read(|p| p.renditions()[0].last_part().expect("parts"));
                         let (next_msn, next_part) = if idx + 1 < PARTS_PER_SEGMENT as usize {
                             (msn, idx + 1)
                         } else {
@@ -195,7 +195,7 @@ fn blocking_reload(c: &mut Criterion) {
                             // Every waiter has evaluated once and parked on the change signal.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         });
-                        let name = package.read(|p| p.renditions[0].name.clone());
+                        let name = package.read(|p| p.renditions()[0].name.clone());
                         let sink = package
                             .sink(livepack::package::Output::Cmaf, &name)
                             .expect("installed");

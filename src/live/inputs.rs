@@ -98,7 +98,7 @@ impl Registry {
             if receiving != shown {
                 shown = receiving;
                 let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
-                (s.live, s.backup_live) = receiving;
+                s.set_receiving(receiving.0, receiving.1);
             }
             if switch.is_empty() {
                 match self

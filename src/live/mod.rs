@@ -39,7 +39,7 @@ use crate::quality::{QualitySet, QualitySets};
 use publisher::LeaseHold;
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use sessions::{lock, Opened};
-pub use status::{Counters, LiveStatus, SharedStatus, StreamMetrics};
+pub use status::{Counters, LiveStatus, PipelinePart, SharedStatus, StreamMetrics};
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
@@ -272,9 +272,8 @@ impl Registry {
         self.sessions
             .handles(id)
             .map(|h| {
-                let mut s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                s.storage_error = h.package.storage_error();
-                s
+                let s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                s.with_storage_error(h.package.storage_error())
             })
             .unwrap_or_default()
     }

@@ -146,8 +146,8 @@ impl Table {
         let receiving = {
             let s = lock(&e.handles.status);
             match slot {
-                Slot::Main => s.live,
-                Slot::Backup => s.backup_live,
+                Slot::Main => s.live(),
+                Slot::Backup => s.backup_live(),
             }
         };
         if receiving {
@@ -239,9 +239,10 @@ impl Table {
     pub fn slot_started(&self, id: i64, slot: Slot) {
         if let Some(e) = self.streams().get(&id) {
             let mut s = lock(&e.handles.status);
+            let (main, backup) = (s.live(), s.backup_live());
             match slot {
-                Slot::Main => s.live = true,
-                Slot::Backup => s.backup_live = true,
+                Slot::Main => s.set_receiving(true, backup),
+                Slot::Backup => s.set_receiving(main, true),
             }
         }
     }

@@ -7,19 +7,112 @@ use std::sync::{Arc, Mutex};
 
 /// The receiving/transcoding state of a stream; all off while nothing is received. Serialised
 /// into the stream's lease, so the API of every node shows it (fields it lacks default).
+///
+/// Two owners write it, each only its own part: the input switch the receiving flags
+/// ([`LiveStatus::set_receiving`]), the pipeline the rest ([`LiveStatus::set_pipeline_part`]
+/// when it is built, then the measures as they change). The registry adds the package's
+/// storage error when it hands out a copy.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct LiveStatus {
-    pub live: bool,
-    pub backup_live: bool,
-    pub transcoded_qualities: Vec<String>,
-    pub recording_duration: f64,
-    pub transcoding_speed: Option<f64>,
-    pub frame_rate: Option<f64>,
-    pub video_height: Option<u32>,
-    pub video_width: Option<u32>,
+    live: bool,
+    backup_live: bool,
+    transcoded_qualities: Vec<String>,
+    recording_duration: f64,
+    transcoding_speed: Option<f64>,
+    frame_rate: Option<f64>,
+    video_height: Option<u32>,
+    video_width: Option<u32>,
     /// Why segments are not being written (disk full, …), since when; `None` when they are.
-    pub storage_error: Option<String>,
+    storage_error: Option<String>,
+}
+
+/// What a newly built pipeline knows of its stream.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PipelinePart {
+    pub transcoded_qualities: Vec<String>,
+    pub frame_rate: Option<f64>,
+    /// Width and height of the source picture.
+    pub video_size: Option<(u32, u32)>,
+}
+
+impl LiveStatus {
+    /// The main input is receiving.
+    pub fn live(&self) -> bool {
+        self.live
+    }
+
+    /// The backup input is receiving.
+    pub fn backup_live(&self) -> bool {
+        self.backup_live
+    }
+
+    pub fn transcoded_qualities(&self) -> &[String] {
+        &self.transcoded_qualities
+    }
+
+    pub fn recording_duration(&self) -> f64 {
+        self.recording_duration
+    }
+
+    pub fn transcoding_speed(&self) -> Option<f64> {
+        self.transcoding_speed
+    }
+
+    pub fn frame_rate(&self) -> Option<f64> {
+        self.frame_rate
+    }
+
+    pub fn video_width(&self) -> Option<u32> {
+        self.video_width
+    }
+
+    pub fn video_height(&self) -> Option<u32> {
+        self.video_height
+    }
+
+    pub fn storage_error(&self) -> Option<&str> {
+        self.storage_error.as_deref()
+    }
+
+    /// The input switch's part: which inputs are receiving.
+    pub fn set_receiving(&mut self, main: bool, backup: bool) {
+        (self.live, self.backup_live) = (main, backup);
+    }
+
+    /// The pipeline's part, anew for a new pipeline: what the previous one measured goes.
+    pub fn set_pipeline_part(&mut self, part: PipelinePart) {
+        *self = LiveStatus {
+            live: self.live,
+            backup_live: self.backup_live,
+            transcoded_qualities: part.transcoded_qualities,
+            frame_rate: part.frame_rate,
+            video_width: part.video_size.map(|(w, _)| w),
+            video_height: part.video_size.map(|(_, h)| h),
+            ..LiveStatus::default()
+        };
+    }
+
+    /// The source frame rate, as the pipeline last measured it.
+    pub fn set_frame_rate(&mut self, fps: f64) {
+        self.frame_rate = Some(fps);
+    }
+
+    /// The source picture's size after a change of parameters.
+    pub fn set_video_size(&mut self, width: u32, height: u32) {
+        (self.video_width, self.video_height) = (Some(width), Some(height));
+    }
+
+    /// Media seconds encoded per wall second.
+    pub fn set_transcoding_speed(&mut self, speed: f64) {
+        self.transcoding_speed = Some(speed);
+    }
+
+    /// The package's storage error, added to a copy handed out (the package owns it).
+    pub fn with_storage_error(mut self, error: Option<String>) -> LiveStatus {
+        self.storage_error = error;
+        self
+    }
 }
 
 /// Shared, updated by the pipeline's threads, read by the API.

@@ -193,7 +193,7 @@ async fn a_taken_slot_is_refused_while_its_publisher_sends() {
         assert!(main.send(m));
     }
     settle().await;
-    assert!(h.registry.status(id).live);
+    assert!(h.registry.status(id).live());
     let start = Instant::now();
     assert_eq!(
         h.publish(id, Slot::Main).await.err(),
@@ -212,7 +212,7 @@ async fn a_reconnect_within_grace_continues_the_package_then_it_ends_and_lingers
     let package = h.registry.package(id).unwrap();
     drop(first);
     settle().await;
-    assert!(!h.registry.status(id).live, "inputs gone: not live");
+    assert!(!h.registry.status(id).live(), "inputs gone: not live");
     assert!(
         h.registry.package(id).is_some(),
         "outputs kept for the grace"
@@ -222,14 +222,17 @@ async fn a_reconnect_within_grace_continues_the_package_then_it_ends_and_lingers
     let again = h.publish(id, Slot::Main).await.unwrap();
     assert!(Arc::ptr_eq(&package, &h.registry.package(id).unwrap()));
     assert_eq!(h.jobs(), 2, "a new pipeline on the same package");
-    assert!(!package.read(|p| p.ended));
+    assert!(!package.read(|p| p.ended()));
 
     drop(again);
     settle().await;
     tokio::time::sleep(GRACE - Duration::from_millis(10)).await;
-    assert!(!package.read(|p| p.ended), "still within the grace period");
+    assert!(
+        !package.read(|p| p.ended()),
+        "still within the grace period"
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(package.read(|p| p.ended), "grace passed: playlists end");
+    assert!(package.read(|p| p.ended()), "grace passed: playlists end");
     assert!(h.registry.package(id).is_some(), "ended outputs linger");
     tokio::time::sleep(LINGER).await;
     assert!(
@@ -269,7 +272,7 @@ async fn a_silent_publisher_is_evicted_by_a_new_publish() {
     settle().await;
     // Silent for longer than the switch timeout: no longer receiving.
     tokio::time::sleep(SWITCH + Duration::from_millis(200)).await;
-    assert!(!h.registry.status(id).live);
+    assert!(!h.registry.status(id).live());
     let _new = h.publish(id, Slot::Main).await.unwrap();
     tokio::time::timeout(Duration::from_secs(1), old.closed())
         .await
@@ -287,7 +290,7 @@ async fn kick_stops_the_pipeline_and_closes_the_publisher() {
         .await
         .expect("kicked publisher closed");
     assert!(h.seen(0).lock().unwrap().stopped);
-    assert!(!h.registry.status(id).live);
+    assert!(!h.registry.status(id).live());
     assert!(
         h.registry.package(id).is_some(),
         "grace period follows a kick"
@@ -311,7 +314,7 @@ async fn main_and_backup_share_one_session_and_the_backup_takes_over() {
     }
     settle().await;
     let status = h.registry.status(id);
-    assert!(status.live && status.backup_live);
+    assert!(status.live() && status.backup_live());
     // The main goes silent; the backup keeps sending 40 ms frames past the switch timeout.
     let mut t = 0;
     let until = Instant::now() + SWITCH + Duration::from_secs(1);
@@ -321,7 +324,7 @@ async fn main_and_backup_share_one_session_and_the_backup_takes_over() {
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
     let status = h.registry.status(id);
-    assert!(!status.live && status.backup_live);
+    assert!(!status.live() && status.backup_live());
     let switched = h
         .seen(0)
         .lock()
@@ -334,7 +337,7 @@ async fn main_and_backup_share_one_session_and_the_backup_takes_over() {
     drop(backup);
     settle().await;
     assert!(h.registry.package(id).is_some());
-    assert!(!h.registry.status(id).backup_live);
+    assert!(!h.registry.status(id).backup_live());
 }
 
 #[tokio::test(start_paused = true)]
@@ -358,7 +361,7 @@ async fn settings_changes_reach_a_live_package() {
     let id = h.stream(|_| {});
     let _p = h.publish(id, Slot::Main).await.unwrap();
     let package = h.registry.package(id).unwrap();
-    assert_eq!(package.read(|p| p.dvr_window), None);
+    assert_eq!(package.read(|p| p.dvr_window()), None);
     let settings = StreamSettings {
         dvr_enabled: true,
         dvr_duration: 600,
@@ -367,7 +370,7 @@ async fn settings_changes_reach_a_live_package() {
     };
     h.registry.apply_settings(id, &settings);
     assert_eq!(
-        package.read(|p| (p.dvr_window, p.endlist_tag)),
+        package.read(|p| (p.dvr_window(), p.endlist_tag())),
         (Some(Duration::from_secs(600)), false)
     );
 }

@@ -76,7 +76,7 @@ fn xs_duration(d: Duration) -> String {
 /// segment of an epoch is cut short where the publisher left, so it never sets the value.
 fn template_duration(pkg: &PackageState, r: &Rendition, with_video: bool) -> Option<Duration> {
     if with_video {
-        return Some(pkg.config.segment);
+        return Some(pkg.config().segment);
     }
     let segments = r.segments();
     let full = (1..segments.len()).rev().find(|&i| {
@@ -143,12 +143,16 @@ fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Optio
     let mut epochs: Vec<u64> = reference.segments().iter().map(|s| s.epoch_msn).collect();
     epochs.dedup();
     let newest = *epochs.last()?;
-    let begun = |e: u64| pkg.renditions.iter().all(|r| last_in_epoch(r, e).is_some());
+    let begun = |e: u64| {
+        pkg.renditions()
+            .iter()
+            .all(|r| last_in_epoch(r, e).is_some())
+    };
     if !begun(newest) {
         epochs.pop();
     }
     // The live epoch goes on unless the broadcast ended or the publisher left.
-    let live_over = pkg.ended || pkg.renditions.iter().any(Rendition::awaiting_epoch);
+    let live_over = pkg.ended() || pkg.renditions().iter().any(Rendition::awaiting_epoch);
     let mut periods: Vec<PeriodPlan> = Vec::with_capacity(epochs.len());
     for &epoch in &epochs {
         let Some(mut start) = epoch_start(reference, epoch, d) else {
@@ -160,7 +164,7 @@ fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Optio
         }
         let over = epoch != newest || live_over;
         let length = over.then(|| {
-            pkg.renditions
+            pkg.renditions()
                 .iter()
                 .filter_map(|r| media_in_epoch(r, epoch, d))
                 .min()
@@ -226,12 +230,12 @@ pub fn render_mpd(
     // The one string from outside the package: escaped once, here, whatever its origin.
     let time_url = &*xml_attr(time_url);
     let video: Vec<&Rendition> = pkg
-        .renditions
+        .renditions()
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Video { .. }))
         .collect();
     let audio: Vec<&Rendition> = pkg
-        .renditions
+        .renditions()
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Audio { .. }))
         .collect();
@@ -244,21 +248,21 @@ pub fn render_mpd(
     let ast = periods.first()?.start;
     // Between epochs (the publisher left within its grace period) the last Period has ended:
     // players look for the next one as often as a segment would have come, not every 10 s.
-    let waiting = !pkg.ended && periods.last().is_some_and(|p| p.length.is_some());
+    let waiting = !pkg.ended() && periods.last().is_some_and(|p| p.length.is_some());
     let update = if waiting {
-        pkg.config.segment
+        pkg.config().segment
     } else {
         MINIMUM_UPDATE_PERIOD
     };
-    let part = pkg.config.part;
+    let part = pkg.config().part;
     let window = pkg
-        .dvr_window
-        .unwrap_or(pkg.config.segment * u32::try_from(pkg.config.window_segments).unwrap_or(6));
+        .dvr_window()
+        .unwrap_or(pkg.config().segment * u32::try_from(pkg.config().window_segments).unwrap_or(6));
     let latency_ms = part.as_millis() as u32 * LATENCY_PARTS;
     // ISO 23009-1 §5.3.1.2: suggestedPresentationDelay, for a client that needs it; the
     // time-shift buffer then reaches that far back (the store keeps those segments).
-    let delay = client.presentation_delay(pkg.config.segment);
-    let window = delay.map_or(window, |d| window.max(d + pkg.config.segment));
+    let delay = client.presentation_delay(pkg.config().segment);
+    let window = delay.map_or(window, |d| window.max(d + pkg.config().segment));
     let suggested = delay
         .map(|d| format!("suggestedPresentationDelay=\"{}\" ", xs_duration(d)))
         .unwrap_or_default();
@@ -275,7 +279,7 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\
         xs_duration(update),
         xs_duration(part),
         xs_duration(window),
-        xs_duration(pkg.config.segment + part),
+        xs_duration(pkg.config().segment + part),
     );
     // DASH-IF low-latency: the latency the service aims for, and the playback-rate band.
     let _ = writeln!(
@@ -530,8 +534,8 @@ mod tests {
             pkg.push_part(1, part(i % 4 == 0, 496, t));
         }
         // The publisher leaves; 30 s later a new epoch continues the numbering.
-        let next = pkg.renditions.iter().map(|r| r.next_msn()).max().unwrap();
-        for r in &mut pkg.renditions {
+        let next = pkg.renditions().iter().map(|r| r.next_msn()).max().unwrap();
+        for r in pkg.list_mut(crate::package::Output::Cmaf).unwrap() {
             r.mark_discontinuity();
             r.continue_after(next - 1);
         }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::state::{PackageState, Rendition, RenditionKind};
+use super::state::{PackageState, Rendition, RenditionKind, Segment};
 
 /// rfc8216bis §6.2.5.2: "the server SHOULD immediately return Bad Request … if the _HLS_part
 /// exceeds the last Partial Segment in the current Playlist by the Advance Part Limit", which
@@ -115,7 +115,7 @@ pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: 
 }
 
 pub fn block_timeout(pkg: &PackageState) -> Duration {
-    Duration::from_secs(pkg.config.target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
+    Duration::from_secs(pkg.config().target_duration_secs()) * BLOCK_TIMEOUT_TARGETS
 }
 
 fn secs(d: Duration) -> String {
@@ -131,11 +131,11 @@ pub fn render_master(pkg: &PackageState) -> String {
         "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}\n#EXT-X-INDEPENDENT-SEGMENTS"
     );
     let audio = pkg
-        .renditions
+        .renditions()
         .iter()
         .find(|r| matches!(r.kind, RenditionKind::Audio { .. }));
     let videos: Vec<&Rendition> = pkg
-        .renditions
+        .renditions()
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Video { .. }))
         .collect();
@@ -215,21 +215,49 @@ pub fn media_playlist(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bo
 /// A media playlist (§4.4): the live window of `r`, its parts near the live edge, the preload
 /// hint and the other renditions' reports. `skip` makes it a delta update (§6.2.5.1).
 pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool) -> String {
-    let cfg = &pkg.config;
-    let td = cfg.target_duration_secs();
-    let part_target = cfg.part;
+    let td = pkg.config().target_duration_secs();
     let skip_until = Duration::from_secs(td * 6);
-    let segments = r.segments();
     // The listed window: the newest complete segments (or the DVR window) plus the open one.
     let first_listed = pkg.first_listed(r);
-    let listed = segments.range(first_listed..);
+    let listed = r.segments().range(first_listed..);
+    let mut out = String::new();
+    write_media_header(&mut out, pkg, r, first_listed, skip_until);
+    // Delta update: skip the leading segments older than the Skip Boundary from the end.
+    let total: Duration = listed.clone().map(|s| s.duration()).sum();
+    let mut skipped = 0usize;
+    if skip {
+        skipped = skippable(listed.clone(), total, skip_until);
+        let _ = writeln!(out, "#EXT-X-SKIP:SKIPPED-SEGMENTS={skipped}");
+    }
+    // §4.4.4.9: parts of segments "more than three Target Durations from the end" are removed.
+    let parts_from = total.saturating_sub(Duration::from_secs(td * 3));
+    let mut start = Duration::ZERO;
+    let mut map: Option<u32> = None;
+    for s in listed.skip(skipped) {
+        let with_parts = !s.complete || start >= parts_from;
+        start += s.duration();
+        write_segment(&mut out, s, with_parts, &mut map);
+    }
+    write_media_tail(&mut out, pkg, r, endlist);
+    out
+}
+
+/// The tags before the segments: version, target duration, server control, part target and
+/// the sequence numbers of the first listed segment and discontinuity.
+fn write_media_header(
+    out: &mut String,
+    pkg: &PackageState,
+    r: &Rendition,
+    first_listed: usize,
+    skip_until: Duration,
+) {
+    let cfg = pkg.config();
+    let segments = r.segments();
     let hidden_discontinuities = segments
         .range(..first_listed)
         .filter(|s| s.discontinuity)
         .count() as u64;
     let first_msn = segments.get(first_listed).map_or(r.next_msn(), |s| s.msn);
-
-    let mut out = String::new();
     let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}");
     let _ = writeln!(
         out,
@@ -240,78 +268,84 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
         out,
         "#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,CAN-SKIP-UNTIL={:.1},PART-HOLD-BACK={:.3}",
         skip_until.as_secs_f64(),
-        part_hold_back(part_target).as_secs_f64()
+        part_hold_back(cfg.part).as_secs_f64()
     );
     let _ = writeln!(
         out,
         "#EXT-X-PART-INF:PART-TARGET={:.3}",
-        part_target.as_secs_f64()
+        cfg.part.as_secs_f64()
     );
     let _ = writeln!(out, "#EXT-X-MEDIA-SEQUENCE:{first_msn}");
     let disc_seq = r.discontinuity_sequence() + hidden_discontinuities;
     if disc_seq > 0 {
         let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc_seq}");
     }
+}
 
-    // Delta update: skip the leading segments older than the Skip Boundary from the end.
-    let total: Duration = listed.clone().map(|s| s.duration()).sum();
-    let mut skipped = 0usize;
-    if skip {
-        let mut elapsed = Duration::ZERO;
-        for s in listed.clone() {
-            elapsed += s.duration();
-            if s.complete && total.saturating_sub(elapsed) > skip_until {
-                skipped += 1;
+/// How many leading complete segments a delta update skips: those that end more than
+/// `skip_until` before the end of the `total` listed.
+fn skippable<'a>(
+    listed: impl Iterator<Item = &'a Segment>,
+    total: Duration,
+    skip_until: Duration,
+) -> usize {
+    let mut elapsed = Duration::ZERO;
+    let mut skipped = 0;
+    for s in listed {
+        elapsed += s.duration();
+        if s.complete && total.saturating_sub(elapsed) > skip_until {
+            skipped += 1;
+        } else {
+            break;
+        }
+    }
+    skipped
+}
+
+/// One segment's lines: its discontinuity, a new init segment, its date, its parts (near the
+/// live edge) and, once complete, the segment itself.
+fn write_segment(out: &mut String, s: &Segment, with_parts: bool, map: &mut Option<u32>) {
+    if s.discontinuity {
+        out.push_str("#EXT-X-DISCONTINUITY\n");
+    }
+    // §4.4.4.5: EXT-X-MAP applies to every segment after it until the next one.
+    if *map != Some(s.init_version) {
+        let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{}.mp4\"", s.init_version);
+        *map = Some(s.init_version);
+    }
+    let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", super::utc_ms(s.pdt));
+    if with_parts {
+        for (i, p) in s.parts.iter().enumerate() {
+            let _ = write!(
+                out,
+                "#EXT-X-PART:DURATION={},URI=\"part_{}_{i}.m4s\"",
+                secs(p.duration),
+                s.msn
+            );
+            out.push_str(if p.independent {
+                ",INDEPENDENT=YES\n"
             } else {
-                break;
-            }
-        }
-        let _ = writeln!(out, "#EXT-X-SKIP:SKIPPED-SEGMENTS={skipped}");
-    }
-    // §4.4.4.9: parts of segments "more than three Target Durations from the end" are removed.
-    let parts_from = total.saturating_sub(Duration::from_secs(td * 3));
-    let mut start = Duration::ZERO;
-    let mut map: Option<u32> = None;
-    for s in listed.skip(skipped) {
-        let seg_start = start;
-        start += s.duration();
-        if s.discontinuity {
-            out.push_str("#EXT-X-DISCONTINUITY\n");
-        }
-        // §4.4.4.5: EXT-X-MAP applies to every segment after it until the next one.
-        if map != Some(s.init_version) {
-            let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{}.mp4\"", s.init_version);
-            map = Some(s.init_version);
-        }
-        let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", super::utc_ms(s.pdt));
-        if !s.complete || seg_start >= parts_from {
-            for (i, p) in s.parts.iter().enumerate() {
-                let _ = write!(
-                    out,
-                    "#EXT-X-PART:DURATION={},URI=\"part_{}_{i}.m4s\"",
-                    secs(p.duration),
-                    s.msn
-                );
-                out.push_str(if p.independent {
-                    ",INDEPENDENT=YES\n"
-                } else {
-                    "\n"
-                });
-            }
-        }
-        if s.complete {
-            let _ = writeln!(out, "#EXTINF:{},\nseg_{}.m4s", secs(s.duration()), s.msn);
+                "\n"
+            });
         }
     }
-    if !pkg.ended {
-        if let Some((msn, idx)) = next_part_hint(r, cfg.segment) {
+    if s.complete {
+        let _ = writeln!(out, "#EXTINF:{},\nseg_{}.m4s", secs(s.duration()), s.msn);
+    }
+}
+
+/// The tags after the segments: the preload hint while live, the other renditions' reports,
+/// the end list.
+fn write_media_tail(out: &mut String, pkg: &PackageState, r: &Rendition, endlist: bool) {
+    if !pkg.ended() {
+        if let Some((msn, idx)) = next_part_hint(r, pkg.config().segment) {
             let _ = writeln!(
                 out,
                 "#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"part_{msn}_{idx}.m4s\""
             );
         }
     }
-    for other in pkg.renditions.iter().filter(|o| o.name != r.name) {
+    for other in pkg.renditions().iter().filter(|o| o.name != r.name) {
         if let Some((msn, part)) = other.last_part() {
             let _ = writeln!(
                 out,
@@ -323,7 +357,6 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
     if endlist {
         out.push_str("#EXT-X-ENDLIST\n");
     }
-    out
 }
 
 /// The part the client should ask for next: the open segment's next part, or the first part of
@@ -385,7 +418,7 @@ mod tests {
     fn golden_media_playlist() {
         // 22 parts = 5 complete segments (msn 0..4) + 2 parts of msn 5.
         let pkg = package(22);
-        let text = render_media(&pkg, &pkg.renditions[0], false, false);
+        let text = render_media(&pkg, &pkg.renditions()[0], false, false);
         assert_eq!(
             text,
             "#EXTM3U\n#EXT-X-VERSION:9\n#EXT-X-TARGETDURATION:2\n\
@@ -417,12 +450,12 @@ mod tests {
     fn hint_moves_to_next_segment_when_open_one_is_full() {
         let pkg = package(8);
         assert_eq!(
-            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            next_part_hint(&pkg.renditions()[0], pkg.config().segment),
             Some((2, 0))
         );
         let pkg = package(9);
         assert_eq!(
-            next_part_hint(&pkg.renditions[0], pkg.config.segment),
+            next_part_hint(&pkg.renditions()[0], pkg.config().segment),
             Some((2, 1))
         );
     }
@@ -430,17 +463,17 @@ mod tests {
     #[test]
     fn delta_update_skips_old_segments_and_endlist() {
         let pkg = package_with(22, 10);
-        let full = render_media(&pkg, &pkg.renditions[0], false, false);
+        let full = render_media(&pkg, &pkg.renditions()[0], false, false);
         assert!(!full.contains("EXT-X-SKIP"));
-        let delta = render_media(&pkg, &pkg.renditions[0], true, false);
+        let delta = render_media(&pkg, &pkg.renditions()[0], true, false);
         // 11 s of media listed (6 segments incl. the open one); 12 s skip boundary: none skipped.
         assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS=0\n"));
         let mut long = package_with(60, 10);
-        let delta = render_media(&long, &long.renditions[0], true, false);
+        let delta = render_media(&long, &long.renditions()[0], true, false);
         assert!(delta.contains("#EXT-X-SKIP:SKIPPED-SEGMENTS="), "{delta}");
         assert!(!delta.contains("SKIPPED-SEGMENTS=0"), "{delta}");
-        long.ended = true;
-        let ended = render_media(&long, &long.renditions[0], false, true);
+        long.set_ended(true);
+        let ended = render_media(&long, &long.renditions()[0], false, true);
         assert!(ended.ends_with("#EXT-X-ENDLIST\n"));
         assert!(!ended.contains("PRELOAD-HINT"));
     }
@@ -461,7 +494,7 @@ mod tests {
     fn blocking_table() {
         // Live edge: segment 5 open with parts 0 and 1; segment 4 complete. 4 parts/segment.
         let pkg = package(22);
-        let r = &pkg.renditions[0];
+        let r = &pkg.renditions()[0];
         let q = |msn: Option<u64>, part: Option<u64>| MediaQuery {
             msn,
             part,
@@ -499,7 +532,7 @@ mod tests {
         // Parts of the first segment only: a plain request waits for it to complete (hls.js
         // reads such a playlist as empty), unless the stream has ended.
         let young = package(3);
-        let r = &young.renditions[0];
+        let r = &young.renditions()[0];
         assert_eq!(readiness(r, false, &q(None, None), 4), Readiness::Wait);
         assert_eq!(
             readiness(r, false, &q(Some(0), Some(2)), 4),
@@ -508,7 +541,7 @@ mod tests {
         assert_eq!(readiness(r, true, &q(None, None), 4), Readiness::Ready);
         let grown = package(5);
         assert_eq!(
-            readiness(&grown.renditions[0], false, &q(None, None), 4),
+            readiness(&grown.renditions()[0], false, &q(None, None), 4),
             Readiness::Ready
         );
     }

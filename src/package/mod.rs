@@ -143,7 +143,7 @@ impl Drop for SourceDemand {
 impl Package {
     pub fn new(package: PackageState) -> Package {
         let ts = TsDemand {
-            idle: package.config.mpegts_idle,
+            idle: package.config().mpegts_idle,
             ..TsDemand::default()
         };
         Package {
@@ -214,8 +214,8 @@ impl Package {
             let mut removed = Vec::new();
             // The variants stop muxing each in its own thread, one maybe a segment after
             // another: they resume on one number, as players switching variants expect.
-            let next = p.ts_renditions.iter().map(|r| r.next_msn()).max();
-            for r in p.ts_renditions.iter_mut() {
+            let next = p.ts_renditions().iter().map(|r| r.next_msn()).max();
+            for r in p.list_mut(Output::Ts).into_iter().flatten() {
                 if let Some(next) = next.filter(|&n| n > 0) {
                     r.continue_after(next - 1);
                 }
@@ -263,7 +263,7 @@ impl Package {
     pub fn update<R>(&self, f: impl FnOnce(&mut PackageState) -> R) -> R {
         let out = {
             let mut p = self.lock();
-            p.version = p.version.wrapping_add(1);
+            p.bump_version();
             f(&mut p)
         };
         self.changed.send_replace(());
@@ -399,16 +399,12 @@ impl Package {
     /// the next segment written clears the error.
     fn stored(&self, key: &SegmentKey, len: usize, written: std::io::Result<()>) {
         let (recovered, failed_first, evicted) = self.update(|p| {
-            let recovered = match &written {
-                Ok(()) => p.storage_error.take(),
-                Err(_) => None,
-            };
-            let failed_first = match &written {
-                Err(e) if p.storage_error.is_none() => {
-                    p.storage_error = Some((time::OffsetDateTime::now_utc(), e.to_string()));
-                    true
-                }
-                _ => false,
+            let (recovered, failed_first) = match &written {
+                Ok(()) => (p.storage_recovered(), false),
+                Err(e) => (
+                    None,
+                    p.storage_failed(time::OffsetDateTime::now_utc(), e.to_string()),
+                ),
             };
             let Some(r) = p.rendition_in_mut(key.output, &key.rendition) else {
                 return (recovered, failed_first, Vec::new());
@@ -444,15 +440,7 @@ impl Package {
         storage: Arc<dyn SegmentStorage>,
     ) {
         self.set_ts_always(&options);
-        self.update(|p| {
-            p.ended = false;
-            p.endlist_tag = options.endlist_tag;
-            p.dvr_window = options.dvr_window;
-            // Every rendition of this session numbers its segments from here on (`install`
-            // continues after the highest number used).
-            let all = p.renditions.iter().chain(p.ts_renditions.iter());
-            p.session_msn = all.map(Rendition::next_msn).max().unwrap_or(0);
-        });
+        self.update(|p| p.start_session(options.endlist_tag, options.dvr_window));
         if self.writer().is_none() {
             self.set_storage(storage);
         }
@@ -461,10 +449,7 @@ impl Package {
     /// Changed settings of a live (or lingering) stream: effective with the next part.
     pub fn set_options(&self, options: SessionOptions) {
         self.set_ts_always(&options);
-        self.update(|p| {
-            p.endlist_tag = options.endlist_tag;
-            p.dvr_window = options.dvr_window;
-        });
+        self.update(|p| p.set_options(options.endlist_tag, options.dvr_window));
     }
 
     /// The inputs are gone (grace period) or the pipeline is rebuilt: whatever comes next
@@ -501,7 +486,7 @@ impl Package {
 
     /// The grace period passed without a new publish: playlists end (EXT-X-ENDLIST).
     pub fn set_ended(&self) {
-        self.update(|p| p.ended = true);
+        self.update(|p| p.set_ended(true));
     }
 
     /// Empties the rewind window (memory and storage); the open segment stays.
@@ -521,7 +506,7 @@ impl Package {
     /// Why segments are not being written, for the stream record; `None` while they are.
     pub fn storage_error(&self) -> Option<String> {
         self.read(|p| {
-            p.storage_error.as_ref().map(|(since, why)| {
+            p.storage_error().as_ref().map(|(since, why)| {
                 format!("cannot write segments since {}: {why}", utc_ms(*since))
             })
         })
@@ -579,7 +564,7 @@ mod tests {
         let root = tmp.path().join("media");
         std::fs::write(&root, b"in the way").unwrap();
         let mut sp = PackageState::new(PackagingConfig::default(), vec![video_720p(1_000_000)]);
-        sp.dvr_window = Some(Duration::from_secs(3600));
+        sp.set_dvr_window(Some(Duration::from_secs(3600)));
         let pkg = Arc::new(Package::new(sp));
         pkg.set_storage(Arc::new(DiskStorage::new(root.clone())));
         let t0 = time::OffsetDateTime::now_utc();
@@ -597,9 +582,9 @@ mod tests {
             segment(&pkg);
         }
         let (error, held) = pkg.read(|p| {
-            let r = &p.renditions[0];
+            let r = &p.renditions()[0];
             let held = r.segments().iter().filter(|s| s.complete).count();
-            (p.storage_error.clone(), held)
+            (p.storage_error().cloned(), held)
         });
         let (_, why) = error.expect("the error is recorded");
         assert!(
@@ -611,7 +596,7 @@ mod tests {
         std::fs::remove_file(&root).unwrap();
         segment(&pkg);
         segment(&pkg);
-        assert!(pkg.read(|p| p.storage_error.is_none()));
+        assert!(pkg.read(|p| p.storage_error().is_none()));
         let on_disk = std::fs::read_dir(root.join("cmaf/720p")).unwrap().count();
         assert!(on_disk >= 1);
     }
@@ -676,7 +661,7 @@ mod tests {
         pkg.pause_ts();
         let counts = |pkg: &Package| {
             pkg.read(|p| {
-                p.ts_renditions
+                p.ts_renditions()
                     .iter()
                     .map(|r| r.segments().len())
                     .collect::<Vec<_>>()
@@ -694,7 +679,7 @@ mod tests {
         sinks[0].segment(second, part(true, 2000, t1));
         sinks[1].segment(second, part(true, 2000, t1));
         let firsts = pkg.read(|p| {
-            p.ts_renditions
+            p.ts_renditions()
                 .iter()
                 .map(|r| {
                     let s = &r.segments()[0];
@@ -714,12 +699,12 @@ mod tests {
         let waiter = {
             let pkg = pkg.clone();
             tokio::spawn(async move {
-                pkg.wait_for(Duration::from_secs(6), |p| p.ended.then_some(1))
+                pkg.wait_for(Duration::from_secs(6), |p| p.ended().then_some(1))
                     .await
             })
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
-        pkg.update(|p| p.ended = true);
+        pkg.update(|p| p.set_ended(true));
         assert_eq!(waiter.await.unwrap(), Some(1));
         let none = pkg.wait_for(Duration::from_secs(6), |_| None::<u8>).await;
         assert_eq!(none, None);

@@ -149,7 +149,7 @@ impl Package {
                 }
             };
             let first = after.get(&r.name).map_or(0, |m| m + 1);
-            let first = first.max(p.session_msn);
+            let first = first.max(p.session_msn());
             let session = r.segments().iter().filter(|s| s.msn >= first);
             // Older ones may be on disk only; a recording's backlog is seconds, in memory.
             for s in session.filter(|s| s.complete && s.in_memory()) {

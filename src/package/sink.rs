@@ -98,10 +98,9 @@ impl Package {
         let cmaf = sinks(Output::Cmaf, &layout.cmaf);
         let ts = sinks(Output::Ts, &layout.ts);
         self.update(|p| {
-            p.config.segment = layout.segment;
-            p.config.part = layout.part;
-            install(&mut p.renditions, layout.cmaf);
-            install(&mut p.ts_renditions, layout.ts);
+            p.set_durations(layout.segment, layout.part);
+            install(p.list_mut(Output::Cmaf).expect("a list"), layout.cmaf);
+            install(p.list_mut(Output::Ts).expect("a list"), layout.ts);
         });
         (cmaf, ts)
     }
@@ -120,8 +119,10 @@ impl Package {
     /// that starts from then on.
     pub fn discontinuity_from(&self, from: time::OffsetDateTime) {
         self.update(|p| {
-            for r in p.renditions.iter_mut().chain(p.ts_renditions.iter_mut()) {
-                r.mark_discontinuity_from(from);
+            for output in [Output::Cmaf, Output::Ts] {
+                for r in p.list_mut(output).into_iter().flatten() {
+                    r.mark_discontinuity_from(from);
+                }
             }
         });
     }
@@ -183,7 +184,7 @@ impl Package {
 
     /// The latest JPEG of the source.
     pub fn set_screenshot(&self, jpeg: Bytes) {
-        self.update(|p| p.screenshot = Some(jpeg));
+        self.update(|p| p.set_screenshot(jpeg));
     }
 }
 

@@ -443,27 +443,29 @@ impl PackagingConfig {
 }
 
 /// Everything packaged for one stream: its renditions and whether the broadcast ended.
+/// Written only through the package's API (under its lock, see `Package::update`); the
+/// renderers and every other reader go through the accessors.
 #[derive(Debug)]
 pub struct PackageState {
-    pub config: PackagingConfig,
-    pub renditions: Vec<Rendition>,
+    config: PackagingConfig,
+    renditions: Vec<Rendition>,
     /// MPEG-TS variants (legacy HLS): one whole-segment "part" per TS segment.
-    pub ts_renditions: Vec<Rendition>,
+    ts_renditions: Vec<Rendition>,
     /// The broadcast is over: no more parts will come.
-    pub ended: bool,
+    ended: bool,
     /// The record's `hls_mpegts_endlist_tag`: end playlists with EXT-X-ENDLIST once ended.
-    pub endlist_tag: bool,
+    endlist_tag: bool,
     /// The latest JPEG screenshot of the source (renewed every 10 s while live).
-    pub screenshot: Option<Bytes>,
+    screenshot: Option<Bytes>,
     /// DVR rewind window (`dvr_enabled` → `dvr_duration`); `None` is the short live window.
-    pub dvr_window: Option<Duration>,
+    dvr_window: Option<Duration>,
     /// Set while segments cannot be written (disk full, read-only, …): since when, and why.
-    pub storage_error: Option<(time::OffsetDateTime, String)>,
+    storage_error: Option<(time::OffsetDateTime, String)>,
     /// The first sequence number of the current session ([`super::Package::start_session`]):
     /// a recording started with the session takes its segments from there on.
-    pub session_msn: u64,
+    session_msn: u64,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
-    pub version: u64,
+    version: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
     /// of a rendition at once and they all need the same text: the first renders it, the others
     /// share it (a DVR hour is ~1 ms to render; 1000 players would cost 1 s of CPU per part).
@@ -525,12 +527,110 @@ impl PackageState {
         text
     }
 
-    pub fn rendition(&self, name: &str) -> Option<&Rendition> {
-        self.renditions.iter().find(|r| r.name == name)
+    /// The settings the renditions are cut with.
+    pub fn config(&self) -> PackagingConfig {
+        self.config
     }
 
-    pub fn rendition_mut(&mut self, name: &str) -> Option<&mut Rendition> {
-        self.renditions.iter_mut().find(|r| r.name == name)
+    /// The CMAF renditions (LL-HLS, LL-DASH).
+    pub fn renditions(&self) -> &[Rendition] {
+        &self.renditions
+    }
+
+    /// The MPEG-TS variants (legacy HLS).
+    pub fn ts_renditions(&self) -> &[Rendition] {
+        &self.ts_renditions
+    }
+
+    /// The broadcast is over: no more parts will come.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// End playlists with EXT-X-ENDLIST once ended.
+    pub fn endlist_tag(&self) -> bool {
+        self.endlist_tag
+    }
+
+    pub fn screenshot(&self) -> Option<&Bytes> {
+        self.screenshot.as_ref()
+    }
+
+    pub fn dvr_window(&self) -> Option<Duration> {
+        self.dvr_window
+    }
+
+    /// Since when and why segments cannot be written; `None` while they are.
+    pub fn storage_error(&self) -> Option<&(time::OffsetDateTime, String)> {
+        self.storage_error.as_ref()
+    }
+
+    /// The first sequence number of the current session.
+    pub fn session_msn(&self) -> u64 {
+        self.session_msn
+    }
+
+    /// Bumped by every change through the package.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// A change is being applied (the playlist cache's key).
+    pub(super) fn bump_version(&mut self) {
+        self.version = self.version.wrapping_add(1);
+    }
+
+    /// A (re)started session: not ended, its options, and every rendition numbering its
+    /// segments from here on (`install` continues after the highest number used).
+    pub(super) fn start_session(&mut self, endlist_tag: bool, dvr_window: Option<Duration>) {
+        self.ended = false;
+        self.set_options(endlist_tag, dvr_window);
+        let all = self.renditions.iter().chain(self.ts_renditions.iter());
+        self.session_msn = all.map(Rendition::next_msn).max().unwrap_or(0);
+    }
+
+    /// The record's options that apply to a running session.
+    pub(super) fn set_options(&mut self, endlist_tag: bool, dvr_window: Option<Duration>) {
+        self.endlist_tag = endlist_tag;
+        self.dvr_window = dvr_window;
+    }
+
+    pub(super) fn set_ended(&mut self, ended: bool) {
+        self.ended = ended;
+    }
+
+    /// The DVR window alone (tests and benches build states directly).
+    pub fn set_dvr_window(&mut self, window: Option<Duration>) {
+        self.dvr_window = window;
+    }
+
+    /// The durations a new pipeline's layout cuts at.
+    pub(super) fn set_durations(&mut self, segment: Duration, part: Duration) {
+        self.config.segment = segment;
+        self.config.part = part;
+    }
+
+    pub(super) fn set_screenshot(&mut self, jpeg: Bytes) {
+        self.screenshot = Some(jpeg);
+    }
+
+    /// A segment was written: the error, if there was one, is over (handed back).
+    pub(super) fn storage_recovered(&mut self) -> Option<(time::OffsetDateTime, String)> {
+        self.storage_error.take()
+    }
+
+    /// A segment could not be written; `true` when this starts an error (the first since the
+    /// last success, which is the one kept).
+    pub(super) fn storage_failed(&mut self, now: time::OffsetDateTime, why: String) -> bool {
+        if self.storage_error.is_some() {
+            return false;
+        }
+        self.storage_error = Some((now, why));
+        true
+    }
+
+    pub fn rendition(&self, name: &str) -> Option<&Rendition> {
+        self.renditions.iter().find(|r| r.name == name)
     }
 
     /// The renditions of one output: the one place that chooses between the two lists.
@@ -543,7 +643,7 @@ impl PackageState {
     }
 
     /// `None` for the observe-only source output.
-    pub fn list_mut(&mut self, output: super::Output) -> Option<&mut Vec<Rendition>> {
+    pub(super) fn list_mut(&mut self, output: super::Output) -> Option<&mut Vec<Rendition>> {
         match output {
             super::Output::Cmaf => Some(&mut self.renditions),
             super::Output::Ts => Some(&mut self.ts_renditions),
@@ -555,7 +655,7 @@ impl PackageState {
         self.list(output).iter().find(|r| r.name == name)
     }
 
-    pub fn rendition_in_mut(
+    pub(super) fn rendition_in_mut(
         &mut self,
         output: super::Output,
         name: &str,

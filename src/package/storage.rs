@@ -226,7 +226,7 @@ mod tests {
             sink.part(part(n % 4 == 0, 500, t0 + Duration::from_millis(500 * n)));
         }
         let complete = pkg.read(|p| {
-            let r = &p.renditions[0];
+            let r = &p.renditions()[0];
             let complete: Vec<_> = r.segments().iter().filter(|s| s.complete).collect();
             assert!(
                 complete.iter().all(|s| s.on_disk.is_none()),
@@ -242,14 +242,14 @@ mod tests {
         pkg.flush_storage();
         assert_eq!(storage.inner.len(), 2);
         let stored = pkg.read(|p| {
-            p.renditions[0]
+            p.renditions()[0]
                 .segments()
                 .iter()
                 .filter(|s| s.on_disk.is_some())
                 .count()
         });
         assert_eq!(stored, 2);
-        let first = pkg.read(|p| p.renditions[0].segments()[0].msn);
+        let first = pkg.read(|p| p.renditions()[0].segments()[0].msn);
         let key = SegmentKey {
             output: Output::Cmaf,
             rendition: "720p".into(),

@@ -201,7 +201,7 @@ fn duration_param(d: Duration) -> String {
 /// A TS variant's codecs: its rung's H.264 (from the CMAF init) plus the muxed AAC.
 fn ts_codecs(pkg: &PackageState, r: &Rendition) -> String {
     let audio = pkg
-        .renditions
+        .renditions()
         .iter()
         .find(|c| matches!(c.kind, super::RenditionKind::Audio { .. }))
         .map(|a| a.codecs.clone());
@@ -220,7 +220,7 @@ pub fn render_master(pkg: &PackageState, with_duration: bool) -> String {
     } else {
         ""
     };
-    for r in &pkg.ts_renditions {
+    for r in pkg.ts_renditions() {
         let mut attrs = format!(
             "BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\"",
             r.peak_bitrate(),
@@ -255,12 +255,12 @@ pub fn render_media(
     endlist: bool,
 ) -> String {
     let segments = r.segments();
-    let first = if pkg.dvr_window.is_some() {
+    let first = if pkg.dvr_window().is_some() {
         0
     } else {
-        segments.len().saturating_sub(pkg.config.window_segments)
+        segments.len().saturating_sub(pkg.config().window_segments)
     };
-    let td = pkg.config.target_duration_for(segments.range(first..));
+    let td = pkg.config().target_duration_for(segments.range(first..));
     let hidden = segments.range(..first).filter(|s| s.discontinuity).count() as u64;
     let mut out = String::new();
     let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-TARGETDURATION:{td}");
@@ -445,8 +445,12 @@ mod tests {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let mut pkg = PackageState::new(PackagingConfig::default(), vec![]);
         let mut v = video_720p(3_000_000);
-        pkg.renditions.push(video_720p(1));
-        pkg.renditions.push(stereo_audio(1));
+        pkg.list_mut(crate::package::Output::Cmaf)
+            .unwrap()
+            .push(video_720p(1));
+        pkg.list_mut(crate::package::Output::Cmaf)
+            .unwrap()
+            .push(stereo_audio(1));
         for (i, ms) in [2000u64, 2000, 2500].iter().enumerate() {
             if i == 2 {
                 v.mark_discontinuity();
@@ -463,12 +467,14 @@ mod tests {
             );
         }
         v.close_open_segment();
-        pkg.ts_renditions.push(v);
-        pkg.ts_renditions.push(stereo_audio(1));
+        pkg.list_mut(crate::package::Output::Ts).unwrap().push(v);
+        pkg.list_mut(crate::package::Output::Ts)
+            .unwrap()
+            .push(stereo_audio(1));
         let master = render_master(&pkg, true);
         assert!(master.starts_with("#EXTM3U\n#EXT-X-VERSION:6\n"));
         assert!(master.contains("CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=30.000\n720p/index.m3u8?get_duration_sec=true\n"), "{master}");
-        let media = render_media(&pkg, &pkg.ts_renditions[0], true, true);
+        let media = render_media(&pkg, &pkg.ts_renditions()[0], true, true);
         assert_eq!(
             media,
             "#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-TARGETDURATION:3\n#EXT-X-MEDIA-SEQUENCE:0\n\

@@ -27,7 +27,7 @@ use gstreamer::prelude::*;
 use tokio::sync::mpsc;
 
 use crate::live::{
-    Counters, LiveStatus, PipelineFactory, PipelineFailure, PipelineJob, SharedStatus,
+    Counters, PipelineFactory, PipelineFailure, PipelineJob, PipelinePart, SharedStatus,
     StreamHandles,
 };
 use crate::media::{AudioConfig, Frame, MediaMessage, TrackKind, VideoCodec, VideoConfig};
@@ -178,22 +178,17 @@ async fn run_one(
             probe.video.as_ref(),
             probe.audio.as_ref(),
             probe.fps,
-            package.read(|p| p.config),
+            package.read(|p| p.config()),
             probe.wall_time_of(base),
         )
     };
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
-        // The receiving states belong to the registry's input switch.
-        *s = LiveStatus {
-            live: s.live,
-            backup_live: s.backup_live,
+        s.set_pipeline_part(PipelinePart {
             transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
-            video_width: probe.video.as_ref().map(|v| v.width),
-            video_height: probe.video.as_ref().map(|v| v.height),
-            ..LiveStatus::default()
-        };
+            video_size: probe.video.as_ref().map(|v| (v.width, v.height)),
+        });
     }
     let built = {
         let package = package.clone();
@@ -390,7 +385,7 @@ impl Pusher {
         if self.fps_window.len().is_multiple_of(15) {
             if let Some(fps) = measure_fps(self.fps_window.iter().copied()) {
                 let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-                s.frame_rate = Some((fps * 100.0).round() / 100.0);
+                s.set_frame_rate((fps * 100.0).round() / 100.0);
             }
         }
     }
@@ -401,8 +396,7 @@ impl Pusher {
         if let Some(src) = &self.video {
             src.set_caps(Some(&elements::video_caps(&c)));
             let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-            s.video_width = Some(c.width);
-            s.video_height = Some(c.height);
+            s.set_video_size(c.width, c.height);
         }
         self.video_config = Some(c);
     }
@@ -633,7 +627,12 @@ mod tests {
             // Readers attach while live: one after 2 s, detached; another after 5.5 s.
             if i == 60 {
                 // The top rung the source's size allows, as the pipeline built it.
-                let top = status.lock().unwrap().transcoded_qualities.first().cloned();
+                let top = status
+                    .lock()
+                    .unwrap()
+                    .transcoded_qualities()
+                    .first()
+                    .cloned();
                 rung = Feed::Video(top.expect("the pipeline runs by now"));
                 first = Some((
                     hub.subscribe(rung.clone(), ReaderOptions::new("test", 1024)),
@@ -769,11 +768,11 @@ mod tests {
             .unwrap();
         let (names, marked) = package.read(|p| {
             (
-                p.renditions
+                p.renditions()
                     .iter()
                     .map(|r| r.name.clone())
                     .collect::<Vec<_>>(),
-                p.renditions[0].segments().iter().any(|s| s.discontinuity),
+                p.renditions()[0].segments().iter().any(|s| s.discontinuity),
             )
         });
         // The audio joined the outputs, in a new pipeline whose first segment is marked.
@@ -827,11 +826,11 @@ mod tests {
             .unwrap()
             .unwrap();
         let (media, ladder_names) = package.read(|p| {
-            let top = &p.renditions[0];
+            let top = &p.renditions()[0];
             let media: Duration = top.segments().iter().map(|s| s.duration()).sum();
             (
                 media,
-                p.renditions
+                p.renditions()
                     .iter()
                     .map(|r| r.name.clone())
                     .collect::<Vec<_>>(),
@@ -844,10 +843,10 @@ mod tests {
             "only {media:?} of 6 s came out"
         );
         let s = status.lock().unwrap().clone();
-        assert_eq!((s.video_width, s.video_height), (Some(640), Some(360)));
+        assert_eq!((s.video_width(), s.video_height()), (Some(640), Some(360)));
         // Every part of the top rung was counted; nothing had to be dropped.
         let parts: usize = package.read(|p| {
-            p.renditions[0]
+            p.renditions()[0]
                 .segments()
                 .iter()
                 .map(|s| s.parts.len())

@@ -7,6 +7,7 @@
 //! overlay changes a list, not the pipeline.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gstreamer as gst;
@@ -34,6 +35,25 @@ pub struct PageRenderer {
     latest: Latest,
     /// The page failed after it started (WebKit then draws its error text: not shown).
     failed: Arc<std::sync::atomic::AtomicBool>,
+    /// Counts this renderer among its hub's running ones until its pipeline has stopped
+    /// (a field: dropped after `Drop::drop` returns).
+    _running: Option<Running>,
+}
+
+/// One running renderer in a hub's count ([`OverlayHub::renderers_running`]).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn new(count: &Arc<AtomicUsize>) -> Running {
+        count.fetch_add(1, Ordering::Relaxed);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl PageRenderer {
@@ -108,7 +128,14 @@ impl PageRenderer {
             pipeline,
             latest,
             failed,
+            _running: None,
         })
+    }
+
+    /// Counts this renderer in `count` until its pipeline has stopped.
+    fn counted_in(mut self, count: &Arc<AtomicUsize>) -> PageRenderer {
+        self._running = Some(Running::new(count));
+        self
     }
 
     /// The newest rendered frame, if the page rendered one yet and has not failed.
@@ -185,7 +212,7 @@ pub fn placement(spec: &OverlaySpec, width: u32, height: u32) -> (i32, i32, u32,
 /// renderer. Shared with whoever applies overlay changes.
 #[derive(Default)]
 pub struct OverlaySet {
-    items: Mutex<Vec<(OverlaySpec, Arc<PageRenderer>)>>,
+    items: Mutex<Vec<Rendering>>,
 }
 
 impl std::fmt::Debug for OverlaySet {
@@ -196,9 +223,12 @@ impl std::fmt::Debug for OverlaySet {
 }
 
 impl OverlaySet {
-    /// Replaces the set (renderers of unchanged overlays are kept by the caller).
-    pub fn set(&self, items: Vec<(OverlaySpec, Arc<PageRenderer>)>) {
-        *self.items.lock().unwrap_or_else(|p| p.into_inner()) = items;
+    /// Replaces the set (renderers of unchanged overlays are kept by the caller) and hands
+    /// back the previous one, so that a renderer's last reference is not dropped (its stop can
+    /// take seconds) under the lock `draw` takes for every frame.
+    #[must_use = "the previous overlays may hold the last reference to a renderer: drop them off the async workers"]
+    pub fn set(&self, items: Vec<Rendering>) -> Vec<Rendering> {
+        std::mem::replace(&mut *lock(&self.items), items)
     }
 
     /// The composition for a `width`×`height` frame; `None` when nothing has rendered.
@@ -270,6 +300,14 @@ pub struct OverlayHub {
     live: Mutex<HashSet<i64>>,
     /// Where a page that cannot be shown is told (set by [`OverlayHub::spawn`]).
     events: std::sync::OnceLock<Events>,
+    /// One turn per stream with a change being applied: the API and the live-event follower
+    /// both call `changed`, and two applications at once would each start the page and one
+    /// renderer would be lost still running. Entries go when no one holds or waits for them.
+    turns: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Renderers whose pipeline has not stopped yet, this hub's (logged with each change).
+    running: Arc<AtomicUsize>,
+    /// Pages this hub started rendering, ever (logged with each change).
+    started: AtomicUsize,
 }
 
 impl OverlayHub {
@@ -288,6 +326,9 @@ impl OverlayHub {
             renderers: Mutex::default(),
             live: Mutex::default(),
             events: std::sync::OnceLock::new(),
+            turns: Mutex::default(),
+            running: Arc::default(),
+            started: AtomicUsize::new(0),
         })
     }
 
@@ -309,6 +350,16 @@ impl OverlayHub {
     /// The set a stream's pipeline draws (created empty on first use).
     pub fn set_for(&self, stream: i64) -> Arc<OverlaySet> {
         lock(&self.sets).entry(stream).or_default().clone()
+    }
+
+    /// Page renderers started and not yet stopped, over all streams.
+    pub fn renderers_running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Page renderers started since the hub was made, over all streams.
+    pub fn renderers_started(&self) -> usize {
+        self.started.load(Ordering::Relaxed)
     }
 
     /// Follows streams going live and ending on `events`, and reports pages that fail there.
@@ -333,36 +384,37 @@ impl OverlayHub {
                     Some(Next::Lost(_)) => continue,
                     None => break,
                 };
-                this.changed(id).await;
+                // Applied in the stream's turn, not here: a page that is slow to answer must
+                // not hold up the events of every stream (a lagging receiver loses some).
+                let hub = this.clone();
+                tokio::spawn(async move { hub.changed(id).await });
             }
         });
     }
 
     /// A stream's overlays or its `html_overlay` changed (or it went live or ended): renders
-    /// what it should now show.
+    /// what it should now show. Changes of one stream apply one at a time, in call order;
+    /// each reads the state current when its turn comes.
     pub async fn changed(&self, stream: i64) {
-        let store = self.store.clone();
-        let wanted = tokio::task::spawn_blocking(move || {
-            let on = store
-                .get_stream(stream)?
-                .is_some_and(|r| r.settings.html_overlay);
-            let overlays = if on {
-                store.list_overlays(stream)?
-            } else {
-                Vec::new()
-            };
-            Ok::<_, crate::db::StoreError>(overlays)
-        })
-        .await;
-        let overlays = match wanted {
-            Ok(Ok(o)) if lock(&self.live).contains(&stream) => o,
-            Ok(Ok(_)) => Vec::new(),
-            Ok(Err(e)) => {
-                tracing::warn!(stream, error = %e, "cannot read the stream's overlays");
-                return;
-            }
-            Err(_) => return,
+        let turn = lock(&self.turns).entry(stream).or_default().clone();
+        {
+            let _turn = turn.lock().await;
+            self.apply(stream).await;
+        }
+        let mut turns = lock(&self.turns);
+        // Two references: the map's and ours. A waiter would hold a third, taken under this lock.
+        if Arc::strong_count(&turn) == 2 {
+            turns.remove(&stream);
+        }
+    }
+
+    /// One change, applied while holding the stream's turn.
+    async fn apply(&self, stream: i64) {
+        let Some(overlays) = self.wanted(stream).await else {
+            return;
         };
+        // Renderers replaced or stopped here: dropped together at the end, off the workers.
+        let mut retired: Vec<Rendering> = Vec::new();
         let mut items = Vec::with_capacity(overlays.len());
         for o in overlays {
             // A move keeps the page; a new URL or box size renders it anew.
@@ -379,25 +431,62 @@ impl OverlayHub {
                     None => continue,
                 },
             };
-            lock(&self.renderers).insert((stream, o.id), (o.spec.clone(), renderer.clone()));
+            let previous =
+                lock(&self.renderers).insert((stream, o.id), (o.spec.clone(), renderer.clone()));
+            retired.extend(previous);
             items.push((o.id, o.spec, renderer));
         }
         let keep: HashSet<i64> = items.iter().map(|(id, _, _)| *id).collect();
-        self.set_for(stream)
-            .set(items.into_iter().map(|(_, spec, r)| (spec, r)).collect());
-        // This stream's renderers whose overlay is gone (or not shown now) stop — off the
-        // async workers: stopping a WebKit pipeline waits for its threads.
-        let stopped: Vec<Rendering> = {
+        retired.extend(
+            self.set_for(stream)
+                .set(items.into_iter().map(|(_, spec, r)| (spec, r)).collect()),
+        );
+        // This stream's renderers whose overlay is gone (or not shown now) stop.
+        {
             let mut renderers = lock(&self.renderers);
             let gone: Vec<(i64, i64)> = renderers
                 .keys()
                 .filter(|(s, id)| *s == stream && !keep.contains(id))
                 .copied()
                 .collect();
-            gone.iter().filter_map(|k| renderers.remove(k)).collect()
-        };
-        if !stopped.is_empty() {
-            tokio::task::spawn_blocking(move || drop(stopped));
+            retired.extend(gone.iter().filter_map(|k| renderers.remove(k)));
+        }
+        if !retired.is_empty() {
+            // Stopping a WebKit pipeline waits for its threads (up to `STOP_TIMEOUT`).
+            tokio::task::spawn_blocking(move || drop(retired));
+        }
+        tracing::debug!(
+            stream,
+            running = self.renderers_running(),
+            started = self.renderers_started(),
+            "overlay renderers after a change"
+        );
+    }
+
+    /// The overlays `stream` should show now: none unless it is live with `html_overlay`;
+    /// `None` (logged) when the store cannot say.
+    async fn wanted(&self, stream: i64) -> Option<Vec<crate::db::OverlayRow>> {
+        let store = self.store.clone();
+        let wanted = tokio::task::spawn_blocking(move || {
+            let on = store
+                .get_stream(stream)?
+                .is_some_and(|r| r.settings.html_overlay);
+            let overlays = if on {
+                store.list_overlays(stream)?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, crate::db::StoreError>(overlays)
+        })
+        .await;
+        match wanted {
+            Ok(Ok(o)) if lock(&self.live).contains(&stream) => Some(o),
+            Ok(Ok(_)) => Some(Vec::new()),
+            Ok(Err(e)) => {
+                tracing::warn!(stream, error = %e, "cannot read the stream's overlays");
+                None
+            }
+            Err(_) => None,
         }
     }
 }
@@ -421,8 +510,15 @@ impl OverlayHub {
             return None;
         }
         let spec = spec.clone();
-        match tokio::task::spawn_blocking(move || PageRenderer::start(&spec)).await {
-            Ok(Ok(r)) => Some(Arc::new(r)),
+        let running = self.running.clone();
+        let started = tokio::task::spawn_blocking(move || {
+            PageRenderer::start(&spec).map(|r| r.counted_in(&running))
+        });
+        match started.await {
+            Ok(Ok(r)) => {
+                self.started.fetch_add(1, Ordering::Relaxed);
+                Some(Arc::new(r))
+            }
             Ok(Err(e)) => {
                 tracing::warn!(stream, overlay, error = %e, "overlay page skipped");
                 self.failed(stream, overlay, e.to_string());
@@ -512,7 +608,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let set = Arc::new(OverlaySet::default());
-        set.set(vec![(spec, renderer)]);
+        let _ = set.set(vec![(spec, renderer)]);
         let pipeline = gst::Pipeline::new();
         let src = gst::ElementFactory::make("videotestsrc")
             .property_from_str("pattern", "black")
@@ -557,6 +653,57 @@ mod tests {
         }
         drop(frame);
         pipeline.set_state(gst::State::Null).unwrap();
+    }
+
+    /// The API and the live-event follower change one stream's overlays at the same moment:
+    /// the changes apply one after the other, so the second finds the first's renderer and
+    /// keeps it — one page starts, one runs — and the stream's end stops it (off the workers).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_changes_of_one_stream_start_one_renderer() {
+        super::super::init().unwrap();
+        std::env::set_var("LIBGL_ALWAYS_SOFTWARE", "1");
+        let url = serve("<!doctype html><html><body style=\"background:#00ff00\"></body></html>");
+        let dir = tempfile::tempdir().unwrap();
+        use crate::db::{OverlayStore as _, StreamStore as _};
+        let store = Arc::new(crate::db::SqliteStore::open_in(dir.path()).unwrap());
+        let now = time::OffsetDateTime::now_utc();
+        let settings = crate::db::StreamSettings {
+            html_overlay: true,
+            ..crate::db::StreamSettings::default()
+        };
+        let stream = store.create_stream(&settings, "tok", now).unwrap().id;
+        let spec = OverlaySpec {
+            url,
+            width: 320,
+            height: 180,
+            x: 0,
+            y: 0,
+            stretch: false,
+        };
+        store
+            .create_overlays(stream, &[spec], 10, now)
+            .unwrap()
+            .unwrap();
+        let hub = OverlayHub::new(store);
+        lock(&hub.live).insert(stream);
+
+        tokio::join!(hub.changed(stream), hub.changed(stream));
+        assert_eq!(hub.renderers_started(), 1, "each change started a page");
+        assert_eq!(hub.renderers_running(), 1);
+        assert_eq!(lock(&hub.set_for(stream).items).len(), 1);
+
+        lock(&hub.live).remove(&stream);
+        hub.changed(stream).await;
+        assert!(lock(&hub.set_for(stream).items).is_empty());
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        while hub.renderers_running() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the renderer never stopped"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(lock(&hub.turns).is_empty(), "turns are let go");
     }
 
     #[test]

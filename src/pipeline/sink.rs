@@ -69,7 +69,7 @@ impl Meter {
         self.status
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .transcoding_speed = Some((value * 1000.0).round() / 1000.0);
+            .set_transcoding_speed((value * 1000.0).round() / 1000.0);
         let delay = OffsetDateTime::now_utc() - media_end;
         Counters::add(&self.counters.parts_published, 1);
         self.counters.output_delay_us.store(

@@ -210,7 +210,7 @@ impl Recordings {
 
     /// Copies the stream's latest screenshot into the video's directory.
     async fn take_screenshot(&self, video: i64, package: &Package) {
-        let Some(jpeg) = package.read(|p| p.screenshot.clone()) else {
+        let Some(jpeg) = package.read(|p| p.screenshot().cloned()) else {
             return;
         };
         let dir = self.dir(video);

@@ -46,14 +46,14 @@ pub fn media_playlist_now(
 ) -> Option<Result<Bytes, StatusCode>> {
     let r = p.rendition(name)?;
     // Parts per segment; `part` is the longest part (whole frames), so round up.
-    let part = p.config.part.as_nanos().max(1);
-    let pps = p.config.segment.as_nanos().div_ceil(part) as u64;
-    match hls::readiness(r, p.ended, q, pps.max(1)) {
+    let part = p.config().part.as_nanos().max(1);
+    let pps = p.config().segment.as_nanos().div_ceil(part) as u64;
+    match hls::readiness(r, p.ended(), q, pps.max(1)) {
         Readiness::Ready => Some(Ok(hls::media_playlist(
             p,
             r,
             q.skip,
-            p.ended && p.endlist_tag,
+            p.ended() && p.endlist_tag(),
         ))),
         Readiness::Wait => None,
         Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
@@ -73,7 +73,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
     };
     let Some((seen, part, leads)) = package.read(|p| {
         let r = p.rendition(name)?;
-        Some((r.last_part(), p.config.part, leads_start(p, r)))
+        Some((r.last_part(), p.config().part, leads_start(p, r)))
     }) else {
         return not_found();
     };
@@ -85,7 +85,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
         package
             .wait_for(part * 3 / 2, |p| {
                 let r = p.rendition(name)?;
-                (p.ended || r.last_part() != seen).then_some(())
+                (p.ended() || r.last_part() != seen).then_some(())
             })
             .await;
     }
@@ -110,7 +110,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
         // passthrough source with long GOPs): the parts there are beat a 503.
         None if q.msn.is_none() => match package.read(|p| {
             p.rendition(name)
-                .map(|r| hls::media_playlist(p, r, q.skip, p.ended && p.endlist_tag))
+                .map(|r| hls::media_playlist(p, r, q.skip, p.ended() && p.endlist_tag()))
         }) {
             Some(text) => playlist_response(text),
             None => not_found(),
@@ -131,7 +131,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
 fn leads_start(p: &PackageState, r: &crate::package::state::Rendition) -> bool {
     matches!(r.kind, RenditionKind::Video { .. })
         || !p
-            .renditions
+            .renditions()
             .iter()
             .any(|r| matches!(r.kind, RenditionKind::Video { .. }))
 }
@@ -148,7 +148,7 @@ pub(super) async fn part(package: &Package, name: &str, msn: u64, idx: usize) ->
             let (last_msn, last_idx) = r.last_part()?;
             let upcoming =
                 (msn == last_msn && idx == last_idx + 1) || (msn == last_msn + 1 && idx == 0);
-            if upcoming && !p.ended {
+            if upcoming && !p.ended() {
                 None
             } else {
                 Some(None)
@@ -172,9 +172,9 @@ mod tests {
             PackagingConfig::default(),
             vec![video_720p(1), stereo_audio(1)],
         );
-        assert!(leads_start(&both, &both.renditions[0]));
-        assert!(!leads_start(&both, &both.renditions[1]));
+        assert!(leads_start(&both, &both.renditions()[0]));
+        assert!(!leads_start(&both, &both.renditions()[1]));
         let radio = PackageState::new(PackagingConfig::default(), vec![stereo_audio(1)]);
-        assert!(leads_start(&radio, &radio.renditions[0]));
+        assert!(leads_start(&radio, &radio.renditions()[0]));
     }
 }

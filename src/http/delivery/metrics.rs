@@ -153,28 +153,28 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
         "livepack_stream_live",
         "gauge",
         "1 while the main input is receiving media.",
-        |s| flag(s.status.live),
+        |s| flag(s.status.live()),
     );
     f.per_stream(
         streams,
         "livepack_stream_backup_live",
         "gauge",
         "1 while the backup input is receiving media.",
-        |s| flag(s.status.backup_live),
+        |s| flag(s.status.backup_live()),
     );
     f.per_stream(
         streams,
         "livepack_stream_transcoding_speed",
         "gauge",
         "Media time produced per wall time over the last 10 s (1 = real time).",
-        |s| s.status.transcoding_speed,
+        |s| s.status.transcoding_speed(),
     );
     f.per_stream(
         streams,
         "livepack_stream_frame_rate",
         "gauge",
         "Measured source frame rate.",
-        |s| s.status.frame_rate,
+        |s| s.status.frame_rate(),
     );
     f.per_stream(
         streams,
@@ -235,10 +235,11 @@ mod tests {
             .store(612_000, std::sync::atomic::Ordering::Relaxed);
         let streams = [StreamMetrics {
             id: 7,
-            status: LiveStatus {
-                live: true,
-                transcoding_speed: Some(1.002),
-                ..LiveStatus::default()
+            status: {
+                let mut s = LiveStatus::default();
+                s.set_receiving(true, false);
+                s.set_transcoding_speed(1.002);
+                s
             },
             counters,
         }];

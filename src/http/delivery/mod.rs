@@ -240,7 +240,7 @@ async fn answer(
         Target::TsPlaylist(name) => ts_playlist(package, &name, query).await,
         Target::TsSegment(name, msn) => ts_segment(package, &name, msn, range).await,
         Target::Screenshot => {
-            let jpeg = package.read(|p| p.screenshot.clone());
+            let jpeg = package.read(|p| p.screenshot().cloned());
             // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
             media_body(jpeg, "image/jpeg", "public, max-age=5", range)
         }
@@ -309,9 +309,9 @@ async fn ts_master(package: &Arc<Package>, query: Option<&str>) -> Response<Body
     let _demand = package.request_ts();
     let with_duration = duration_requested(query);
     let ready = |p: &PackageState| {
-        (!p.ts_renditions.is_empty()
+        (!p.ts_renditions().is_empty()
             && package.ts_live()
-            && p.ts_renditions
+            && p.ts_renditions()
                 .iter()
                 .all(|r| r.last_complete_msn().is_some()))
         .then(|| crate::package::ts::render_master(p, with_duration))
@@ -328,19 +328,19 @@ async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) ->
     let _demand = package.request_ts();
     let with_duration = duration_requested(query);
     let render = |p: &PackageState| {
-        if p.ts_renditions.is_empty() && !p.ended {
+        if p.ts_renditions().is_empty() && !p.ended() {
             return None; // the pipeline is not built yet: the stream is starting
         }
-        let Some(r) = p.ts_renditions.iter().find(|r| r.name == name) else {
+        let Some(r) = p.ts_renditions().iter().find(|r| r.name == name) else {
             return Some(None);
         };
-        let ready = p.ended || (package.ts_live() && r.last_complete_msn().is_some());
+        let ready = p.ended() || (package.ts_live() && r.last_complete_msn().is_some());
         ready.then(|| {
             Some(crate::package::ts::render_media(
                 p,
                 r,
                 with_duration,
-                p.ended && p.endlist_tag,
+                p.ended() && p.endlist_tag(),
             ))
         })
     };
@@ -359,7 +359,7 @@ async fn ts_segment(
 ) -> Response<Body> {
     let _demand = package.request_ts();
     let source = package.read(|p| {
-        p.ts_renditions
+        p.ts_renditions()
             .iter()
             .find(|r| r.name == name)
             .and_then(|r| r.segment(msn))
@@ -374,7 +374,7 @@ fn growing(package: &Package, name: &str, msn: u64) -> bool {
     package.read(|p| {
         p.rendition(name).is_some_and(|r| match r.segment(msn) {
             Some(s) => !s.complete,
-            None => msn == r.next_msn() && !p.ended,
+            None => msn == r.next_msn() && !p.ended(),
         })
     })
 }
@@ -399,7 +399,7 @@ async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
                     let s = p.rendition(&name)?.segment(msn)?;
                     match s.parts.get(next) {
                         Some(part) => Some(Some(part.data.clone())),
-                        None if s.complete || p.ended => Some(None),
+                        None if s.complete || p.ended() => Some(None),
                         None => None,
                     }
                 })
@@ -575,7 +575,7 @@ fn timeout(package: &Package) -> Duration {
 /// How long the first TS-HLS request waits: muxing starts at the next keyframe (up to a
 /// segment away) and the first segment is complete at the one after.
 fn ts_timeout(package: &Package) -> Duration {
-    package.read(|p| p.config.segment * 2 + hls::block_timeout(p))
+    package.read(|p| p.config().segment * 2 + hls::block_timeout(p))
 }
 
 #[cfg(test)]

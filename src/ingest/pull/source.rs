@@ -396,6 +396,21 @@ fn demuxing_branch(
     let sink = AppSink::builder().sync(true).build();
     pipeline.add_many([&src, &mux, sink.upcast_ref()])?;
     mux.link(&sink)?;
+    tune_http_source(&src);
+    if let Some(kind) = playlist {
+        force_playlist_caps(pipeline, &src, kind);
+    }
+    let declared = std::sync::Arc::new(DeclaredTracks {
+        tracks: Default::default(),
+        events: tx.clone(),
+    });
+    declare_demuxer_pads(pipeline, declared.clone());
+    parse_each_source_pad(pipeline, &src, &mux, stream, declared, tx);
+    Ok(sink)
+}
+
+/// Sets the HTTP source urisourcebin picks (our gateway's) to our timeout and user agent.
+fn tune_http_source(src: &gst::Element) {
     src.connect("source-setup", false, move |args| {
         let element = args[1].get::<gst::Element>().ok()?;
         let factory = element.factory().map(|f| f.name().to_string());
@@ -408,25 +423,24 @@ fn demuxing_branch(
         }
         None
     });
-    if let Some(kind) = playlist {
-        // urisourcebin typefinds what souphttpsrc reads; a known playlist is forced instead.
-        let caps = gst::Caps::builder(kind.caps()).build();
-        let bin = src.clone();
-        pipeline.connect_deep_element_added(move |_, parent, element| {
-            let typefind = element.factory().is_some_and(|f| f.name() == "typefind");
-            if typefind && parent.upcast_ref::<gst::Element>() == &bin {
-                element.set_property("force-caps", &caps);
-            }
-        });
-    }
-    let declared = std::sync::Arc::new(DeclaredTracks {
-        tracks: Default::default(),
-        events: tx.clone(),
+}
+
+/// urisourcebin typefinds what souphttpsrc reads; a known playlist is forced instead.
+fn force_playlist_caps(pipeline: &gst::Pipeline, src: &gst::Element, kind: PlaylistKind) {
+    let caps = gst::Caps::builder(kind.caps()).build();
+    let bin = src.clone();
+    pipeline.connect_deep_element_added(move |_, parent, element| {
+        let typefind = element.factory().is_some_and(|f| f.name() == "typefind");
+        if typefind && parent.upcast_ref::<gst::Element>() == &bin {
+            element.set_property("force-caps", &caps);
+        }
     });
-    // The container's demuxer (flvdemux, tsdemux, qtdemux… inside parsebin or an adaptive
-    // demuxer) adds a pad per stream as soon as its headers say so: the declaration. parsebin
-    // itself exposes a video stream only once its parser has a keyframe.
-    let demuxer_pads = declared.clone();
+}
+
+/// The container's demuxer (flvdemux, tsdemux, qtdemux… inside parsebin or an adaptive
+/// demuxer) adds a pad per stream as soon as its headers say so: the declaration. parsebin
+/// itself exposes a video stream only once its parser has a keyframe.
+fn declare_demuxer_pads(pipeline: &gst::Pipeline, declared: std::sync::Arc<DeclaredTracks>) {
     pipeline.connect_deep_element_added(move |_, _, element| {
         let demuxer = element
             .factory()
@@ -434,7 +448,7 @@ fn demuxing_branch(
         if !demuxer {
             return;
         }
-        let declared = demuxer_pads.clone();
+        let declared = declared.clone();
         element.connect_pad_added(move |_, pad| {
             let kind = pad
                 .current_caps()
@@ -449,6 +463,18 @@ fn demuxing_branch(
             }
         });
     });
+}
+
+/// Each source pad (one per adaptive stream) gets its own parsebin, whose streams are linked
+/// into `mux`; failures go out as source events.
+fn parse_each_source_pad(
+    pipeline: &gst::Pipeline,
+    src: &gst::Element,
+    mux: &gst::Element,
+    stream: i64,
+    declared: std::sync::Arc<DeclaredTracks>,
+    tx: &mpsc::Sender<SourceEvent>,
+) {
     let weak = pipeline.downgrade();
     let mux_for_pads = mux.clone();
     let errors = tx.clone();
@@ -456,7 +482,6 @@ fn demuxing_branch(
         let Some(pipeline) = weak.upgrade() else {
             return;
         };
-        // Each source pad (one per adaptive stream) gets its own parsebin.
         let result = (|| -> Result<(), SourceError> {
             let parse = make("parsebin")?;
             pipeline.add(&parse)?;
@@ -486,5 +511,4 @@ fn demuxing_branch(
             let _ = errors.try_send(SourceEvent::Error(SourceError::SourcePad(Box::new(e))));
         }
     });
-    Ok(sink)
 }

@@ -222,59 +222,25 @@ async fn attempt(
     last_data: &mut Instant,
     stop: &mut watch::Receiver<bool>,
 ) -> Flow {
-    let fail = |reason: AttemptEnd| {
-        Flow::Continue(Attempt {
-            delivered: false,
-            reason,
-        })
-    };
-    let url = match url_policy::parse(uri, Purpose::PullSource) {
-        Ok(u) => u,
-        Err(e) => return fail(e.into()),
-    };
-    let http = matches!(url.scheme(), "http" | "https");
-    // HTTP(S) hosts are checked by the gateway on the addresses it connects to.
-    if !http {
-        if let Err(e) = url_policy::guard(&url, config.allow_link_local).await {
-            return fail(e.into());
+    let Opened {
+        source,
+        mut events,
+        http,
+        gateway: _gateway,
+    } = match open(id, uri, gateway, config).await {
+        Ok(o) => o,
+        Err(reason) => {
+            return Flow::Continue(Attempt {
+                delivered: false,
+                reason,
+            })
         }
-    }
-    // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
-    // HLS/DASH demuxers make; it lives as long as this attempt.
-    let (_gateway_session, fetch_uri, kind) = if http {
-        let (session, local) = match gateway.session(id, &url) {
-            Ok(s) => s,
-            Err(e) => return fail(e.into()),
-        };
-        match session.probe().await {
-            Ok(kind) => (Some(session), local.to_string(), kind),
-            Err(e) => return fail(e.into()),
-        }
-    } else {
-        (None, uri.to_owned(), None)
     };
-    // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
-    // off the async workers.
-    let started = tokio::task::spawn_blocking(move || source::start(id, &fetch_uri, kind)).await;
-    let (source, mut events) = match started {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return fail(e.into()),
-        Err(e) => return fail(e.into()),
-    };
-    let mut adapter = Adapter::new(source.container, id);
+    let mut intake = Intake::new(Adapter::new(source.container, id), http);
     let mut delivered = false;
     let mut last = Instant::now();
-    let mut out = Vec::new();
     let mut mapped = Vec::new();
     rebase.new_source();
-    // An HTTP (HLS/DASH) source must keep delivering for a while before its data is used: a
-    // live playlist that stopped updating replays its last segments and ends, and those must
-    // not reach the outputs again on every cycle.
-    let mut hold_until = http.then(|| Instant::now() + HTTP_PROVE_LIVE);
-    let mut held: Vec<bytes::Bytes> = Vec::new();
-    let mut held_bytes = 0usize;
-    // A declaration from the source not yet sent on.
-    let mut declared = None;
     tracing::info!(stream = id, source = %redact(uri), "PULL source opening");
     let reason = loop {
         let wait = if delivered {
@@ -297,50 +263,26 @@ async fn attempt(
             Err(_) => break AttemptEnd::NoFirstData(wait),
             Ok(None) => break AttemptEnd::PipelineGone,
             Ok(Some(source::SourceEvent::Error(e))) => break e.into(),
-            Ok(Some(source::SourceEvent::Eos)) if hold_until.is_some() => {
+            Ok(Some(source::SourceEvent::Eos)) if intake.proving() => {
                 break AttemptEnd::EndedUnproven
             }
             Ok(Some(source::SourceEvent::Eos)) => break AttemptEnd::Ended,
             Ok(Some(source::SourceEvent::Tracks(t))) => {
-                declared = Some(t);
+                intake.declared = Some(t);
                 continue;
             }
             Ok(Some(source::SourceEvent::Data(d))) => d,
         };
         let now = Instant::now();
-        if let Some(until) = hold_until {
-            held_bytes += data.len();
-            if held_bytes > config.max_held_bytes {
-                break AttemptEnd::HeldOverCap(config.max_held_bytes);
-            }
-            held.push(data);
-            if now < until {
+        match intake.take(data, now, config.max_held_bytes) {
+            Ok(true) => {}
+            Ok(false) => {
                 last = now;
                 continue;
             }
-            hold_until = None;
-            // The held media is old by now: its decoder configs are kept, its frames dropped,
-            // so the outputs start at the next keyframe in step with the wall clock.
-            let mut unusable = None;
-            for chunk in held.drain(..) {
-                if let Err(e) = adapter.push(&chunk, &mut out) {
-                    unusable = Some(e);
-                    break;
-                }
-            }
-            if let Some(e) = unusable {
-                break e.into();
-            }
-            out.retain(|m| !matches!(m, MediaMessage::Frame(_)));
-        } else if let Err(e) = adapter.push(&data, &mut out) {
-            break e.into();
+            Err(e) => break e,
         }
-        // A TS source's demuxer pads declare its tracks (see `SourceEvent::Tracks`); the
-        // declaration goes out with the first media after it.
-        if let Some(t) = declared.take() {
-            out.insert(0, MediaMessage::Tracks(t));
-        }
-        for m in out.drain(..) {
+        for m in intake.out.drain(..) {
             rebase.map(m, now, &mut mapped);
         }
         if !mapped.iter().any(|m| matches!(m, MediaMessage::Frame(_))) {
@@ -355,30 +297,155 @@ async fn attempt(
             delivered = true;
             tracing::info!(stream = id, source = %redact(uri), "PULL source delivering");
         }
-        if publisher.is_none() {
-            match registry.publish_pull(id).await {
-                Ok(p) => *publisher = Some(p),
-                Err(e @ (PublishError::Inactive(_) | PublishError::UnknownStream(_))) => {
-                    tracing::info!(stream = id, error = %e, "PULL no longer wanted");
-                    return Flow::Stop;
-                }
-                Err(e) => {
-                    tracing::warn!(stream = id, error = %e, "PULL cannot publish yet");
-                    mapped.clear();
-                    continue;
-                }
-            }
-        }
-        let p = publisher.as_mut().expect("set above");
-        if !mapped.drain(..).all(|m| p.send(m)) {
-            // The server ended the session (deactivated, pipeline failed): start over.
-            *publisher = None;
-            *rebase = Rebase::default();
-            rebase.new_source();
+        if !deliver(id, registry, publisher, rebase, &mut mapped).await {
+            return Flow::Stop;
         }
     };
     drop(source);
     Flow::Continue(Attempt { delivered, reason })
+}
+
+/// A source opened for one attempt: its pipeline and events, whether it is HTTP(S), and the
+/// gateway session it fetches through (HTTP(S) only; it lives as long as the attempt).
+struct Opened {
+    source: source::Source,
+    events: tokio::sync::mpsc::Receiver<source::SourceEvent>,
+    http: bool,
+    gateway: Option<super::gateway::Session>,
+}
+
+/// Checks the source URL and starts its pipeline; why not, as the attempt's end.
+async fn open(
+    id: i64,
+    uri: &str,
+    gateway: &Arc<Gateway>,
+    config: &PullConfig,
+) -> Result<Opened, AttemptEnd> {
+    let url = url_policy::parse(uri, Purpose::PullSource)?;
+    let http = matches!(url.scheme(), "http" | "https");
+    // HTTP(S) hosts are checked by the gateway on the addresses it connects to.
+    if !http {
+        url_policy::guard(&url, config.allow_link_local).await?;
+    }
+    // HTTP(S) goes through the gateway, which bounds and checks every request GStreamer's
+    // HLS/DASH demuxers make; it lives as long as this attempt.
+    let (session, fetch_uri, kind) = if http {
+        let (session, local) = gateway.session(id, &url)?;
+        let kind = session.probe().await?;
+        (Some(session), local.to_string(), kind)
+    } else {
+        (None, uri.to_owned(), None)
+    };
+    // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
+    // off the async workers.
+    let (source, events) =
+        tokio::task::spawn_blocking(move || source::start(id, &fetch_uri, kind)).await??;
+    Ok(Opened {
+        source,
+        events,
+        http,
+        gateway: session,
+    })
+}
+
+/// What a source delivers, turned into media messages (`out`): an HTTP (HLS/DASH) source's
+/// data is first held until it has kept delivering for [`HTTP_PROVE_LIVE`] — a live playlist
+/// that stopped updating replays its last segments and ends, and those must not reach the
+/// outputs again on every cycle.
+struct Intake {
+    adapter: Adapter,
+    out: Vec<MediaMessage>,
+    /// Until when data is held; `None` once proven (or not HTTP).
+    hold_until: Option<Instant>,
+    held: Vec<bytes::Bytes>,
+    held_bytes: usize,
+    /// A declaration from the source not yet sent on.
+    declared: Option<crate::media::Tracks>,
+}
+
+impl Intake {
+    fn new(adapter: Adapter, http: bool) -> Intake {
+        Intake {
+            adapter,
+            out: Vec::new(),
+            hold_until: http.then(|| Instant::now() + HTTP_PROVE_LIVE),
+            held: Vec::new(),
+            held_bytes: 0,
+            declared: None,
+        }
+    }
+
+    /// The source has not proven live yet: its data is held.
+    fn proving(&self) -> bool {
+        self.hold_until.is_some()
+    }
+
+    /// Adapts `data` into `out`; `Ok(false)` while it is held.
+    fn take(
+        &mut self,
+        data: bytes::Bytes,
+        now: Instant,
+        max_held: usize,
+    ) -> Result<bool, AttemptEnd> {
+        if let Some(until) = self.hold_until {
+            self.held_bytes += data.len();
+            if self.held_bytes > max_held {
+                return Err(AttemptEnd::HeldOverCap(max_held));
+            }
+            self.held.push(data);
+            if now < until {
+                return Ok(false);
+            }
+            self.hold_until = None;
+            // The held media is old by now: its decoder configs are kept, its frames dropped,
+            // so the outputs start at the next keyframe in step with the wall clock.
+            for chunk in self.held.drain(..) {
+                self.adapter.push(&chunk, &mut self.out)?;
+            }
+            self.out.retain(|m| !matches!(m, MediaMessage::Frame(_)));
+        } else {
+            self.adapter.push(&data, &mut self.out)?;
+        }
+        // A TS source's demuxer pads declare its tracks (see `SourceEvent::Tracks`); the
+        // declaration goes out with the first media after it.
+        if let Some(t) = self.declared.take() {
+            self.out.insert(0, MediaMessage::Tracks(t));
+        }
+        Ok(true)
+    }
+}
+
+/// Sends `mapped` on through the stream's publisher, publishing first when there is none;
+/// `false` when the stream no longer wants this PULL.
+async fn deliver(
+    id: i64,
+    registry: &Arc<Registry>,
+    publisher: &mut Option<Publisher>,
+    rebase: &mut Rebase,
+    mapped: &mut Vec<MediaMessage>,
+) -> bool {
+    if publisher.is_none() {
+        match registry.publish_pull(id).await {
+            Ok(p) => *publisher = Some(p),
+            Err(e @ (PublishError::Inactive(_) | PublishError::UnknownStream(_))) => {
+                tracing::info!(stream = id, error = %e, "PULL no longer wanted");
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(stream = id, error = %e, "PULL cannot publish yet");
+                mapped.clear();
+                return true;
+            }
+        }
+    }
+    let p = publisher.as_mut().expect("set above");
+    if !mapped.drain(..).all(|m| p.send(m)) {
+        // The server ended the session (deactivated, pipeline failed): start over.
+        *publisher = None;
+        *rebase = Rebase::default();
+        rebase.new_source();
+    }
+    true
 }
 
 /// Media-level errors (unsupported codec, tag before its header) an FLV source may cause before

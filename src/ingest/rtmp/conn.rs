@@ -182,58 +182,15 @@ async fn handle_event(
         Event::ConnectionRequested {
             request_id,
             app_name,
-        } => {
-            if app_name.trim_end_matches('/') == key::APP {
-                session.accept_request(request_id).map_err(session_err)
-            } else {
-                state.close = true;
-                tracing::warn!(%peer, app = %shown(&redact(&app_name)), "rtmp connect refused: unknown application");
-                session
-                    .reject_request(
-                        request_id,
-                        "NetConnection.Connect.Rejected",
-                        "unknown application",
-                    )
-                    .map_err(session_err)
-            }
-        }
+        } => connect(session, state, request_id, &app_name, peer),
         Event::PublishStreamRequested {
             request_id,
             app_name,
             stream_key,
             ..
         } => {
-            if state.publisher.is_some() {
-                state.close = true;
-                return session
-                    .reject_request(
-                        request_id,
-                        "NetStream.Publish.BadName",
-                        "already publishing",
-                    )
-                    .map_err(session_err);
-            }
-            let verdict = match key::parse(&app_name, &stream_key) {
-                Ok(k) => registry
-                    .publish(k.stream_id, k.slot, &k.token, Protocol::Rtmp)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match verdict {
-                Ok(publisher) => {
-                    tracing::info!(%peer, stream = publisher.stream_id, "rtmp publish accepted");
-                    state.publisher = Some(publisher);
-                    session.accept_request(request_id).map_err(session_err)
-                }
-                Err(reason) => {
-                    tracing::warn!(%peer, key = %shown(&redact(&stream_key)), %reason, "rtmp publish refused");
-                    state.close = true;
-                    session
-                        .reject_request(request_id, "NetStream.Publish.BadName", &reason)
-                        .map_err(session_err)
-                }
-            }
+            let names = (app_name.as_str(), stream_key.as_str());
+            publish(session, state, registry, request_id, names, peer).await
         }
         Event::VideoDataReceived {
             data, timestamp, ..
@@ -271,6 +228,76 @@ async fn handle_event(
         }
         // releaseStream, FCPublish, FCUnpublish, _checkbw and friends need no answer.
         _ => Ok(Vec::new()),
+    }
+}
+
+/// A `connect`: accepted for the one application we serve, else refused and closed.
+fn connect(
+    session: &mut ServerSession,
+    state: &mut State,
+    request_id: u32,
+    app_name: &str,
+    peer: SocketAddr,
+) -> Result<Vec<Res>, ConnError> {
+    if app_name.trim_end_matches('/') == key::APP {
+        return session
+            .accept_request(request_id)
+            .map_err(ConnError::Session);
+    }
+    state.close = true;
+    tracing::warn!(%peer, app = %shown(&redact(app_name)), "rtmp connect refused: unknown application");
+    session
+        .reject_request(
+            request_id,
+            "NetConnection.Connect.Rejected",
+            "unknown application",
+        )
+        .map_err(ConnError::Session)
+}
+
+/// A `publish`: the stream key (`names`: the application and the key) is checked by the
+/// registry; accepted, the connection publishes; refused (or a second publish on it), closed.
+async fn publish(
+    session: &mut ServerSession,
+    state: &mut State,
+    registry: &Arc<Registry>,
+    request_id: u32,
+    names: (&str, &str),
+    peer: SocketAddr,
+) -> Result<Vec<Res>, ConnError> {
+    let (app_name, stream_key) = names;
+    if state.publisher.is_some() {
+        state.close = true;
+        return session
+            .reject_request(
+                request_id,
+                "NetStream.Publish.BadName",
+                "already publishing",
+            )
+            .map_err(ConnError::Session);
+    }
+    let verdict = match key::parse(app_name, stream_key) {
+        Ok(k) => registry
+            .publish(k.stream_id, k.slot, &k.token, Protocol::Rtmp)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match verdict {
+        Ok(publisher) => {
+            tracing::info!(%peer, stream = publisher.stream_id, "rtmp publish accepted");
+            state.publisher = Some(publisher);
+            session
+                .accept_request(request_id)
+                .map_err(ConnError::Session)
+        }
+        Err(reason) => {
+            tracing::warn!(%peer, key = %shown(&redact(stream_key)), %reason, "rtmp publish refused");
+            state.close = true;
+            session
+                .reject_request(request_id, "NetStream.Publish.BadName", &reason)
+                .map_err(ConnError::Session)
+        }
     }
 }
 

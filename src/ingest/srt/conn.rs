@@ -9,11 +9,11 @@ use futures::{SinkExt, StreamExt};
 use srt_protocol::settings::KeySettings;
 use srt_tokio::access::{RejectReason, ServerRejectReason};
 use srt_tokio::options::Passphrase;
-use srt_tokio::ConnectionRequest;
+use srt_tokio::{ConnectionRequest, SrtSocket};
 
 use super::streamid;
 use crate::ingest::mpegts::to_media::TsToMedia;
-use crate::live::{Protocol, PublishError, Registry};
+use crate::live::{Protocol, PublishError, PublishPermit, Publisher, Registry};
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,48 +41,11 @@ async fn reject(request: ConnectionRequest, reason: ServerRejectReason) {
 /// Drives one caller to its end; everything worth knowing is logged with the peer.
 pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeout: Duration) {
     let peer = request.remote();
-    let target = match streamid::parse(request.stream_id().map(|s| s.as_str())) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::info!(%peer, error = %e, "SRT caller rejected");
-            return reject(request, ServerRejectReason::BadRequest).await;
-        }
+    let (permit, key) = match admit(&request, &registry).await {
+        Ok(admitted) => admitted,
+        Err(reason) => return reject(request, reason).await,
     };
-    let (id, slot) = (target.stream_id, target.slot);
-    let permit = match registry
-        .check_publish(
-            id,
-            slot,
-            &target.token,
-            Protocol::Srt,
-            crate::live::DRAIN_WAIT_HANDSHAKE,
-        )
-        .await
-    {
-        Ok(permit) => permit,
-        Err(e) => {
-            tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused");
-            return reject(request, reject_reason(&e)).await;
-        }
-    };
-    let key = match permit
-        .row()
-        .settings
-        .srt_passphrase
-        .clone()
-        .map(Passphrase::try_from)
-    {
-        None => None,
-        Some(Ok(passphrase)) => Some(KeySettings {
-            // The caller's key length: srt-tokio requires it to match (AES-128/192/256).
-            key_size: request.key_size(),
-            passphrase,
-        }),
-        Some(Err(e)) => {
-            tracing::error!(stream = id, error = %e, "stored SRT passphrase unusable");
-            return reject(request, ServerRejectReason::InternalServerError).await;
-        }
-    };
+    let (id, slot) = (permit.row().id, permit.slot());
     let encrypted = key.is_some();
     let mut socket = match request.accept(key).await {
         Ok(s) => s,
@@ -102,29 +65,12 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
     };
     tracing::info!(%peer, stream = id, ?slot, encrypted, latency_ms = socket.settings().recv_tsbpd_latency.as_millis() as u64, "SRT publisher connected");
     let mut adapter = TsToMedia::new();
-    let mut out = Vec::new();
-    let mut bytes = 0u64;
-    let reason = loop {
-        let payload = match tokio::time::timeout(idle_timeout, socket.next()).await {
-            Err(_) => break format!("no data for {idle_timeout:?}"),
-            Ok(None) => break "caller closed".to_owned(),
-            Ok(Some(Err(e))) => break format!("receive error: {e}"),
-            Ok(Some(Ok((_, payload)))) => payload,
-        };
-        bytes += payload.len() as u64;
-        if let Err(e) = adapter.push(&payload, &mut out) {
-            tracing::warn!(%peer, stream = id, error = %e, "SRT payload is not usable MPEG-TS; closing");
-            break format!("bad payload: {e}");
-        }
-        if !out.drain(..).all(|m| publisher.send(m)) {
-            break "publish ended by the server".to_owned();
-        }
+    let receiving = Receiving {
+        socket: &mut socket,
+        adapter: &mut adapter,
+        publisher: &mut publisher,
     };
-    if adapter.finish(&mut out).is_ok() {
-        for m in out.drain(..) {
-            publisher.send(m);
-        }
-    }
+    let (reason, bytes) = receiving.run(idle_timeout, (peer, id)).await;
     drop(publisher);
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close()).await;
     let stats = adapter.stats();
@@ -139,4 +85,91 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
         dropped_pes = stats.dropped_pes,
         "SRT publisher left"
     );
+}
+
+/// Whether the caller may publish, decided before the handshake is answered: its stream id,
+/// the registry's permit, and the stream's passphrase as the key (`None`: unencrypted). A
+/// refusal is the reject reason to answer with (logged here).
+async fn admit(
+    request: &ConnectionRequest,
+    registry: &Arc<Registry>,
+) -> Result<(PublishPermit, Option<KeySettings>), ServerRejectReason> {
+    let peer = request.remote();
+    let target = streamid::parse(request.stream_id().map(|s| s.as_str())).map_err(|e| {
+        tracing::info!(%peer, error = %e, "SRT caller rejected");
+        ServerRejectReason::BadRequest
+    })?;
+    let (id, slot) = (target.stream_id, target.slot);
+    let permit = registry
+        .check_publish(
+            id,
+            slot,
+            &target.token,
+            Protocol::Srt,
+            crate::live::DRAIN_WAIT_HANDSHAKE,
+        )
+        .await
+        .map_err(|e| {
+            tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused");
+            reject_reason(&e)
+        })?;
+    let key = match permit
+        .row()
+        .settings
+        .srt_passphrase
+        .clone()
+        .map(Passphrase::try_from)
+    {
+        None => None,
+        Some(Ok(passphrase)) => Some(KeySettings {
+            // The caller's key length: srt-tokio requires it to match (AES-128/192/256).
+            key_size: request.key_size(),
+            passphrase,
+        }),
+        Some(Err(e)) => {
+            tracing::error!(stream = id, error = %e, "stored SRT passphrase unusable");
+            return Err(ServerRejectReason::InternalServerError);
+        }
+    };
+    Ok((permit, key))
+}
+
+/// A publishing caller's socket, its payloads' adapter and the publisher they go to.
+struct Receiving<'a> {
+    socket: &'a mut SrtSocket,
+    adapter: &'a mut TsToMedia,
+    publisher: &'a mut Publisher,
+}
+
+impl Receiving<'_> {
+    /// MPEG-TS payloads → media → the publisher until the caller leaves, goes idle for
+    /// `idle_timeout`, sends what is not MPEG-TS or the server ends the publish. Returns why,
+    /// and the bytes received (`who`: the peer and the stream, for the log).
+    async fn run(self, idle_timeout: Duration, who: (std::net::SocketAddr, i64)) -> (String, u64) {
+        let (peer, id) = who;
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        let reason = loop {
+            let payload = match tokio::time::timeout(idle_timeout, self.socket.next()).await {
+                Err(_) => break format!("no data for {idle_timeout:?}"),
+                Ok(None) => break "caller closed".to_owned(),
+                Ok(Some(Err(e))) => break format!("receive error: {e}"),
+                Ok(Some(Ok((_, payload)))) => payload,
+            };
+            bytes += payload.len() as u64;
+            if let Err(e) = self.adapter.push(&payload, &mut out) {
+                tracing::warn!(%peer, stream = id, error = %e, "SRT payload is not usable MPEG-TS; closing");
+                break format!("bad payload: {e}");
+            }
+            if !out.drain(..).all(|m| self.publisher.send(m)) {
+                break "publish ended by the server".to_owned();
+            }
+        };
+        if self.adapter.finish(&mut out).is_ok() {
+            for m in out.drain(..) {
+                self.publisher.send(m);
+            }
+        }
+        (reason, bytes)
+    }
 }

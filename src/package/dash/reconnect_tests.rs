@@ -70,7 +70,7 @@ fn check_announced(pkg: &PackageState, mpd: &str, now: OffsetDateTime) -> Vec<(u
                         continue; // left the time-shift buffer
                     }
                     let held = r.segment(k).filter(|s| s.epoch_msn == epoch);
-                    let growing = live && k == r.next_msn() && !pkg.ended;
+                    let growing = live && k == r.next_msn() && !pkg.ended();
                     assert!(
                         held.is_some() || growing,
                         "{name}/seg_{k}.m4s is announced in Period {epoch} at {now:.3} s but \
@@ -100,11 +100,11 @@ fn push(pkg: &mut PackageState, r: usize, t: OffsetDateTime, parts: std::ops::Ra
 /// The publisher leaves (the lifecycle's `mark_discontinuity`), then a new pipeline installs
 /// its renditions, numbered after the highest sequence number any of them used.
 fn reconnect(pkg: &mut PackageState) {
-    for r in &mut pkg.renditions {
+    for r in pkg.list_mut(crate::package::Output::Cmaf).unwrap() {
         r.mark_discontinuity();
     }
-    let next = pkg.renditions.iter().map(|r| r.next_msn()).max().unwrap();
-    for r in &mut pkg.renditions {
+    let next = pkg.renditions().iter().map(|r| r.next_msn()).max().unwrap();
+    for r in pkg.list_mut(crate::package::Output::Cmaf).unwrap() {
         r.continue_after(next - 1);
     }
 }
@@ -124,7 +124,7 @@ fn no_number_is_announced_that_will_not_exist_across_a_reconnect() {
     push(&mut pkg, VIDEO, t0, 0..17);
     push(&mut pkg, AUDIO, t0, 0..16);
     reconnect(&mut pkg);
-    assert_eq!(pkg.renditions[AUDIO].next_msn(), 5);
+    assert_eq!(pkg.renditions()[AUDIO].next_msn(), 5);
     let gap = |ms: u64| t0 + Duration::from_millis(8500 + ms);
     let mut seen = Vec::new();
     // While the publisher is away, and across the new epoch's first segments.

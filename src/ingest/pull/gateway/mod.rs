@@ -20,16 +20,19 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 use url::Url;
 
+mod answer;
+
 use super::rewrite::{self, PlaylistKind, RewriteError, Sniffed};
 use crate::http::listener::{self as server, Body};
 use crate::url_policy::client::{self, OutboundClient};
 use crate::url_policy::{self, redact, Purpose, UrlPolicyError};
+use answer::{is_redirect, location, passed_headers, read_playlist, sniff};
 
 /// Each upstream read (response head, then every body chunk) waits at most this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -351,16 +354,62 @@ impl Inner {
         }
     }
 
+    /// One request upstream, answered to GStreamer: a redirect through this port, the headers
+    /// a demuxer needs, then a playlist rewritten or a segment streamed.
     async fn fetch(
         self: &Arc<Self>,
         upstream: &Url,
         range: Option<header::HeaderValue>,
         head: bool,
     ) -> Result<Response<Body>, Refused> {
-        let limits = self.gateway.limits;
         let blocking = upstream
             .query_pairs()
             .any(|(k, _)| k == "_HLS_msn" || k == "_HLS_part");
+        let mut resp = self.send(upstream, range, head, blocking).await?;
+        let status = resp.status();
+        if is_redirect(status) {
+            return self.redirect(upstream, &resp);
+        }
+        let mut out = passed_headers(&resp);
+        if head {
+            if let Some(v) = resp.headers().get(header::CONTENT_LENGTH) {
+                out = out.header(header::CONTENT_LENGTH, v);
+            }
+            return Ok(out.body(server::empty()).expect("valid response"));
+        }
+        if !status.is_success() {
+            // Error bodies are of no use to a demuxer: the status says it.
+            return Ok(out.body(server::empty()).expect("valid response"));
+        }
+        let declared = resp.content_length();
+        let (sniffed, first) = sniff(&mut resp, self.gateway.limits.max_playlist_bytes).await?;
+        let body = match sniffed {
+            Sniffed::Refused => return Err(Refused::forbidden(GatewayError::NotUtf8Text)),
+            Sniffed::Playlist(kind) => {
+                let text = self
+                    .playlist(upstream, kind, blocking, (resp, first, declared))
+                    .await?;
+                server::full(text)
+            }
+            Sniffed::Media => {
+                if let Some(n) = self.segment_length(upstream, declared)? {
+                    out = out.header(header::CONTENT_LENGTH, n);
+                }
+                self.relay(upstream, resp, first)
+            }
+        };
+        Ok(out.body(body).expect("valid response"))
+    }
+
+    /// Sends the request upstream, waiting for its answer as long as the request may be held
+    /// there (a blocking playlist reload) or else the idle timeout.
+    async fn send(
+        &self,
+        upstream: &Url,
+        range: Option<header::HeaderValue>,
+        head: bool,
+        blocking: bool,
+    ) -> Result<reqwest::Response, Refused> {
         let wait = if blocking {
             BLOCKING_RELOAD_TIMEOUT
         } else {
@@ -375,117 +424,112 @@ impl Inner {
         if let Some(range) = range {
             request = request.header(header::RANGE, range);
         }
-        let mut resp = tokio::time::timeout(wait, request.send())
+        tokio::time::timeout(wait, request.send())
             .await
             .map_err(|_| Refused::bad_gateway(GatewayError::NoResponse(wait)))?
-            .map_err(|e| Refused::bad_gateway(GatewayError::Upstream(e)))?;
-        let status = resp.status();
-        if is_redirect(status) {
-            let target = location(&resp, upstream).map_err(Refused::bad_gateway)?;
-            {
-                let mut chain = self.source_chain.lock().unwrap_or_else(|p| p.into_inner());
-                if chain.contains(upstream) {
-                    // The source and its latest hops (a source may redirect to a fresh
-                    // tokenised URL on every reconnect).
-                    if chain.len() > MAX_REDIRECTS {
-                        chain.remove(1);
+            .map_err(|e| Refused::bad_gateway(GatewayError::Upstream(e)))
+    }
+
+    /// A redirect, passed on to GStreamer as one to this port (checked there when it comes
+    /// back); a hop of the source itself joins its chain.
+    fn redirect(
+        self: &Arc<Self>,
+        upstream: &Url,
+        resp: &reqwest::Response,
+    ) -> Result<Response<Body>, Refused> {
+        let target = location(resp, upstream).map_err(Refused::bad_gateway)?;
+        {
+            let mut chain = self.source_chain.lock().unwrap_or_else(|p| p.into_inner());
+            if chain.contains(upstream) {
+                // The source and its latest hops (a source may redirect to a fresh
+                // tokenised URL on every reconnect).
+                if chain.len() > MAX_REDIRECTS {
+                    chain.remove(1);
+                }
+                chain.push(target.clone());
+            }
+        }
+        let local = self.local_url(&target).map_err(|e| {
+            Refused::forbidden(GatewayError::Redirect {
+                url: redact(target.as_str()),
+                source: Box::new(e),
+            })
+        })?;
+        Ok(Response::builder()
+            .status(resp.status())
+            .header(header::LOCATION, local.as_str())
+            .body(server::empty())
+            .expect("valid response"))
+    }
+
+    /// A playlist read whole (bounded, one read at a time per session), every reference
+    /// rewritten to this port; a short live HLS playlist is first held until it lists two
+    /// segments. `read` is the response, its first bytes and its declared length.
+    async fn playlist(
+        self: &Arc<Self>,
+        upstream: &Url,
+        kind: PlaylistKind,
+        blocking: bool,
+        read: (reqwest::Response, BytesMut, Option<u64>),
+    ) -> Result<String, Refused> {
+        let (mut resp, first, declared) = read;
+        let _permit = self
+            .playlist_reads
+            .acquire()
+            .await
+            .map_err(|_| Refused::bad_gateway(GatewayError::AttemptOver))?;
+        let cap = self.gateway.limits.max_playlist_bytes;
+        let mut text = read_playlist(&mut resp, first, declared, cap).await?;
+        let mut map = |reference: &Url| {
+            self.local_url(reference)
+                .map(|u| u.to_string())
+                .map_err(|e| {
+                    GatewayError::Reference {
+                        url: redact(reference.as_str()),
+                        source: Box::new(e),
                     }
-                    chain.push(target.clone());
-                }
-            }
-            let local = self.local_url(&target).map_err(|e| {
-                Refused::forbidden(GatewayError::Redirect {
-                    url: redact(target.as_str()),
-                    source: Box::new(e),
+                    .into()
                 })
-            })?;
-            return Ok(Response::builder()
-                .status(status)
-                .header(header::LOCATION, local.as_str())
-                .body(server::empty())
-                .expect("valid response"));
-        }
-        let mut out = Response::builder().status(status);
-        // Date matters: DASH's http-head/http-xsdate clock sync reads the time server's.
-        for name in [
-            header::CONTENT_TYPE,
-            header::CONTENT_RANGE,
-            header::ACCEPT_RANGES,
-            header::DATE,
-            header::LAST_MODIFIED,
-            header::ETAG,
-            header::CACHE_CONTROL,
-        ] {
-            if let Some(v) = resp.headers().get(&name) {
-                out = out.header(name, v);
+        };
+        let mut rewrite = |text: &str| {
+            match kind {
+                PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
+                PlaylistKind::Dash => rewrite::rewrite_mpd(text, upstream, &mut map),
             }
+            .map_err(|e| Refused::forbidden(GatewayError::PlaylistRefused(e)))
+        };
+        let mut rewritten = rewrite(&text)?;
+        // Refused references fail fast; a short playlist waits, and what replaces it is
+        // checked again.
+        if kind == PlaylistKind::Hls && !blocking && rewrite::short_live_playlist(&text).is_some() {
+            text = self.until_two_segments(upstream, text, cap).await?;
+            rewritten = rewrite(&text)?;
         }
-        if head {
-            if let Some(v) = resp.headers().get(header::CONTENT_LENGTH) {
-                out = out.header(header::CONTENT_LENGTH, v);
-            }
-            return Ok(out.body(server::empty()).expect("valid response"));
+        // Loopback URLs are longer than `//a`: the output is bounded too.
+        if rewritten.len() > cap.saturating_mul(2) {
+            return Err(Refused::bad_gateway(GatewayError::RewrittenOverCap(cap)));
         }
-        if !status.is_success() {
-            // Error bodies are of no use to a demuxer: the status says it.
-            return Ok(out.body(server::empty()).expect("valid response"));
-        }
-        let declared = resp.content_length();
-        let (sniffed, first) = sniff(&mut resp, limits.max_playlist_bytes).await?;
-        if sniffed == Sniffed::Refused {
-            return Err(Refused::forbidden(GatewayError::NotUtf8Text));
-        }
-        if let Sniffed::Playlist(kind) = sniffed {
-            let _permit = self
-                .playlist_reads
-                .acquire()
-                .await
-                .map_err(|_| Refused::bad_gateway(GatewayError::AttemptOver))?;
-            let cap = limits.max_playlist_bytes;
-            let mut text = read_playlist(&mut resp, first, declared, cap).await?;
-            let mut map = |reference: &Url| {
-                self.local_url(reference)
-                    .map(|u| u.to_string())
-                    .map_err(|e| {
-                        GatewayError::Reference {
-                            url: redact(reference.as_str()),
-                            source: Box::new(e),
-                        }
-                        .into()
-                    })
-            };
-            let mut rewrite = |text: &str| {
-                match kind {
-                    PlaylistKind::Hls => rewrite::rewrite_m3u8(text, upstream, &mut map),
-                    PlaylistKind::Dash => rewrite::rewrite_mpd(text, upstream, &mut map),
-                }
-                .map_err(|e| Refused::forbidden(GatewayError::PlaylistRefused(e)))
-            };
-            let mut rewritten = rewrite(&text)?;
-            // Refused references fail fast; a short playlist waits, and what replaces it is
-            // checked again.
-            if kind == PlaylistKind::Hls
-                && !blocking
-                && rewrite::short_live_playlist(&text).is_some()
-            {
-                text = self.until_two_segments(upstream, text, cap).await?;
-                rewritten = rewrite(&text)?;
-            }
-            // Loopback URLs are longer than `//a`: the output is bounded too.
-            if rewritten.len() > cap.saturating_mul(2) {
-                return Err(Refused::bad_gateway(GatewayError::RewrittenOverCap(cap)));
-            }
-            return Ok(out.body(server::full(rewritten)).expect("valid response"));
-        }
-        // The source URL itself (or where it redirects) may be a progressive live stream
-        // (HTTP-TS): endless by design.
+        Ok(rewritten)
+    }
+
+    /// The cap on a segment's bytes: none for the source URL itself (or where it redirects),
+    /// which may be a progressive live stream (HTTP-TS), endless by design.
+    fn segment_cap(&self, upstream: &Url) -> Option<u64> {
         let progressive = self
             .source_chain
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(upstream);
-        let cap = (!progressive).then_some(limits.max_segment_bytes);
-        if let (Some(cap), Some(n)) = (cap, declared) {
+        (!progressive).then_some(self.gateway.limits.max_segment_bytes)
+    }
+
+    /// The declared length to pass on, refused when it is over the segment cap.
+    fn segment_length(
+        &self,
+        upstream: &Url,
+        declared: Option<u64>,
+    ) -> Result<Option<u64>, Refused> {
+        if let (Some(cap), Some(n)) = (self.segment_cap(upstream), declared) {
             if n > cap {
                 return Err(Refused::bad_gateway(GatewayError::SegmentOverCap {
                     size: n,
@@ -493,51 +537,25 @@ impl Inner {
                 }));
             }
         }
-        if let Some(n) = declared {
-            out = out.header(header::CONTENT_LENGTH, n);
-        }
+        Ok(declared)
+    }
+
+    /// Streams a segment's body (after its sniffed `first` bytes) to GStreamer through a
+    /// bounded channel; ends with the response, the session, or a reader that stops reading,
+    /// and cuts a segment over the cap.
+    fn relay(&self, upstream: &Url, resp: reqwest::Response, first: BytesMut) -> Body {
+        let cap = self.segment_cap(upstream);
         let (tx, body) = server::channel_body(4);
         let (stream, url) = (self.stream, redact(upstream.as_str()));
         let mut shutdown = self.shutdown_rx.clone();
-        // Ends with the response, the session, or a reader that stops reading.
-        let pump = async move {
-            let send = |chunk| async {
-                matches!(
-                    tokio::time::timeout(IDLE_TIMEOUT, tx.send(chunk)).await,
-                    Ok(Ok(()))
-                )
-            };
-            let mut sent = first.len() as u64;
-            if !send(Ok(first.freeze())).await {
-                return;
-            }
-            loop {
-                let chunk = match next_chunk(&mut resp).await {
-                    Ok(Some(c)) => c,
-                    Ok(None) => return,
-                    Err(Refused(_, reason)) => {
-                        send(Err(std::io::Error::other(reason))).await;
-                        return;
-                    }
-                };
-                sent += chunk.len() as u64;
-                if let Some(cap) = cap.filter(|cap| sent > *cap) {
-                    tracing::warn!(stream, %url, cap, "PULL segment over pull_max_segment_bytes; cut");
-                    send(Err(std::io::Error::other("over pull_max_segment_bytes"))).await;
-                    return;
-                }
-                if !send(Ok(chunk)).await {
-                    return; // GStreamer closed the connection or stopped reading
-                }
-            }
-        };
+        let pump = answer::pump(resp, first, cap, tx, (stream, url));
         tokio::spawn(async move {
             tokio::select! {
                 _ = pump => {}
                 _ = shutdown.wait_for(|s| *s) => {}
             }
         });
-        Ok(out.body(body).expect("valid response"))
+        body
     }
 }
 
@@ -590,64 +608,6 @@ impl Inner {
     }
 }
 
-/// The rest of a playlist response after its first bytes, whole, at most `cap` bytes, UTF-8.
-async fn read_playlist(
-    resp: &mut reqwest::Response,
-    mut first: BytesMut,
-    declared: Option<u64>,
-    cap: usize,
-) -> Result<String, Refused> {
-    if declared.is_some_and(|n| n > cap as u64) || first.len() > cap {
-        return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
-    }
-    while let Some(c) = next_chunk(resp).await? {
-        if first.len() + c.len() > cap {
-            return Err(Refused::bad_gateway(GatewayError::PlaylistOverCap(cap)));
-        }
-        first.extend_from_slice(&c);
-    }
-    String::from_utf8(first.to_vec()).map_err(|_| Refused::forbidden(GatewayError::NotUtf8Playlist))
-}
-
-/// Where a redirect points, resolved against the URL that answered it.
-fn location(resp: &reqwest::Response, base: &Url) -> Result<Url, GatewayError> {
-    resp.headers()
-        .get(header::LOCATION)
-        .and_then(|l| l.to_str().ok())
-        .and_then(|l| base.join(l).ok())
-        .ok_or_else(|| GatewayError::NoLocation(resp.status()))
-}
-
-/// HTTP redirects with a Location to follow (not 300 Multiple Choices, not 304).
-fn is_redirect(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308)
-}
-
-/// The response's first bytes, and what they are.
-async fn sniff(
-    resp: &mut reqwest::Response,
-    blank_cap: usize,
-) -> Result<(Sniffed, BytesMut), Refused> {
-    let content_type = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let mut first = BytesMut::new();
-    // Past leading whitespace too: a manifest may hide behind any amount of it.
-    while first.len() < SNIFF_BYTES || (rewrite::blank(&first) && first.len() <= blank_cap) {
-        match next_chunk(resp).await? {
-            Some(c) => first.extend_from_slice(&c),
-            None => break,
-        }
-    }
-    if first.len() > blank_cap && rewrite::blank(&first) {
-        return Err(Refused::bad_gateway(GatewayError::Blank));
-    }
-    Ok((rewrite::sniff(&content_type, &first), first))
-}
-
 /// A request the gateway answers itself, with why.
 struct Refused(StatusCode, GatewayError);
 
@@ -658,13 +618,6 @@ impl Refused {
     fn forbidden(reason: GatewayError) -> Refused {
         Refused(StatusCode::FORBIDDEN, reason)
     }
-}
-
-async fn next_chunk(resp: &mut reqwest::Response) -> Result<Option<Bytes>, Refused> {
-    tokio::time::timeout(IDLE_TIMEOUT, resp.chunk())
-        .await
-        .map_err(|_| Refused::bad_gateway(GatewayError::NoData(IDLE_TIMEOUT)))?
-        .map_err(|e| Refused::bad_gateway(GatewayError::Upstream(e)))
 }
 
 /// An error and its causes on one line.
