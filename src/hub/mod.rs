@@ -122,6 +122,8 @@ impl Header {
 pub struct Hub {
     feeds: Mutex<HashMap<Feed, FeedState>>,
     next_id: AtomicU64,
+    /// Messages lost to full reader queues, every reader ever (the metrics' counter).
+    dropped: AtomicU64,
 }
 
 /// What one publish did.
@@ -173,6 +175,7 @@ impl Hub {
             }
             Err(mpsc::error::TrySendError::Full(lost)) => {
                 out.dropped += 1;
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 r.dropped.fetch_add(1, Ordering::Relaxed);
                 if let Some(f) = &r.on_drop {
                     f(&lost);
@@ -279,6 +282,16 @@ impl Hub {
         drop(feeds);
         request();
         true
+    }
+
+    /// Readers attached now, over every feed.
+    pub fn readers(&self) -> usize {
+        self.feeds().values().map(|s| s.readers.len()).sum()
+    }
+
+    /// Messages lost to full reader queues since the hub was made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Every attached reader with what it lost.
@@ -402,6 +415,7 @@ mod tests {
         }
         assert_eq!(slow.try_recv(), None);
         assert_eq!(slow.dropped(), 6);
+        assert_eq!((hub.readers(), hub.dropped()), (2, 6));
         assert_eq!(lost.load(Ordering::Relaxed), 6);
         let stats = hub.stats();
         assert!(stats.iter().any(|s| s.name == "slow" && s.dropped == 6));

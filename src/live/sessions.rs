@@ -361,6 +361,8 @@ impl Table {
                 id,
                 status: lock(&e.handles.status).clone(),
                 counters: e.handles.counters.clone(),
+                hub_readers: e.handles.hub.readers(),
+                hub_dropped: e.handles.hub.dropped(),
             })
             .collect();
         all.sort_by_key(|m| m.id);

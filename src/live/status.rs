@@ -150,4 +150,8 @@ pub struct StreamMetrics {
     pub id: i64,
     pub status: LiveStatus,
     pub counters: Arc<Counters>,
+    /// Readers attached to the stream's media hub now.
+    pub hub_readers: usize,
+    /// Messages the hub's readers lost to full queues.
+    pub hub_dropped: u64,
 }

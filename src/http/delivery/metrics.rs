@@ -192,6 +192,20 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     f.per_stream(
         streams,
+        "livepack_stream_hub_readers",
+        "gauge",
+        "Readers of the stream's media hub (the pipeline, real-time viewers, restreams).",
+        |s| Some(s.hub_readers),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_hub_dropped_total",
+        "counter",
+        "Media messages the hub's readers lost because their queue was full (a slow reader).",
+        |s| Some(s.hub_dropped),
+    );
+    f.per_stream(
+        streams,
         "livepack_stream_parts_published_total",
         "counter",
         "LL-HLS parts (CMAF chunks) published for the top rendition.",
@@ -242,6 +256,8 @@ mod tests {
                 s
             },
             counters,
+            hub_readers: 3,
+            hub_dropped: 5,
         }];
         let text = render(
             &streams,
@@ -260,6 +276,8 @@ mod tests {
             "livepack_stream_transcoding_speed{stream=\"7\"} 1.002\n",
             "# TYPE livepack_stream_frames_received_total counter\nlivepack_stream_frames_received_total{stream=\"7\"} 90\n",
             "livepack_stream_output_delay_seconds{stream=\"7\"} 0.612\n",
+            "# TYPE livepack_stream_hub_readers gauge\nlivepack_stream_hub_readers{stream=\"7\"} 3\n",
+            "# TYPE livepack_stream_hub_dropped_total counter\nlivepack_stream_hub_dropped_total{stream=\"7\"} 5\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
