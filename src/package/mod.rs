@@ -5,6 +5,7 @@ mod config;
 pub mod dash;
 pub mod hls;
 pub mod observe;
+mod rendition;
 pub mod sink;
 pub mod state;
 pub mod storage;

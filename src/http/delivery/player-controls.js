@@ -37,7 +37,16 @@ function playerControls({ cfg, stage, video, player }) {
       latency() { const d = live(); return d ? d.edge + d.age - video.currentTime : NaN; },
       target: () => hls.targetLatency,
       seek(t) { video.currentTime = t; },
-      live() { const p = hls.liveSyncPosition; if (p !== null) video.currentTime = p; },
+      // hls.js adds a second to its target latency for every stall, for the rest of the
+      // session; a seek back into the window can stall it twice (3 s behind after LIVE). The
+      // viewer asked for the edge: the target starts again from the playlist's hold-back.
+      live() {
+        const d = live();
+        const hold = d && (d.partHoldBack || d.holdBack);
+        if (hold) hls.targetLatency = hold;
+        const p = hls.liveSyncPosition;
+        if (p !== null) video.currentTime = p;
+      },
     };
   }
 
