@@ -488,14 +488,22 @@ impl Registry {
         );
         // Dropped when the pipeline has ended: the input task then stops taking media.
         let (pipeline_alive, pipeline_gone) = tokio::sync::oneshot::channel::<()>();
-        let inputs = tokio::spawn(self.clone().run_inputs(
-            handles.clone(),
-            epoch,
-            (slot, media),
-            control,
-            pipeline_gone,
-            stop.clone(),
-        ));
+        // Dropped when the input task has ended (and ended the hub's source feed).
+        let (inputs_alive, inputs_ended) = tokio::sync::oneshot::channel::<()>();
+        let inputs = {
+            let run = self.clone().run_inputs(
+                handles.clone(),
+                epoch,
+                (slot, media),
+                control,
+                pipeline_gone,
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                run.await;
+                drop(inputs_alive);
+            })
+        };
         let pipeline = self.factory.run(PipelineJob {
             stream: handles,
             quality_set,
@@ -508,6 +516,10 @@ impl Registry {
                 tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
             }
             drop(pipeline_alive);
+            // A pipeline that failed ends before its input task: the next session may open
+            // only once that task has ended the source feed, or the end would reach the next
+            // session's pipeline.
+            let _ = inputs_ended.await;
             registry.inputs_gone(id, epoch);
         });
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
