@@ -15,24 +15,25 @@ mod changes;
 mod inputs;
 mod lifecycle;
 mod publisher;
+mod seams;
 mod sessions;
 pub mod stats;
 pub mod status;
 pub mod switch;
 
+pub use seams::{Leases, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
+
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::db::{Store, StoreError, StreamRow, StreamSettings};
 use crate::events::{Event, Events};
-use crate::hub::{self, Feed, Hub, ReaderOptions};
+use crate::hub::{Feed, ReaderOptions};
 use crate::media::MediaMessage;
 use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
@@ -53,53 +54,6 @@ pub const DRAIN_WAIT_HANDSHAKE: Duration = Duration::from_secs(2);
 const SWITCH_TICK: Duration = Duration::from_millis(100);
 /// How long an ended stream's playlists (with EXT-X-ENDLIST) stay fetchable.
 pub const ENDED_LINGER: Duration = Duration::from_secs(30);
-
-/// The stream a pipeline works for: where its parts go and what it reports.
-#[derive(Clone)]
-pub struct StreamHandles {
-    pub id: i64,
-    pub package: Arc<Package>,
-    /// The stream's media fan-out: the switched source and the encoded rungs, to any reader.
-    pub hub: Arc<Hub>,
-    pub status: SharedStatus,
-    pub counters: Arc<Counters>,
-}
-
-/// What a session's pipeline is given: the stream, its ladder's quality set, its reader of
-/// the switched media (ends when both publishers left), and the signal to drain and stop.
-pub struct PipelineJob {
-    pub stream: StreamHandles,
-    pub quality_set: QualitySet,
-    pub media: hub::Reader,
-    pub stop: watch::Receiver<bool>,
-}
-
-/// Why a pipeline ended its stream early (logged; the stream then ends like any other).
-pub type PipelineFailure = Box<dyn std::error::Error + Send + Sync>;
-
-/// Runs pipelines for the registry: GStreamer in the daemon, a fake in the lifecycle tests.
-pub trait PipelineFactory: Send + Sync + 'static {
-    /// Runs until `job.media` closes (both publishers left) or `job.stop` fires, then drains.
-    fn run(
-        &self,
-        job: PipelineJob,
-    ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>>;
-}
-
-/// Where streams are served when several daemons share the store (`cluster`): a stream's lease
-/// is taken before a publish is accepted and given up when the stream is forgotten here.
-pub trait Leases: Send + Sync + 'static {
-    /// Refused with [`PublishError::LiveElsewhere`] while another live node serves the stream
-    /// (unless, with `from_idle`, that node's publisher has left).
-    fn take(
-        self: Arc<Self>,
-        id: i64,
-        from_idle: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>>;
-    fn release(self: Arc<Self>, id: i64);
-    /// A publisher came or left: the stream's state is written now, not at the next beat.
-    fn state_changed(self: Arc<Self>, id: i64);
-}
 
 /// The registry's settings.
 #[derive(Debug, Clone)]

@@ -2,6 +2,8 @@
 //! factory that records its jobs, and paused time, so grace periods and switch timeouts of
 //! seconds run in milliseconds and every wait is exact.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex as StdMutex;
 
 use bytes::Bytes;

@@ -1,13 +1,16 @@
 //! Reading one upstream answer for the gateway: the headers passed on, its first bytes and
 //! what they are, a playlist whole under its cap, a segment pumped through a bounded channel;
-//! every read waits at most [`IDLE_TIMEOUT`].
+//! every read waits at most [`IDLE_TIMEOUT`]; a live playlist too short to start from, held
+//! and read again until it is not.
 
 use bytes::{Bytes, BytesMut};
 use hyper::{header, Response, StatusCode};
 use url::Url;
 
-use super::{GatewayError, Refused, IDLE_TIMEOUT, SNIFF_BYTES};
-use crate::ingest::pull::rewrite::{self, Sniffed};
+use std::time::Duration;
+
+use super::{GatewayError, Inner, Refused, IDLE_TIMEOUT, SHORT_PLAYLIST_HOLD, SNIFF_BYTES};
+use crate::ingest::pull::rewrite::{self, PlaylistKind, Sniffed};
 
 /// The answer's status and the headers a demuxer needs. Date matters: DASH's
 /// http-head/http-xsdate clock sync reads the time server's.
@@ -133,5 +136,54 @@ pub(super) async fn pump(
         if !send(Ok(chunk)).await {
             return; // GStreamer closed the connection or stopped reading
         }
+    }
+}
+
+impl Inner {
+    /// Holds a live HLS media playlist of fewer than two segments (see
+    /// [`rewrite::short_live_playlist`]) until upstream lists two, re-reading it every quarter
+    /// target duration for up to [`SHORT_PLAYLIST_HOLD`]; still short then, it is refused
+    /// (503: the demuxer retries an update, the fetcher a first playlist), never passed on.
+    pub(super) async fn until_two_segments(
+        &self,
+        upstream: &Url,
+        mut text: String,
+        cap: usize,
+    ) -> Result<String, Refused> {
+        let deadline = tokio::time::Instant::now() + SHORT_PLAYLIST_HOLD;
+        while let Some(target) = rewrite::short_live_playlist(&text) {
+            let poll = (target / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
+            if tokio::time::Instant::now() + poll > deadline {
+                return Err(Refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    GatewayError::ShortLivePlaylist(SHORT_PLAYLIST_HOLD),
+                ));
+            }
+            tokio::time::sleep(poll).await;
+            let again = async {
+                let request = self.gateway.client.get(upstream).ok()?;
+                let mut resp = tokio::time::timeout(IDLE_TIMEOUT, request.send())
+                    .await
+                    .ok()?
+                    .ok()?;
+                if !resp.status().is_success() {
+                    return None;
+                }
+                let declared = resp.content_length();
+                read_playlist(&mut resp, BytesMut::new(), declared, cap)
+                    .await
+                    .ok()
+            };
+            match again.await {
+                // Still a playlist (a failed re-read leaves the one already read).
+                Some(t)
+                    if rewrite::sniff("", t.as_bytes()) == Sniffed::Playlist(PlaylistKind::Hls) =>
+                {
+                    text = t
+                }
+                _ => {}
+            }
+        }
+        Ok(text)
     }
 }

@@ -559,55 +559,6 @@ impl Inner {
     }
 }
 
-impl Inner {
-    /// Holds a live HLS media playlist of fewer than two segments (see
-    /// [`rewrite::short_live_playlist`]) until upstream lists two, re-reading it every quarter
-    /// target duration for up to [`SHORT_PLAYLIST_HOLD`]; still short then, it is refused
-    /// (503: the demuxer retries an update, the fetcher a first playlist), never passed on.
-    async fn until_two_segments(
-        &self,
-        upstream: &Url,
-        mut text: String,
-        cap: usize,
-    ) -> Result<String, Refused> {
-        let deadline = tokio::time::Instant::now() + SHORT_PLAYLIST_HOLD;
-        while let Some(target) = rewrite::short_live_playlist(&text) {
-            let poll = (target / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));
-            if tokio::time::Instant::now() + poll > deadline {
-                return Err(Refused(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    GatewayError::ShortLivePlaylist(SHORT_PLAYLIST_HOLD),
-                ));
-            }
-            tokio::time::sleep(poll).await;
-            let again = async {
-                let request = self.gateway.client.get(upstream).ok()?;
-                let mut resp = tokio::time::timeout(IDLE_TIMEOUT, request.send())
-                    .await
-                    .ok()?
-                    .ok()?;
-                if !resp.status().is_success() {
-                    return None;
-                }
-                let declared = resp.content_length();
-                read_playlist(&mut resp, BytesMut::new(), declared, cap)
-                    .await
-                    .ok()
-            };
-            match again.await {
-                // Still a playlist (a failed re-read leaves the one already read).
-                Some(t)
-                    if rewrite::sniff("", t.as_bytes()) == Sniffed::Playlist(PlaylistKind::Hls) =>
-                {
-                    text = t
-                }
-                _ => {}
-            }
-        }
-        Ok(text)
-    }
-}
-
 /// A request the gateway answers itself, with why.
 struct Refused(StatusCode, GatewayError);
 

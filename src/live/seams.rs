@@ -1,0 +1,62 @@
+//! What `live` asks of the parts it does not own: a pipeline per session (`PipelineFactory`,
+//! given a `PipelineJob` on the stream's `StreamHandles`) and, with several nodes, the
+//! stream's lease (`Leases`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::publisher::PublishError;
+use super::status::{Counters, SharedStatus};
+use crate::hub::{self, Hub};
+use crate::package::Package;
+use crate::quality::QualitySet;
+
+/// The stream a pipeline works for: where its parts go and what it reports.
+#[derive(Clone)]
+pub struct StreamHandles {
+    pub id: i64,
+    pub package: Arc<Package>,
+    /// The stream's media fan-out: the switched source and the encoded rungs, to any reader.
+    pub hub: Arc<Hub>,
+    pub status: SharedStatus,
+    pub counters: Arc<Counters>,
+}
+
+/// What a session's pipeline is given: the stream, its ladder's quality set, its reader of
+/// the switched media (ends when both publishers left), and the signal to drain and stop.
+pub struct PipelineJob {
+    pub stream: StreamHandles,
+    pub quality_set: QualitySet,
+    pub media: hub::Reader,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Why a pipeline ended its stream early (logged; the stream then ends like any other).
+pub type PipelineFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs pipelines for the registry: GStreamer in the daemon, a fake in the lifecycle tests.
+pub trait PipelineFactory: Send + Sync + 'static {
+    /// Runs until `job.media` closes (both publishers left) or `job.stop` fires, then drains.
+    fn run(
+        &self,
+        job: PipelineJob,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>>;
+}
+
+/// Where streams are served when several daemons share the store (`cluster`): a stream's lease
+/// is taken before a publish is accepted and given up when the stream is forgotten here.
+pub trait Leases: Send + Sync + 'static {
+    /// Refused with [`PublishError::LiveElsewhere`] while another live node serves the stream
+    /// (unless, with `from_idle`, that node's publisher has left).
+    fn take(
+        self: Arc<Self>,
+        id: i64,
+        from_idle: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>>;
+    fn release(self: Arc<Self>, id: i64);
+    /// A publisher came or left: the stream's state is written now, not at the next beat.
+    fn state_changed(self: Arc<Self>, id: i64);
+}
