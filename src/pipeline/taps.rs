@@ -55,7 +55,8 @@ pub fn tap(
                 }
                 if let Some(caps) = sample.caps() {
                     let mut last = last_caps.lock().unwrap_or_else(|p| p.into_inner());
-                    if last.as_ref() != Some(&caps.to_owned()) {
+                    // Compared in place: a copy per frame only to compare would allocate.
+                    if last.as_deref() != Some(caps) {
                         *last = Some(caps.to_owned());
                         if let Some(config) = config_of(caps) {
                             hub.publish(&feed, config);
