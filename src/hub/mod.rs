@@ -8,8 +8,8 @@
 //! gave one), and never delays the publisher or the other readers. Readers attach and detach
 //! while live (dropping a [`Reader`] detaches it); a new reader first gets the feed's current
 //! track declaration and codec configs, so it can start decoding at the next keyframe.
-//! [`Hub::demand`] tells a producer how many readers a feed has, so a branch only some readers
-//! need can run only while one is attached. A reader that must start now (a real-time viewer
+//! [`Hub::wanted`] tells a producer whether a feed has a reader, so a branch only some readers
+//! need runs only while one is attached. A reader that must start now (a real-time viewer
 //! joining mid-GOP, a lost picture) asks the feed's encoder for a keyframe through
 //! [`Hub::request_keyframe`], rate-limited per feed because every other reader of that rung
 //! gets the extra keyframe too.
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::media::MediaMessage;
 
@@ -87,7 +87,6 @@ struct FeedState {
     readers: Vec<Slot>,
     /// What a new reader is given first: the latest track declaration and codec configs.
     header: Header,
-    demand: Option<watch::Sender<usize>>,
     keyframe: Option<KeyframeRequest>,
     last_keyframe_request: Option<Instant>,
 }
@@ -167,7 +166,6 @@ impl Hub {
         };
         state.header.note(&msg);
         let mut out = Published::default();
-        let before = state.readers.len();
         state.readers.retain(|r| match r.tx.try_send(msg.clone()) {
             Ok(()) => {
                 out.delivered += 1;
@@ -185,9 +183,6 @@ impl Hub {
             // The reader was dropped: detached.
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
-        if state.readers.len() != before {
-            state.update_demand();
-        }
         out
     }
 
@@ -210,27 +205,12 @@ impl Hub {
             dropped: dropped.clone(),
             on_drop: options.on_drop,
         });
-        state.update_demand();
         Reader {
             rx,
             dropped,
             hub: Arc::downgrade(self),
             feed,
             id,
-        }
-    }
-
-    /// How many readers `feed` has, now and as it changes.
-    pub fn demand(&self, feed: &Feed) -> watch::Receiver<usize> {
-        let mut feeds = self.feeds();
-        let state = feeds.entry(feed.clone()).or_default();
-        match &state.demand {
-            Some(tx) => tx.subscribe(),
-            None => {
-                let (tx, rx) = watch::channel(state.readers.len());
-                state.demand = Some(tx);
-                rx
-            }
         }
     }
 
@@ -242,7 +222,6 @@ impl Hub {
         if let Some(state) = feeds.get_mut(feed) {
             state.readers.clear();
             state.header = Header::default();
-            state.update_demand();
         }
     }
 
@@ -252,7 +231,6 @@ impl Hub {
             state.readers.clear();
             state.header = Header::default();
             state.keyframe = None;
-            state.update_demand();
         }
     }
 
@@ -311,15 +289,6 @@ impl Hub {
     fn detach(&self, feed: &Feed, id: u64) {
         if let Some(state) = self.feeds().get_mut(feed) {
             state.readers.retain(|r| r.id != id);
-            state.update_demand();
-        }
-    }
-}
-
-impl FeedState {
-    fn update_demand(&self) {
-        if let Some(tx) = &self.demand {
-            tx.send_if_modified(|n| std::mem::replace(n, self.readers.len()) != self.readers.len());
         }
     }
 }
@@ -471,20 +440,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn demand_follows_readers_attaching_and_detaching_and_the_end_closes_readers() {
+    async fn wanted_follows_readers_attaching_and_detaching_and_the_end_closes_readers() {
         let hub = Hub::new();
         let feed = Feed::Audio;
-        let mut demand = hub.demand(&feed);
-        assert_eq!(*demand.borrow(), 0);
         assert!(!hub.wanted(&feed));
         let a = hub.subscribe(feed.clone(), ReaderOptions::new("a", 8));
         let mut b = hub.subscribe(feed.clone(), ReaderOptions::new("b", 8));
-        demand.changed().await.unwrap();
-        assert_eq!(*demand.borrow_and_update(), 2);
         assert!(hub.wanted(&feed));
+        assert_eq!(hub.readers(), 2);
         drop(a);
-        demand.changed().await.unwrap();
-        assert_eq!(*demand.borrow_and_update(), 1);
+        assert_eq!(hub.readers(), 1);
         assert_eq!(hub.publish(&feed, frame(0)).delivered, 1);
         hub.end(&feed);
         assert_eq!(b.recv().await, Some(frame(0)));
@@ -493,7 +458,7 @@ mod tests {
             None,
             "the end of the feed closes its readers"
         );
-        assert_eq!(*demand.borrow(), 0);
+        assert!(!hub.wanted(&feed));
         // The next session's readers start without the previous session's configs.
         hub.publish(&feed, config());
         hub.end(&feed);
