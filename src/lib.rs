@@ -23,7 +23,8 @@
 //!   stream record, overlay) of plain data; producers emit, consumers subscribe.
 //! - `hub`: per stream, the fan-out of its media to readers — the switched source, each rung's
 //!   encoded video, the AAC, the Opus encoded only while read — with a bounded queue per
-//!   reader, header replay for late readers, demand, and keyframe requests to the encoders.
+//!   reader, header replay for late readers, whether a feed is read, and keyframe requests to
+//!   the encoders.
 //! - `cluster`: this daemon as one node of several on one store — heartbeat, the leases on
 //!   the streams it serves (refusals elsewhere), the live state other nodes wrote, and how
 //!   nodes vouch for the requests they relay (`cluster::node_auth`).
