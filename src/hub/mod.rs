@@ -12,7 +12,9 @@
 //! need runs only while one is attached. A reader that must start now (a real-time viewer
 //! joining mid-GOP, a lost picture) asks the feed's encoder for a keyframe through
 //! [`Hub::request_keyframe`], rate-limited per feed because every other reader of that rung
-//! gets the extra keyframe too.
+//! gets the extra keyframe too. A reader that cuts the feed on a schedule (the package's muxer,
+//! at each fragment start) asks for a keyframe at a given media time instead
+//! ([`Hub::request_keyframe_at`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +45,10 @@ pub enum Feed {
 /// every output of the rung a keyframe's bits (an IDR is several P-frames' size).
 pub const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Asks a feed's encoder for a keyframe (installed by the producer).
-pub type KeyframeRequest = Arc<dyn Fn() + Send + Sync>;
+/// Asks a feed's encoder for a keyframe (installed by the producer): at the first frame whose
+/// presentation time is at or after the given one (nanoseconds, the feed's frame timestamps),
+/// or, with `None`, at the next frame.
+pub type KeyframeRequest = Arc<dyn Fn(Option<u64>) + Send + Sync>;
 
 /// Called with each message a reader loses (its owner's own counter, e.g. the stream's
 /// `frames_dropped` for the pipeline).
@@ -208,9 +212,11 @@ impl Hub {
         Reader {
             rx,
             dropped,
-            hub: Arc::downgrade(self),
-            feed,
-            id,
+            closer: Closer {
+                hub: Arc::downgrade(self),
+                feed,
+                id,
+            },
         }
     }
 
@@ -258,7 +264,19 @@ impl Hub {
         state.last_keyframe_request = Some(now);
         // Called without the hub's lock: the encoder's side may publish meanwhile.
         drop(feeds);
-        request();
+        request(None);
+        true
+    }
+
+    /// Asks `feed`'s encoder for a keyframe at media time `pts` (ns): the fragment starts of a
+    /// reader that cuts the feed on its own grid. Not rate-limited: one per fragment is the
+    /// grid's own cost, which the encoder's GOP already pays. Whether the feed can make one.
+    pub fn request_keyframe_at(&self, feed: &Feed, pts: u64) -> bool {
+        let request = match self.feeds().get(feed).and_then(|s| s.keyframe.clone()) {
+            Some(request) => request,
+            None => return false,
+        };
+        request(Some(pts));
         true
     }
 
@@ -297,9 +315,25 @@ impl Hub {
 pub struct Reader {
     rx: mpsc::Receiver<MediaMessage>,
     dropped: Arc<AtomicU64>,
+    closer: Closer,
+}
+
+/// Ends one reader's feed from elsewhere: it gets what was queued, then the end (`None`). For
+/// a reader whose producer knows before the hub that its stream ended (a pipeline's EOS), and
+/// to wake a reader blocked in [`Reader::blocking_recv`].
+#[derive(Clone)]
+pub struct Closer {
     hub: std::sync::Weak<Hub>,
     feed: Feed,
     id: u64,
+}
+
+impl Closer {
+    pub fn close(&self) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.detach(&self.feed, self.id);
+        }
+    }
 }
 
 impl Reader {
@@ -312,6 +346,16 @@ impl Reader {
         self.rx.try_recv().ok()
     }
 
+    /// [`Reader::recv`] for a reader on a thread of its own (never on an async worker: it
+    /// blocks, and panics inside a runtime).
+    pub fn blocking_recv(&mut self) -> Option<MediaMessage> {
+        self.rx.blocking_recv()
+    }
+
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+
     /// Messages this reader lost because its queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -320,9 +364,7 @@ impl Reader {
 
 impl Drop for Reader {
     fn drop(&mut self) {
-        if let Some(hub) = self.hub.upgrade() {
-            hub.detach(&self.feed, self.id);
-        }
+        self.closer.close();
     }
 }
 
@@ -338,6 +380,7 @@ mod tests {
             dts: n,
             pts: n,
             keyframe: n == 0,
+            duration: None,
             data: Bytes::from(vec![n as u8; 8]),
         })
     }
@@ -421,8 +464,8 @@ mod tests {
         let counted = asked.clone();
         hub.on_keyframe_request(
             &feed,
-            Arc::new(move || {
-                counted.fetch_add(1, Ordering::Relaxed);
+            Arc::new(move |at| {
+                counted.fetch_add(at.unwrap_or(1), Ordering::Relaxed);
             }),
         );
         assert!(hub.request_keyframe(&feed));
@@ -431,12 +474,34 @@ mod tests {
         std::thread::sleep(KEYFRAME_REQUEST_INTERVAL);
         assert!(hub.request_keyframe(&feed));
         assert_eq!(asked.load(Ordering::Relaxed), 2);
+        // A keyframe at a media time (a fragment start) is the reader's schedule: not limited.
+        assert!(hub.request_keyframe_at(&feed, 40) && hub.request_keyframe_at(&feed, 40));
+        assert_eq!(asked.load(Ordering::Relaxed), 82);
         hub.end_all();
         std::thread::sleep(KEYFRAME_REQUEST_INTERVAL);
         assert!(
-            !hub.request_keyframe(&feed),
+            !hub.request_keyframe(&feed) && !hub.request_keyframe_at(&feed, 0),
             "the session's encoder is gone"
         );
+    }
+
+    #[test]
+    fn a_closed_reader_gets_what_was_queued_then_the_end_on_its_own_thread() {
+        let hub = Hub::new();
+        let mut reader = hub.subscribe(Feed::Audio, ReaderOptions::new("package", 8));
+        let closer = reader.closer();
+        let thread = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while let Some(m) = reader.blocking_recv() {
+                got.push(m);
+            }
+            got
+        });
+        hub.publish(&Feed::Audio, frame(0));
+        hub.publish(&Feed::Audio, frame(1));
+        closer.close();
+        assert_eq!(thread.join().unwrap(), vec![frame(0), frame(1)]);
+        assert!(!hub.wanted(&Feed::Audio), "closed: detached");
     }
 
     #[tokio::test]

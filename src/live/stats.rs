@@ -147,6 +147,7 @@ mod tests {
             dts: dts_ms * 1_000_000,
             pts: dts_ms * 1_000_000,
             keyframe,
+            duration: None,
             data: vec![0u8; bytes].into(),
         })
     }
@@ -225,6 +226,7 @@ mod tests {
             dts: 0,
             pts: 0,
             keyframe: true,
+            duration: None,
             data: vec![0u8; 10].into(),
         }));
         let got = s.cut(wall + Duration::from_secs(20)).unwrap();

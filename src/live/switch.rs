@@ -341,6 +341,7 @@ mod tests {
             dts: dts_ms * MS,
             pts: dts_ms * MS,
             keyframe,
+            duration: None,
             data: Bytes::from_static(b"x"),
         })
     }

@@ -149,6 +149,7 @@ fn frame(dts_ms: u64, keyframe: bool) -> MediaMessage {
         dts: dts_ms * 1_000_000,
         pts: dts_ms * 1_000_000,
         keyframe,
+        duration: None,
         data: Bytes::from_static(b"x"),
     })
 }

@@ -96,6 +96,10 @@ pub struct Frame {
     pub dts: u64,
     pub pts: u64,
     pub keyframe: bool,
+    /// Nanoseconds, when the producer knows it: our encoders do (a muxer reading them then
+    /// closes a chunk with its last frame instead of waiting for the next one to learn its
+    /// end); what arrives from a publisher does not say.
+    pub duration: Option<u64>,
     /// H.264, HEVC: length-prefixed (4-byte) NAL units as in avcC/hvcC; AV1: one temporal unit
     /// of low-overhead OBUs (with size fields), as in MP4; AAC, Opus: one raw frame.
     pub data: Bytes,

@@ -105,6 +105,7 @@ mod tests {
             dts: dts_ms * MS,
             pts: dts_ms * MS,
             keyframe: track == TrackKind::Video,
+            duration: None,
             data: Bytes::new(),
         }
     }

@@ -2,15 +2,18 @@
 //!
 //! ```text
 //! appsrc(h264|h265|av1) ! h26xparse|av1parse ! avdec_h26x|av1dec ! videoconvert ! videorate ! I420@fps ! tee
-//!   tee. ! queue ! livepackscale ! WxH ! x264enc ! h264parse ! cmafmux ! appsink   (per rung)
+//!   tee. ! queue ! livepackscale ! WxH ! x264enc ! h264parse ! tee ! queue ! appsink → hub   (per rung)
 //! appsrc(aac) ! aacparse ! avdec_aac ! audioconvert ! audioresample ! 48k stereo ! audiorate
-//!   ! avenc_aac ! cmafmux ! appsink
+//!   ! avenc_aac ! tee ! queue ! appsink → hub
+//! hub → appsrc ! cmafmux ! appsink → package                                             (per rendition)
 //! ```
 //!
-//! Decode once, scale once per rung. cmafmux asks its encoder for a keyframe at every fragment
-//! start (`send-force-keyunit`); all encoders see the same frames with the same timestamps, so
-//! the renditions' segments line up.
+//! Decode once, scale once per rung. The package reads each rung from the hub like any other
+//! reader ([`super::package_reader`]). cmafmux asks its rung's encoder for a keyframe at every
+//! fragment start (`send-force-keyunit`, through the hub); all encoders see the same frames with
+//! the same timestamps, so the renditions' segments line up.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ use super::elements::{
     appsrc, audio_caps, audio_decoder, capsfilter, drop_buffer, holds_keyframe, link, make,
     running_time, video_caps, video_decoder,
 };
+use super::package_reader::PackageReaders;
 use super::plan::{
     Plan, VideoRung, AUDIO_CHANNELS, AUDIO_RATE, X264_ONE_THREAD_MAX_PIXEL_RATE, X264_PRESET,
 };
@@ -97,6 +101,8 @@ pub struct Built {
     pub pipeline: gst::Pipeline,
     pub video_src: Option<AppSrc>,
     pub audio_src: Option<AppSrc>,
+    /// The package's hub readers: stopped once the pipeline is.
+    pub package_readers: PackageReaders,
 }
 
 fn cmafmux(plan: &Plan) -> Result<gst::Element, PipelineError> {
@@ -227,6 +233,7 @@ pub fn build(
         ts_muxes,
         // Metrics follow the first rendition (the top video rung, or audio).
         meter: Some(meter),
+        package_readers: RefCell::default(),
     };
     let (video_src, video_grid) = match &plan.video {
         Some(v) => {
@@ -243,6 +250,7 @@ pub fn build(
         pipeline: b.pipeline,
         video_src,
         audio_src,
+        package_readers: b.package_readers.into_inner(),
     })
 }
 
@@ -258,6 +266,7 @@ struct Builder<'a> {
     /// One per video rung (or one for audio alone).
     ts_muxes: Vec<gst::Element>,
     meter: Option<sink::Meter>,
+    package_readers: RefCell<PackageReaders>,
 }
 
 impl Builder<'_> {
@@ -303,9 +312,9 @@ impl Builder<'_> {
         let tee = head.last().expect("tee").clone();
         let mut grid = None;
         for (i, rung) in plan.video_rungs.iter().enumerate() {
-            let cmaf_queue = self.rung(&tee, i, rung)?;
+            let package_src = self.rung(&tee, i, rung)?;
             if i == 0 {
-                grid = Some(VideoGrid::watch(&cmaf_queue));
+                grid = Some(VideoGrid::watch(&package_src));
             }
         }
         super::screenshot::branch(pipeline, &tee, v, self.package.clone())?;
@@ -323,8 +332,9 @@ impl Builder<'_> {
         Ok((src, grid))
     }
 
-    /// One rung: `queue → scale → x264enc → h264parse → tee`, into CMAF, TS and the hub. Returns
-    /// the CMAF branch's queue (the top rung's segment grid is watched there).
+    /// One rung: `queue → scale → x264enc → h264parse → tee`, into the hub (read by the package)
+    /// and TS. Returns the package's appsrc for the rung (the top rung's segment grid is watched
+    /// there).
     fn rung(
         &self,
         tee: &gst::Element,
@@ -371,18 +381,24 @@ impl Builder<'_> {
                     .build(),
             )?,
             make("h264parse")?,
+            // Length-prefixed, whole pictures, with the avcC in the caps: what the hub's readers
+            // get (the TS branch re-frames its copy as Annex B).
+            capsfilter(
+                gst::Caps::builder("video/x-h264")
+                    .field("stream-format", "avc")
+                    .field("alignment", "au")
+                    .build(),
+            )?,
             make("tee")?,
         ];
         link(pipeline, &chain)?;
         tee.link(&chain[0])
             .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
         let encoded = chain.last().expect("tee");
-        let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
-        link(pipeline, &cmaf)?;
-        encoded
-            .link(&cmaf[0])
-            .map_err(|e| PipelineError::Build(format!("cmaf branch: {e}")))?;
-        super::taps::tap(pipeline, encoded, self.hub, Feed::Video(rung.name.clone()))?;
+        let feed = Feed::Video(rung.name.clone());
+        let package_src =
+            self.package_branch(feed.clone(), Some(plan.fps), cmafmux(plan)?, sink)?;
+        super::taps::tap(pipeline, encoded, self.hub, feed, self.closers())?;
         // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
         let parse = make("h264parse")?;
         parse.set_property("config-interval", -1i32);
@@ -406,8 +422,36 @@ impl Builder<'_> {
         ts[2]
             .link(&self.ts_muxes[i])
             .map_err(|e| PipelineError::Build(format!("ts mux video: {e}")))?;
-        let [cmaf_queue, ..] = cmaf;
-        Ok(cmaf_queue)
+        Ok(package_src)
+    }
+
+    /// `hub → appsrc → mux → sink`: the package reading `feed`. Returns the appsrc.
+    fn package_branch(
+        &self,
+        feed: Feed,
+        fps: Option<u32>,
+        mux: gst::Element,
+        sink: gstreamer_app::AppSink,
+    ) -> Result<gst::Element, PipelineError> {
+        let (src, reader) = super::package_reader::attach(
+            self.hub,
+            feed,
+            fps.map(|fps| super::package_reader::VideoFormat { fps }),
+        )?;
+        self.package_readers.borrow_mut().push(reader);
+        let chain = [src.upcast(), mux, sink.upcast()];
+        link(&self.pipeline, &chain)?;
+        let [src, ..] = chain;
+        Ok(src)
+    }
+
+    /// The closer of the package reader attached last: its feed's tap ends it.
+    fn closers(&self) -> Vec<crate::hub::Closer> {
+        self.package_readers
+            .borrow()
+            .last_closer()
+            .into_iter()
+            .collect()
     }
 
     /// `appsrc → decode → 48 kHz stereo → audiorate → avenc_aac → tee`, into CMAF (on the
@@ -471,14 +515,11 @@ impl Builder<'_> {
             )?;
         }
         let encoded = chain.last().expect("tee");
-        let cmaf = [make("queue")?, cmafmux(plan)?, sink.upcast()];
-        link(pipeline, &cmaf)?;
-        encoded
-            .link(&cmaf[0])
-            .map_err(|e| PipelineError::Build(format!("audio cmaf branch: {e}")))?;
-        super::taps::tap(pipeline, encoded, self.hub, Feed::Audio)?;
+        let mux = cmafmux(plan)?;
+        let package_src = self.package_branch(Feed::Audio, None, mux.clone(), sink)?;
+        super::taps::tap(pipeline, encoded, self.hub, Feed::Audio, self.closers())?;
         if let Some(grid) = grid {
-            grid.align(&cmaf[0], &cmaf[1], plan.segment);
+            grid.align(&package_src, &mux, plan.segment);
         }
         for mux in &self.ts_muxes {
             let queue = make("queue")?;

@@ -7,6 +7,7 @@ mod build;
 mod elements;
 mod ladder;
 pub(crate) mod overlay;
+mod package_reader;
 mod plan;
 mod probe;
 mod recycle;
@@ -244,7 +245,11 @@ async fn run_one(
         )
     })
     .await;
-    set_state(&pipeline, gst::State::Null).await?;
+    let stopped = set_state(&pipeline, gst::State::Null).await;
+    // After the flush: none of them waits on its appsrc any more.
+    let readers = built.package_readers;
+    let _ = tokio::task::spawn_blocking(move || readers.stop()).await;
+    stopped?;
     tracing::info!(stream = stream_id, "pipeline stopped");
     result
 }
@@ -481,6 +486,7 @@ mod tests {
                 dts: t,
                 pts: t,
                 keyframe,
+                duration: None,
                 data,
             }))
             .unwrap();
@@ -661,6 +667,16 @@ mod tests {
             assert!(len + 4 <= f.data.len(), "not length-prefixed NAL units");
         }
         assert!(frames.windows(2).all(|w| w[1].dts > w[0].dts));
+        // On the stream's running time (the source's timeline), not the encoder's 1000 h
+        // offset: it attached 2 s in.
+        assert!(
+            (1_500_000_000..3_000_000_000).contains(&frames[0].pts),
+            "{}",
+            frames[0].pts
+        );
+        assert!(frames
+            .iter()
+            .all(|f| f.duration == Some(33_333_333) || f.duration == Some(33_333_334)));
         let (configs, frames) = read_feed(&mut a, 30).await;
         assert!(
             matches!(configs.first(), Some(MediaMessage::AudioConfig(AudioConfig::Aac(c))) if c.sample_rate == 48_000),
@@ -695,7 +711,18 @@ mod tests {
         // comes within the encoder's queue.
         let key = frames.iter().position(|f| f.keyframe);
         assert!(key.is_some_and(|k| k < 8), "keyframe at {key:?}");
-        assert_eq!(hub.stats().len(), 1, "{:?}", hub.stats());
+        // Left: that reader and the package, one reader per rendition, which lost nothing.
+        let mut names: Vec<_> = hub
+            .stats()
+            .into_iter()
+            .map(|s| (s.name, s.dropped))
+            .collect();
+        names.sort();
+        let renditions = package.read(|p| p.renditions().len());
+        assert_eq!(names.len(), 1 + renditions, "{names:?}");
+        assert!(names
+            .iter()
+            .all(|(n, d)| *d == 0 && (n == "again" || n.starts_with("package "))));
         drop(tx);
         task.await.unwrap().unwrap();
         // The session is over: its readers see the end.
@@ -811,6 +838,7 @@ mod tests {
                     dts: t,
                     pts: t,
                     keyframe,
+                    duration: None,
                     data,
                 }))
                 .unwrap();
@@ -866,6 +894,7 @@ mod tests {
             dts: ms * 1_000_000,
             pts: ms * 1_000_000,
             keyframe,
+            duration: None,
             data: bytes::Bytes::from_static(b"x"),
         })
     }

@@ -1,8 +1,10 @@
-//! The encoded rungs (and the on-demand Opus audio) into the live media hub: `tee ! queue(leaky) ! appsink` after each
-//! rung's encoder, turning its buffers into `media` frames (and its caps into codec configs)
-//! for the hub's readers. Costs nothing but a queue while no reader is attached: samples are
-//! converted only when the feed is wanted. Leaky, so a tap never holds up the encoder or the
-//! other branches of its tee.
+//! The encoded rungs (and the on-demand Opus audio) into the live media hub: `tee ! queue !
+//! appsink` after each rung's encoder, turning its buffers into `media` frames (and its caps
+//! into codec configs) for the hub's readers — the package first among them. Costs nothing but
+//! a queue while no reader is attached: samples are converted only when the feed is wanted.
+//! Publishing never waits (a slow reader loses, counted), so the queue only fills when its
+//! thread is starved; it then holds up the encoder rather than drop, because what a tap loses
+//! every reader loses, the package included.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,26 +14,26 @@ use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 
 use super::PipelineError;
-use crate::hub::{Feed, Hub};
+use crate::hub::{Closer, Feed, Hub};
 use crate::media::{
     AacConfig, AudioConfig, Frame, MediaMessage, OpusConfig, TrackKind, VideoCodec, VideoConfig,
 };
 
-/// Buffers a tap queues (about a second of video) before it drops the oldest.
-const TAP_QUEUE_BUFFERS: u32 = 32;
-
-/// Branches `tee` into the hub as `feed`.
+/// Branches `tee` into the hub as `feed`. `ends` are this pipeline's own readers of the feed
+/// (the package's), closed when the tap sees the end of the stream: what was published reaches
+/// them, then their end. Other readers stay attached across a pipeline rebuild.
 pub fn tap(
     pipeline: &gst::Pipeline,
     tee: &gst::Element,
     hub: &Arc<Hub>,
     feed: Feed,
+    ends: Vec<Closer>,
 ) -> Result<(), PipelineError> {
     let queue = super::elements::make("queue")?;
-    queue.set_property("max-size-buffers", TAP_QUEUE_BUFFERS);
+    // Bounded by time like the rungs' own queues (two seconds), never leaky: see the module.
+    queue.set_property("max-size-buffers", 0u32);
     queue.set_property("max-size-bytes", 0u32);
-    queue.set_property("max-size-time", 0u64);
-    queue.set_property_from_str("leaky", "downstream");
+    queue.set_property("max-size-time", 2_000_000_000u64);
     let sink = AppSink::builder().sync(false).build();
     // Not part of preroll: a branch nobody reads must never hold the pipeline's start.
     sink.set_property("async", false);
@@ -63,11 +65,19 @@ pub fn tap(
                         }
                     }
                 }
-                if let Some(frame) = sample.buffer().and_then(|b| frame_of(b, track)) {
+                let segment = sample
+                    .segment()
+                    .and_then(|s| s.downcast_ref::<gst::ClockTime>());
+                if let Some(frame) = sample
+                    .buffer()
+                    .zip(segment)
+                    .and_then(|(b, segment)| frame_of(b, segment, track))
+                {
                     hub.publish(&feed, MediaMessage::Frame(frame));
                 }
                 Ok(gst::FlowSuccess::Ok)
             })
+            .eos(move |_| ends.iter().for_each(Closer::close))
             .build(),
     );
     pipeline
@@ -86,15 +96,17 @@ pub fn tap(
 
 /// A reader's keyframe request becomes an upstream force-key-unit event from the tap: through
 /// the rung's tee and parser to its x264enc, which makes the next picture an IDR (with SPS/PPS:
-/// `all-headers`).
+/// `all-headers`) — or, for a request at a media time, the first picture at or after it (the
+/// tap's frames are on the running time, which is what the event names).
 fn keyframes_on_request(pad: &gst::Pad, hub: &std::sync::Weak<Hub>, feed: &Feed) {
     let Some(hub) = hub.upgrade() else { return };
     let pad = pad.downgrade();
     hub.on_keyframe_request(
         feed,
-        Arc::new(move || {
+        Arc::new(move |at| {
             if let Some(pad) = pad.upgrade() {
                 let event = gstreamer_video::UpstreamForceKeyUnitEvent::builder()
+                    .running_time(at.map(gst::ClockTime::from_nseconds))
                     .all_headers(true)
                     .build();
                 // From any thread: the event goes upstream on the caller's thread, and the
@@ -142,7 +154,7 @@ pub fn on_demand_opus(
     if let Some(pad) = queue.static_pad("sink") {
         drop_unless_wanted(&pad, Arc::downgrade(hub), Feed::Opus);
     }
-    tap(pipeline, &enc, hub, Feed::Opus)
+    tap(pipeline, &enc, hub, Feed::Opus, Vec::new())
 }
 
 /// The codec config the encoder's caps carry (avcC for H.264, the AudioSpecificConfig for
@@ -174,15 +186,29 @@ fn config_of(caps: &gst::CapsRef) -> Option<MediaMessage> {
     }
 }
 
-fn frame_of(buffer: &gst::BufferRef, track: TrackKind) -> Option<Frame> {
-    let pts = buffer.pts()?.nseconds();
-    let dts = buffer.dts().map_or(pts, |d| d.nseconds());
+/// A frame on the stream's running time (the source's timeline): an encoder's own timestamps
+/// may be offset (x264enc's start at 1000 h, so that DTS never go below zero).
+fn frame_of(
+    buffer: &gst::BufferRef,
+    segment: &gst::FormattedSegment<gst::ClockTime>,
+    track: TrackKind,
+) -> Option<Frame> {
+    let pts = segment.to_running_time(buffer.pts()?)?.nseconds();
+    let dts = match buffer.dts() {
+        // Before the start only with reordered frames, which the rungs do not make (zerolatency).
+        Some(dts) => segment
+            .to_running_time_full(dts)
+            .and_then(|d| d.positive())
+            .map_or(0, gst::ClockTime::nseconds),
+        None => pts,
+    };
     let data = buffer.map_readable().ok()?;
     Some(Frame {
         track,
         dts,
         pts,
         keyframe: !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT),
+        duration: buffer.duration().map(gst::ClockTime::nseconds),
         data: Bytes::copy_from_slice(&data),
     })
 }

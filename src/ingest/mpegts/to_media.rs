@@ -147,6 +147,7 @@ impl TsToMedia {
             dts,
             pts: dts + Clock::MPEG_TS.to_ns(cts),
             keyframe: unit.keyframe,
+            duration: None,
             data: Bytes::from(unit.data),
         }));
         Ok(())
@@ -197,6 +198,7 @@ impl TsToMedia {
                 dts: t,
                 pts: t,
                 keyframe: true,
+                duration: None,
                 data: pes.data.slice_ref(&frame[header_len..]),
             }));
             ticks += step;

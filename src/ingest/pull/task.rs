@@ -581,6 +581,7 @@ mod tests {
             dts: dts_ms * 1_000_000,
             pts: dts_ms * 1_000_000,
             keyframe,
+            duration: None,
             data: Bytes::new(),
         })
     }

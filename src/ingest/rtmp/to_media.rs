@@ -235,6 +235,7 @@ impl FlvToMedia {
             dts,
             pts,
             keyframe,
+            duration: None,
             data: payload,
         })))
     }
@@ -273,6 +274,7 @@ impl FlvToMedia {
             dts: ts,
             pts: ts,
             keyframe: true,
+            duration: None,
             data: payload,
         })))
     }

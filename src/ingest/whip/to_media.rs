@@ -186,6 +186,7 @@ impl RtpToMedia {
             dts: t,
             pts: t,
             keyframe: true,
+            duration: None,
             data: payload,
         }));
     }
@@ -219,6 +220,7 @@ impl RtpToMedia {
             dts: t,
             pts: t,
             keyframe: frame.keyframe,
+            duration: None,
             data: Bytes::from(frame.data),
         }));
         Ok(())
