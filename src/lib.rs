@@ -7,9 +7,10 @@
 //! ingest::{rtmp,srt,whip,pull} ─► media ─► live ─► hub (per stream: Source feed)
 //!                                 (frames)  (sessions,  │ readers: pipeline, [restream origin]
 //!                                            switch)    ▼
-//!   pipeline (GStreamer: decode, ladder) ─► package (sink API → state, storage) ─► http::delivery
+//!   pipeline (GStreamer: decode, ladder, encode)
 //!        └─ taps: each rung's H.264, AAC, on-demand Opus ─► hub (Video/Audio/Opus feeds)
-//!                                  readers: [WHEP, SRT read, rung restreams]
+//!              readers: package (cmafmux per rendition → sink API → state, storage ─► http::delivery),
+//!                       [WHEP, SRT read, rung restreams]
 //! events: live, record, api, pull, overlays emit ─► record, overlays, [webhooks] follow
 //! http::api ─► db (one query layer, per-aggregate stores) ; live ◄─ http::api (status, kick)
 //! ```
@@ -39,8 +40,9 @@
 //!   pipelines from a `PipelineFactory`; imports neither `pipeline` nor `http`.
 //! - `pipeline`: one GStreamer pipeline per session, the first reader of the hub's source
 //!   (decode once, ABR ladder, CMAF + TS, screenshots): `plan` (pure), `elements`, `build`,
-//!   `taps` (the encoded rungs back into the hub); it writes only through the package's sink
-//!   API.
+//!   `taps` (the encoded rungs back into the hub), `package_reader` (the package as one
+//!   reader of each rendition's feed, muxing it to CMAF); it writes only through the
+//!   package's sink API.
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).

@@ -1,7 +1,7 @@
 //! The live media hub: per stream, a fan-out of its media to every reader that subscribes —
 //! the source's frames as the input switch forwards them ([`Feed::Source`]: the pipeline, an
-//! origin restream) and each rung's encoded output ([`Feed::Video`], [`Feed::Audio`]: real-time
-//! readers, rung restreams).
+//! origin restream) and each rung's encoded output ([`Feed::Video`], [`Feed::Audio`]: the
+//! package, which muxes each into its CMAF rendition, real-time readers, rung restreams).
 //!
 //! Each reader has its own bounded queue. Publishing never waits: a reader whose queue is full
 //! loses that message, which is counted on the reader (and reported to its owner's counter if it

@@ -114,8 +114,7 @@ pub fn attach(
         hub: Arc::downgrade(hub),
         feed,
         video,
-        seen_dropped: 0,
-        skipping: false,
+        gap: Gap::default(),
     };
     let thread = std::thread::Builder::new()
         .name(format!("package-{name}"))
@@ -157,7 +156,10 @@ fn forward_keyframe_requests(src: &AppSrc, hub: &Arc<Hub>, feed: &Feed) {
                 None => hub.request_keyframe(&feed),
             };
         }
-        gst::PadProbeReturn::Drop
+        // Taken and handled, not `Drop`: that unrefs a NULL event afterwards (a GStreamer-CRITICAL
+        // per fragment).
+        drop(info.data.take());
+        gst::PadProbeReturn::Handled
     });
 }
 
@@ -166,24 +168,45 @@ struct Feeder {
     hub: std::sync::Weak<Hub>,
     feed: Feed,
     video: Option<VideoFormat>,
+    gap: Gap,
+}
+
+/// A loss and what follows it: the frames up to the next keyframe, which would decode against
+/// pictures that never reached the muxer.
+#[derive(Default)]
+struct Gap {
     /// The reader's loss count as last seen.
-    seen_dropped: u64,
-    /// After a loss: frames are skipped up to the next keyframe.
-    skipping: bool,
+    seen: u64,
+    open: bool,
+}
+
+impl Gap {
+    /// Messages lost since the last call (`dropped`: the reader's count now), if any. The hub
+    /// loses the newest message to a full queue, so the gap lies after what the reader holds:
+    /// skipping from here covers it.
+    fn lost(&mut self, dropped: u64) -> Option<u64> {
+        let lost = dropped.checked_sub(self.seen).filter(|n| *n > 0)?;
+        self.seen = dropped;
+        self.open = true;
+        Some(lost)
+    }
+
+    /// Whether a frame goes to the muxer: after a loss, not before the next keyframe.
+    fn admits(&mut self, keyframe: bool) -> bool {
+        self.open &= !keyframe;
+        !self.open
+    }
 }
 
 impl Feeder {
     fn run(mut self, mut reader: Reader) {
         while let Some(msg) = reader.blocking_recv() {
-            let dropped = reader.dropped();
-            if dropped > self.seen_dropped {
+            if let Some(lost) = self.gap.lost(reader.dropped()) {
                 tracing::warn!(
                     feed = ?self.feed,
-                    lost = dropped - self.seen_dropped,
+                    lost,
                     "the package fell behind its hub feed and lost frames; resuming at the next keyframe"
                 );
-                self.seen_dropped = dropped;
-                self.skipping = true;
                 if let Some(hub) = self.hub.upgrade() {
                     hub.request_keyframe(&self.feed);
                 }
@@ -225,10 +248,9 @@ impl Feeder {
     }
 
     fn push(&mut self, f: Frame) -> Result<gst::FlowSuccess, gst::FlowError> {
-        if self.skipping && !f.keyframe {
+        if !self.gap.admits(f.keyframe) {
             return Ok(gst::FlowSuccess::Ok);
         }
-        self.skipping = false;
         let mut buffer = gst::Buffer::from_slice(f.data);
         {
             let b = buffer.get_mut().expect("a new buffer is writable");
@@ -240,5 +262,27 @@ impl Feeder {
             }
         }
         self.src.push_buffer(buffer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gap;
+
+    #[test]
+    fn after_a_loss_frames_wait_for_the_next_keyframe() {
+        let mut gap = Gap::default();
+        assert_eq!(gap.lost(0), None);
+        assert!(gap.admits(false), "nothing lost: every frame goes");
+        assert_eq!(gap.lost(3), Some(3));
+        assert!(!gap.admits(false) && !gap.admits(false));
+        assert!(gap.admits(true), "the keyframe restarts");
+        assert!(gap.admits(false));
+        assert_eq!(gap.lost(3), None, "the same count is no new loss");
+        assert_eq!(gap.lost(5), Some(2));
+        assert!(
+            gap.admits(true),
+            "a loss right before a keyframe skips nothing"
+        );
     }
 }

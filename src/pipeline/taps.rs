@@ -69,7 +69,7 @@ pub fn tap(
                     .segment()
                     .and_then(|s| s.downcast_ref::<gst::ClockTime>());
                 if let Some(frame) = sample
-                    .buffer()
+                    .buffer_owned()
                     .zip(segment)
                     .and_then(|(b, segment)| frame_of(b, segment, track))
                 {
@@ -188,8 +188,10 @@ fn config_of(caps: &gst::CapsRef) -> Option<MediaMessage> {
 
 /// A frame on the stream's running time (the source's timeline): an encoder's own timestamps
 /// may be offset (x264enc's start at 1000 h, so that DTS never go below zero).
+/// The frame's bytes are the encoder's buffer itself, mapped (no copy): readers hold it for as
+/// long as they keep the frame.
 fn frame_of(
-    buffer: &gst::BufferRef,
+    buffer: gst::Buffer,
     segment: &gst::FormattedSegment<gst::ClockTime>,
     track: TrackKind,
 ) -> Option<Frame> {
@@ -202,13 +204,15 @@ fn frame_of(
             .map_or(0, gst::ClockTime::nseconds),
         None => pts,
     };
-    let data = buffer.map_readable().ok()?;
+    let keyframe = !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT);
+    let duration = buffer.duration().map(gst::ClockTime::nseconds);
+    let data = buffer.into_mapped_buffer_readable().ok()?;
     Some(Frame {
         track,
         dts,
         pts,
-        keyframe: !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT),
-        duration: buffer.duration().map(gst::ClockTime::nseconds),
-        data: Bytes::copy_from_slice(&data),
+        keyframe,
+        duration,
+        data: Bytes::from_owner(data),
     })
 }
