@@ -198,6 +198,42 @@ async fn rtmp_push_transcodes_to_ll_hls_and_ends_cleanly() {
         s["nb_read_packets"], "60",
         "a 2 s segment at 30 fps: {probe}"
     );
+    // The same segment of every rung, read by ffprobe: each starts with a keyframe at the same
+    // time and holds the same 60 frames. Each rung's muxer asks its own encoder for the keyframe
+    // at each fragment start through the media hub; without it, x264's fallback GOP is 4 s.
+    let mut starts = Vec::new();
+    for rung in ["720p", "480p", "360p"] {
+        let mut media = Vec::new();
+        for name in ["init_0.mp4", seg_uri.as_str()] {
+            let body = reqwest::get(format!("{base}{rung}/{name}")).await.unwrap();
+            media.extend_from_slice(&body.bytes().await.unwrap());
+        }
+        let file = dir.path().join(format!("{rung}.mp4"));
+        std::fs::write(&file, media).unwrap();
+        let probe = ffprobe_with(
+            &[
+                "-show_entries",
+                "packet=pts_time,flags",
+                "-select_streams",
+                "v",
+            ],
+            file.to_str().unwrap(),
+        );
+        let packets = probe["packets"].as_array().unwrap();
+        assert_eq!(packets.len(), 60, "{rung}: {probe}");
+        let first = &packets[0];
+        assert!(
+            first["flags"].as_str().unwrap().starts_with('K'),
+            "{rung}: {first}"
+        );
+        let keyframes = packets
+            .iter()
+            .filter(|p| p["flags"].as_str().unwrap().starts_with('K'))
+            .count();
+        assert_eq!(keyframes, 1, "{rung}: one GOP per segment");
+        starts.push(first["pts_time"].as_str().unwrap().to_owned());
+    }
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{starts:?}");
 
     // Blocking reload: ask for a part ahead of the live edge; the answer is held until it exists
     // (a request that outlived the hold limit would get 503 instead).
