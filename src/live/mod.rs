@@ -240,6 +240,21 @@ impl Registry {
         }
     }
 
+    /// Cuts the publisher of `slot` (both slots: `None`) at once, as if it had left: the stream
+    /// stays active, so a reconnect is accepted (and resumes the outputs within the grace
+    /// period). Returns the slots that had a publisher.
+    pub fn cut_publishers(&self, id: i64, slot: Option<Slot>) -> Vec<Slot> {
+        let slots = match slot {
+            Some(slot) => vec![slot],
+            None => vec![Slot::Main, Slot::Backup],
+        };
+        let cut = self.sessions.cut(id, &slots);
+        if !cut.is_empty() {
+            tracing::info!(stream = id, slots = ?cut, "publisher kicked");
+        }
+        cut
+    }
+
     /// Applies changed settings to a live (or lingering) stream: the DVR window and the ENDLIST
     /// choice take effect with the next part, without a restart.
     pub fn apply_settings(&self, id: i64, settings: &StreamSettings) {

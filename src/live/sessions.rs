@@ -333,6 +333,26 @@ impl Table {
     }
 
     /// Tells the stream's pipeline to drain and stop; `false` when it has no session.
+    /// Tells the input task to drop the publishers of `slots` that have one; returns those
+    /// slots. The session goes on: a slot left alone is a publisher that went away (the other
+    /// slot takes over, or the grace period starts and a reconnect resumes the stream).
+    pub fn cut(&self, id: i64, slots: &[Slot]) -> Vec<Slot> {
+        let streams = self.streams();
+        let Some(session) = streams
+            .get(&id)
+            .and_then(|e| e.session.as_ref())
+            .filter(|s| !s.closing)
+        else {
+            return Vec::new();
+        };
+        slots
+            .iter()
+            .copied()
+            .filter(|slot| session.slots[slot.index()].is_some())
+            .filter(|slot| session.control.try_send(Control::Evict(*slot)).is_ok())
+            .collect()
+    }
+
     pub fn stop(&self, id: i64) -> bool {
         match self.streams().get(&id).filter(|e| e.session.is_some()) {
             Some(e) => {

@@ -284,6 +284,49 @@ async fn a_silent_publisher_is_evicted_by_a_new_publish() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_kicked_slot_is_cut_while_the_other_goes_on_and_a_reconnect_is_accepted() {
+    let h = Harness::new(Duration::ZERO);
+    let id = h.stream(|_| {});
+    let mut main = h.publish(id, Slot::Main).await.unwrap();
+    let mut backup = h.publish(id, Slot::Backup).await.unwrap();
+    for m in keyframe_with_config(0) {
+        main.send(m.clone());
+        backup.send(m);
+    }
+    settle().await;
+    assert_eq!(
+        h.registry.cut_publishers(id, Some(Slot::Main)),
+        vec![Slot::Main]
+    );
+    tokio::time::timeout(Duration::from_secs(1), main.closed())
+        .await
+        .expect("the kicked publisher's connection is told to close");
+    assert!(!main.send(frame(40, false)));
+    settle().await;
+    assert!(
+        backup.send(frame(40, false)),
+        "the other slot is not kicked"
+    );
+    assert!(h.registry.publishing(id));
+    assert_eq!(
+        h.registry.cut_publishers(id, Some(Slot::Main)),
+        Vec::<Slot>::new(),
+        "nobody left on that slot"
+    );
+    // Every publisher: the session ends as if they had left; the stream stays open to them.
+    assert_eq!(h.registry.cut_publishers(id, None), vec![Slot::Backup]);
+    tokio::time::timeout(Duration::from_secs(1), backup.closed())
+        .await
+        .expect("kicked");
+    settle().await;
+    assert!(!h.registry.publishing(id));
+    assert!(h.registry.package(id).is_some(), "the grace period follows");
+    let again = h.publish(id, Slot::Main).await;
+    assert!(again.is_ok(), "a reconnect is accepted after a kick");
+    assert_eq!(h.jobs(), 2, "the next session runs");
+}
+
+#[tokio::test(start_paused = true)]
 async fn kick_stops_the_pipeline_and_closes_the_publisher() {
     let h = Harness::new(Duration::ZERO);
     let id = h.stream(|_| {});

@@ -592,6 +592,51 @@ async fn deactivating_or_deleting_a_live_stream_cuts_the_publisher() {
     assert!(!ok, "ffmpeg kept publishing to a deleted stream");
 }
 
+#[tokio::test]
+async fn kicking_cuts_the_publisher_and_a_reconnect_is_accepted() {
+    use reqwest::Method;
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let rec = create(&d, json!({"name": "kick"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let kick = format!("/streaming/streams/{id}/kick");
+    // Nobody publishes yet: a clear refusal, not a silent success.
+    let r = d.call(Method::PUT, &kick, None).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "not_live");
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 30);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    // A bad slot names its field; the backup input is empty.
+    let r = d
+        .call(Method::PUT, &kick, Some(json!({"slot": "side"})))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
+    assert_eq!(r.body["error"]["field"], "slot");
+    let r = d
+        .call(Method::PUT, &kick, Some(json!({"slot": "backup"})))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    let r = d
+        .call(Method::PUT, &kick, Some(json!({"slot": "main"})))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+    let t0 = Instant::now();
+    let (ok, _) = finish(ffmpeg, Duration::from_secs(20)).await;
+    assert!(!ok, "ffmpeg kept publishing after the kick");
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
+    // Still active: the publisher comes back (no body: every slot).
+    let r = d.get(&format!("/streaming/streams/{id}")).await;
+    assert_eq!(r.body["active"], true);
+    let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 30);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let r = d.call(Method::PUT, &kick, None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+    let (ok, _) = finish(ffmpeg, Duration::from_secs(20)).await;
+    assert!(!ok, "ffmpeg kept publishing after the second kick");
+}
+
 /// Whether GStreamer's own HLS client (souphttpsrc ! hlsdemux ! tsdemux) decodes video frames
 /// (within a minute: a client that never gets its 30 frames must not hang the test).
 fn gst_hlsdemux_decodes(url: &str) -> bool {

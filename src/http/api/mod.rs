@@ -122,6 +122,7 @@ impl Route {
                 | Route::StreamDvrCleanup
                 | Route::StreamStartRecording
                 | Route::StreamStopRecording
+                | Route::StreamKick
                 | Route::StreamOverlays
                 | Route::StreamOverlay
         )
@@ -137,6 +138,7 @@ enum Route {
     StreamDvrCleanup,
     StreamStartRecording,
     StreamStopRecording,
+    StreamKick,
     StreamOverlays,
     StreamOverlay,
     Videos,
@@ -178,6 +180,11 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
     (
         "/streaming/streams/{id}/stop_recording",
         Route::StreamStopRecording,
+        &[Method::PUT],
+    ),
+    (
+        "/streaming/streams/{id}/kick",
+        Route::StreamKick,
         &[Method::PUT],
     ),
     (
@@ -370,6 +377,9 @@ impl Api {
                 (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
                 (Route::StreamStartRecording, _) => streams::start_recording(self, id).await,
                 (Route::StreamStopRecording, _) => streams::stop_recording(self, id).await,
+                (Route::StreamKick, _) => {
+                    streams::kick(self, id, read_optional_json(req).await?).await
+                }
                 (Route::StreamOverlays, Method::GET) => overlays::list(self, id).await,
                 (Route::StreamOverlays, Method::POST) => {
                     overlays::create(self, id, read_json(req).await?).await
@@ -460,6 +470,15 @@ where
 /// [`crate::http::body::MAX_JSON_BYTES`] (after draining the rest, see [`crate::http::body`]),
 /// 408 past the body deadline, 400 for bad JSON.
 pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {
+    read_optional_json(req)
+        .await?
+        .ok_or_else(|| ApiError::malformed_json("the body is empty; a JSON object is expected"))
+}
+
+/// [`read_json`] for a request whose body may be left out (`None`: empty).
+pub async fn read_optional_json(
+    req: Request<Incoming>,
+) -> Result<Option<serde_json::Value>, ApiError> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE) {
         let essence = ct
             .to_str()
@@ -499,13 +518,12 @@ pub async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiE
             .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()))?;
     }
     if bytes.is_empty() {
-        return Err(ApiError::malformed_json(
-            "the body is empty; a JSON object is expected",
-        ));
+        return Ok(None);
     }
     // serde_json refuses nesting deeper than 128 levels, so hostile depth is a 400, not a stack
     // overflow.
     serde_json::from_slice(&bytes)
+        .map(Some)
         .map_err(|e| ApiError::malformed_json(format!("invalid JSON: {e}")))
 }
 

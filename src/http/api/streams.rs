@@ -16,6 +16,7 @@ use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
 use crate::events::Event;
 use crate::http::listener::{json_response, Body};
 use crate::live::LiveStatus;
+use crate::live::Slot;
 use crate::url_policy::{self, Purpose};
 
 /// Fixed page size of `GET /streaming/streams?page=N`.
@@ -543,6 +544,49 @@ pub async fn dvr_cleanup(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiE
     tokio::task::spawn_blocking(move || registry.dvr_cleanup(id))
         .await
         .map_err(|_| ApiError::internal())?;
+    Ok(super::no_content())
+}
+
+/// `PUT …/kick`: cuts the stream's publisher(s) at once — the one on `slot` (`main` or
+/// `backup`) or every one — as if it had left: 204. The stream stays active, so a reconnect is
+/// accepted (set `active: false` as well to keep it out). 409 `not_live` when nobody publishes
+/// there.
+pub async fn kick(
+    api: &Arc<Api>,
+    id: i64,
+    body: Option<serde_json::Value>,
+) -> Result<Response<Body>, ApiError> {
+    let slot = match body {
+        None => None,
+        Some(body) => {
+            let mut fields = Fields::new(body, "kick")?;
+            let slot = fields.string("slot")?;
+            fields.finish(&[])?;
+            match slot.as_deref() {
+                None => None,
+                Some("main") => Some(Slot::Main),
+                Some("backup") => Some(Slot::Backup),
+                Some(_) => {
+                    return Err(ApiError::invalid_value(
+                        "slot",
+                        "`slot` is `main` or `backup`",
+                    ))
+                }
+            }
+        }
+    };
+    load(api, id).await?;
+    if api.registry.cut_publishers(id, slot).is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_live",
+            match slot {
+                Some(Slot::Main) => "nobody publishes to the stream's main input",
+                Some(Slot::Backup) => "nobody publishes to the stream's backup input",
+                None => "nobody publishes to the stream",
+            },
+        ));
+    }
     Ok(super::no_content())
 }
 
