@@ -58,7 +58,8 @@ pub type OnDrop = Box<dyn Fn(&MediaMessage) + Send + Sync>;
 pub struct ReaderOptions {
     /// Named in logs and metrics (`pipeline`, `whep`, `restream 3`).
     pub name: String,
-    /// Messages queued before the oldest undelivered ones are lost to this reader.
+    /// Messages queued for this reader; while it is full, new ones are lost to it (what it holds
+    /// is kept: it reads on across one gap).
     pub capacity: usize,
     pub on_drop: Option<OnDrop>,
 }

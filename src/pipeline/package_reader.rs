@@ -20,8 +20,9 @@ use super::PipelineError;
 use crate::hub::{Closer, Feed, Hub, Reader, ReaderOptions};
 use crate::media::{Frame, MediaMessage, VideoCodec, VideoConfig};
 
-/// Messages a rendition's reader holds before it loses the oldest: ~8 s of 30 fps video (the
-/// longest the package has ever had to wait for its storage is well under that).
+/// Messages a rendition's reader holds before it loses the newest: ~8 s of 30 fps video. The
+/// muxer's sink never waits for storage (segments go to the package's writer thread), so only a
+/// thread starved for seconds falls this far behind.
 const READER_CAPACITY: usize = 256;
 /// What the appsrc queues before the reader's thread waits for the muxer.
 const APPSRC_MAX_BYTES: u64 = 8 * 1024 * 1024;
