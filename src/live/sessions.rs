@@ -132,25 +132,14 @@ impl Table {
     /// of refusing the new one until the old connection times out. A publisher that is
     /// sending is never replaced.
     pub fn evict_silent(&self, id: i64, slot: Slot) -> bool {
-        let streams = self.streams();
-        let Some(e) = streams.get(&id) else {
-            return false;
-        };
-        let Some(session) = e
-            .session
-            .as_ref()
-            .filter(|s| !s.closing && s.slots[slot.index()].is_some())
-        else {
-            return false;
-        };
-        let receiving = {
-            let s = lock(&e.handles.status);
+        let receiving = self.handles(id).is_some_and(|h| {
+            let s = lock(&h.status);
             match slot {
                 Slot::Main => s.live(),
                 Slot::Backup => s.backup_live(),
             }
-        };
-        if receiving {
+        });
+        if receiving || self.cut(id, &[slot]).is_empty() {
             return false;
         }
         tracing::info!(
@@ -158,7 +147,7 @@ impl Table {
             ?slot,
             "silent publisher replaced by a new publish"
         );
-        session.control.try_send(Control::Evict(slot)).is_ok()
+        true
     }
 
     /// Gives `slot` to a publisher whose media arrives on `media`: joins the running session,

@@ -221,7 +221,7 @@ pub fn build(
     let ts_gate = super::ts_gate::TsGate::new(&package);
     let ts_muxes = ts_sinks
         .into_iter()
-        .map(|sink| ts_branch(&pipeline, plan, sink, ts_gate.clone()))
+        .map(|sink| super::ts_gate::branch(&pipeline, plan, sink, ts_gate.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     let b = Builder {
         pipeline,
@@ -544,80 +544,4 @@ fn x264_threads(rung: &VideoRung, fps: u32) -> u32 {
     } else {
         0
     }
-}
-
-/// `mpegtsmux → appsink` for a TS variant: the segmenter cuts at keyframes and each cut
-/// segment goes to the variant's sink whole. Returns the mux for the inputs, which `gate`
-/// opens and closes; the segmenter starts over at each of its generations.
-fn ts_branch(
-    pipeline: &gst::Pipeline,
-    plan: &Plan,
-    rendition: RenditionSink,
-    gate: Arc<super::ts_gate::TsGate>,
-) -> Result<gst::Element, PipelineError> {
-    let mux = make("mpegtsmux")?;
-    // 7 × 188 = 1316-byte buffers, the usual UDP/HTTP framing.
-    mux.set_property("alignment", 7i32);
-    // The segmenter and the generation its data belongs to (none yet).
-    let segmenter = Arc::new(Mutex::new((
-        crate::package::ts::TsSegmenter::new(plan.segment),
-        None::<u64>,
-    )));
-    let wall_base = plan.wall_base;
-    let store = move |rendition: &RenditionSink,
-                      generation: u64,
-                      segs: Vec<crate::package::ts::TsSegment>| {
-        for seg in segs {
-            let part = crate::package::PartIn {
-                starts_segment: true,
-                independent: true,
-                duration: seg.duration,
-                pdt: wall_base + Duration::from_nanos(seg.start_pts * 100_000 / 9),
-                data: seg.data,
-            };
-            rendition.segment(generation, part);
-        }
-    };
-    let sink = gstreamer_app::AppSink::builder().sync(false).build();
-    // Out of the pipeline's preroll: the gate may keep this sink without a buffer for the whole
-    // stream, and a live pipeline reaches PLAYING only once every async sink has one.
-    sink.set_property("async", false);
-    let (seg_a, seg_b, sink_a, sink_b) =
-        (segmenter.clone(), segmenter, rendition.clone(), rendition);
-    let store_b = store;
-    sink.set_callbacks(
-        gstreamer_app::AppSinkCallbacks::builder()
-            .new_sample(move |sink| {
-                let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
-                let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) else {
-                    return Ok(gst::FlowSuccess::Ok);
-                };
-                let generation = gate.generation();
-                let segs = {
-                    let mut seg = seg_a.lock().unwrap_or_else(|p| p.into_inner());
-                    let (segmenter, current) = &mut *seg;
-                    // Muxing resumed after a pause: what came before the gap is no segment.
-                    if current.replace(generation).is_some_and(|g| g != generation) {
-                        segmenter.restart();
-                    }
-                    segmenter.push(&map)
-                };
-                store(&sink_a, generation, segs);
-                Ok(gst::FlowSuccess::Ok)
-            })
-            .eos(move |_| {
-                let mut seg = seg_b.lock().unwrap_or_else(|p| p.into_inner());
-                let (segmenter, current) = &mut *seg;
-                if let Some(generation) = *current {
-                    store_b(
-                        &sink_b,
-                        generation,
-                        segmenter.finish().into_iter().collect(),
-                    );
-                }
-            })
-            .build(),
-    );
-    link(pipeline, &[mux.clone(), sink.upcast()])?;
-    Ok(mux)
 }

@@ -10,6 +10,7 @@ pub mod overlays;
 pub mod quality_sets;
 pub mod security;
 pub mod statistics;
+pub mod stream_actions;
 pub mod streams;
 pub mod videos;
 
@@ -374,11 +375,11 @@ impl Api {
                 }
                 (Route::Stream, _) => streams::delete(self, id).await,
                 (Route::StreamPlaylist, _) => streams::legacy_playlist(self, id).await,
-                (Route::StreamDvrCleanup, _) => streams::dvr_cleanup(self, id).await,
-                (Route::StreamStartRecording, _) => streams::start_recording(self, id).await,
-                (Route::StreamStopRecording, _) => streams::stop_recording(self, id).await,
+                (Route::StreamDvrCleanup, _) => stream_actions::dvr_cleanup(self, id).await,
+                (Route::StreamStartRecording, _) => stream_actions::start_recording(self, id).await,
+                (Route::StreamStopRecording, _) => stream_actions::stop_recording(self, id).await,
                 (Route::StreamKick, _) => {
-                    streams::kick(self, id, read_optional_json(req).await?).await
+                    stream_actions::kick(self, id, read_optional_json(req).await?).await
                 }
                 (Route::StreamOverlays, Method::GET) => overlays::list(self, id).await,
                 (Route::StreamOverlays, Method::POST) => {
