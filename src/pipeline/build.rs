@@ -433,11 +433,7 @@ impl Builder<'_> {
         mux: gst::Element,
         sink: gstreamer_app::AppSink,
     ) -> Result<gst::Element, PipelineError> {
-        let (src, reader) = super::package_reader::attach(
-            self.hub,
-            feed,
-            fps.map(|fps| super::package_reader::VideoFormat { fps }),
-        )?;
+        let (src, reader) = super::package_reader::attach(self.hub, feed, fps)?;
         self.package_readers.borrow_mut().push(reader);
         let chain = [src.upcast(), mux, sink.upcast()];
         link(&self.pipeline, &chain)?;

@@ -75,21 +75,14 @@ impl Drop for PackageReaders {
     }
 }
 
-/// What a rendition's appsrc declares beyond the hub's codec config: the rungs' frame rate
-/// (all rungs run at the plan's), square pixels and the colorimetry the pipeline fixed at its
-/// head, as the encoder's own caps said, so the muxer writes the same `moov`.
-#[derive(Clone, Copy)]
-pub struct VideoFormat {
-    pub fps: u32,
-}
-
 /// Subscribes the package to `feed` and starts its thread. Returns the appsrc (the muxer's
-/// input, where the caller links it) and the reader's closer for the feed's tap: the tap's end
-/// of stream ends the reader, which then ends the muxer's input after the last frame.
+/// input, where the caller links it) and the reader, whose closer the feed's tap gets: the
+/// tap's end of stream ends the reader, which then ends the muxer's input after the last frame.
+/// `fps`: a video rung's frame rate (all rungs run at the plan's).
 pub fn attach(
     hub: &Arc<Hub>,
     feed: Feed,
-    video: Option<VideoFormat>,
+    fps: Option<u32>,
 ) -> Result<(AppSrc, PackageReader), PipelineError> {
     let src = AppSrc::builder()
         .format(gst::Format::Time)
@@ -114,7 +107,7 @@ pub fn attach(
         src: src.clone(),
         hub: Arc::downgrade(hub),
         feed,
-        video,
+        fps,
         gap: Gap::default(),
     };
     let thread = std::thread::Builder::new()
@@ -168,7 +161,8 @@ struct Feeder {
     src: AppSrc,
     hub: std::sync::Weak<Hub>,
     feed: Feed,
-    video: Option<VideoFormat>,
+    /// A video rung's frame rate (`None`: audio).
+    fps: Option<u32>,
     gap: Gap,
 }
 
@@ -236,11 +230,13 @@ impl Feeder {
 
     fn video_caps(&self, c: &VideoConfig) -> gst::Caps {
         let mut caps = super::elements::video_caps(c);
-        if let (Some(format), VideoCodec::H264, Some(caps)) = (self.video, c.codec, caps.get_mut())
-        {
+        // What the encoder's own caps said beyond the hub's config: the frame rate, square
+        // pixels and the colorimetry the pipeline fixed at its head, so the muxer writes the
+        // same `moov`.
+        if let (Some(fps), VideoCodec::H264, Some(caps)) = (self.fps, c.codec, caps.get_mut()) {
             caps.set("width", c.width as i32);
             caps.set("height", c.height as i32);
-            caps.set("framerate", gst::Fraction::new(format.fps as i32, 1));
+            caps.set("framerate", gst::Fraction::new(fps as i32, 1));
             caps.set("pixel-aspect-ratio", gst::Fraction::new(1, 1));
             caps.set("colorimetry", "bt709");
             caps.set("interlace-mode", "progressive");
