@@ -75,6 +75,18 @@ pub async fn conclude(srt: &str, stream_id: &[u8]) -> Option<u32> {
 
 /// As [`conclude`], from the local address `local` (e.g. `127.0.0.2:0`, a second host).
 pub async fn conclude_from(local: &str, srt: &str, stream_id: &[u8]) -> Option<u32> {
+    conclude_holding(local, srt, stream_id).await.0
+}
+
+/// As [`conclude_from`], returning the caller's socket with the answer. Hold it while the
+/// listener keeps the connection open: the listener knows a caller by its address and port, so
+/// a later caller bound to a port given back too early would be taken for that connection and
+/// its induction never answered.
+pub async fn conclude_holding(
+    local: &str,
+    srt: &str,
+    stream_id: &[u8],
+) -> (Option<u32>, UdpSocket) {
     let sock = UdpSocket::bind(local).await.unwrap();
     sock.connect(srt).await.unwrap();
     sock.send(&handshake(0, 4, 2, INDUCTION, 0, &[]))
@@ -86,7 +98,8 @@ pub async fn conclude_from(local: &str, srt: &str, stream_id: &[u8]) -> Option<u
     sock.send(&handshake(0, 5, 5, CONCLUSION, cookie, &exts))
         .await
         .unwrap();
-    reply(&sock).await.map(|(kind, _)| kind)
+    let answer = reply(&sock).await.map(|(kind, _)| kind);
+    (answer, sock)
 }
 
 /// The handshake type a listener answers with when it rejects a caller for `reason`

@@ -20,7 +20,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use futures::StreamExt;
 
 use super::common::metrics::try_scrape;
-use super::common::srt::{conclude_from, rejection, CONCLUSION};
+use super::common::srt::{conclude_from, conclude_holding, rejection, CONCLUSION};
 use super::common::*;
 use super::media::*;
 use super::{closed_within, SLACK};
@@ -177,9 +177,13 @@ async fn srt_callers_from_one_host_are_capped(d: &Daemon) {
     }
     let sid = |r: &Value| format!("{}#{}", r["id"], r["token"].as_str().unwrap());
     let started = Instant::now();
+    // Their sockets stay bound until the end (silent all the while): a bogus caller below on a
+    // port reused from one of them would be taken for that open connection.
+    let mut held = Vec::new();
     for r in &silent[..2] {
-        let answer = conclude_from(SECOND_HOST, &d.srt, sid(r).as_bytes()).await;
+        let (answer, socket) = conclude_holding(SECOND_HOST, &d.srt, sid(r).as_bytes()).await;
         assert_eq!(answer, Some(CONCLUSION), "a publisher within the cap");
+        held.push(socket);
     }
     let third = sid(&silent[2]);
     let answer = conclude_from(SECOND_HOST, &d.srt, third.as_bytes()).await;
@@ -220,6 +224,7 @@ async fn srt_callers_from_one_host_are_capped(d: &Daemon) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
