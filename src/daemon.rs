@@ -372,6 +372,7 @@ pub async fn start(
     check_gstreamer().await?;
     let overlays = overlays(&store, page_proxy)?;
     let registry = registry(&config, &store, &quality_sets, &overlays).await;
+    crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
     let http = Http::bind(config.http_addr)
         .await

@@ -121,6 +121,41 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether the store writes this event to the webhook outbox itself, in the transaction of
+    /// the change (record changes); the other events are live facts, written as they arrive.
+    pub fn written_by_store(&self) -> bool {
+        use Event::*;
+        matches!(
+            self,
+            StreamCreated { .. }
+                | StreamUpdated { .. }
+                | StreamDeleted { .. }
+                | VideoReady { .. }
+                | VideoFailed { .. }
+                | VideoDeleted { .. }
+        )
+    }
+
+    /// The `type` names, as a webhook's `events` list takes them.
+    pub const TYPES: &'static [&'static str] = &[
+        "stream_created",
+        "stream_updated",
+        "stream_deleted",
+        "publish_started",
+        "publish_stopped",
+        "live_started",
+        "inputs_gone",
+        "live_ended",
+        "input_switched",
+        "pull_deactivated",
+        "recording_started",
+        "recording_stopped",
+        "video_ready",
+        "video_failed",
+        "video_deleted",
+        "overlay_failed",
+    ];
+
     /// The stream the event is about (the order webhooks keep is per stream).
     pub fn stream_id(&self) -> i64 {
         use Event::*;

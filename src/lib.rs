@@ -11,13 +11,14 @@
 //!        └─ taps: each rung's H.264, AAC, on-demand Opus ─► hub (Video/Audio/Opus feeds)
 //!              readers: package (cmafmux per rendition → sink API → state, storage ─► http::delivery),
 //!                       [WHEP, SRT read, rung restreams]
-//! events: live, record, api, pull, overlays emit ─► record, overlays, [webhooks] follow
+//! events: live, record, api, pull, overlays emit ─► record, overlays, webhooks follow
 //! http::api ─► db (one query layer, per-aggregate stores) ; live ◄─ http::api (status, kick)
 //! ```
 //!
 //! - [`config`]: TOML file ← `LIVEPACK_*` environment ← flags, validated into one `Config`.
 //! - `db`: persistence of the control-plane records: per-aggregate store traits (streams,
-//!   broadcasts, videos, apps, overlays, statistics, settings, cluster; `Store` is all of them)
+//!   broadcasts, videos, apps, overlays, statistics, settings, cluster, webhooks with their
+//!   outbox; `Store` is all of them)
 //!   implemented once as SQL over a small connection abstraction (`conn`, `dialect`,
 //!   `schema`), on SQLite by default or PostgreSQL, which several daemons can share.
 //! - `events`: the domain events — one typed stream (publish, live, switch, recording, video,
@@ -54,8 +55,10 @@
 //!   DASH, the player page, metrics).
 //! - `url_policy`: the one policy for outbound URLs (schemes per use, host rules, the DNS
 //!   guard), the one outbound HTTP client builder that checks every hop (`url_policy::client`:
-//!   overlay pages, PULL's gateway, the relay; webhooks later) and the one redaction helper
-//!   for logs.
+//!   overlay pages, PULL's gateway, the relay, webhooks) and the one redaction helper for logs.
+//! - `webhooks`: the live facts of the events bus written to the outbox (record changes are
+//!   written there by `db` in their own transactions) and the outbox delivered — signed
+//!   (`webhooks::sign`), in order per stream, retried for a day, once across the nodes.
 //! - `broadcast`: spectator counting for broadcasts' player pages (records in `db`, API in
 //!   `http::api::broadcasts`, page in `http::delivery::player`).
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
@@ -96,6 +99,7 @@ pub(crate) mod quality;
 pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;
+pub(crate) mod webhooks;
 
 /// The ladder's scaler element, for its bench (`benches/scale.rs`) against GStreamer's.
 #[doc(hidden)]

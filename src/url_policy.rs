@@ -36,13 +36,17 @@ pub enum Purpose {
     WebPage,
     /// A request relayed to the node serving a stream (`http::relay`).
     Relay,
+    /// A customer's endpoint the webhooks POST events to.
+    Webhook,
 }
 
 impl Purpose {
     pub fn schemes(self) -> &'static [&'static str] {
         match self {
             Purpose::PullSource => &["rtmp", "rtmps", "srt", "http", "https"],
-            Purpose::PullHttpHop | Purpose::WebPage | Purpose::Relay => &["http", "https"],
+            Purpose::PullHttpHop | Purpose::WebPage | Purpose::Relay | Purpose::Webhook => {
+                &["http", "https"]
+            }
         }
     }
 }

@@ -140,8 +140,14 @@ impl Row {
     }
 
     pub(super) fn string(&self, i: usize) -> Result<String, StoreError> {
+        self.opt_string(i)?
+            .ok_or_else(|| mismatch(i, "text", &Value::Null))
+    }
+
+    pub(super) fn opt_string(&self, i: usize) -> Result<Option<String>, StoreError> {
         match self.at(i)? {
-            Value::Text(v) => Ok(v.clone()),
+            Value::Null => Ok(None),
+            Value::Text(v) => Ok(Some(v.clone())),
             other => Err(mismatch(i, "text", other)),
         }
     }

@@ -27,6 +27,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 mod videos;
+mod webhooks;
 
 use std::path::Path;
 
@@ -43,6 +44,10 @@ pub use self::sqlite::SqliteStore;
 pub use self::stats::StatsStore;
 pub use self::streams::StreamStore;
 pub use self::videos::VideoStore;
+pub use self::webhooks::{
+    Attempt, DeliveryRow, DeliveryStatus, DueDelivery, OutboxEvent, WebhookRow, WebhookSpec,
+    WebhookStore,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -566,6 +571,7 @@ pub trait Store:
     + StatsStore
     + SettingStore
     + ClusterStore
+    + WebhookStore
     + Send
     + Sync
     + 'static
@@ -581,6 +587,7 @@ impl<T> Store for T where
         + StatsStore
         + SettingStore
         + ClusterStore
+        + WebhookStore
         + Send
         + Sync
         + 'static

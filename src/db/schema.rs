@@ -126,6 +126,44 @@ CREATE TABLE leases (
 );
 CREATE INDEX leases_by_node ON leases (node_id);
 "#,
+    // Webhooks and their outbox: an event row per fact some webhook wanted, a delivery row per
+    // (event, webhook), claimed by one node at a time (times are the store's clock).
+    r#"
+CREATE TABLE webhooks (
+    id {id},
+    url TEXT NOT NULL,
+    events TEXT,
+    active {bool} NOT NULL,
+    secret TEXT NOT NULL,
+    created_at_ms {int} NOT NULL,
+    updated_at_ms {int} NOT NULL
+);
+CREATE TABLE webhook_events (
+    id {id},
+    type TEXT NOT NULL,
+    stream_id {int} NOT NULL,
+    created_at_ms {int} NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE TABLE webhook_deliveries (
+    id {id},
+    webhook_id {int} NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+    event_id {int} NOT NULL REFERENCES webhook_events (id) ON DELETE CASCADE,
+    stream_id {int} NOT NULL,
+    status TEXT NOT NULL,
+    attempts {int} NOT NULL,
+    next_attempt_ms {int} NOT NULL,
+    claimed_by TEXT,
+    claimed_until_ms {int},
+    last_status {int},
+    last_error TEXT,
+    created_at_ms {int} NOT NULL,
+    finished_at_ms {int}
+);
+CREATE INDEX webhook_deliveries_heads ON webhook_deliveries (status, webhook_id, stream_id, id);
+CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, id);
+CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
+"#,
 ];
 
 /// The schema version this build knows.

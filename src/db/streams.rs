@@ -6,7 +6,9 @@ use time::OffsetDateTime;
 use super::codec::{doc_without, stream_from_row, to_ms, STREAM_COLUMNS};
 use super::conn::{args, sql_offset, Backend, Conn, Pool, Tx};
 use super::links::{links_column, set_links, unlink_all, Side};
+use super::webhooks::append_in;
 use super::{SqlStore, StoreError, StreamRow, StreamSettings, Update};
+use crate::events::Event;
 
 pub trait StreamStore {
     /// `settings.broadcast_ids` must name existing broadcasts ([`StoreError::UnknownReference`]
@@ -67,6 +69,7 @@ impl<B: Backend> StreamStore for SqlStore<B> {
                 )?
                 .i64(0)?;
             set_links(c, Side::Stream, id, &settings.broadcast_ids, now)?;
+            append_in(c, &Event::StreamCreated { stream_id: id }, None)?;
             get_in(c, id)?.ok_or(StoreError::Corrupt {
                 kind: "stream",
                 id,
@@ -105,6 +108,7 @@ impl<B: Backend> StreamStore for SqlStore<B> {
                 // An unknown broadcast drops the transaction: nothing of the update is kept.
                 let now = OffsetDateTime::now_utc();
                 set_links(c, Side::Stream, id, &settings.broadcast_ids, now)?;
+                append_in(c, &Event::StreamUpdated { stream_id: id }, None)?;
             }
             Ok(match (changed, get_in(c, id)?) {
                 (1, Some(row)) => Update::Done(row),
@@ -123,6 +127,9 @@ impl<B: Backend> StreamStore for SqlStore<B> {
                 "DELETE FROM source_samples WHERE stream_id = $1",
                 &args![id],
             )?;
+            if deleted {
+                append_in(c, &Event::StreamDeleted { stream_id: id }, None)?;
+            }
             Ok(deleted)
         })
     }

@@ -15,6 +15,14 @@ use super::{
 };
 use crate::overlay::OverlaySpec;
 
+#[path = "tests_webhooks.rs"]
+mod webhooks;
+use webhooks::{
+    a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the_window,
+    of_nodes_claiming_at_once_each_delivery_goes_to_one,
+    record_changes_write_their_events_in_their_own_transaction,
+};
+
 #[path = "../../tests/common/pg.rs"]
 #[allow(dead_code)] // shared with the end-to-end suites, which use the rest
 pub(crate) mod pg_server;
@@ -103,6 +111,9 @@ on_both_backends!(
     a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles,
     one_of_nodes_taking_a_lease_at_once_wins,
     a_setting_inserted_by_several_at_once_has_one_value,
+    record_changes_write_their_events_in_their_own_transaction,
+    a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the_window,
+    of_nodes_claiming_at_once_each_delivery_goes_to_one,
 );
 
 fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {

@@ -3,8 +3,11 @@
 
 use time::OffsetDateTime;
 
+use crate::events::Event;
+
 use super::codec::{client_key, fold, to_json, to_ms, video_from_row, VIDEO_COLUMNS};
 use super::conn::{args, exists, sql_offset, Backend, Pool, Tx, Value};
+use super::webhooks::append_in;
 use super::{
     SqlStore, StoreError, Update, VideoFilter, VideoRow, VideoSettings, VideoState, VideoStatus,
 };
@@ -156,13 +159,38 @@ impl<B: Backend> VideoStore for SqlStore<B> {
         state: &VideoState,
         now: OffsetDateTime,
     ) -> Result<bool, StoreError> {
-        let changed = self.backend().with_conn(Pool::Main, |c| {
+        self.backend().transaction(Pool::Main, Tx::Plain, |c| {
+            let Some(before) = c.query_opt(
+                "SELECT stream_id, status FROM videos WHERE id = $1",
+                &args![id],
+            )?
+            else {
+                return Ok(false);
+            };
             c.execute(
                 "UPDATE videos SET state = $1, status = $2, updated_at_ms = $3 WHERE id = $4",
                 &args![to_json(state), state.status.as_str(), to_ms(now), id],
-            )
-        })?;
-        Ok(changed == 1)
+            )?;
+            // The video's outcome is written with it: ready or failed, once, as it turns so.
+            let stream_id = before.i64(0)?;
+            let outcome = match state.status {
+                VideoStatus::Ready => Event::VideoReady {
+                    stream_id,
+                    video_id: id,
+                    duration_ms: state.duration_ms,
+                },
+                VideoStatus::Error => Event::VideoFailed {
+                    stream_id,
+                    video_id: id,
+                    error: state.error.clone().unwrap_or_default(),
+                },
+                VideoStatus::Pending => return Ok(true),
+            };
+            if before.string(1)? != state.status.as_str() {
+                append_in(c, &outcome, None)?;
+            }
+            Ok(true)
+        })
     }
 
     fn delete_video(&self, id: i64) -> Result<Option<VideoRow>, StoreError> {
@@ -170,9 +198,18 @@ impl<B: Backend> VideoStore for SqlStore<B> {
         // A record that cannot be read stays: the caller removes the media only of the record
         // it gets back, so deleting one it cannot describe would orphan its files.
         self.backend().transaction(Pool::Main, Tx::Plain, |c| {
-            c.query_opt(&sql, &args![id])?
+            let row = c
+                .query_opt(&sql, &args![id])?
                 .map(|r| video_from_row(&r))
-                .transpose()
+                .transpose()?;
+            if let Some(row) = &row {
+                let deleted = Event::VideoDeleted {
+                    stream_id: row.stream_id,
+                    video_id: row.id,
+                };
+                append_in(c, &deleted, None)?;
+            }
+            Ok(row)
         })
     }
 }

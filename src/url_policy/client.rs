@@ -1,5 +1,5 @@
-//! The one builder of outbound HTTP clients (overlay page pre-checks, PULL's gateway, the relay;
-//! webhooks and restreams next): the caller names its [`Outbound`] policy, and every hop of
+//! The one builder of outbound HTTP clients (overlay page pre-checks, PULL's gateway, the relay,
+//! webhook deliveries; restreams next): the caller names its [`Outbound`] policy, and every hop of
 //! every request is checked against it — the first URL ([`OutboundClient::request`]), each
 //! redirect's `Location` (bounded hops), and each name's resolved addresses (the resolver
 //! returns only checked addresses, so the address connected to is one that was checked).
@@ -50,6 +50,16 @@ impl Outbound {
         Outbound {
             purpose: Purpose::PullHttpHop,
             allow_link_local,
+            redirects: Redirects::ToCaller,
+        }
+    }
+
+    /// Webhook deliveries: a redirect is an answer like any other non-2xx (not followed: the
+    /// signed body would go where the owner never registered).
+    pub fn webhook() -> Outbound {
+        Outbound {
+            purpose: Purpose::Webhook,
+            allow_link_local: false,
             redirects: Redirects::ToCaller,
         }
     }

@@ -13,6 +13,7 @@ pub mod statistics;
 pub mod stream_actions;
 pub mod streams;
 pub mod videos;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -153,6 +154,10 @@ enum Route {
     App,
     ProfileTemplates,
     StatisticsFfprobe,
+    Webhooks,
+    Webhook,
+    WebhookRotateSecret,
+    WebhookDeliveries,
 }
 
 /// The route table: (path pattern, route, methods). `{id}` is a positive integer. The OpenAPI
@@ -252,6 +257,26 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
     (
         "/security/iaas/profile-templates",
         Route::ProfileTemplates,
+        &[Method::GET],
+    ),
+    (
+        "/streaming/webhooks",
+        Route::Webhooks,
+        &[Method::GET, Method::POST],
+    ),
+    (
+        "/streaming/webhooks/{id}",
+        Route::Webhook,
+        &[Method::GET, Method::PATCH, Method::DELETE],
+    ),
+    (
+        "/streaming/webhooks/{id}/rotate_secret",
+        Route::WebhookRotateSecret,
+        &[Method::PUT],
+    ),
+    (
+        "/streaming/webhooks/{id}/deliveries",
+        Route::WebhookDeliveries,
         &[Method::GET],
     ),
 ];
@@ -420,6 +445,17 @@ impl Api {
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
+                (Route::Webhooks, Method::GET) => webhooks::list(self, req.uri().query()).await,
+                (Route::Webhooks, _) => webhooks::create(self, read_json(req).await?).await,
+                (Route::Webhook, Method::GET) => webhooks::get(self, id).await,
+                (Route::Webhook, Method::PATCH) => {
+                    webhooks::update(self, id, read_json(req).await?).await
+                }
+                (Route::Webhook, _) => webhooks::delete(self, id).await,
+                (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(self, id).await,
+                (Route::WebhookDeliveries, _) => {
+                    webhooks::deliveries(self, id, req.uri().query()).await
+                }
             };
         }
         Err(ApiError::not_found("resource"))

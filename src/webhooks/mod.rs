@@ -1,0 +1,261 @@
+//! Webhooks: the live facts of the events bus go to the outbox as they arrive (record changes
+//! are written there by the store, in their own transactions), and the outbox is delivered —
+//! signed ([`sign`]), at least once, in order per stream, retried with backoff for a day, by
+//! whichever node claims each delivery first.
+
+pub mod sign;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use tokio::sync::Notify;
+
+use crate::db::{Attempt, DueDelivery, OutboxEvent, Store};
+use crate::events::{Events, Next};
+use crate::url_policy::client::{self, Outbound, OutboundClient};
+
+/// A delivery not answered 2xx is retried until this long after its event, then failed.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Finished deliveries stay listed this long.
+pub const KEEP_FINISHED: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// A whole attempt (connect, send, answer head) takes at most this long.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of an answer's body read (and ignored) before the connection is let go.
+const MAX_ANSWER_BODY: usize = 64 * 1024;
+/// Deliveries attempted at once by one node.
+const BATCH: u32 = 32;
+/// How long a claim holds a delivery against other nodes: beyond any attempt.
+const CLAIM_LEASE: Duration = Duration::from_secs(60);
+/// Deliveries written by other nodes, and retries that came due, are looked for this often.
+const POLL: Duration = Duration::from_millis(500);
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// The delay before attempt `attempts + 1`, after `attempts` failed ones.
+pub fn backoff(attempts: u32) -> Duration {
+    let doubled = FIRST_BACKOFF.saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
+    doubled.min(MAX_BACKOFF)
+}
+
+/// Starts the outbox writer and the deliverer of this node; they run for the process's life.
+pub fn spawn(store: Arc<dyn Store>, events: &Events, node: String) {
+    let wake = Arc::new(Notify::new());
+    let subscription = events.subscribe();
+    tokio::spawn(write_live_facts(store.clone(), subscription, wake.clone()));
+    let client = match client::build(Outbound::webhook(), |b| {
+        b.timeout(REQUEST_TIMEOUT)
+            .connect_timeout(REQUEST_TIMEOUT / 2)
+            .user_agent(concat!("livepack/", env!("CARGO_PKG_VERSION"), " webhooks"))
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the webhook client; no webhook is delivered");
+            return;
+        }
+    };
+    tokio::spawn(deliver(store, client, node, wake));
+}
+
+/// Writes each live fact to the outbox, in the order the bus carries them; every event wakes
+/// the deliverer (the store's own writes included: they come on the bus too).
+async fn write_live_facts(
+    store: Arc<dyn Store>,
+    mut events: crate::events::Subscription,
+    wake: Arc<Notify>,
+) {
+    while let Some(next) = events.next().await {
+        let envelope = match next {
+            Next::Event(e) => e,
+            Next::Lost(n) => {
+                tracing::error!(lost = n, "events lost before the webhook outbox");
+                continue;
+            }
+        };
+        if !envelope.event.written_by_store() {
+            let store = store.clone();
+            let e = envelope.clone();
+            let written =
+                tokio::task::spawn_blocking(move || store.append_event(&e.event, Some(&e.node)))
+                    .await;
+            let error = match written {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(error) = error {
+                let lost = &envelope.event;
+                tracing::error!(%error, event = ?lost, "cannot write an event to the webhook outbox");
+            }
+        }
+        wake.notify_one();
+    }
+}
+
+async fn deliver(store: Arc<dyn Store>, client: OutboundClient, node: String, wake: Arc<Notify>) {
+    let released = {
+        let (store, node) = (store.clone(), node.clone());
+        tokio::task::spawn_blocking(move || store.release_claims(&node)).await
+    };
+    if let Ok(Err(e)) = released {
+        tracing::error!(error = %e, "cannot release this node's webhook claims");
+    }
+    let mut last_prune: Option<tokio::time::Instant> = None;
+    loop {
+        if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+            last_prune = Some(tokio::time::Instant::now());
+            prune(&store).await;
+        }
+        let due = {
+            let (store, node) = (store.clone(), node.clone());
+            tokio::task::spawn_blocking(move || store.claim_deliveries(&node, CLAIM_LEASE, BATCH))
+                .await
+        };
+        let due = match due {
+            Ok(Ok(due)) => due,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot claim webhook deliveries");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "webhook claim task failed");
+                Vec::new()
+            }
+        };
+        if due.is_empty() {
+            let _ = tokio::time::timeout(POLL, wake.notified()).await;
+            continue;
+        }
+        // One per webhook and stream is claimed at a time, so these may all run at once.
+        futures::future::join_all(due.into_iter().map(|d| attempt(&store, &client, &node, d)))
+            .await;
+    }
+}
+
+async fn prune(store: &Arc<dyn Store>) {
+    let store = store.clone();
+    match tokio::task::spawn_blocking(move || store.prune_deliveries(RETRY_WINDOW, KEEP_FINISHED))
+        .await
+    {
+        Ok(Ok(n)) if n > 0 => tracing::info!(removed = n, "old webhook deliveries removed"),
+        Ok(Err(e)) => tracing::error!(error = %e, "cannot prune webhook deliveries"),
+        _ => {}
+    }
+}
+
+/// The body of `event`: `{id, type, created_at, stream_id, data}`.
+pub fn body(event: &OutboxEvent) -> Bytes {
+    let data: serde_json::Value =
+        serde_json::from_str(&event.data).unwrap_or(serde_json::Value::Null);
+    let body = serde_json::json!({
+        "id": event.id,
+        "type": event.kind,
+        "created_at": event.created_at.format(&Rfc3339).unwrap_or_default(),
+        "stream_id": event.stream_id,
+        "data": data,
+    });
+    Bytes::from(body.to_string())
+}
+
+/// One attempt at `d`, and its outcome written back.
+async fn attempt(store: &Arc<dyn Store>, client: &OutboundClient, node: &str, d: DueDelivery) {
+    let outcome = post(client, &d).await;
+    match &outcome {
+        Attempt::Delivered { status } => {
+            tracing::debug!(
+                delivery = d.id,
+                event = d.event.id,
+                status,
+                "webhook delivered"
+            )
+        }
+        Attempt::Failed { status, error, .. } => tracing::info!(
+            delivery = d.id,
+            event = d.event.id,
+            attempt = d.attempts + 1,
+            ?status,
+            %error,
+            "webhook delivery failed; retried later"
+        ),
+    }
+    let (store, node, id) = (store.clone(), node.to_owned(), d.id);
+    let written = tokio::task::spawn_blocking(move || {
+        store.finish_delivery(id, &node, &outcome, RETRY_WINDOW)
+    })
+    .await;
+    if !matches!(written, Ok(Ok(()))) {
+        tracing::error!(
+            delivery = id,
+            "cannot record a webhook attempt; it is tried again"
+        );
+    }
+}
+
+async fn post(client: &OutboundClient, d: &DueDelivery) -> Attempt {
+    let failed = |status: Option<u16>, error: String| Attempt::Failed {
+        status,
+        error,
+        retry_in: backoff(d.attempts + 1),
+    };
+    let url = match url::Url::parse(&d.url) {
+        Ok(u) => u,
+        Err(e) => return failed(None, format!("not a URL: {e}")),
+    };
+    let body = body(&d.event);
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    let request = match client.request(reqwest::Method::POST, &url) {
+        Ok(r) => r,
+        Err(e) => return failed(None, e.to_string()),
+    };
+    let answer = request
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(sign::HEADER, sign::header(&d.secret, now, &body))
+        .header("livepack-event-id", d.event.id.to_string())
+        .header("livepack-event-type", d.event.kind.as_str())
+        .header("livepack-delivery-attempt", (d.attempts + 1).to_string())
+        .body(body)
+        .send()
+        .await;
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => return failed(None, crate::url_policy::describe(&e)),
+    };
+    let status = answer.status();
+    // The answer's body means nothing here; a little is read so the connection can be reused.
+    let mut answer = answer;
+    let mut read = 0;
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout(REQUEST_TIMEOUT, answer.chunk()).await {
+        read += chunk.len();
+        if read > MAX_ANSWER_BODY {
+            break;
+        }
+    }
+    if status.is_success() {
+        Attempt::Delivered {
+            status: status.as_u16(),
+        }
+    } else if status.is_redirection() {
+        failed(Some(status.as_u16()), "redirect not followed".into())
+    } else {
+        failed(Some(status.as_u16()), format!("HTTP {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_a_second_up_to_an_hour() {
+        let secs: Vec<u64> = (1..=14).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(
+            secs,
+            [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600]
+        );
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+}
