@@ -337,6 +337,94 @@ mod tests {
         }
     }
 
+    /// `TYPES` (what a webhook's `events` accepts) names every variant's wire type, and the
+    /// store writes exactly the record changes.
+    #[test]
+    fn the_type_list_names_every_event() {
+        let (slot, protocol) = (Slot::Main, Protocol::Rtmp);
+        let all = [
+            Event::StreamCreated { stream_id: 1 },
+            Event::StreamUpdated { stream_id: 1 },
+            Event::StreamDeleted { stream_id: 1 },
+            Event::PublishStarted {
+                stream_id: 1,
+                slot,
+                protocol,
+            },
+            Event::PublishStopped {
+                stream_id: 1,
+                slot,
+                protocol,
+            },
+            Event::LiveStarted {
+                stream_id: 1,
+                resumed: false,
+            },
+            Event::InputsGone { stream_id: 1 },
+            Event::LiveEnded { stream_id: 1 },
+            Event::InputSwitched {
+                stream_id: 1,
+                from: slot,
+                to: Slot::Backup,
+            },
+            Event::PullDeactivated { stream_id: 1 },
+            Event::RecordingStarted {
+                stream_id: 1,
+                video_id: 2,
+            },
+            Event::RecordingStopped {
+                stream_id: 1,
+                video_id: 2,
+            },
+            Event::VideoReady {
+                stream_id: 1,
+                video_id: 2,
+                duration_ms: 3,
+            },
+            Event::VideoFailed {
+                stream_id: 1,
+                video_id: 2,
+                error: String::new(),
+            },
+            Event::VideoDeleted {
+                stream_id: 1,
+                video_id: 2,
+            },
+            Event::OverlayFailed {
+                stream_id: 1,
+                overlay_id: None,
+                error: String::new(),
+            },
+        ];
+        let types: Vec<String> = all
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(types, Event::TYPES);
+        let by_store: Vec<&str> = all
+            .iter()
+            .zip(Event::TYPES)
+            .filter(|(e, _)| e.written_by_store())
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(
+            by_store,
+            [
+                "stream_created",
+                "stream_updated",
+                "stream_deleted",
+                "video_ready",
+                "video_failed",
+                "video_deleted"
+            ]
+        );
+    }
+
     #[test]
     fn the_wire_shape_is_flat_with_a_snake_case_type() {
         let e = Envelope {

@@ -30,8 +30,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER_BODY: usize = 64 * 1024;
 /// Deliveries attempted at once by one node.
 const BATCH: u32 = 32;
-/// How long a claim holds a delivery against other nodes: beyond any attempt.
-const CLAIM_LEASE: Duration = Duration::from_secs(60);
+/// How long a claim holds a delivery against other nodes: beyond any attempt (request and
+/// answer, [`REQUEST_TIMEOUT`] each). A node that dies holding claims delays those deliveries
+/// by at most this; one that restarts gives its claims back at once.
+const CLAIM_LEASE: Duration = Duration::from_secs(30);
 /// Deliveries written by other nodes, and retries that came due, are looked for this often.
 const POLL: Duration = Duration::from_millis(500);
 const PRUNE_EVERY: Duration = Duration::from_secs(600);

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod pg;
 pub mod proc;
 pub mod srt;
+pub mod webhooks;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

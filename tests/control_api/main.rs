@@ -10,3 +10,4 @@ mod lifecycle;
 mod openapi;
 mod overlays;
 mod streams;
+mod webhooks;

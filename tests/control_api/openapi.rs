@@ -45,6 +45,15 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
         .body["id"]
         .as_i64()
         .unwrap();
+    let webhook = d
+        .post(
+            "/streaming/webhooks",
+            json!({"url": "https://hooks.example/in"}),
+        )
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 10, "suspiciously few paths");
     // DELETE last so the ids stay valid while the other operations are probed.
@@ -63,6 +72,8 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
             app
         } else if path.starts_with("/streaming/broadcasts") {
             broadcast
+        } else if path.starts_with("/streaming/webhooks") {
+            webhook
         } else {
             stream
         };

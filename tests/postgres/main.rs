@@ -10,6 +10,7 @@ mod flood;
 mod media;
 mod node_auth;
 mod tls;
+mod webhooks;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@ use crate::common::{tempdir, Daemon, KEY};
 use crate::media::{create, push, stop_recording, wait_record};
 
 /// The events the daemon logged so far, in order (`type` plus the fields that identify them).
-fn events(dir: &std::path::Path) -> Vec<Value> {
+pub(crate) fn events(dir: &std::path::Path) -> Vec<Value> {
     let log = std::fs::read_to_string(Daemon::log_file(dir)).unwrap_or_default();
     log.lines()
         .filter_map(|l| {
@@ -24,7 +24,7 @@ fn events(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-async fn until_event(dir: &std::path::Path, kind: &str) -> Vec<Value> {
+pub(crate) async fn until_event(dir: &std::path::Path, kind: &str) -> Vec<Value> {
     for _ in 0..150 {
         let seen = events(dir);
         if seen.iter().any(|e| e["type"] == kind) {

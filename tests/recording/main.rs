@@ -7,6 +7,7 @@ mod events;
 #[path = "../common/media.rs"]
 mod media;
 mod vod;
+mod webhooks;
 
 use std::time::Duration;
 
