@@ -90,6 +90,14 @@ pub enum Event {
     PullDeactivated {
         stream_id: i64,
     },
+    /// A PULL stream left one of its sources for the next (indexes into its `uri` list; the
+    /// URLs themselves may hold credentials). `reason` is why the source was left.
+    PullSourceSwitched {
+        stream_id: i64,
+        from: usize,
+        to: usize,
+        reason: String,
+    },
     RecordingStarted {
         stream_id: i64,
         video_id: i64,
@@ -148,6 +156,7 @@ impl Event {
         "live_ended",
         "input_switched",
         "pull_deactivated",
+        "pull_source_switched",
         "recording_started",
         "recording_stopped",
         "video_ready",
@@ -170,6 +179,7 @@ impl Event {
             | LiveEnded { stream_id }
             | InputSwitched { stream_id, .. }
             | PullDeactivated { stream_id }
+            | PullSourceSwitched { stream_id, .. }
             | RecordingStarted { stream_id, .. }
             | RecordingStopped { stream_id, .. }
             | VideoReady { stream_id, .. }
@@ -368,6 +378,12 @@ mod tests {
                 to: Slot::Backup,
             },
             Event::PullDeactivated { stream_id: 1 },
+            Event::PullSourceSwitched {
+                stream_id: 1,
+                from: 0,
+                to: 1,
+                reason: String::new(),
+            },
             Event::RecordingStarted {
                 stream_id: 1,
                 video_id: 2,

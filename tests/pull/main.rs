@@ -18,6 +18,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use common::proc::Proc;
+use common::webhooks::Receiver;
 use common::{free_port, hls, tempdir, wait_listening, Daemon, KEY};
 use media::{create, ffmpeg, hls_writer, http_server, live_writer, record, wait_record};
 
@@ -72,6 +73,17 @@ async fn round_robin_failover_deactivation_and_uri_edit() {
     let _http = http_server(&dir.path().join("www"), http_port);
     let hls_url = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
     let srt_url = format!("srt://127.0.0.1:{srt_port}");
+
+    let hooks = tempdir();
+    let receiver = Receiver::start(hooks.path(), 0, &[]);
+    let hook = d
+        .post(
+            "/streaming/webhooks",
+            json!({"url": receiver.url(), "events": ["pull_source_switched"]}),
+        )
+        .await;
+    assert_eq!(hook.status, StatusCode::CREATED, "{}", hook.body);
+    receiver.set_secret(hook.body["secret"].as_str().unwrap());
 
     // First source dead (nothing listens), second alive.
     let started = Instant::now();
@@ -129,6 +141,25 @@ async fn round_robin_failover_deactivation_and_uri_edit() {
         "{playlist}"
     );
     wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == true).await;
+    // A webhook saw each source left, the dead first's and the stopped second's, with why.
+    let got = receiver
+        .until(Duration::from_secs(10), |e| e["data"]["from"] == 1)
+        .await;
+    let first = &got[0];
+    assert_eq!(
+        (
+            &first["data"]["from"],
+            &first["data"]["to"],
+            &first["stream_id"]
+        ),
+        (&json!(0), &json!(1), &json!(id)),
+        "{got:#?}"
+    );
+    assert!(
+        got.iter()
+            .all(|e| e["data"]["reason"].as_str().is_some_and(|r| !r.is_empty())),
+        "{got:#?}"
+    );
 
     // Deactivation stops the pull at once: the SRT server loses its only caller and exits.
     let r = d
@@ -174,10 +205,39 @@ async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit(
         free_port(true),
         free_port(false)
     );
+    // A webhook follows the fetcher: the record change, then the deactivation.
+    let hooks = tempdir();
+    let receiver = Receiver::start(hooks.path(), 0, &[]);
+    let hook = d
+        .post(
+            "/streaming/webhooks",
+            json!({"url": receiver.url(), "events": ["pull_source_switched", "pull_deactivated", "stream_updated"]}),
+        )
+        .await;
+    assert_eq!(hook.status, StatusCode::CREATED, "{}", hook.body);
+    receiver.set_secret(hook.body["secret"].as_str().unwrap());
     let started = Instant::now();
     let rec = create(&d, json!({"name": "idle", "pull": true, "uri": dead})).await;
     let id = rec["id"].as_i64().unwrap();
     let off = wait_record(&d, id, Duration::from_secs(30), |r| r["active"] == false).await;
+    let got = receiver
+        .until(Duration::from_secs(10), |e| e["type"] == "pull_deactivated")
+        .await;
+    let kinds: Vec<&str> = got.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(got.iter().all(|e| e["stream_id"] == id), "{got:#?}");
+    // The limit ends the pull, not a source: no switch is reported for it.
+    assert!(
+        got.iter()
+            .filter(|e| e["type"] == "pull_source_switched")
+            .all(|e| e["data"]["reason"] != "inactivity limit reached"),
+        "{got:#?}"
+    );
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["stream_updated", "pull_deactivated"],
+        "{kinds:?}"
+    );
+    common::webhooks::assert_each_once(&got);
     println!(
         "PULL deactivated {:?} after start (limit 4 s)",
         started.elapsed()

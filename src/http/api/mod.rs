@@ -691,6 +691,21 @@ mod tests {
         }
     }
 
+    /// The event types the document lists are the ones a webhook accepts.
+    #[test]
+    fn openapi_lists_exactly_the_event_types() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        for listed in [
+            &schemas["Webhook"]["properties"]["events"]["items"]["enum"],
+            &schemas["WebhookCreate"]["properties"]["events"]["items"]["enum"],
+            &schemas["WebhookPatch"]["properties"]["events"]["items"]["enum"],
+            &schemas["WebhookDelivery"]["properties"]["event_type"]["enum"],
+        ] {
+            assert_eq!(listed, &serde_json::json!(crate::events::Event::TYPES));
+        }
+    }
+
     #[test]
     fn api_prefixes_are_owned() {
         assert!(owns("/streaming/streams"));

@@ -178,7 +178,19 @@ pub async fn run(
             Flow::Continue(a) => a,
         };
         delivered_in_cycle |= attempt.delivered;
+        let from = index;
         index = (index + 1) % uris.len();
+        // The inactivity limit ends the pull (next turn of the loop), not just this source.
+        if uris.len() > 1 && !matches!(attempt.reason, AttemptEnd::Inactive) {
+            registry
+                .events()
+                .emit(crate::events::Event::PullSourceSwitched {
+                    stream_id: id,
+                    from,
+                    to: index,
+                    reason: redact(&attempt.reason.to_string()),
+                });
+        }
         tracing::info!(
             stream = id,
             source = %redact(uri),
