@@ -445,20 +445,36 @@ impl Api {
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
-                (Route::Webhooks, Method::GET) => webhooks::list(self, req.uri().query()).await,
-                (Route::Webhooks, _) => webhooks::create(self, read_json(req).await?).await,
-                (Route::Webhook, Method::GET) => webhooks::get(self, id).await,
-                (Route::Webhook, Method::PATCH) => {
-                    webhooks::update(self, id, read_json(req).await?).await
-                }
-                (Route::Webhook, _) => webhooks::delete(self, id).await,
-                (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(self, id).await,
-                (Route::WebhookDeliveries, _) => {
-                    webhooks::deliveries(self, id, req.uri().query()).await
-                }
+                (
+                    Route::Webhooks
+                    | Route::Webhook
+                    | Route::WebhookRotateSecret
+                    | Route::WebhookDeliveries,
+                    _,
+                ) => self.route_webhooks(*route, id, req).await,
             };
         }
         Err(ApiError::not_found("resource"))
+    }
+
+    async fn route_webhooks(
+        self: &Arc<Self>,
+        route: Route,
+        id: i64,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        let method = req.method().clone();
+        match (route, method) {
+            (Route::Webhooks, Method::GET) => webhooks::list(self, req.uri().query()).await,
+            (Route::Webhooks, _) => webhooks::create(self, read_json(req).await?).await,
+            (Route::Webhook, Method::GET) => webhooks::get(self, id).await,
+            (Route::Webhook, Method::PATCH) => {
+                webhooks::update(self, id, read_json(req).await?).await
+            }
+            (Route::Webhook, _) => webhooks::delete(self, id).await,
+            (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(self, id).await,
+            _ => webhooks::deliveries(self, id, req.uri().query()).await,
+        }
     }
 
     /// Runs a store call on the blocking pool: SQLite I/O must not stall the async workers.

@@ -180,17 +180,7 @@ pub async fn run(
         delivered_in_cycle |= attempt.delivered;
         let from = index;
         index = (index + 1) % uris.len();
-        // The inactivity limit ends the pull (next turn of the loop), not just this source.
-        if uris.len() > 1 && !matches!(attempt.reason, AttemptEnd::Inactive) {
-            registry
-                .events()
-                .emit(crate::events::Event::PullSourceSwitched {
-                    stream_id: id,
-                    from,
-                    to: index,
-                    reason: redact(&attempt.reason.to_string()),
-                });
-        }
+        left_source(&registry, id, (from, index, uris.len()), &attempt.reason);
         tracing::info!(
             stream = id,
             source = %redact(uri),
@@ -216,6 +206,22 @@ pub async fn run(
     drop(publisher);
     registry.release_unserved(id);
     tracing::info!(stream = id, "PULL stopped");
+}
+
+/// Says that the fetcher left source `from` for `to` (of `count`), and why. The inactivity
+/// limit ends the pull (next turn of the loop), not just this source: no switch for that.
+fn left_source(registry: &Registry, id: i64, hop: (usize, usize, usize), why: &AttemptEnd) {
+    let (from, to, count) = hop;
+    if count > 1 && !matches!(why, AttemptEnd::Inactive) {
+        registry
+            .events()
+            .emit(crate::events::Event::PullSourceSwitched {
+                stream_id: id,
+                from,
+                to,
+                reason: redact(&why.to_string()),
+            });
+    }
 }
 
 /// How often a node that does not pull a stream checks whether its puller's lease is free: with
