@@ -60,6 +60,8 @@ pub enum DaemonError {
     Database { url: String, source: StoreError },
     #[error("cannot register this node in the store (node_id, node_url): {0}")]
     Cluster(crate::cluster::ClusterError),
+    #[error("cannot build the publish authorization client (publish_auth_url): {0}")]
+    PublishAuth(reqwest::Error),
     #[error(transparent)]
     Quality(#[from] QualityError),
     #[error(transparent)]
@@ -266,13 +268,13 @@ async fn registry(
     store: &Arc<dyn Store>,
     quality_sets: &Arc<QualitySets>,
     overlays: &Option<Arc<OverlayHub>>,
-) -> Arc<Registry> {
+) -> Result<Arc<Registry>, DaemonError> {
     let media_root = config.data_dir.join("media");
     {
         let root = media_root.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
     }
-    Registry::new(
+    Ok(Registry::new(
         store.clone(),
         quality_sets.clone(),
         Arc::new(pipeline::GstPipelines {
@@ -285,9 +287,19 @@ async fn registry(
             switch_timeout: config.backup_switch,
             media_root,
             stats_period: config.statistics_sample,
+            publish_auth: publish_auth(config)?,
         },
         crate::events::Events::new(&node_id(config)),
-    )
+    ))
+}
+
+/// The authorization hook's client, when `publish_auth_url` is set.
+fn publish_auth(config: &Config) -> Result<Option<Arc<crate::live::PublishAuth>>, DaemonError> {
+    let Some(hook) = config.publish_auth.clone() else {
+        return Ok(None);
+    };
+    let auth = crate::live::PublishAuth::new(hook).map_err(DaemonError::PublishAuth)?;
+    Ok(Some(Arc::new(auth)))
 }
 
 /// This node among the daemons sharing the store, registered (first heartbeat) before any
@@ -371,7 +383,7 @@ pub async fn start(
     let quality_sets = Arc::new(QualitySets::load(config.quality_sets_file.as_deref())?);
     check_gstreamer().await?;
     let overlays = overlays(&store, page_proxy)?;
-    let registry = registry(&config, &store, &quality_sets, &overlays).await;
+    let registry = registry(&config, &store, &quality_sets, &overlays).await?;
     crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
     let http = Http::bind(config.http_addr)

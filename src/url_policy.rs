@@ -36,7 +36,7 @@ pub enum Purpose {
     WebPage,
     /// A request relayed to the node serving a stream (`http::relay`).
     Relay,
-    /// A customer's endpoint the webhooks POST events to.
+    /// An endpoint the daemon POSTs to: a customer's webhook, the publish authorization hook.
     Webhook,
 }
 

@@ -25,7 +25,31 @@ pub(super) fn base_url(key: &'static str, u: Option<&str>) -> Result<Option<Url>
     Ok(Some(url))
 }
 
+/// The publish authorization hook: an http(s) URL with a host (a query may carry what the
+/// service checks the daemon by), or nothing.
+pub(super) fn publish_auth(
+    url: Option<&str>,
+    timeout_ms: u64,
+    cache_secs: u64,
+) -> Result<Option<crate::live::PublishAuthConfig>, ConfigError> {
+    let Some(raw) = url.filter(|u| !u.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let shown = crate::url_policy::redact(raw);
+    let bad = |reason: String| invalid("publish_auth_url", &shown, reason);
+    let url = Url::parse(raw.trim()).map_err(|e| bad(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(bad("must be an http(s) URL with a host".into()));
+    }
+    Ok(Some(crate::live::PublishAuthConfig {
+        url,
+        timeout: std::time::Duration::from_millis(timeout_ms),
+        cache: std::time::Duration::from_secs(cache_secs),
+    }))
+}
+
 /// App URLs are `https://{name}.{domain}`: the domain must be usable as a DNS name.
+
 pub(super) fn dns_name(key: &'static str, domain: String) -> Result<String, ConfigError> {
     let ok = !domain.is_empty()
         && domain

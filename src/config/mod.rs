@@ -142,6 +142,12 @@ settings! {
     whip_tcp_mux_addr: String;
     whip_ice_servers: Vec<String>;
     pull_inactivity_secs: u64 = pull::DEFAULT_INACTIVITY.as_secs(), 1..;
+    /// POSTed `{stream_id, protocol, slot, remote_addr, query}` before each RTMP, SRT and WHIP
+    /// publish; only a 2xx within the timeout lets it in. Absent: no hook.
+    publish_auth_url: String;
+    publish_auth_timeout_ms: u64 = 2000, 100..=30_000;
+    /// How long a yes stands for the same stream, slot, protocol, address and query; 0: never.
+    publish_auth_cache_secs: u64 = 10, 0..=3600;
     pull_allow_link_local: bool = false;
     player_assets_dir: PathBuf = PathBuf::from(DEFAULT_PLAYER_ASSETS_DIR);
 
@@ -227,6 +233,8 @@ pub struct Config {
     pub rtmps_cert_file: Option<PathBuf>,
     pub rtmps_key_file: Option<PathBuf>,
     pub packaging: PackagingConfig,
+    /// The publish authorization hook (`publish_auth_*`); `None`: none.
+    pub publish_auth: Option<crate::live::PublishAuthConfig>,
     pub grace_period: std::time::Duration,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
@@ -304,6 +312,11 @@ impl Config {
             statistics_sample: Duration::from_secs(s.statistics_sample_secs),
             statistics_retention: Duration::from_secs(s.statistics_retention_days * 86_400),
             player_assets_dir: s.player_assets_dir,
+            publish_auth: http::publish_auth(
+                s.publish_auth_url.as_deref(),
+                s.publish_auth_timeout_ms,
+                s.publish_auth_cache_secs,
+            )?,
         })
     }
 

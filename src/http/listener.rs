@@ -18,6 +18,11 @@ use tokio::sync::watch;
 
 use crate::admission::Admission;
 use crate::http::body::BodyDeadline;
+
+/// The TCP peer of a request (its client, or the proxy in front); put in the request's
+/// extensions here, read where the address matters (WHIP's authorization hook).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
 use crate::http::peer_io::PeerIo;
 
 /// Response body for every route; boxed so that later routes can stream (chunked DASH parts).
@@ -132,6 +137,7 @@ pub async fn serve<H, F>(
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let deadline = tokio::time::Instant::now() + body_timeout;
             req.extensions_mut().insert(BodyDeadline(deadline));
+            req.extensions_mut().insert(PeerAddr(peer));
             let fut = handler(req, peer);
             async move { Ok::<_, Infallible>(fut.await) }
         });

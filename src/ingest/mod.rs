@@ -16,6 +16,8 @@ pub struct PublishTarget {
     pub stream_id: i64,
     pub slot: Slot,
     pub token: String,
+    /// The publisher's other parameters, `k=v&…`, for the publish authorization hook.
+    pub query: String,
 }
 
 /// A publish target as every protocol names it: `{id}` (main) or `{id}b` (backup), a positive
@@ -39,7 +41,13 @@ pub fn parse_target(name: &str, token: &str) -> Option<PublishTarget> {
         stream_id: digits.parse().ok()?,
         slot,
         token: token.to_owned(),
+        query: String::new(),
     })
+}
+
+/// Whether `query` may go to the authorization hook as it is: printable ASCII, no spaces.
+pub fn plain_query(query: &str) -> bool {
+    query.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Tokens are 32 hex characters; anything much longer is not one.

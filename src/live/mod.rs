@@ -14,6 +14,7 @@
 mod changes;
 mod inputs;
 mod lifecycle;
+mod publish_auth;
 mod publisher;
 mod seams;
 mod sessions;
@@ -38,6 +39,7 @@ use crate::media::MediaMessage;
 use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
 use crate::quality::{QualitySet, QualitySets};
 use publisher::LeaseHold;
+pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use sessions::{lock, Opened};
 pub use status::{Counters, LiveStatus, PipelinePart, SharedStatus, StreamMetrics};
@@ -69,6 +71,8 @@ pub struct LiveConfig {
     pub media_root: PathBuf,
     /// How often the source's statistics are sampled into the store.
     pub stats_period: Duration,
+    /// The customer's authorization service asked before each publish (`publish_auth_url`).
+    pub publish_auth: Option<Arc<PublishAuth>>,
 }
 
 pub struct Registry {
@@ -320,9 +324,10 @@ impl Registry {
         id: i64,
         slot: Slot,
         token: &str,
-        protocol: Protocol,
+        caller: (Protocol, &Caller),
         patience: Duration,
     ) -> Result<PublishPermit, PublishError> {
+        let (protocol, caller) = caller;
         let row = self
             .load(id)
             .await?
@@ -335,6 +340,13 @@ impl Registry {
         }
         if row.settings.pull {
             return Err(PublishError::PullStream(id));
+        }
+        // The customer's say comes after ours (a wrong token never reaches their service) and
+        // before anything is taken, so a refusal leaves the running publisher alone.
+        if let Some(auth) = &self.config.publish_auth {
+            auth.check(id, slot, protocol, caller)
+                .await
+                .map_err(|refusal| PublishError::Hook { id, refusal })?;
         }
         let hold = LeaseHold::new(self, id);
         self.sessions.wait_released(id, slot, patience).await;
@@ -396,10 +408,10 @@ impl Registry {
         id: i64,
         slot: Slot,
         token: &str,
-        protocol: Protocol,
+        caller: (Protocol, &Caller),
     ) -> Result<Publisher, PublishError> {
         let permit = self
-            .check_publish(id, slot, token, protocol, DRAIN_WAIT)
+            .check_publish(id, slot, token, caller, DRAIN_WAIT)
             .await?;
         self.start(permit).await
     }

@@ -28,6 +28,12 @@ pub enum PublishError {
     LiveElsewhere { id: i64, node: String, url: String },
     #[error("store unavailable")]
     Store,
+    /// The publish authorization hook did not let it in.
+    #[error("stream {id}: publish {refusal}")]
+    Hook {
+        id: i64,
+        refusal: super::publish_auth::HookRefusal,
+    },
 }
 
 /// What a successful publish check grants: the record as it was checked, the slot and the

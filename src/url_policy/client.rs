@@ -64,6 +64,16 @@ impl Outbound {
         }
     }
 
+    /// The publish authorization hook: the operator's own service (configured, not a user's
+    /// URL), so any address; a redirect is not followed (fail closed: a refusal).
+    pub fn publish_auth() -> Outbound {
+        Outbound {
+            purpose: Purpose::Webhook,
+            allow_link_local: true,
+            redirects: Redirects::ToCaller,
+        }
+    }
+
     /// The relay to other nodes: their answers, redirects included, go back as they are.
     pub fn relay() -> Outbound {
         Outbound {

@@ -16,7 +16,7 @@ use super::key;
 use super::to_media::FlvToMedia;
 use super::vet::ChunkGuard;
 use super::RtmpConfig;
-use crate::live::{Protocol, Publisher, Registry};
+use crate::live::{Caller, Protocol, Publisher, Registry};
 use crate::url_policy::redact;
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
@@ -277,10 +277,16 @@ async fn publish(
             .map_err(ConnError::Session);
     }
     let verdict = match key::parse(app_name, stream_key) {
-        Ok(k) => registry
-            .publish(k.stream_id, k.slot, &k.token, Protocol::Rtmp)
-            .await
-            .map_err(|e| e.to_string()),
+        Ok(k) => {
+            let caller = Caller {
+                remote: Some(peer),
+                query: k.query.clone(),
+            };
+            registry
+                .publish(k.stream_id, k.slot, &k.token, (Protocol::Rtmp, &caller))
+                .await
+                .map_err(|e| e.to_string())
+        }
         Err(e) => Err(e.to_string()),
     };
     match verdict {

@@ -26,9 +26,28 @@ pub fn parse(app: &str, key: &str) -> Result<PublishKey, KeyError> {
     if key.len() > MAX_KEY_BYTES {
         return Err(KeyError::TooLong);
     }
-    let (name, token) = key.split_once('?').ok_or(KeyError::Malformed)?;
-    let token = token.strip_prefix("token=").unwrap_or(token);
-    crate::ingest::parse_target(name, token).ok_or(KeyError::Malformed)
+    let (name, params) = key.split_once('?').ok_or(KeyError::Malformed)?;
+    // The token is `token=T` wherever it stands, else the first parameter; the others are
+    // the publisher's own (for the authorization hook).
+    let parts: Vec<&str> = params.split('&').collect();
+    let at = parts
+        .iter()
+        .position(|p| p.starts_with("token="))
+        .unwrap_or(0);
+    let token = parts[at].strip_prefix("token=").unwrap_or(parts[at]);
+    let query = parts
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| *i != at && !p.is_empty())
+        .map(|(_, p)| *p)
+        .collect::<Vec<_>>()
+        .join("&");
+    if !crate::ingest::plain_query(&query) {
+        return Err(KeyError::Malformed);
+    }
+    let mut target = crate::ingest::parse_target(name, token).ok_or(KeyError::Malformed)?;
+    target.query = query;
+    Ok(target)
 }
 
 #[cfg(test)]
@@ -45,6 +64,12 @@ mod tests {
         );
         let k = parse("in/", "42b?token=abc").unwrap();
         assert_eq!((k.stream_id, k.slot), (42, Slot::Backup));
+        // The publisher's own parameters, for the authorization hook.
+        let k = parse("in", "42?abc&user=7&sig=x_y").unwrap();
+        assert_eq!((k.token.as_str(), k.query.as_str()), ("abc", "user=7&sig=x_y"));
+        let k = parse("in", "42?user=7&token=abc").unwrap();
+        assert_eq!((k.token.as_str(), k.query.as_str()), ("abc", "user=7"));
+        assert_eq!(parse("in", "42?abc").unwrap().query, "");
     }
 
     #[test]
@@ -61,6 +86,8 @@ mod tests {
             ("in", "42?ab\0c"),
             ("in", "42?a/../b"),
             ("in", "99999999999999999999?abc"),
+            ("in", "42?abc&a b"),
+            ("in", "42?abc&x=\u{7f}"),
         ] {
             assert!(parse(app, key).is_err(), "{app} {key}");
         }

@@ -13,7 +13,9 @@ use srt_tokio::{ConnectionRequest, SrtSocket};
 
 use super::streamid;
 use crate::ingest::mpegts::to_media::TsToMedia;
-use crate::live::{Protocol, PublishError, PublishPermit, Publisher, Registry};
+use crate::live::{
+    Caller, HookRefusal, Protocol, PublishError, PublishPermit, Publisher, Registry,
+};
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,6 +33,12 @@ fn reject_reason(e: &PublishError) -> ServerRejectReason {
             ServerRejectReason::Conflict
         }
         PublishError::Store => ServerRejectReason::InternalServerError,
+        PublishError::Hook {
+            refusal: HookRefusal::Refused(_),
+            ..
+        } => ServerRejectReason::Forbidden,
+        // SRT_REJX_DOWN: the service that decides is not answering.
+        PublishError::Hook { .. } => ServerRejectReason::Down,
     }
 }
 
@@ -100,12 +108,16 @@ async fn admit(
         ServerRejectReason::BadRequest
     })?;
     let (id, slot) = (target.stream_id, target.slot);
+    let caller = Caller {
+        remote: Some(peer),
+        query: target.query.clone(),
+    };
     let permit = registry
         .check_publish(
             id,
             slot,
             &target.token,
-            Protocol::Srt,
+            (Protocol::Srt, &caller),
             crate::live::DRAIN_WAIT_HANDSHAKE,
         )
         .await

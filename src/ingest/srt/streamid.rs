@@ -34,11 +34,19 @@ pub fn parse(raw: Option<&str>) -> Result<Target, StreamIdError> {
     if raw.len() > MAX_STREAM_ID_BYTES {
         return Err(StreamIdError::TooLong);
     }
-    let (name, token) = match raw.strip_prefix("#!::") {
+    let (name, token, query) = match raw.strip_prefix("#!::") {
         Some(pairs) => access_control(pairs)?,
-        None => raw.split_once('#').ok_or(StreamIdError::Malformed)?,
+        None => {
+            let (name, token) = raw.split_once('#').ok_or(StreamIdError::Malformed)?;
+            (name, token, String::new())
+        }
     };
-    super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)
+    if !super::super::plain_query(&query) {
+        return Err(StreamIdError::Malformed);
+    }
+    let mut target = super::super::parse_target(name, token).ok_or(StreamIdError::Malformed)?;
+    target.query = query;
+    Ok(target)
 }
 
 /// Decodes `%XX` escapes once (RFC 3986 §2.1). A `%` not followed by two hex digits, or
@@ -64,8 +72,11 @@ fn percent_decode(raw: &str) -> Result<std::borrow::Cow<'_, str>, StreamIdError>
 
 /// `key=value` pairs separated by commas; `r` and `t` are required, `m` must be `publish` when
 /// given, other standard keys (`u`, `h`, `s`) are ignored.
-fn access_control(pairs: &str) -> Result<(&str, &str), StreamIdError> {
+/// `r` (resource), `t` (token), `m` (mode: publish only); the other keys are the caller's own,
+/// returned as `k=v&…` for the authorization hook.
+fn access_control(pairs: &str) -> Result<(&str, &str, String), StreamIdError> {
     let (mut resource, mut token) = (None, None);
+    let mut others = Vec::new();
     for (n, pair) in pairs.split(',').enumerate() {
         if n >= MAX_KEYS {
             return Err(StreamIdError::Malformed);
@@ -75,10 +86,12 @@ fn access_control(pairs: &str) -> Result<(&str, &str), StreamIdError> {
             "r" => resource = Some(v),
             "t" => token = Some(v),
             "m" if v != "publish" => return Err(StreamIdError::Mode(v.to_owned())),
-            _ => {}
+            "m" => {}
+            _ => others.push(pair),
         }
     }
-    resource.zip(token).ok_or(StreamIdError::Malformed)
+    let (resource, token) = resource.zip(token).ok_or(StreamIdError::Malformed)?;
+    Ok((resource, token, others.join("&")))
 }
 
 #[cfg(test)]
@@ -100,9 +113,12 @@ mod tests {
             (t.stream_id, t.slot, t.token.as_str()),
             (42, Slot::Backup, "abc123")
         );
-        // Order free, mode optional, other standard keys ignored.
-        let t = parse(Some("#!::u=obs,t=abc123,r=7")).unwrap();
+        // Order free, mode optional, the other keys kept for the authorization hook.
+        let t = parse(Some("#!::u=obs,t=abc123,r=7,s=x")).unwrap();
         assert_eq!((t.stream_id, t.slot), (7, Slot::Main));
+        assert_eq!(t.query, "u=obs&s=x");
+        assert_eq!(parse(Some("42#abc123")).unwrap().query, "");
+        assert!(parse(Some("#!::r=7,t=abc123,u=a b")).is_err());
     }
 
     #[test]

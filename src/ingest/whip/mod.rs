@@ -26,7 +26,8 @@ use crate::admission::Admission;
 use crate::http::body::BodyError;
 use crate::http::error::ApiError;
 use crate::http::listener::{empty, full, Body};
-use crate::live::{Protocol, PublishError, Registry, DRAIN_WAIT};
+use crate::http::listener::PeerAddr;
+use crate::live::{Caller, HookRefusal, Protocol, PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
 pub const DEFAULT_UDP_MUX_ADDR: &str = "0.0.0.0:8189";
@@ -176,6 +177,14 @@ fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
         PublishError::PullStream(_) => (StatusCode::FORBIDDEN, "pull_stream"),
         PublishError::AlreadyLive(_) => (StatusCode::CONFLICT, "already_live"),
         PublishError::Store => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+        PublishError::Hook {
+            refusal: HookRefusal::Refused(_),
+            ..
+        } => (StatusCode::FORBIDDEN, "publish_refused"),
+        PublishError::Hook { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "authorization_unavailable",
+        ),
     };
     refuse(status, code, e.to_string())
 }
@@ -327,6 +336,7 @@ impl Whip {
             .uri()
             .path_and_query()
             .map_or_else(String::new, |p| p.as_str().to_owned());
+        let remote = req.extensions().get::<PeerAddr>().copied();
         let offer = match read_offer(req, self.config.max_sdp_bytes).await {
             Ok(offer) => offer,
             Err(refusal) => return *refusal,
@@ -342,9 +352,19 @@ impl Whip {
             return r;
         }
         let id = target.stream_id;
+        let caller = Caller {
+            remote: remote.map(|r| r.0),
+            query: target.query.clone(),
+        };
         let permit = match self
             .registry
-            .check_publish(id, target.slot, &target.token, Protocol::Whip, DRAIN_WAIT)
+            .check_publish(
+                id,
+                target.slot,
+                &target.token,
+                (Protocol::Whip, &caller),
+                DRAIN_WAIT,
+            )
             .await
         {
             Ok(permit) => permit,
