@@ -35,7 +35,11 @@ pub(super) fn publish_auth(
     let Some(raw) = url.filter(|u| !u.trim().is_empty()) else {
         return Ok(None);
     };
-    let shown = crate::url_policy::redact(raw);
+    // The query may hold the daemon's key: shown redacted, and not at all when unreadable.
+    let shown = match Url::parse(raw.trim()) {
+        Ok(_) => crate::url_policy::redact(raw),
+        Err(_) => "(not shown: not a URL)".to_owned(),
+    };
     let bad = |reason: String| invalid("publish_auth_url", &shown, reason);
     let url = Url::parse(raw.trim()).map_err(|e| bad(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
@@ -49,7 +53,6 @@ pub(super) fn publish_auth(
 }
 
 /// App URLs are `https://{name}.{domain}`: the domain must be usable as a DNS name.
-
 pub(super) fn dns_name(key: &'static str, domain: String) -> Result<String, ConfigError> {
     let ok = !domain.is_empty()
         && domain

@@ -592,6 +592,44 @@ mod tests {
     }
 
     #[test]
+    fn the_publish_auth_hook_is_an_http_url_and_its_key_is_not_echoed() {
+        let none = Config::from_layer(Layer::default()).unwrap();
+        assert!(none.publish_auth.is_none());
+        let layer = Layer::from_env(env(&[
+            (
+                "LIVEPACK_PUBLISH_AUTH_URL",
+                "https://auth.example/check?key=s3cret",
+            ),
+            ("LIVEPACK_PUBLISH_AUTH_TIMEOUT_MS", "750"),
+            ("LIVEPACK_PUBLISH_AUTH_CACHE_SECS", "0"),
+        ]))
+        .unwrap();
+        let hook = Config::from_layer(layer).unwrap().publish_auth.unwrap();
+        assert_eq!(hook.url.as_str(), "https://auth.example/check?key=s3cret");
+        assert_eq!((hook.timeout.as_millis(), hook.cache.as_secs()), (750, 0));
+        for bad in [
+            "ftp://auth.example/?key=s3cret",
+            "http://?key=s3cret",
+            "nope key=s3cret",
+        ] {
+            let layer = Layer {
+                publish_auth_url: Some(bad.into()),
+                ..Layer::default()
+            };
+            let e = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(
+                e.contains("publish_auth_url") && !e.contains("s3cret"),
+                "{bad}: {e}"
+            );
+        }
+        let layer = Layer {
+            publish_auth_timeout_ms: Some(50),
+            ..Layer::default()
+        };
+        assert!(Config::from_layer(layer).is_err());
+    }
+
+    #[test]
     fn whip_muxes_default_on_and_can_be_turned_off() {
         let d = Config::from_layer(Layer::default()).unwrap();
         assert_eq!(d.whip.udp_mux_addr, Some("0.0.0.0:8189".parse().unwrap()));

@@ -87,7 +87,11 @@ impl PublishAuth {
         let client = client::build(Outbound::publish_auth(), |b| {
             b.timeout(config.timeout)
                 .connect_timeout(config.timeout)
-                .user_agent(concat!("livepack/", env!("CARGO_PKG_VERSION"), " publish-auth"))
+                .user_agent(concat!(
+                    "livepack/",
+                    env!("CARGO_PKG_VERSION"),
+                    " publish-auth"
+                ))
         })?;
         Ok(PublishAuth {
             config,
@@ -274,7 +278,9 @@ mod tests {
             cache: Duration::from_secs(10),
         })
         .unwrap();
-        let r = dead.check(7, Slot::Main, Protocol::Rtmp, &caller("ok")).await;
+        let r = dead
+            .check(7, Slot::Main, Protocol::Rtmp, &caller("ok"))
+            .await;
         assert!(matches!(r, Err(HookRefusal::Unavailable(_))), "{r:?}");
     }
 }

@@ -115,7 +115,9 @@ impl Harness {
     }
 
     async fn publish(&self, id: i64, slot: Slot) -> Result<Publisher, PublishError> {
-        self.registry.publish(id, slot, "tok", (Protocol::Rtmp, &Caller::default())).await
+        self.registry
+            .publish(id, slot, "tok", (Protocol::Rtmp, &Caller::default()))
+            .await
     }
 
     fn jobs(&self) -> usize {
@@ -166,9 +168,14 @@ async fn refusals_come_before_anything_is_allocated() {
     });
     let r = &h.registry;
     assert_eq!(
-        r.publish(push, Slot::Main, "nope", (Protocol::Srt, &Caller::default()))
-            .await
-            .err(),
+        r.publish(
+            push,
+            Slot::Main,
+            "nope",
+            (Protocol::Srt, &Caller::default())
+        )
+        .await
+        .err(),
         Some(PublishError::WrongToken(push))
     );
     assert_eq!(
@@ -513,7 +520,13 @@ async fn a_publish_check_whose_session_never_opens_gives_the_lease_up() {
     // The handshake failed after the check (an SRT passphrase, a WHIP negotiation).
     let permit = h
         .registry
-        .check_publish(id, Slot::Main, "tok", (Protocol::Srt, &Caller::default()), DRAIN_WAIT)
+        .check_publish(
+            id,
+            Slot::Main,
+            "tok",
+            (Protocol::Srt, &Caller::default()),
+            DRAIN_WAIT,
+        )
         .await
         .unwrap();
     drop(permit);
@@ -526,7 +539,13 @@ async fn a_publish_check_whose_session_never_opens_gives_the_lease_up() {
     let main = h.publish(id, Slot::Main).await.unwrap();
     let backup = h
         .registry
-        .check_publish(id, Slot::Backup, "tok", (Protocol::Srt, &Caller::default()), DRAIN_WAIT)
+        .check_publish(
+            id,
+            Slot::Backup,
+            "tok",
+            (Protocol::Srt, &Caller::default()),
+            DRAIN_WAIT,
+        )
         .await
         .unwrap();
     drop(backup);
@@ -554,7 +573,13 @@ async fn a_linger_ending_during_a_publish_check_keeps_the_lease() {
     // A publisher is checked just before the linger ends; its handshake outlasts it.
     let permit = h
         .registry
-        .check_publish(id, Slot::Main, "tok", (Protocol::Srt, &Caller::default()), DRAIN_WAIT)
+        .check_publish(
+            id,
+            Slot::Main,
+            "tok",
+            (Protocol::Srt, &Caller::default()),
+            DRAIN_WAIT,
+        )
         .await
         .unwrap();
     assert!(

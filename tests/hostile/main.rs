@@ -12,6 +12,7 @@ mod bodies;
 mod exhaustion;
 mod host_header;
 mod http;
+mod publish_auth;
 mod rtmp;
 mod secrets;
 mod srt;

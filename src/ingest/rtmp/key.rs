@@ -66,7 +66,10 @@ mod tests {
         assert_eq!((k.stream_id, k.slot), (42, Slot::Backup));
         // The publisher's own parameters, for the authorization hook.
         let k = parse("in", "42?abc&user=7&sig=x_y").unwrap();
-        assert_eq!((k.token.as_str(), k.query.as_str()), ("abc", "user=7&sig=x_y"));
+        assert_eq!(
+            (k.token.as_str(), k.query.as_str()),
+            ("abc", "user=7&sig=x_y")
+        );
         let k = parse("in", "42?user=7&token=abc").unwrap();
         assert_eq!((k.token.as_str(), k.query.as_str()), ("abc", "user=7"));
         assert_eq!(parse("in", "42?abc").unwrap().query, "");

@@ -25,8 +25,8 @@ use tokio::sync::watch;
 use crate::admission::Admission;
 use crate::http::body::BodyError;
 use crate::http::error::ApiError;
-use crate::http::listener::{empty, full, Body};
 use crate::http::listener::PeerAddr;
+use crate::http::listener::{empty, full, Body};
 use crate::live::{Caller, HookRefusal, Protocol, PublishError, Registry, DRAIN_WAIT};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
@@ -181,10 +181,7 @@ fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
             refusal: HookRefusal::Refused(_),
             ..
         } => (StatusCode::FORBIDDEN, "publish_refused"),
-        PublishError::Hook { .. } => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "authorization_unavailable",
-        ),
+        PublishError::Hook { .. } => (StatusCode::SERVICE_UNAVAILABLE, "authorization_unavailable"),
     };
     refuse(status, code, e.to_string())
 }
@@ -509,8 +506,17 @@ fn publish_target(
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return Err(r.into());
     };
-    crate::ingest::parse_target(name, &token)
-        .ok_or_else(|| refused(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token"))
+    let mut target = crate::ingest::parse_target(name, &token)
+        .ok_or_else(|| refused(StatusCode::UNAUTHORIZED, "unauthorized", "malformed token"))?;
+    // The publisher's own parameters (all but the token), for the authorization hook.
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
+        if k != "token" {
+            query.append_pair(&k, &v);
+        }
+    }
+    target.query = query.finish();
+    Ok(target)
 }
 
 /// The offer, read under the size limit and checked before anything is allocated for it.
