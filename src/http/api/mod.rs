@@ -445,13 +445,9 @@ impl Api {
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
-                (
-                    Route::Webhooks
-                    | Route::Webhook
-                    | Route::WebhookRotateSecret
-                    | Route::WebhookDeliveries,
-                    _,
-                ) => self.route_webhooks(*route, id, req).await,
+                // The webhook routes (a route dispatched nowhere answers 404 there, which the
+                // OpenAPI test of served routes catches).
+                _ => self.route_webhooks(*route, id, req).await,
             };
         }
         Err(ApiError::not_found("resource"))
@@ -473,7 +469,10 @@ impl Api {
             }
             (Route::Webhook, _) => webhooks::delete(self, id).await,
             (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(self, id).await,
-            _ => webhooks::deliveries(self, id, req.uri().query()).await,
+            (Route::WebhookDeliveries, _) => {
+                webhooks::deliveries(self, id, req.uri().query()).await
+            }
+            _ => Err(ApiError::not_found("resource")),
         }
     }
 
