@@ -414,7 +414,8 @@ pub async fn start(
         keys,
         quality_sets,
         endpoints: Endpoints::new(&public_url, ingest.rtmp_addr.port(), ingest.srt_addr.port())
-            .with(&public_url, &config.cdn_resources, &config.ingest_regions),
+            .with(&public_url, &config.cdn_resources, &config.ingest_regions)
+            .signed_with(config.playback.clone()),
         fastedge_app_domain: config.fastedge_app_domain.clone(),
         registry: registry.clone(),
         relay: Relay::new(cluster.clone(), node_auth),

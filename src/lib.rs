@@ -95,6 +95,7 @@ pub(crate) mod overlay;
 pub mod package;
 pub mod page_proxy;
 pub(crate) mod pipeline;
+pub(crate) mod playback_auth;
 pub(crate) mod quality;
 pub(crate) mod record;
 pub(crate) mod secret;

@@ -72,6 +72,9 @@ pub struct CdnResource {
     pub id: i64,
     /// `https://cdn.example.com` (a path prefix is kept; no trailing slash once checked).
     pub base_url: String,
+    /// Every stream on this resource needs signed playback (env: `7=https://cdn… secure`).
+    #[serde(default)]
+    pub secure_playback: bool,
 }
 
 /// An ingest region: its own host for the push endpoints (`multi_region_push_urls`).
@@ -114,7 +117,15 @@ impl super::setting::FromEnv for Vec<CdnResource> {
                     value: v.clone(),
                     reason: format!("CDN resource id `{id}` is not an integer"),
                 })?;
-                Ok(CdnResource { id, base_url })
+                let (base_url, secure_playback) = match base_url.split_once(' ') {
+                    Some((url, "secure")) => (url.trim().to_owned(), true),
+                    _ => (base_url, false),
+                };
+                Ok(CdnResource {
+                    id,
+                    base_url,
+                    secure_playback,
+                })
             })
             .collect()
     }
@@ -158,6 +169,7 @@ pub(super) fn cdn_resources(
             Ok(CdnResource {
                 id: r.id,
                 base_url: url.as_str().trim_end_matches('/').to_owned(),
+                secure_playback: r.secure_playback,
             })
         })
         .collect()
@@ -206,7 +218,6 @@ pub(super) fn ingest_regions(
         .collect()
 }
 
-/// A node id names the node in the store and in logs: 1–64 of `A–Z a–z 0–9 . _ -`.
 /// A secret every node must share; short ones are guessable. Blank counts as absent. Never
 /// echoed in the error.
 pub(super) fn node_secret(key: &'static str, v: String) -> Result<String, ConfigError> {
@@ -222,6 +233,24 @@ pub(super) fn node_secret(key: &'static str, v: String) -> Result<String, Config
     Ok(v)
 }
 
+/// The playback signing key: 16–128 of `A–Z a–z 0–9 _ -`, so it can be written into an nginx
+/// configuration as it is. Blank counts as absent. Never echoed in the error.
+pub(super) fn playback_key(key: &'static str, v: String) -> Result<String, ConfigError> {
+    let v = v.trim().to_owned();
+    let fits = (16..=128).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !v.is_empty() && !fits {
+        return Err(invalid(
+            key,
+            "<hidden>",
+            "must be 16 to 128 of A-Z a-z 0-9 _ - (e.g. `openssl rand -hex 32`)",
+        ));
+    }
+    Ok(v)
+}
+
+/// A node id names the node in the store and in logs: 1–64 of `A–Z a–z 0–9 . _ -`.
 pub(super) fn node_id(v: Option<&str>) -> Result<Option<String>, ConfigError> {
     let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(None);

@@ -144,6 +144,10 @@ settings! {
     pull_inactivity_secs: u64 = pull::DEFAULT_INACTIVITY.as_secs(), 1..;
     /// POSTed `{stream_id, protocol, slot, remote_addr, query}` before each RTMP, SRT and WHIP
     /// publish; only a 2xx within the timeout lets it in. Absent: no hook.
+    /// What signed playback URLs are computed from; absent: `secure_playback` cannot be set.
+    playback_signing_key: String, http::playback_key;
+    /// How long the playback URLs a `secure_playback` record returns stay valid.
+    playback_token_ttl_secs: u64 = 86_400, 60..=31_536_000;
     publish_auth_url: String;
     publish_auth_timeout_ms: u64 = 2000, 100..=30_000;
     /// How long a yes stands for the same stream, slot, protocol, address and query; 0: never.
@@ -233,6 +237,8 @@ pub struct Config {
     pub rtmps_cert_file: Option<PathBuf>,
     pub rtmps_key_file: Option<PathBuf>,
     pub packaging: PackagingConfig,
+    /// Signed playback's key and the lifetime of the URLs records return; `None`: no key.
+    pub playback: Option<crate::playback_auth::Signing>,
     /// The publish authorization hook (`publish_auth_*`); `None`: none.
     pub publish_auth: Option<crate::live::PublishAuthConfig>,
     pub grace_period: std::time::Duration,
@@ -266,6 +272,17 @@ impl Config {
                 "rtmps_cert_file",
                 "",
                 "rtmps_cert_file and rtmps_key_file go together",
+            ));
+        }
+        let has_key = s
+            .playback_signing_key
+            .as_ref()
+            .is_some_and(|k| !k.is_empty());
+        if !has_key && s.cdn_resources.iter().any(|r| r.secure_playback) {
+            return Err(invalid(
+                "cdn_resources",
+                "secure_playback",
+                "a CDN resource with secure_playback needs playback_signing_key",
             ));
         }
         Ok(Config {
@@ -312,6 +329,14 @@ impl Config {
             statistics_sample: Duration::from_secs(s.statistics_sample_secs),
             statistics_retention: Duration::from_secs(s.statistics_retention_days * 86_400),
             player_assets_dir: s.player_assets_dir,
+            playback: s
+                .playback_signing_key
+                .clone()
+                .filter(|v| !v.is_empty())
+                .map(|key| crate::playback_auth::Signing {
+                    key: crate::playback_auth::Key::new(key),
+                    ttl: Duration::from_secs(s.playback_token_ttl_secs),
+                }),
             publish_auth: http::publish_auth(
                 s.publish_auth_url.as_deref(),
                 s.publish_auth_timeout_ms,

@@ -181,6 +181,8 @@ pub struct StreamSettings {
     pub projection: Projection,
     /// SRT encryption passphrase; when set, SRT publishers must use it.
     pub srt_passphrase: Option<String>,
+    /// Every playback URL needs a token signed with the daemon's playback key.
+    pub secure_playback: bool,
 }
 
 impl Default for StreamSettings {
@@ -203,6 +205,7 @@ impl Default for StreamSettings {
             broadcast_ids: Vec::new(),
             projection: Projection::Regular,
             srt_passphrase: None,
+            secure_playback: false,
         }
     }
 }
@@ -375,6 +378,10 @@ pub struct VideoState {
     /// nodes were named, by the only node there was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Its stream had `secure_playback` when it was recorded: its files need a token even if
+    /// the stream changes or goes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secure_playback: bool,
 }
 
 impl VideoState {
@@ -390,6 +397,7 @@ impl VideoState {
             screenshot: false,
             download: false,
             node: None,
+            secure_playback: false,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod delivery;
 pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod peer_io;
+pub(crate) mod playback_gate;
 pub(crate) mod relay;
 pub(crate) mod router;
 pub(crate) mod server;

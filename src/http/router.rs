@@ -48,6 +48,18 @@ pub async fn route(
         Ok(req) => req,
         Err(e) => return crate::http::relay::refused(&e),
     };
+    // Signed playback: the grant taken out of media, video and player paths, checked.
+    let gated = crate::http::delivery::owns(req.uri().path())
+        || delivery::videos::owns(req.uri().path())
+        || delivery::player::owns(req.uri().path());
+    let req = if gated {
+        match crate::http::playback_gate::admit(&api, req).await {
+            Ok(req) => req,
+            Err(refused) => return refused,
+        }
+    } else {
+        req
+    };
     let path = req.uri().path();
     let public = |body: Response<Body>| {
         if matches!(*req.method(), Method::GET | Method::HEAD) {

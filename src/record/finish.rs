@@ -93,6 +93,7 @@ pub(super) fn finished_state(
         screenshot: dir.join(SCREENSHOT).is_file(),
         download: dir.join(super::download::FILE).is_file(),
         node: was.node.clone(),
+        secure_playback: was.secure_playback,
         renditions: summary
             .tracks
             .values()

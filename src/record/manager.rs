@@ -394,6 +394,7 @@ impl Recordings {
             };
             let state = VideoState {
                 node: Some(node),
+                secure_playback: stream.settings.secure_playback,
                 ..VideoState::pending(stream.settings.record_type)
             };
             store

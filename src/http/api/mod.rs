@@ -50,6 +50,10 @@ pub struct Endpoints {
     pub cdn: std::collections::HashMap<i64, String>,
     /// Ingest regions: (name, host, `public_url` on that host for WHIP).
     pub regions: Vec<(String, String, String)>,
+    /// Signed playback's key and URL lifetime; `None`: no `playback_signing_key`.
+    pub signing: Option<crate::playback_auth::Signing>,
+    /// CDN resources whose streams all need signed playback.
+    pub secure_cdns: std::collections::HashSet<i64>,
 }
 
 impl Endpoints {
@@ -63,6 +67,39 @@ impl Endpoints {
             srt_port,
             cdn: Default::default(),
             regions: Vec::new(),
+            signing: None,
+            secure_cdns: Default::default(),
+        }
+    }
+
+    /// Signs the playback URLs records return.
+    pub fn signed_with(mut self, signing: Option<crate::playback_auth::Signing>) -> Endpoints {
+        self.signing = signing;
+        self
+    }
+
+    /// Whether a stream's playback needs a token: its own `secure_playback`, or its CDN
+    /// resource's.
+    pub fn secure(&self, settings: &crate::db::StreamSettings) -> bool {
+        settings.secure_playback
+            || settings
+                .cdn_id
+                .is_some_and(|c| self.secure_cdns.contains(&c))
+    }
+
+    /// The path segments granting `resource` for the configured lifetime from now
+    /// (`/t/{expires}/{token}`), when `settings` asks for signed playback; empty otherwise.
+    pub fn grant(
+        &self,
+        resource: crate::playback_auth::Resource,
+        settings: &crate::db::StreamSettings,
+    ) -> String {
+        match &self.signing {
+            Some(signing) if self.secure(settings) => {
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                format!("/{}", signing.grant_for(&resource.name(), now))
+            }
+            _ => String::new(),
         }
     }
 
@@ -74,6 +111,11 @@ impl Endpoints {
         regions: &[crate::config::IngestRegion],
     ) -> Endpoints {
         self.cdn = cdn.iter().map(|r| (r.id, r.base_url.clone())).collect();
+        self.secure_cdns = cdn
+            .iter()
+            .filter(|r| r.secure_playback)
+            .map(|r| r.id)
+            .collect();
         self.regions = regions
             .iter()
             .map(|r| {

@@ -16,6 +16,7 @@ use crate::db::{Projection, RecordType, StreamRow, StreamSettings, Update};
 use crate::events::Event;
 use crate::http::listener::{json_response, Body};
 use crate::live::LiveStatus;
+use crate::playback_auth::Resource;
 use crate::url_policy::{self, Purpose};
 
 /// Fixed page size of `GET /streaming/streams?page=N`.
@@ -121,6 +122,8 @@ impl Api {
         let e = &self.endpoints;
         let (id, token) = (row.id, &row.token);
         let play = e.playback_base(row.settings.cdn_id);
+        // `/t/{expires}/{token}` after the id when playback is signed (empty otherwise).
+        let g = e.grant(Resource::Stream(id), &row.settings);
         let push = !row.settings.pull;
         let when_push = |url: String| push.then_some(url);
         // The push endpoints on one host (this server's, or an ingest region's).
@@ -160,11 +163,11 @@ impl Api {
             started_at_primary: row.started_at_primary.map(iso8601),
             started_at_backup: row.started_at_backup.map(iso8601),
             finished_at_primary: row.finished_at_primary.map(iso8601),
-            iframe_url: format!("{play}/player/{id}"),
-            dash_url: format!("{play}/cmaf/{id}/index.mpd"),
-            hls_cmaf_url: format!("{play}/cmaf/{id}/master.m3u8"),
-            hls_mpegts_url: format!("{play}/mpegts/{id}/master_mpegts.m3u8"),
-            screenshot: format!("{play}/screenshots/{id}/last.jpg"),
+            iframe_url: format!("{play}/player/{id}{g}"),
+            dash_url: format!("{play}/cmaf/{id}{g}/index.mpd"),
+            hls_cmaf_url: format!("{play}/cmaf/{id}{g}/master.m3u8"),
+            hls_mpegts_url: format!("{play}/mpegts/{id}{g}/master_mpegts.m3u8"),
+            screenshot: format!("{play}/screenshots/{id}{g}/last.jpg"),
             transcoded_qualities: live.transcoded_qualities().to_vec(),
             recording: self.recordings.recording_duration(id).is_some(),
             recording_duration: self
@@ -289,6 +292,7 @@ fn apply(mut f: Fields, s: &mut StreamSettings, mode: Mode) -> Result<(), ApiErr
         }
     }
     set_nullable(&mut s.srt_passphrase, f.nullable_string("srt_passphrase")?);
+    set(&mut s.secure_playback, f.bool("secure_playback")?);
     match mode {
         Mode::Update => {
             // Deprecated: low latency is always on. Type-checked, then ignored.
@@ -358,6 +362,14 @@ fn validate(api: &Api, s: &StreamSettings) -> Result<(), ApiError> {
             "broadcast_ids",
             format!("`broadcast_ids` must hold at most {MAX_BROADCAST_IDS} positive integers"),
         ));
+    }
+    if s.secure_playback && api.endpoints.signing.is_none() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_playback_key",
+            "`secure_playback` needs the daemon's `playback_signing_key` (not configured)",
+        )
+        .at("secure_playback"));
     }
     if let Some(c) = s.cdn_id.filter(|c| !api.endpoints.cdn.contains_key(c)) {
         let mut known: Vec<i64> = api.endpoints.cdn.keys().copied().collect();

@@ -9,8 +9,11 @@ use serde_json::Value;
 use super::fields::{char_len, Fields};
 use super::format::iso8601;
 use super::{query_int, query_pairs, update_with_retry, Api, ApiError};
-use crate::db::{RecordType, Update, VideoFilter, VideoRow, VideoSettings, VideoStatus};
+use crate::db::{
+    RecordType, StreamSettings, Update, VideoFilter, VideoRow, VideoSettings, VideoStatus,
+};
 use crate::http::listener::{json_response, Body};
+use crate::playback_auth::Resource;
 
 #[derive(Serialize)]
 pub struct ConvertedVideo {
@@ -54,19 +57,30 @@ pub async fn views(api: &Arc<Api>, rows: &[VideoRow]) -> Result<Vec<VideoView>, 
     let mut streams: Vec<i64> = rows.iter().map(|v| v.stream_id).collect();
     streams.sort_unstable();
     streams.dedup();
-    let cdn: std::collections::HashMap<i64, Option<i64>> = api
+    let settings: std::collections::HashMap<i64, StreamSettings> = api
         .db(move |s| {
             streams
                 .into_iter()
-                .map(|id| Ok((id, s.get_stream(id)?.and_then(|r| r.settings.cdn_id))))
+                .filter_map(|id| {
+                    s.get_stream(id)
+                        .map(|r| r.map(|r| (id, r.settings)))
+                        .transpose()
+                })
                 .collect()
         })
         .await?;
     Ok(rows
         .iter()
         .map(|v| {
-            let cdn_id = cdn.get(&v.stream_id).copied().flatten();
-            view(v, api.endpoints.playback_base(cdn_id))
+            // A deleted stream's video keeps what its stream had when it was recorded.
+            let stream = settings.get(&v.stream_id).cloned().unwrap_or_default();
+            let stream = StreamSettings {
+                secure_playback: stream.secure_playback || v.state.secure_playback,
+                ..stream
+            };
+            let play = api.endpoints.playback_base(stream.cdn_id);
+            let g = api.endpoints.grant(Resource::Video(v.id), &stream);
+            view(v, play, &g)
         })
         .collect())
 }
@@ -76,8 +90,9 @@ pub async fn view_one(api: &Arc<Api>, v: VideoRow) -> Result<VideoView, ApiError
     one.pop().ok_or_else(ApiError::internal)
 }
 
-fn view(v: &VideoRow, play: &str) -> VideoView {
-    let base = format!("{play}/videos/{}_{}", v.id, v.slug);
+/// `g`: the grant segments when the video's playback is signed (empty otherwise).
+fn view(v: &VideoRow, play: &str, g: &str) -> VideoView {
+    let base = format!("{play}/videos/{}_{}{g}", v.id, v.slug);
     let origin = v.state.record_type == RecordType::Origin;
     VideoView {
         id: v.id,
@@ -102,7 +117,7 @@ fn view(v: &VideoRow, play: &str) -> VideoView {
             .state
             .screenshot
             .then(|| format!("{base}/{}", crate::record::manager::SCREENSHOT)),
-        iframe_url: format!("{play}/player/videos/{}_{}", v.id, v.slug),
+        iframe_url: format!("{play}/player/videos/{}_{}{g}", v.id, v.slug),
         client_user_id: v.settings.client_user_id.clone().map(Value::Number),
         converted_videos: v
             .state

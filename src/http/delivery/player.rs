@@ -131,6 +131,8 @@ impl Player {
             return r;
         }
         let path = req.uri().path();
+        // The grant this page was asked with (signed playback), for the URLs it hands out.
+        let g = crate::http::playback_gate::segments(&req);
         if let Some(name) = path.strip_prefix("/player/assets/") {
             return self.asset(name).await;
         }
@@ -145,7 +147,7 @@ impl Player {
             .filter(|f| f == "dash")
             .unwrap_or_else(|| "hls".into());
         if let Some(key) = path.strip_prefix("/player/videos/") {
-            return self.video_page(key, format).await;
+            return self.video_page(key, format, &g).await;
         }
         if let Some(rest) = path.strip_prefix("/player/broadcasts/") {
             let Some((id, state)) = parse(&format!("/player/{rest}"), "state") else {
@@ -184,10 +186,10 @@ impl Player {
         page(&json!({
             "id": id,
             "vod": false,
-            "hls": format!("/cmaf/{id}/master.m3u8"),
-            "dash": format!("/cmaf/{id}/index.mpd"),
-            "status": format!("/player/{id}/status.json"),
-            "poster": format!("/screenshots/{id}/last.jpg"),
+            "hls": format!("/cmaf/{id}{g}/master.m3u8"),
+            "dash": format!("/cmaf/{id}{g}/index.mpd"),
+            "status": format!("/player/{id}{g}/status.json"),
+            "poster": format!("/screenshots/{id}{g}/last.jpg"),
             "projection": row.settings.projection,
             "format": format,
             // The timeline shows the rewind window only where there is one.
@@ -197,7 +199,7 @@ impl Player {
 
     /// `/player/videos/{id}_{slug}`: the same page playing a ready video (VOD, with controls),
     /// its screenshot as the poster. A wrong slug is the same 404 as an unknown id.
-    async fn video_page(&self, key: &str, format: String) -> Response<Body> {
+    async fn video_page(&self, key: &str, format: String, g: &str) -> Response<Body> {
         let Some((id, slug)) = key
             .split_once('_')
             .and_then(|(id, slug)| Some((id.parse::<i64>().ok().filter(|i| *i > 0)?, slug)))
@@ -224,7 +226,7 @@ impl Player {
         }) else {
             return text(StatusCode::NOT_FOUND, "no such video\n");
         };
-        let base = format!("/videos/{}_{}", video.id, video.slug);
+        let base = format!("/videos/{}_{}{g}", video.id, video.slug);
         page(&json!({
             "id": video.id,
             "vod": true,
