@@ -481,7 +481,8 @@ mod tests {
             c.cdn_resources,
             [CdnResource {
                 id: 7,
-                base_url: "https://cdn.example.com/live".into()
+                base_url: "https://cdn.example.com/live".into(),
+                secure_playback: false,
             }]
         );
         let hosts: Vec<&str> = c.ingest_regions.iter().map(|r| r.host.as_str()).collect();
@@ -500,6 +501,21 @@ mod tests {
         let c = Config::from_layer(env).unwrap();
         assert_eq!(c.cdn_resources.len(), 2);
         assert_eq!(c.cdn_resources[1].base_url, "http://b.example:8080");
+        // A CDN resource whose streams all need signed playback: only with a key.
+        let secure = [("LIVEPACK_CDN_RESOURCES", "7=https://a.example secure")];
+        let layer = Layer::from_env(super::tests::env(&secure)).unwrap();
+        assert!(Config::from_layer(layer).is_err(), "secure without a key");
+        let keyed = [
+            secure[0],
+            ("LIVEPACK_PLAYBACK_SIGNING_KEY", "0123456789abcdef0123"),
+        ];
+        let k = Config::from_layer(Layer::from_env(super::tests::env(&keyed)).unwrap()).unwrap();
+        assert!(k.cdn_resources[0].secure_playback);
+        assert_eq!(k.cdn_resources[0].base_url, "https://a.example");
+        assert_eq!(k.playback.unwrap().ttl.as_secs(), 86_400);
+        let short = [("LIVEPACK_PLAYBACK_SIGNING_KEY", "short")];
+        let e = Config::from_layer(Layer::from_env(super::tests::env(&short)).unwrap());
+        assert!(e.is_err_and(|e| !e.to_string().contains("short")));
         assert_eq!(c.ingest_regions[1].host, "10.0.0.1");
         assert!(Layer::from_env(env_bad("LIVEPACK_CDN_RESOURCES", "https://a.example")).is_err());
         assert!(Layer::from_env(env_bad("LIVEPACK_CDN_RESOURCES", "x=https://a.example")).is_err());

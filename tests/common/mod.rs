@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod hls;
 pub mod metrics;
+pub mod nginx;
 pub mod pg;
 pub mod proc;
 pub mod srt;

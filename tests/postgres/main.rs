@@ -226,52 +226,6 @@ fn via_host(rec: &serde_json::Value, key: &str, base: &str) -> String {
     )
 }
 
-/// nginx with the repo's `deploy/nginx-livepack.conf`, its nodes, port and cache dir replaced;
-/// returns it and its base URL.
-fn nginx_in_front(dir: &std::path::Path, nodes: &[&str]) -> (common::proc::Proc, String) {
-    let conf = std::fs::read_to_string(common::root().join("deploy/nginx-livepack.conf")).unwrap();
-    let port = free_port(false);
-    let servers: String = nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "server {} max_fails=1 fail_timeout=5s;\n",
-                n.trim_start_matches("http://")
-            )
-        })
-        .collect();
-    let shipped = "server 127.0.0.1:8081 max_fails=1 fail_timeout=5s;\n        server 127.0.0.1:8082 max_fails=1 fail_timeout=5s;\n";
-    assert!(conf.contains(shipped) && conf.contains("listen 8080;"));
-    let conf = conf
-        .replace(shipped, &servers)
-        .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
-        .replace(
-            "/var/cache/nginx/livepack",
-            &dir.join("cache").display().to_string(),
-        )
-        .replace("worker_processes auto;", "");
-    std::fs::create_dir_all(dir.join("logs")).unwrap();
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let p = common::proc::Proc::spawn(
-        Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&path)
-            .arg("-g")
-            .arg(format!(
-                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
-                dir.join("nginx.pid").display(),
-                dir.join("error.log").display()
-            ))
-            .stdin(std::process::Stdio::null()),
-        "nginx (installed by scripts/test)",
-    );
-    common::wait_listening(port, "nginx");
-    (p, format!("http://127.0.0.1:{port}"))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     let _heavy = media::heavy().await;
@@ -387,7 +341,8 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     // (from the cache, under its query), a part, and the LL-DASH segment in progress passed on
     // chunk by chunk.
     let nginx_dir = tempdir();
-    let (_nginx, edge) = nginx_in_front(nginx_dir.path(), &[&a.base, &b.base]);
+    let (_nginx, edge) =
+        common::nginx::in_front(nginx_dir.path(), &[&a.base, &b.base], "unused-playback-key");
     let top = via_host(&rec, "hls_cmaf_url", &edge).replace("master.m3u8", "720p/index.m3u8");
     let (status, playlist) = media::text(&top).await;
     assert_eq!(status, StatusCode::OK, "{playlist}");

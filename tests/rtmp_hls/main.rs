@@ -5,6 +5,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod signed;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,0 +1,53 @@
+//! nginx in front of daemons with the repository's own configuration
+//! (`deploy/nginx-livepack.conf`), as an operator would run it.
+
+use std::path::Path;
+
+use super::proc::Proc;
+
+/// nginx with the repo's `deploy/nginx-livepack.conf`, its nodes, port, cache dir and playback
+/// signing key replaced; returns it and its base URL.
+pub fn in_front(dir: &Path, nodes: &[&str], playback_key: &str) -> (Proc, String) {
+    let conf = std::fs::read_to_string(super::root().join("deploy/nginx-livepack.conf")).unwrap();
+    let port = super::free_port(false);
+    let servers: String = nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "server {} max_fails=1 fail_timeout=5s;\n",
+                n.trim_start_matches("http://")
+            )
+        })
+        .collect();
+    let shipped = "server 127.0.0.1:8081 max_fails=1 fail_timeout=5s;\n        server 127.0.0.1:8082 max_fails=1 fail_timeout=5s;\n";
+    assert!(conf.contains(shipped) && conf.contains("listen 8080;"));
+    let conf = conf
+        .replace(shipped, &servers)
+        .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+        .replace(
+            "/var/cache/nginx/livepack",
+            &dir.join("cache").display().to_string(),
+        )
+        .replace("worker_processes auto;", "")
+        .replace("PLAYBACK_SIGNING_KEY", playback_key);
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let p = Proc::spawn(
+        std::process::Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&path)
+            .arg("-g")
+            .arg(format!(
+                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
+                dir.join("nginx.pid").display(),
+                dir.join("error.log").display()
+            ))
+            .stdin(std::process::Stdio::null()),
+        "nginx (installed by scripts/test)",
+    );
+    super::wait_listening(port, "nginx");
+    (p, format!("http://127.0.0.1:{port}"))
+}
