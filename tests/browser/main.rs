@@ -138,6 +138,53 @@ async fn dashjs_plays_the_ll_dash_stream() {
     );
 }
 
+/// Signed playback: hls.js and dash.js play a `secure_playback` stream from the signed URLs
+/// its record returns, with no player configuration (the token is in the path, so every
+/// relative URL of the playlists and the MPD carries it); the plain URL is refused.
+#[tokio::test]
+async fn hlsjs_and_dashjs_play_a_signed_stream() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", common::KEY),
+            ("LIVEPACK_PLAYBACK_SIGNING_KEY", "browser-playback-key-0123"),
+        ],
+    );
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "signed", "secure_playback": true}),
+        )
+        .await
+        .body;
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
+    let id = rec["id"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.get(&format!("/streaming/streams/{id}")).await.body["transcoding_speed"].is_null() {
+        assert!(Instant::now() < deadline, "stream never went live");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let hls = rec["hls_cmaf_url"].as_str().unwrap().to_owned();
+    let dash = rec["dash_url"].as_str().unwrap().to_owned();
+    assert!(hls.contains("/t/") && dash.contains("/t/"), "{hls} {dash}");
+    let plain = reqwest::get(d.url(&format!("/cmaf/{id}/master.m3u8")))
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), reqwest::StatusCode::FORBIDDEN);
+    let hls_report = play("tests/browser/hlsjs.mjs", hls, vec![]).await;
+    let dash_report = play("tests/browser/dashjs.mjs", dash, vec![]).await;
+    drop(ffmpeg);
+    let hls_latency = check_playback(&hls_report);
+    let dash_latency = check_playback(&dash_report);
+    println!(
+        "signed playback: hls.js latency {:.2} s, dash.js {:.2} s",
+        mean(&hls_latency),
+        mean(&dash_latency)
+    );
+}
+
 /// ffmpeg pushing the 720p fixture to `push_url` in real time (~36 s).
 fn push(push_url: &str) -> Proc {
     media::push(push_url, "av-720p.flv", 5)

@@ -798,3 +798,75 @@ async fn cdn_resources_and_ingest_regions_shape_the_urls() {
     let r = plain.post("/streaming/streams", json!({"name": "p"})).await;
     assert!(r.body.get("multi_region_push_urls").is_none(), "{}", r.body);
 }
+
+/// `secure_playback` needs the daemon's signing key: refused (naming the field) without one,
+/// and on a daemon with one, the record's playback URLs carry a grant while push URLs do not.
+#[tokio::test]
+async fn secure_playback_needs_the_signing_key() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let r = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "s", "secure_playback": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert_eq!(
+        (r.code(), r.field()),
+        ("no_playback_key", Some("secure_playback"))
+    );
+    let made = d.post("/streaming/streams", json!({"name": "s"})).await;
+    let id = made.body["id"].as_i64().unwrap();
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{id}"),
+            json!({"stream": {"secure_playback": true}}),
+        )
+        .await;
+    assert_eq!(r.field(), Some("secure_playback"), "{}", r.body);
+    assert_eq!(made.body["secure_playback"], false);
+
+    let keyed = tempdir();
+    let d = Daemon::start_with(
+        keyed.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            (
+                "LIVEPACK_PLAYBACK_SIGNING_KEY",
+                "control-api-key-0123456789",
+            ),
+            ("LIVEPACK_PLAYBACK_TOKEN_TTL_SECS", "600"),
+        ],
+    );
+    let r = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "s", "secure_playback": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["secure_playback"], true);
+    let id = r.body["id"].as_i64().unwrap();
+    let hls = r.body["hls_cmaf_url"].as_str().unwrap();
+    let prefix = format!("/cmaf/{id}/t/");
+    assert!(hls.contains(&prefix), "{hls}");
+    let expires: i64 = hls
+        .split("/t/")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (expires - now - 600).abs() < 30,
+        "the configured lifetime: {expires}"
+    );
+    assert!(!r.body["push_url"].as_str().unwrap().contains("/t/"));
+}
