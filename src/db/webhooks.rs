@@ -309,6 +309,19 @@ pub(super) fn append_in(
     Ok(wanting.len())
 }
 
+/// Runs an update of webhook `id` and reads it back, in one transaction.
+fn changed(
+    backend: &impl Backend,
+    id: i64,
+    sql: &str,
+    args: &[super::conn::Value],
+) -> Result<Option<WebhookRow>, StoreError> {
+    backend.transaction(Pool::Main, Tx::Plain, |c| {
+        c.execute(sql, args)?;
+        get_in(c, id)
+    })
+}
+
 impl<B: Backend> WebhookStore for SqlStore<B> {
     fn create_webhook(
         &self,
@@ -362,20 +375,16 @@ impl<B: Backend> WebhookStore for SqlStore<B> {
         spec: &WebhookSpec,
         now: OffsetDateTime,
     ) -> Result<Option<WebhookRow>, StoreError> {
-        self.backend().transaction(Pool::Main, Tx::Plain, |c| {
-            c.execute(
-                "UPDATE webhooks SET url = $1, events = $2, active = $3, updated_at_ms = $4 \
-                 WHERE id = $5",
-                &args![
-                    spec.url.as_str(),
-                    events_column(spec),
-                    spec.active,
-                    to_ms(now),
-                    id
-                ],
-            )?;
-            get_in(c, id)
-        })
+        let sql = "UPDATE webhooks SET url = $1, events = $2, active = $3, updated_at_ms = $4 \
+                   WHERE id = $5";
+        let args = args![
+            spec.url.as_str(),
+            events_column(spec),
+            spec.active,
+            to_ms(now),
+            id
+        ];
+        changed(self.backend(), id, sql, &args)
     }
 
     fn set_webhook_secret(
@@ -384,13 +393,8 @@ impl<B: Backend> WebhookStore for SqlStore<B> {
         secret: &str,
         now: OffsetDateTime,
     ) -> Result<Option<WebhookRow>, StoreError> {
-        self.backend().transaction(Pool::Main, Tx::Plain, |c| {
-            c.execute(
-                "UPDATE webhooks SET secret = $1, updated_at_ms = $2 WHERE id = $3",
-                &args![secret, to_ms(now), id],
-            )?;
-            get_in(c, id)
-        })
+        let sql = "UPDATE webhooks SET secret = $1, updated_at_ms = $2 WHERE id = $3";
+        changed(self.backend(), id, sql, &args![secret, to_ms(now), id])
     }
 
     fn delete_webhook(&self, id: i64) -> Result<bool, StoreError> {

@@ -36,6 +36,29 @@ pub(crate) async fn until_event(dir: &std::path::Path, kind: &str) -> Vec<Value>
     panic!("no {kind} event: {:#?}\n{log}", events(dir));
 }
 
+/// One session: a transcoded stream created, pushed, recorded for 3 s, the recording stopped,
+/// the publisher gone. Returns the stream's id and the video.
+pub(crate) async fn session(d: &Daemon, name: &str) -> (i64, Value) {
+    let rec = create(
+        d,
+        json!({"name": name, "record_type": "transcoded", "quality_set_id": 3}),
+    )
+    .await;
+    let id = rec["id"].as_i64().unwrap();
+    let mut pusher = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
+    wait_record(d, id, Duration::from_secs(20), |r| r["live"] == true).await;
+    let start = format!("/streaming/streams/{id}/start_recording");
+    assert_eq!(
+        d.call(Method::PUT, &start, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    wait_record(d, id, Duration::from_secs(10), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let video = stop_recording(d, id).await;
+    pusher.kill();
+    (id, video)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_record_stop_session_emits_its_events_in_order() {
     let dir = tempdir();
@@ -48,24 +71,8 @@ async fn a_publish_record_stop_session_emits_its_events_in_order() {
             ("RUST_LOG", "warn,livepack::events=debug"),
         ],
     );
-    let rec = create(
-        &d,
-        json!({"name": "ev", "record_type": "transcoded", "quality_set_id": 3}),
-    )
-    .await;
-    let id = rec["id"].as_i64().unwrap();
-    let mut pusher = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
-    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
-    let start = format!("/streaming/streams/{id}/start_recording");
-    assert_eq!(
-        d.call(Method::PUT, &start, None).await.status,
-        StatusCode::NO_CONTENT
-    );
-    wait_record(&d, id, Duration::from_secs(10), |r| r["recording"] == true).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let video = stop_recording(&d, id).await;
+    let (id, video) = session(&d, "ev").await;
     let video_id = video["id"].as_i64().unwrap();
-    pusher.kill();
     until_event(dir.path(), "live_ended").await;
     let r = d.delete(&format!("/streaming/videos/{video_id}")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);

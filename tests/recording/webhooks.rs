@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use crate::common::webhooks::{assert_each_once, of_stream, Receiver};
 use crate::common::{tempdir, Daemon, KEY};
-use crate::events::{events, until_event};
-use crate::media::{create, push, stop_recording, wait_record};
+use crate::events::{events, session, until_event};
+use crate::media::create;
 
 fn start(dir: &std::path::Path) -> Daemon {
     Daemon::start_logged(
@@ -59,22 +59,8 @@ async fn a_session_s_events_arrive_signed_in_order_once_through_failures_and_kil
     assert!(shown.body.get("secret").is_none(), "{}", shown.body);
 
     // The session of the events test: publish, record, stop, unpublish.
-    let rec = create(
-        &d,
-        json!({"name": "hooked", "record_type": "transcoded", "quality_set_id": 3}),
-    )
-    .await;
-    let id = rec["id"].as_i64().unwrap();
-    let mut pusher = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 10);
-    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
-    let start_rec = format!("/streaming/streams/{id}/start_recording");
-    let r = d.call(Method::PUT, &start_rec, None).await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT);
-    wait_record(&d, id, Duration::from_secs(10), |r| r["recording"] == true).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let video = stop_recording(&d, id).await;
+    let (id, video) = session(&d, "hooked").await;
     let video_id = video["id"].as_i64().unwrap();
-    pusher.kill();
     until_event(dir.path(), "live_ended").await;
     let wait = Duration::from_secs(30);
     receiver

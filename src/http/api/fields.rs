@@ -139,6 +139,33 @@ pub fn char_len(s: &str) -> usize {
     s.chars().count()
 }
 
+/// An outbound URL a record names (`field`): the one given, or the record's current one;
+/// at most `max` characters, its scheme and address checked by the URL policy for `purpose`.
+pub fn outbound_url(
+    field: &str,
+    given: Option<String>,
+    current: Option<&str>,
+    max: usize,
+    purpose: crate::url_policy::Purpose,
+) -> Result<String, ApiError> {
+    let url = match (given, current) {
+        (Some(u), _) => u,
+        (None, Some(c)) => c.to_owned(),
+        (None, None) => return Err(ApiError::required(field, "")),
+    };
+    if char_len(&url) > max {
+        return Err(ApiError::invalid_value(
+            field,
+            format!("`{field}` is at most {max} characters"),
+        ));
+    }
+    let parsed = crate::url_policy::parse(&url, purpose)
+        .map_err(|e| ApiError::url_policy(field, &url, &e))?;
+    crate::url_policy::check(&parsed, purpose, false)
+        .map_err(|e| ApiError::url_policy(field, &url, &e))?;
+    Ok(url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,13 +8,13 @@ use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fields::{char_len, Fields};
+use super::fields::{outbound_url, Fields};
 use super::format::iso8601;
 use super::ApiError;
 use super::{json_response, Api, Body};
 use crate::db::OverlayRow;
 use crate::overlay::{OverlaySpec, MAX_PER_STREAM, MAX_URL};
-use crate::url_policy::{self, Purpose};
+use crate::url_policy::Purpose;
 
 /// Overlays one request may create or update (the per-stream maximum bounds it anyway).
 const MAX_BATCH: usize = MAX_PER_STREAM;
@@ -101,21 +101,8 @@ fn read(mut f: Fields, base: Option<&OverlaySpec>) -> Result<OverlaySpec, ApiErr
             },
         }
     };
-    let url = match (url, base) {
-        (Some(u), _) => u,
-        (None, Some(b)) => b.url.clone(),
-        (None, None) => return Err(ApiError::required("url", "")),
-    };
-    if char_len(&url) > MAX_URL {
-        return Err(ApiError::invalid_value(
-            "url",
-            format!("`url` is at most {MAX_URL} characters"),
-        ));
-    }
-    let parsed = url_policy::parse(&url, Purpose::WebPage)
-        .map_err(|e| ApiError::url_policy("url", &url, &e))?;
-    url_policy::check(&parsed, Purpose::WebPage, false)
-        .map_err(|e| ApiError::url_policy("url", &url, &e))?;
+    let current = base.map(|b| b.url.as_str());
+    let url = outbound_url("url", url, current, MAX_URL, Purpose::WebPage)?;
     let keep = |was: Option<u32>| if stretch { None } else { was };
     let spec = OverlaySpec {
         url,

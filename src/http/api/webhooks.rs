@@ -9,12 +9,12 @@ use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::fields::{char_len, Fields};
+use super::fields::{outbound_url, Fields};
 use super::format::iso8601;
 use super::{json_response, query_int, query_pairs, Api, ApiError, Body};
 use crate::db::{DeliveryRow, DeliveryStatus, WebhookRow, WebhookSpec};
 use crate::events::Event;
-use crate::url_policy::{self, Purpose};
+use crate::url_policy::Purpose;
 
 /// Longest `url` accepted.
 pub const MAX_URL: usize = 2048;
@@ -108,21 +108,8 @@ fn read(body: Value, base: Option<&WebhookSpec>) -> Result<WebhookSpec, ApiError
     };
     let active = f.bool("active")?;
     f.finish(&["id", "created_at", "updated_at", "secret"])?;
-    let url = match (url, base) {
-        (Some(u), _) => u,
-        (None, Some(b)) => b.url.clone(),
-        (None, None) => return Err(ApiError::required("url", "")),
-    };
-    if char_len(&url) > MAX_URL {
-        return Err(ApiError::invalid_value(
-            "url",
-            format!("`url` is at most {MAX_URL} characters"),
-        ));
-    }
-    let parsed = url_policy::parse(&url, Purpose::Webhook)
-        .map_err(|e| ApiError::url_policy("url", &url, &e))?;
-    url_policy::check(&parsed, Purpose::Webhook, false)
-        .map_err(|e| ApiError::url_policy("url", &url, &e))?;
+    let current = base.map(|b| b.url.as_str());
+    let url = outbound_url("url", url, current, MAX_URL, Purpose::Webhook)?;
     Ok(WebhookSpec {
         url,
         events: events.unwrap_or_else(|| base.and_then(|b| b.events.clone())),
