@@ -36,6 +36,7 @@ fn assert_record_shape(rec: &Value) {
         "broadcast_ids",
         "projection",
         "srt_passphrase",
+        "secure_playback",
         "token",
         "live",
         "backup_live",
