@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::common::proc::Proc;
 use crate::common::srt::{conclude, rejection, CONCLUSION};
 use crate::common::{root, tempdir, whip_offer_without_client, Daemon, KEY};
-use crate::media::{create, finish, push, wait_record};
+use crate::media::{create, finish, heavy, push, wait_record};
 
 fn service(out: &std::path::Path) -> (Proc, u16) {
     let mut cmd = Command::new("python3");
@@ -48,6 +48,8 @@ async fn whip(d: &Daemon, id: i64, token: &str, query: &str) -> reqwest::Respons
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hook_decides_for_rtmp_srt_and_whip_and_fails_closed() {
+    // Not alongside the timing bounds of the other hostile tests.
+    let _g = heavy().await;
     let dir = tempdir();
     let out = dir.path().join("questions.jsonl");
     let (_service, port) = service(&out);
@@ -88,7 +90,13 @@ async fn the_hook_decides_for_rtmp_srt_and_whip_and_fails_closed() {
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == false).await;
 
     // SRT (the access-control stream id's own keys): SRT_REJX_FORBIDDEN, SRT_REJX_DOWN, in.
-    let sid = |u: &str| format!("#!::r={id},t={token},u={u}");
+    // A stream of its own: the RTMP publisher's slot is not waited for.
+    let srt_rec = create(&d, json!({"name": "guarded-srt"})).await;
+    let (sid_id, sid_token) = (
+        srt_rec["id"].as_i64().unwrap(),
+        srt_rec["token"].as_str().unwrap().to_owned(),
+    );
+    let sid = |u: &str| format!("#!::r={sid_id},t={sid_token},u={u}");
     let s = d.srt.clone();
     assert_eq!(
         conclude(&s, sid("bad").as_bytes()).await,
