@@ -66,7 +66,11 @@ pub async fn admit(api: &Api, req: Request<Incoming>) -> Result<Request<Incoming
             segments: format!("/t/{}/{}", grant.expires, grant.token),
         });
     } else {
+        let media = !canonical.starts_with("/player/");
         let needed = match resource {
+            // Media of a stream served nowhere is a 404 anyway: no store query for an id
+            // nobody serves (a flood of made-up ids costs the store nothing).
+            Resource::Stream(id) if media && !served(api, id).await => Ok(false),
             Resource::Stream(id) => stream_needs_grant(api, id).await,
             Resource::Video(id) => video_needs_grant(api, id).await,
         };
@@ -86,6 +90,12 @@ pub async fn admit(api: &Api, req: Request<Incoming>) -> Result<Request<Incoming
         parts.uri = hyper::Uri::from_parts(uri).map_err(|_| forbidden())?;
     }
     Ok(Request::from_parts(parts, body))
+}
+
+/// Whether some node serves the stream's media now: this one (its package), or another (the
+/// cluster's second-old snapshot of live leases).
+async fn served(api: &Api, id: i64) -> bool {
+    api.registry.package(id).is_some() || api.cluster.serving_node(id, false).await.is_some()
 }
 
 /// Whether the stream's playback is signed (its own setting or its CDN resource's); an
