@@ -211,8 +211,10 @@ async fn run_one(
         part_ms = plan.part.as_millis() as u64,
         "pipeline starting"
     );
-    let pipeline = built.pipeline.clone();
-    let bus_rx = watch_bus(&pipeline);
+    // From here on the pipeline is stopped however this ends: also when this future is dropped
+    // mid-stream (its task cancelled, the runtime shut down) or starting it fails.
+    let pipeline = Arc::new(StopOnDrop(built.pipeline.clone()));
+    let bus_rx = watch_bus(&pipeline.0);
     set_state(&pipeline, gst::State::Playing).await?;
 
     let mut pusher = Pusher {
@@ -237,7 +239,7 @@ async fn run_one(
     for src in [&built.video_src, &built.audio_src].into_iter().flatten() {
         let _ = src.end_of_stream();
     }
-    let bus = pipeline.bus().expect("pipelines have a bus");
+    let bus = pipeline.0.bus().expect("pipelines have a bus");
     let _ = tokio::task::spawn_blocking(move || {
         bus.timed_pop_filtered(
             gst::ClockTime::from_nseconds(EOS_TIMEOUT.as_nanos() as u64),
@@ -453,9 +455,30 @@ fn watch_bus(pipeline: &gst::Pipeline) -> mpsc::Receiver<PipelineError> {
     rx
 }
 
-async fn set_state(pipeline: &gst::Pipeline, state: gst::State) -> Result<(), PipelineError> {
+/// A pipeline set to NULL when the last handle on it is dropped.
+///
+/// A pipeline must reach NULL before its last reference goes: GStreamer only warns ("Trying to
+/// dispose element …, but it is in PLAYING") and frees the elements while their streaming
+/// threads still run in them. The appsrcs are freed first (the package readers let theirs go
+/// as soon as they are closed), so their threads go on in `gst_app_src_create` on a freed
+/// queue and abort the whole process ("gstappsrc.c:1736: code should not be reached"), or
+/// crash elsewhere. [`run_one`] stops its pipeline itself when it ends; this covers the ways
+/// it can end without doing so: starting the pipeline failed, or its future was dropped (a
+/// cancelled task, a runtime shutting down, a panic).
+struct StopOnDrop(gst::Pipeline);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        // Blocking, but brief, and NULL again after the orderly stop costs nothing.
+        let _ = self.0.set_state(gst::State::Null);
+    }
+}
+
+/// Changes the pipeline's state off the async threads. The blocking task holds a handle too: a
+/// future dropped while it runs leaves it to stop the pipeline after the change it made.
+async fn set_state(pipeline: &Arc<StopOnDrop>, state: gst::State) -> Result<(), PipelineError> {
     let p = pipeline.clone();
-    tokio::task::spawn_blocking(move || p.set_state(state))
+    tokio::task::spawn_blocking(move || p.0.set_state(state))
         .await
         .map_err(|e| PipelineError::State(e.to_string()))?
         .map(|_| ())
@@ -886,6 +909,80 @@ mod tests {
             "{published} counted, {parts} kept"
         );
         assert_eq!(Counters::get(&counters.frames_dropped), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pipeline_dropped_mid_stream_is_stopped_before_it_is_freed() {
+        use crate::hub::{Feed, ReaderOptions};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // An id of its own: GStreamer's complaint names the pipeline (`stream-<id>`).
+        const ID: i64 = 4711;
+        let freed_live = Arc::new(AtomicBool::new(false));
+        let handler = {
+            let seen = freed_live.clone();
+            gst::glib::log_set_handler(
+                Some("GStreamer"),
+                gst::glib::LogLevels::LEVEL_CRITICAL,
+                false,
+                false,
+                move |domain, level, message| {
+                    if message.contains(&format!("dispose element stream-{ID},")) {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                    gst::glib::log_default_handler(domain, level, Some(message));
+                },
+            )
+        };
+        let (avcc, video) = encode(640, 360, 60);
+        let base = video[0].0;
+        let hub = crate::hub::Hub::new();
+        let status = SharedStatus::default();
+        let stream = StreamHandles {
+            id: ID,
+            package: Arc::new(Package::new(PackageState::new(
+                PackagingConfig::default(),
+                vec![],
+            ))),
+            hub: hub.clone(),
+            status: status.clone(),
+            counters: Arc::<Counters>::default(),
+        };
+        let (tx, rx) = source_channel(4096);
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let ladder = Ladder::from_set(QualitySets::builtin().get(1).unwrap());
+        let task = tokio::spawn(run(stream, ladder, None, rx, stop));
+        tx.send(MediaMessage::VideoConfig(
+            crate::media::codec::parse_avcc(avcc).unwrap(),
+        ))
+        .await
+        .unwrap();
+        let mut rung = None;
+        for (pts, keyframe, data) in video {
+            tx.frame(TrackKind::Video, pts - base, keyframe, data);
+            if rung.is_none() {
+                let top = status
+                    .lock()
+                    .unwrap()
+                    .transcoded_qualities()
+                    .first()
+                    .cloned();
+                rung = top
+                    .map(|top| hub.subscribe(Feed::Video(top), ReaderOptions::new("test", 1024)));
+            }
+            tokio::time::sleep(Duration::from_millis(33)).await;
+        }
+        // Streaming: the top rung's encoder reached the hub, and the input is still open.
+        let (_, frames) = read_feed(rung.as_mut().expect("the pipeline runs by now"), 1).await;
+        assert_eq!(frames.len(), 1);
+        // Dropped mid-stream, as a runtime shutting down (or a failing test) drops the task.
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        gst::glib::log_remove_handler(Some("GStreamer"), handler);
+        assert!(
+            !freed_live.load(Ordering::SeqCst),
+            "the pipeline was freed while PLAYING, its streaming threads still running"
+        );
+        drop(tx);
     }
 
     fn frame(track: TrackKind, ms: u64, keyframe: bool) -> MediaMessage {
