@@ -235,7 +235,14 @@ async fn run_one(
         pusher.push(f);
     }
     let result = pump(rx, &mut pusher, bus_rx, stop).await;
-    // Drain: the last parts are flushed by EOS before the pipeline stops.
+    drain(&pipeline, built).await?;
+    tracing::info!(stream = stream_id, "pipeline stopped");
+    result
+}
+
+/// The orderly end: the last parts flushed by EOS, the pipeline stopped, then its package
+/// readers (none of them waits on its appsrc any more).
+async fn drain(pipeline: &Arc<StopOnDrop>, built: build::Built) -> Result<(), PipelineError> {
     for src in [&built.video_src, &built.audio_src].into_iter().flatten() {
         let _ = src.end_of_stream();
     }
@@ -247,13 +254,10 @@ async fn run_one(
         )
     })
     .await;
-    let stopped = set_state(&pipeline, gst::State::Null).await;
-    // After the flush: none of them waits on its appsrc any more.
+    let stopped = set_state(pipeline, gst::State::Null).await;
     let readers = built.package_readers;
     let _ = tokio::task::spawn_blocking(move || readers.stop()).await;
-    stopped?;
-    tracing::info!(stream = stream_id, "pipeline stopped");
-    result
+    stopped
 }
 
 async fn pump(
