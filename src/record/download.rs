@@ -134,9 +134,11 @@ fn run(
         });
     }
     let bus = pipeline.bus().ok_or_else(|| err(&"no bus"))?;
-    pipeline
-        .set_state(gst::State::Playing)
-        .map_err(|e| err(&e))?;
+    if let Err(e) = pipeline.set_state(gst::State::Playing) {
+        // A failed start may have left elements running: NULL before the last reference goes.
+        let _ = pipeline.set_state(gst::State::Null);
+        return Err(err(&e));
+    }
     let deadline = Instant::now() + limit;
     let outcome = loop {
         let left = deadline.saturating_duration_since(Instant::now());
