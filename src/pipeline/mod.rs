@@ -497,6 +497,16 @@ mod tests {
     use crate::quality::QualitySets;
     use gstreamer_app::AppSink;
 
+    /// The top rung the source's size allows, as the pipeline built it (once it runs).
+    fn top_rung(status: &SharedStatus) -> Option<String> {
+        status
+            .lock()
+            .unwrap()
+            .transcoded_qualities()
+            .first()
+            .cloned()
+    }
+
     /// The switched source as the input task publishes it: a hub feed and the pipeline's
     /// reader of it. Dropping the sender ends the feed, as the input task does.
     struct Tx(Arc<crate::hub::Hub>);
@@ -659,14 +669,7 @@ mod tests {
             tx.frame(TrackKind::Video, pts, keyframe, data);
             // Readers attach while live: one after 2 s, detached; another after 5.5 s.
             if i == 60 {
-                // The top rung the source's size allows, as the pipeline built it.
-                let top = status
-                    .lock()
-                    .unwrap()
-                    .transcoded_qualities()
-                    .first()
-                    .cloned();
-                rung = Feed::Video(top.expect("the pipeline runs by now"));
+                rung = Feed::Video(top_rung(&status).expect("the pipeline runs by now"));
                 first = Some((
                     hub.subscribe(rung.clone(), ReaderOptions::new("test", 1024)),
                     hub.subscribe(Feed::Audio, ReaderOptions::new("test", 1024)),
@@ -964,13 +967,7 @@ mod tests {
         for (pts, keyframe, data) in video {
             tx.frame(TrackKind::Video, pts - base, keyframe, data);
             if rung.is_none() {
-                let top = status
-                    .lock()
-                    .unwrap()
-                    .transcoded_qualities()
-                    .first()
-                    .cloned();
-                rung = top
+                rung = top_rung(&status)
                     .map(|top| hub.subscribe(Feed::Video(top), ReaderOptions::new("test", 1024)));
             }
             tokio::time::sleep(Duration::from_millis(33)).await;
