@@ -190,10 +190,11 @@ mod tests {
 
     /// A service on 127.0.0.1 answering by the question's `query`: `ok` 204, `no` 403,
     /// `slow` after 3 s, `moved` 302; each question's body is sent on the channel.
-    async fn service() -> (Url, tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>) {
+    async fn service() -> (Url, tokio::sync::mpsc::Receiver<serde_json::Value>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = Url::parse(&format!("http://{}/auth", listener.local_addr().unwrap())).unwrap();
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // The test asks a handful of questions; more would wait, never pile up.
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
                 let tx = tx.clone();
@@ -221,7 +222,7 @@ mod tests {
                         }
                         _ => "403 Forbidden",
                     };
-                    let _ = tx.send(body);
+                    let _ = tx.send(body).await;
                     let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
                     let _ = s.write_all(answer.as_bytes()).await;
                 });

@@ -16,6 +16,7 @@ mod screenshot;
 mod sink;
 mod taps;
 mod ts_gate;
+mod wpe;
 
 use std::collections::VecDeque;
 use std::future::Future;
