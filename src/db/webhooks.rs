@@ -398,13 +398,11 @@ impl<B: Backend> WebhookStore for SqlStore<B> {
     }
 
     fn delete_webhook(&self, id: i64) -> Result<bool, StoreError> {
-        self.backend().transaction(Pool::Main, Tx::Plain, |c| {
-            c.execute(
-                "DELETE FROM webhook_deliveries WHERE webhook_id = $1",
-                &args![id],
-            )?;
-            Ok(c.execute("DELETE FROM webhooks WHERE id = $1", &args![id])? == 1)
-        })
+        // Its deliveries go with it (ON DELETE CASCADE); their events are pruned later.
+        let deleted = self.backend().with_conn(Pool::Main, |c| {
+            c.execute("DELETE FROM webhooks WHERE id = $1", &args![id])
+        })?;
+        Ok(deleted == 1)
     }
 
     fn list_deliveries(

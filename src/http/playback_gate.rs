@@ -9,6 +9,7 @@ use hyper::{header, Request, Response, StatusCode};
 
 use super::api::Api;
 use super::listener::{empty, Body};
+use crate::db::VideoRow;
 use crate::playback_auth::{split, Resource};
 
 /// Put in a request's extensions by the gate: the request brought a valid grant (`segments`,
@@ -72,7 +73,17 @@ pub async fn admit(api: &Api, req: Request<Incoming>) -> Result<Request<Incoming
             // nobody serves (a flood of made-up ids costs the store nothing).
             Resource::Stream(id) if media && !served(api, id).await => Ok(false),
             Resource::Stream(id) => stream_needs_grant(api, id).await,
-            Resource::Video(id) => video_needs_grant(api, id).await,
+            Resource::Video(id) => match load_video(api, id).await {
+                Ok(video) => {
+                    let needed = video_needs_grant(api, video.as_ref()).await;
+                    // The handler reads the record from here: one store query per request.
+                    if let Some(video) = video {
+                        parts.extensions.insert(LoadedVideo(video));
+                    }
+                    needed
+                }
+                Err(()) => Err(()),
+            },
         };
         match needed {
             Ok(false) => {}
@@ -108,20 +119,27 @@ async fn stream_needs_grant(api: &Api, id: i64) -> Result<bool, ()> {
     }
 }
 
-/// Whether a video's files need a grant: its stream's playback was signed when it was
-/// recorded, or is now.
-async fn video_needs_grant(api: &Api, id: i64) -> Result<bool, ()> {
+async fn load_video(api: &Api, id: i64) -> Result<Option<VideoRow>, ()> {
     let store = api.store.clone();
-    let video = match tokio::task::spawn_blocking(move || store.get_video(id)).await {
-        Ok(Ok(video)) => video,
-        _ => return Err(()),
-    };
+    match tokio::task::spawn_blocking(move || store.get_video(id)).await {
+        Ok(Ok(video)) => Ok(video),
+        _ => Err(()),
+    }
+}
+
+/// Whether a video's files need a grant: its stream's playback was signed when it was
+/// recorded, or is now. An unknown video needs nothing (its handler answers 404).
+async fn video_needs_grant(api: &Api, video: Option<&VideoRow>) -> Result<bool, ()> {
     match video {
         None => Ok(false),
         Some(v) if v.state.secure_playback => Ok(true),
         Some(v) => stream_needs_grant(api, v.stream_id).await,
     }
 }
+
+/// A video's record the gate read (a request without a grant), for its handler.
+#[derive(Debug, Clone)]
+pub struct LoadedVideo(pub VideoRow);
 
 /// The grant segments a request brought (empty when none), for URLs a page hands out.
 pub fn segments<B>(req: &Request<B>) -> String {

@@ -90,8 +90,20 @@ pub async fn handle(
         return not_found();
     };
     let slug = slug.to_owned();
-    let found = tokio::task::spawn_blocking(move || store.get_video(id)).await;
-    let Some(video) = found.ok().and_then(Result::ok).flatten().filter(|v| {
+    // Already read by the signed-playback gate when the request brought no grant.
+    let loaded = req
+        .extensions()
+        .get::<crate::http::playback_gate::LoadedVideo>()
+        .map(|v| v.0.clone());
+    let found = match loaded {
+        Some(video) => Some(video),
+        None => tokio::task::spawn_blocking(move || store.get_video(id))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+    };
+    let Some(video) = found.filter(|v| {
         crate::secret::constant_time_eq(v.slug.as_bytes(), slug.as_bytes())
             && v.state.status == VideoStatus::Ready
     }) else {
