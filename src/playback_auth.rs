@@ -81,6 +81,10 @@ pub fn grant_segments(key: &str, resource: &str, expires: i64) -> String {
 /// `/player/videos/7_ab/t/{e}/{tok}` → `/player/videos/7_ab`. A path without one is returned
 /// as it is; so is a marker followed by something that is not a grant (it then names nothing).
 pub fn split(path: &str) -> (Cow<'_, str>, Option<Grant>) {
+    // Every media request passes here; most carry no grant.
+    if !path.contains("/t/") {
+        return (Cow::Borrowed(path), None);
+    }
     let segments: Vec<&str> = path.split('/').take(MAX_SEGMENTS).collect();
     for at in 3..segments.len().saturating_sub(2) {
         if segments[at] != MARKER {
