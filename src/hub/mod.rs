@@ -305,11 +305,52 @@ impl Hub {
             .collect()
     }
 
+    /// The video rungs the stream carries now (those whose encoder declared its config),
+    /// highest first.
+    pub fn video_rungs(&self) -> Vec<RungInfo> {
+        let mut rungs: Vec<RungInfo> = self
+            .feeds()
+            .iter()
+            .filter_map(|(feed, s)| match (feed, &s.header.video) {
+                (Feed::Video(name), Some(MediaMessage::VideoConfig(c))) => Some(RungInfo {
+                    name: name.clone(),
+                    width: c.width,
+                    height: c.height,
+                }),
+                _ => None,
+            })
+            .collect();
+        rungs.sort_by(|a, b| b.height.cmp(&a.height).then(a.name.cmp(&b.name)));
+        rungs
+    }
+
     fn detach(&self, feed: &Feed, id: u64) {
         if let Some(state) = self.feeds().get_mut(feed) {
             state.readers.retain(|r| r.id != id);
         }
     }
+}
+
+/// A video rung as a reader chooses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RungInfo {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Real-time readers' default picture: the highest rung at most this tall (720p is what a
+/// phone or a laptop window shows; a 1080p rung costs every viewer half again the bits).
+pub const DEFAULT_RUNG_MAX_HEIGHT: u32 = 720;
+
+/// The rung a real-time reader gets without asking (`rungs` highest first, as
+/// [`Hub::video_rungs`] lists them): the highest at most [`DEFAULT_RUNG_MAX_HEIGHT`] tall, or
+/// the lowest when every rung is taller.
+pub fn default_rung(rungs: &[RungInfo]) -> Option<&RungInfo> {
+    rungs
+        .iter()
+        .find(|r| r.height <= DEFAULT_RUNG_MAX_HEIGHT)
+        .or(rungs.last())
 }
 
 /// One reader of one feed. Dropping it detaches it at once.
@@ -393,6 +434,34 @@ mod tests {
             width: 1280,
             height: 720,
         })
+    }
+
+    #[test]
+    fn rungs_are_listed_by_their_configs_and_the_default_is_the_highest_up_to_720p() {
+        let hub = Hub::new();
+        let sized = |w, h| {
+            MediaMessage::VideoConfig(VideoConfig {
+                codec: VideoCodec::H264,
+                record: Bytes::from_static(&[1, 100, 0, 31]),
+                width: w,
+                height: h,
+            })
+        };
+        // A feed with readers but no config yet is not a rung a reader can choose.
+        let _early = hub.subscribe(Feed::Video("1080p".into()), ReaderOptions::new("t", 8));
+        hub.publish(&Feed::Video("360p".into()), sized(640, 360));
+        hub.publish(&Feed::Video("720p".into()), sized(1280, 720));
+        hub.publish(&Feed::Audio, frame(1));
+        let names = |r: &[RungInfo]| r.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&hub.video_rungs()), ["720p", "360p"]);
+        hub.publish(&Feed::Video("1080p".into()), sized(1920, 1080));
+        let rungs = hub.video_rungs();
+        assert_eq!(names(&rungs), ["1080p", "720p", "360p"]);
+        assert_eq!(default_rung(&rungs).unwrap().name, "720p");
+        assert_eq!(default_rung(&rungs[..1]).unwrap().name, "1080p");
+        assert_eq!(default_rung(&[]), None);
+        hub.end(&Feed::Video("720p".into()));
+        assert_eq!(names(&hub.video_rungs()), ["1080p", "360p"]);
     }
 
     #[tokio::test]

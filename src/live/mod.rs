@@ -282,6 +282,12 @@ impl Registry {
         self.sessions.handles(id).map(|h| h.package)
     }
 
+    /// The media hub of a stream that is live or in its grace/linger time: what real-time
+    /// readers and restreams subscribe to.
+    pub fn hub(&self, id: i64) -> Option<Arc<crate::hub::Hub>> {
+        self.sessions.handles(id).map(|h| h.hub)
+    }
+
     async fn load(&self, id: i64) -> Result<Option<StreamRow>, PublishError> {
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || store.get_stream(id))
