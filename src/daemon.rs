@@ -109,6 +109,7 @@ pub struct Running {
     pub registry: Arc<Registry>,
     cluster: Arc<Cluster>,
     whip: Arc<crate::ingest::whip::Whip>,
+    whep: Arc<crate::realtime::whep::Whep>,
 }
 
 impl Running {
@@ -116,6 +117,7 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         self.whip.stop_all();
+        self.whep.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
         self.cluster.leave().await;
         let _ = self.http.await;
@@ -434,9 +436,16 @@ pub async fn start(
     let (shutdown, shutdown_rx) = watch::channel(false);
     let ingest = ingest.serve(&config, &registry, &store, &shutdown_rx)?;
     let http_addr = http.addr;
+    let whep = crate::realtime::whep::Whep::new(
+        registry.clone(),
+        config.whep.clone(),
+        config.whip.clone(),
+        ingest.muxes.clone(),
+    );
     let routes = Routes {
         api,
         whip: ingest.whip.clone(),
+        whep: whep.clone(),
         player,
     };
     let http = http.serve(routes, http_limits(&config), gates.http, shutdown_rx);
@@ -454,6 +463,7 @@ pub async fn start(
         key_source,
         shutdown,
         whip: ingest.whip,
+        whep,
         http,
         srt: ingest.srt,
         store,

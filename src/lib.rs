@@ -97,6 +97,7 @@ pub mod page_proxy;
 pub(crate) mod pipeline;
 pub(crate) mod playback_auth;
 pub(crate) mod quality;
+pub(crate) mod realtime;
 pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;

@@ -132,6 +132,11 @@ impl Resource {
         let video = |s: Option<&str>| id(s?.split_once('_').map(|(i, _)| i));
         match segments.next()? {
             "cmaf" | "mpegts" | "screenshots" => id(segments.next()).map(Resource::Stream),
+            // The WHEP endpoint; a session's own URL (`/whep/{id}/{session}`) is its
+            // capability and needs no grant.
+            "whep" => id(segments.next())
+                .filter(|_| segments.next().is_none())
+                .map(Resource::Stream),
             "videos" => video(segments.next()).map(Resource::Video),
             "player" => match segments.next()? {
                 "videos" => video(segments.next()).map(Resource::Video),

@@ -167,6 +167,10 @@ settings! {
     whip_tcp_max_connections_per_ip: usize = whip::tcp_mux::DEFAULT_MAX_CONNECTIONS_PER_IP,
         1..=1_000_000;
     whip_max_sessions: usize = whip::DEFAULT_MAX_SESSIONS, 1..=100_000;
+    /// WHEP viewers on this node, and of one stream.
+    whep_max_sessions: usize = crate::realtime::whep::DEFAULT_MAX_SESSIONS, 1..=100_000;
+    whep_max_sessions_per_stream: usize = crate::realtime::whep::DEFAULT_MAX_SESSIONS_PER_STREAM,
+        1..=100_000;
     rtmp_max_message_bytes: u64 = u64::from(rtmp::vet::DEFAULT_MAX_MEDIA_MESSAGE),
         64 * 1024..=64 * 1024 * 1024;
     rtmp_max_amf_depth: usize = rtmp::vet::DEFAULT_MAX_AMF_DEPTH, 4..=256;
@@ -259,6 +263,7 @@ pub struct Config {
     pub rtmp: crate::ingest::rtmp::RtmpConfig,
     pub srt: crate::ingest::srt::SrtConfig,
     pub whip: crate::ingest::whip::WhipConfig,
+    pub whep: crate::realtime::whep::WhepConfig,
     pub pull: crate::ingest::pull::PullConfig,
     /// `node_modules` of the npm install holding hls.js and dash.js for the player page.
     pub player_assets_dir: PathBuf,
@@ -299,6 +304,10 @@ impl Config {
             rtmp: ingest::rtmp(&s),
             srt: ingest::srt(&s),
             whip: ingest::whip(&s)?,
+            whep: crate::realtime::whep::WhepConfig {
+                max_sessions: s.whep_max_sessions,
+                max_sessions_per_stream: s.whep_max_sessions_per_stream,
+            },
             pull: ingest::pull(&s),
             http_addr: s.http_addr,
             rtmp_addr: s.rtmp_addr,
@@ -353,9 +362,9 @@ impl Config {
             http: caps(self.http_max_connections, self.http_max_connections_per_ip),
             rtmp: caps(self.rtmp.max_connections, self.rtmp.max_connections_per_ip),
             srt: caps(self.srt.max_connections, self.srt.max_connections_per_ip),
-            // A WHIP session's candidate pairs may each open one.
+            // A WHIP or WHEP session's candidate pairs may each open one.
             ice_tcp: caps(
-                self.whip.max_sessions.saturating_mul(4),
+                (self.whip.max_sessions + self.whep.max_sessions).saturating_mul(4),
                 self.whip.tcp_max_connections_per_ip,
             ),
             trusted: self.trusted_proxies.clone(),

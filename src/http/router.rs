@@ -12,6 +12,8 @@ use crate::http::api::{self, Api};
 use crate::http::delivery;
 use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{self, json_response, Body};
+use crate::http::server::Routes;
+use crate::realtime::whep;
 
 /// `req`, about stream `id`, answered by the node serving that stream when it is another one
 /// (the serving node is looked up only with an `id`), else by `here`.
@@ -35,14 +37,37 @@ where
     }
 }
 
+/// WHEP: a viewer's offer for a stream another node serves is redirected there (307, the
+/// viewer's client repeats it); a session's DELETE is passed to the node holding it.
+async fn whep_route(api: &Api, whep: &Arc<whep::Whep>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    if let Some(id) = whep::endpoint_stream(path) {
+        if *req.method() == Method::POST && api.registry.hub(id).is_none() {
+            if let Some(node) = api.relay.stream_owner(id, &req).await {
+                // The grant the gate took out of the path goes back in for the other node.
+                let grant = req
+                    .extensions()
+                    .get::<crate::http::playback_gate::PlaybackGrant>()
+                    .map_or("", |g| g.segments.as_str());
+                let query = req.uri().query().map_or(String::new(), |q| format!("?{q}"));
+                return whep::redirect(&node, &format!("/whep/{id}{grant}{query}"));
+            }
+        }
+        return whep.handle(req).await;
+    }
+    let id = whep.session_elsewhere(path);
+    here_or_serving_node(api, id, req, |req| whep.handle(req)).await
+}
+
 /// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
 /// key.
-pub async fn route(
-    api: Arc<Api>,
-    whip: Arc<crate::ingest::whip::Whip>,
-    player: Arc<crate::http::delivery::player::Player>,
-    req: Request<Incoming>,
-) -> Response<Body> {
+pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
+    let Routes {
+        api,
+        whip,
+        whep,
+        player,
+    } = routes;
     // A request that claims to come from another node proves it before anything else.
     let req = match api.relay.admit(req) {
         Ok(req) => req,
@@ -51,9 +76,10 @@ pub async fn route(
     // Signed playback: the grant taken out of media, video and player paths, checked.
     let gated = crate::http::delivery::owns(req.uri().path())
         || delivery::videos::owns(req.uri().path())
-        || delivery::player::owns(req.uri().path());
+        || delivery::player::owns(req.uri().path())
+        || whep::owns(req.uri().path());
     let req = if gated {
-        match crate::http::playback_gate::admit(&api, req).await {
+        match crate::http::playback_gate::admit(api, req).await {
             Ok(req) => req,
             Err(refused) => return refused,
         }
@@ -89,10 +115,10 @@ pub async fn route(
                 .body(listener::full(delivery::metrics::scrape(&api.registry)))
                 .expect("static response is valid"),
         ),
-        p if api::owns(p) => api.handle(req).await,
+        p if api::owns(p) => api.clone().handle(req).await,
         p if delivery::owns(p) => {
             let id = delivery::parse_path(p).map(|(id, _)| id);
-            here_or_serving_node(&api, id, req, |req| {
+            here_or_serving_node(api, id, req, |req| {
                 delivery::handle(api.registry.clone(), &api.endpoints.time_url, req)
             })
             .await
@@ -103,8 +129,9 @@ pub async fn route(
         }
         p if crate::ingest::whip::owns(p) => {
             let id = whip.session_elsewhere(p);
-            here_or_serving_node(&api, id, req, |req| whip.handle(req)).await
+            here_or_serving_node(api, id, req, |req| whip.handle(req)).await
         }
+        p if whep::owns(p) => whep_route(api, whep, req).await,
         p if delivery::player::owns(p) => player.handle(req).await,
         _ => error_response(&ApiError::not_found("resource")),
     }

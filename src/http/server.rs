@@ -27,6 +27,7 @@ pub struct Http {
 pub struct Routes {
     pub api: Arc<Api>,
     pub whip: Arc<Whip>,
+    pub whep: Arc<crate::realtime::whep::Whep>,
     pub player: Arc<Player>,
 }
 
@@ -48,14 +49,7 @@ impl Http {
         let routes = Arc::new(routes);
         let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
             let routes = routes.clone();
-            async move {
-                let (api, whip, player) = (
-                    routes.api.clone(),
-                    routes.whip.clone(),
-                    routes.player.clone(),
-                );
-                super::router::route(api, whip, player, req).await
-            }
+            async move { super::router::route(&routes, req).await }
         };
         tokio::spawn(listener::serve(
             self.listener,

@@ -68,6 +68,8 @@ pub struct Ingest {
     pub whip_tcp_addr: Option<SocketAddr>,
     /// WHIP's signalling, which the HTTP router hands its requests to.
     pub whip: Arc<Whip>,
+    /// The ICE ports, which WHEP viewers share with WHIP publishers.
+    pub muxes: Muxes,
     /// Awaited at shutdown: srt-tokio's `close` panics if the runtime cancels its task first.
     pub srt: JoinHandle<()>,
 }
@@ -136,6 +138,7 @@ impl Bound {
             .map(|m| m.local_addrs())
             .unwrap_or_default();
         let whip_tcp_addr = self.muxes.tcp.as_ref().map(|m| m.local_addr());
+        let muxes = self.muxes.clone();
         let whip = Whip::new(registry.clone(), config.whip.clone(), self.muxes);
         tokio::spawn(rtmp::serve(
             self.rtmp,
@@ -176,6 +179,7 @@ impl Bound {
             whip_udp_addrs,
             whip_tcp_addr,
             whip,
+            muxes,
             srt,
         })
     }

@@ -372,6 +372,7 @@ impl Table {
                 counters: e.handles.counters.clone(),
                 hub_readers: e.handles.hub.readers(),
                 hub_dropped: e.handles.hub.dropped(),
+                whep_viewers: e.handles.hub.video_readers_named(crate::hub::WHEP_READER),
             })
             .collect();
         all.sort_by_key(|m| m.id);

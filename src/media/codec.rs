@@ -56,7 +56,13 @@ fn check_size(width: u32, height: u32) -> Result<(), String> {
 /// must be non-empty and inside the record. h264-reader panics on an empty one (found by the
 /// `flv_tags` fuzz target), so this runs first.
 fn check_parameter_set_lengths(avcc: &[u8]) -> Result<(), &'static str> {
+    parameter_set_ranges(avcc).map(drop)
+}
+
+/// Where each SPS, then each PPS, of an avcC record is.
+fn parameter_set_ranges(avcc: &[u8]) -> Result<Vec<std::ops::Range<usize>>, &'static str> {
     let mut at = 5;
+    let mut out = Vec::new();
     for count_mask in [0x1f, 0xff] {
         let count = avcc.get(at).ok_or("truncated avcC")? & count_mask;
         at += 1;
@@ -70,9 +76,17 @@ fn check_parameter_set_lengths(avcc: &[u8]) -> Result<(), &'static str> {
             if at > avcc.len() {
                 return Err("parameter set past the end of avcC");
             }
+            out.push(at - len..at);
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// The SPS and PPS NAL units of an avcC record (SPSs first), as senders repeat them in band
+/// before each keyframe (RTP, MPEG-TS).
+pub fn avcc_parameter_sets(avcc: &Bytes) -> Result<Vec<Bytes>, CodecError> {
+    let ranges = parameter_set_ranges(avcc).map_err(|e| CodecError::Avc(e.into()))?;
+    Ok(ranges.into_iter().map(|r| avcc.slice(r)).collect())
 }
 
 /// Builds an AVCDecoderConfigurationRecord (ISO 14496-15 §5.3.3.1.2) from one SPS and one PPS
@@ -639,6 +653,20 @@ pub(crate) mod tests {
         let past_end = [&AVCC_720P[..7], &[0xff]].concat();
         assert!(parse_avcc(Bytes::from(past_end)).is_err());
         assert!(parse_avcc(Bytes::from_static(AVCC_720P)).is_ok());
+    }
+
+    #[test]
+    fn avcc_parameter_sets_are_its_sps_then_its_pps() {
+        let sps = [0x67, 0x64, 0x00, 0x1f, 0xac, 0xd9];
+        let pps = [0x68, 0xeb, 0xe3, 0xcb];
+        let mut v = vec![1, 0x64, 0, 0x1f, 0xff, 0xe1, 0, 6];
+        v.extend_from_slice(&sps);
+        v.extend_from_slice(&[1, 0, 4]);
+        v.extend_from_slice(&pps);
+        let sets = avcc_parameter_sets(&Bytes::from(v.clone())).unwrap();
+        assert_eq!(sets, [&sps[..], &pps[..]]);
+        v.truncate(v.len() - 1);
+        assert!(avcc_parameter_sets(&Bytes::from(v)).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod whep;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -46,10 +47,15 @@ impl Browser {
 
     /// `transport` `tcp`: the page drops the answer's UDP candidates (UDP blocked).
     fn start_over(url: &str, auth: &str, transport: &str) -> Browser {
+        Browser::driver(&["tests/whip/whip.mjs", url, auth, transport])
+    }
+
+    /// A driver script (`tests/whip/*.mjs`) with its arguments.
+    fn driver(args: &[&str]) -> Browser {
         let mut child = AsyncProc::spawn(
             Command::new("node")
                 .current_dir(root())
-                .args(["tests/whip/whip.mjs", url, auth, transport])
+                .args(args)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped()),
             "node (installed by scripts/test)",

@@ -61,6 +61,8 @@ const READ_ONLY: &[&str] = &[
     "html_overlays",
     "storage_error",
     "multi_region_push_urls",
+    "whep_url",
+    "whep_viewers",
 ];
 
 /// The record as the API returns it; field order is the documented one.
@@ -96,6 +98,10 @@ pub struct StreamView {
     video_width: Option<u32>,
     html_overlays: Vec<super::overlays::OverlayView>,
     storage_error: Option<String>,
+    /// Real-time playback (WHEP, draft-ietf-wish-whep): POST an SDP offer here.
+    whep_url: String,
+    /// WHEP viewers receiving the stream now (on the node serving it).
+    whep_viewers: usize,
     /// One entry per configured ingest region; absent when none is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     multi_region_push_urls: Option<Vec<RegionPushUrls>>,
@@ -180,6 +186,12 @@ impl Api {
             video_width: live.video_width(),
             html_overlays: overlays.iter().map(super::overlays::view).collect(),
             storage_error: live.storage_error().map(str::to_owned),
+            // Signalling is a POST: never through a CDN, always to this server's own URL.
+            whep_url: format!("{}/whep/{id}{g}", e.public_url),
+            whep_viewers: self
+                .registry
+                .hub(id)
+                .map_or(0, |h| h.video_readers_named(crate::hub::WHEP_READER)),
             multi_region_push_urls: regions,
             settings: row.settings,
         }

@@ -199,6 +199,13 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     f.per_stream(
         streams,
+        "livepack_stream_whep_viewers",
+        "gauge",
+        "WHEP (WebRTC) viewers receiving the stream now.",
+        |s| Some(s.whep_viewers),
+    );
+    f.per_stream(
+        streams,
         "livepack_stream_hub_dropped_total",
         "counter",
         "Media messages the hub's readers lost because their queue was full (a slow reader).",
@@ -258,6 +265,7 @@ mod tests {
             counters,
             hub_readers: 3,
             hub_dropped: 5,
+            whep_viewers: 2,
         }];
         let text = render(
             &streams,
@@ -278,6 +286,7 @@ mod tests {
             "livepack_stream_output_delay_seconds{stream=\"7\"} 0.612\n",
             "# TYPE livepack_stream_hub_readers gauge\nlivepack_stream_hub_readers{stream=\"7\"} 3\n",
             "# TYPE livepack_stream_hub_dropped_total counter\nlivepack_stream_hub_dropped_total{stream=\"7\"} 5\n",
+            "# TYPE livepack_stream_whep_viewers gauge\nlivepack_stream_whep_viewers{stream=\"7\"} 2\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

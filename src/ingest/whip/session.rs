@@ -167,8 +167,47 @@ pub async fn negotiate(
     let mut engine = media_engine()?;
     let interceptors =
         register_default_interceptors(Interceptors::new(), &mut engine).map_err(setup)?;
-    // Our credentials are chosen here, not by the stack, so the muxes can route this session's
-    // packets by its ufrag before the answer exists.
+    let (events_tx, events) = mpsc::channel(64);
+    let (gathered_tx, gathered) = watch::channel(false);
+    let handler = Arc::new(Handler {
+        events: events_tx,
+        gathered: gathered_tx,
+    });
+    let peer = build_peer(config, muxes, engine, interceptors, handler).await?;
+    let answered = answer(&peer, offer, gathered, config, |answer| {
+        super::sdp::check_answer(answer.as_bytes())
+    })
+    .await;
+    match answered {
+        Ok(answer) => Ok(Negotiated {
+            pc: peer.pc,
+            events,
+            answer,
+        }),
+        Err(e) => {
+            let _ = peer.pc.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// A peer connection on the daemon's ICE ports, and the runtime that put it there.
+pub(crate) struct Peer {
+    pub pc: Arc<dyn PeerConnection>,
+    runtime: Option<Arc<MuxRuntime>>,
+}
+
+/// A peer connection for one session on the shared ICE ports (the WHIP publishers' and the
+/// WHEP viewers' alike): our ICE credentials, so the muxes route its packets by ufrag before
+/// the answer exists; no mDNS; the consent timeouts.
+pub(crate) async fn build_peer(
+    config: &WhipConfig,
+    muxes: &Muxes,
+    engine: MediaEngine,
+    interceptors: Interceptors,
+    handler: Arc<dyn PeerConnectionEventHandler>,
+) -> Result<Peer, SessionError> {
+    let setup = |e: rtc::shared::error::Error| SessionError::Setup(e.to_string());
     let ufrag = rtc::ice::rand::generate_ufrag();
     let settings = SettingEngineBuilder::new()
         .with_ice_timeouts(Some(ICE_DISCONNECTED), Some(ICE_FAILED), None)
@@ -176,12 +215,6 @@ pub async fn negotiate(
         // mDNS candidates hide addresses from peers, which a server does not need; and each
         // session would open a 5353 socket of its own.
         .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled);
-    let (events_tx, events) = mpsc::channel(64);
-    let (gathered_tx, mut gathered) = watch::channel(false);
-    let handler = Arc::new(Handler {
-        events: events_tx,
-        gathered: gathered_tx,
-    });
     // The driver binds on these (port 0) and the runtime swaps each socket for the mux's: on
     // the mux's own IPs, so every key has its shared socket.
     let udp_addrs: Vec<String> = match &muxes.udp {
@@ -211,38 +244,49 @@ pub async fn negotiate(
         builder = builder.with_runtime(rt.clone());
     }
     let pc = builder.build().await.map_err(setup)?;
-    let pc: Arc<dyn PeerConnection> = Arc::new(pc);
-    let negotiated = async {
-        let offer =
-            RTCSessionDescription::offer(offer).map_err(|e| SessionError::Offer(e.to_string()))?;
-        pc.set_remote_description(offer)
-            .await
-            .map_err(|e| SessionError::Offer(e.to_string()))?;
-        let answer = pc
-            .create_answer(None)
-            .await
-            .map_err(|e| SessionError::Offer(e.to_string()))?;
-        // A section the stack could not match is rejected (port 0) in the answer: refuse before
-        // going further.
-        super::sdp::check_answer(answer.sdp.as_bytes())?;
-        pc.set_local_description(answer).await.map_err(setup)?;
-        let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered.wait_for(|done| *done)).await;
-        let answer = pc
-            .local_description()
-            .await
-            .map(|d| d.sdp)
-            .ok_or_else(|| SessionError::Setup("no local description".into()))?;
-        let bound = runtime.as_ref().map(|rt| rt.bound()).unwrap_or_default();
-        Ok(super::sdp::advertise(&answer, &bound, &config.nat_ips))
-    }
-    .await;
-    match negotiated {
-        Ok(answer) => Ok(Negotiated { pc, events, answer }),
-        Err(e) => {
-            let _ = pc.close().await;
-            Err(e)
-        }
-    }
+    Ok(Peer {
+        pc: Arc::new(pc),
+        runtime,
+    })
+}
+
+/// Takes the offer, answers it and waits for ICE gathering (at most [`GATHER_TIMEOUT`]), so
+/// the answer carries every candidate (no trickle, RFC 9725 §4.3.1); `check` refuses an
+/// answer that rejected a section the session needs. The answer as clients must see it.
+pub(crate) async fn answer(
+    peer: &Peer,
+    offer: String,
+    mut gathered: watch::Receiver<bool>,
+    config: &WhipConfig,
+    check: impl Fn(&str) -> Result<(), super::sdp::SdpError>,
+) -> Result<String, SessionError> {
+    let pc = &peer.pc;
+    let setup = |e: rtc::shared::error::Error| SessionError::Setup(e.to_string());
+    let offer =
+        RTCSessionDescription::offer(offer).map_err(|e| SessionError::Offer(e.to_string()))?;
+    pc.set_remote_description(offer)
+        .await
+        .map_err(|e| SessionError::Offer(e.to_string()))?;
+    let answer = pc
+        .create_answer(None)
+        .await
+        .map_err(|e| SessionError::Offer(e.to_string()))?;
+    // A section the stack could not match is rejected (port 0) in the answer: refuse before
+    // going further.
+    check(&answer.sdp)?;
+    pc.set_local_description(answer).await.map_err(setup)?;
+    let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered.wait_for(|done| *done)).await;
+    let answer = pc
+        .local_description()
+        .await
+        .map(|d| d.sdp)
+        .ok_or_else(|| SessionError::Setup("no local description".into()))?;
+    let bound = peer
+        .runtime
+        .as_ref()
+        .map(|rt| rt.bound())
+        .unwrap_or_default();
+    Ok(super::sdp::advertise(&answer, &bound, &config.nat_ips))
 }
 
 /// Why a session ended, for the log.

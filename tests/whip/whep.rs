@@ -1,0 +1,209 @@
+//! WHEP playback end to end: headless Chromium plays `whep_url` (the default rung and a chosen
+//! one at once), hears audio, counts in the record and `/metrics`, DELETE ends a session; the
+//! stream's end ends the others; a viewer without UDP plays over ICE-TCP.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::common::proc::Proc;
+use super::common::{metrics, tempdir, Daemon};
+use super::media::{self, create, wait_record};
+use super::{mux_addr, whip_daemon, Browser};
+
+/// A stream pushed over RTMP (720p source: rungs up to 720p), live with its rungs encoding.
+async fn live_stream(d: &Daemon, name: &str, loops: u32) -> (i64, Value, Proc) {
+    let rec = create(d, json!({"name": name})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let pusher = media::push(rec["push_url"].as_str().unwrap(), "av-720p.flv", loops);
+    let live = wait_record(d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && !r["transcoding_speed"].is_null()
+    })
+    .await;
+    media::wait_segments(live["hls_cmaf_url"].as_str().unwrap(), 1).await;
+    (id, live, pusher)
+}
+
+fn viewer(url: &str, transport: &str) -> Browser {
+    Browser::driver(&["tests/whip/whep.mjs", url, transport, "av"])
+}
+
+/// The viewer's stats once its picture has advanced past `after` seconds.
+async fn advancing(v: &mut Browser, after: f64) -> Value {
+    for _ in 0..15 {
+        let s = v.event("stats", Duration::from_secs(5)).await;
+        if s["time"].as_f64().unwrap_or(0.0) > after
+            && s["framesDecoded"].as_u64().unwrap_or(0) > 25
+        {
+            return s;
+        }
+    }
+    panic!("the viewer's picture did not advance past {after} s");
+}
+
+async fn whep_viewers(d: &Daemon, id: i64, n: usize) {
+    wait_record(d, id, Duration::from_secs(10), |r| r["whep_viewers"] == n).await;
+    let m = metrics::scrape(d).await;
+    assert_eq!(m.stream("livepack_stream_whep_viewers", id), n as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_plays_whep_the_default_rung_and_a_chosen_one_and_delete_ends_a_session() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let (id, live, pusher) = live_stream(&d, "whep", 6).await;
+    let url = live["whep_url"].as_str().unwrap().to_owned();
+    assert_eq!(url, format!("{}/whep/{id}", d.base));
+    let rungs = live["transcoded_qualities"].clone();
+    println!("rungs {rungs}");
+
+    let mut first = viewer(&url, "udp");
+    let created = first.event("created", Duration::from_secs(30)).await;
+    assert_eq!(created["status"], 201, "{created}");
+    assert!(created["location"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("/whep/{id}/")));
+    assert_eq!(created["contentType"], "application/sdp");
+    first.event("connected", Duration::from_secs(20)).await;
+    let playing = first.event("playing", Duration::from_secs(20)).await;
+    println!("WHEP first picture {} ms after the POST", playing["ms"]);
+    let s = advancing(&mut first, 2.0).await;
+    assert_eq!(
+        (s["width"].as_u64(), s["height"].as_u64()),
+        (Some(1280), Some(720)),
+        "{s}"
+    );
+    assert_eq!(s["audioTracks"], 1, "{s}");
+    // The format the picture came in is one whose profile covers the rung's x264 High stream:
+    // High itself, or (Debian's Chromium offers no High) High 4:4:4, whose decoders take it.
+    let fmtp = s["codec"].as_str().unwrap_or_default();
+    assert!(fmtp.contains("packetization-mode=1"), "{s}");
+    assert!(
+        ["profile-level-id=64", "profile-level-id=f4"]
+            .iter()
+            .any(|p| fmtp.contains(p)),
+        "offered {}, sent as {fmtp}",
+        created["offered"]
+    );
+    assert!(
+        s["audioPackets"].as_u64().unwrap_or(0) > 20,
+        "audio flows: {s}"
+    );
+
+    let mut second = viewer(&format!("{url}?quality=360p"), "udp");
+    assert_eq!(
+        second.event("created", Duration::from_secs(30)).await["status"],
+        201
+    );
+    second.event("playing", Duration::from_secs(20)).await;
+    let s2 = advancing(&mut second, 2.0).await;
+    assert_eq!(
+        (s2["width"].as_u64(), s2["height"].as_u64()),
+        (Some(640), Some(360)),
+        "{s2}"
+    );
+    whep_viewers(&d, id, 2).await;
+    // The first viewer kept playing meanwhile.
+    let later = advancing(&mut first, s["time"].as_f64().unwrap() + 1.0).await;
+    println!("viewer stats {later}");
+
+    first.command("delete").await;
+    assert_eq!(
+        first.event("deleted", Duration::from_secs(10)).await["status"],
+        200
+    );
+    whep_viewers(&d, id, 1).await;
+
+    // The stream ends (pusher gone, grace over): the other session is ended by the server.
+    drop(pusher);
+    wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == false).await;
+    whep_viewers(&d, id, 0).await;
+    for _ in 0..20 {
+        let s = second.event("stats", Duration::from_secs(5)).await;
+        if s["state"] != "connected" {
+            return;
+        }
+    }
+    panic!("the viewer's connection outlived the stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whep_viewer_without_udp_plays_over_ice_tcp() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let tcp = mux_addr(&d, "tcp");
+    let (_id, live, _pusher) = live_stream(&d, "whep-tcp", 3).await;
+    let mut v = viewer(live["whep_url"].as_str().unwrap(), "tcp");
+    let created = v.event("created", Duration::from_secs(30)).await;
+    assert_eq!(created["status"], 201, "{created}");
+    let connected = v.event("connected", Duration::from_secs(20)).await;
+    assert_eq!(connected["remote"]["protocol"], "tcp", "{connected}");
+    assert_eq!(connected["remote"]["port"], tcp.port(), "{connected}");
+    v.event("playing", Duration::from_secs(20)).await;
+    let s = advancing(&mut v, 2.0).await;
+    assert_eq!(s["height"], 720, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whep_refusals_are_clear() {
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let rec = create(&d, json!({"name": "offline"})).await;
+    let url = rec["whep_url"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let post = |url: String, ct: &'static str, body: String| {
+        let client = client.clone();
+        async move {
+            let r = client
+                .post(url)
+                .header("content-type", ct)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let offer = super::common::whip_offer_without_client();
+    let (status, body) = post(url.clone(), "application/sdp", offer.clone()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_live")),
+        "{body}"
+    );
+    let (status, _) = post(url.clone(), "text/plain", offer.clone()).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, body) = post(url.clone(), "application/sdp", "v=0\r\nbogus".into()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_sdp")),
+        "{body}"
+    );
+    let audio_only: String = offer.split("m=video").next().unwrap().to_owned();
+    let (status, body) = post(url.clone(), "application/sdp", audio_only).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_ACCEPTABLE, Some("unsupported_codecs")),
+        "{body}"
+    );
+    let (status, _) = post(
+        format!("{}/whep/abc", d.base),
+        "application/sdp",
+        offer.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let r = client.delete(format!("{url}/0123")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = client
+        .request(reqwest::Method::OPTIONS, url.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+}
