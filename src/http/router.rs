@@ -12,8 +12,15 @@ use crate::http::api::{self, Api};
 use crate::http::delivery;
 use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{self, json_response, Body};
-use crate::http::server::Routes;
 use crate::realtime::whep;
+
+/// Who answers the requests the router hands out besides media delivery.
+pub struct Routes {
+    pub api: Arc<Api>,
+    pub whip: Arc<crate::ingest::whip::Whip>,
+    pub whep: Arc<crate::realtime::whep::Whep>,
+    pub player: Arc<crate::http::delivery::player::Player>,
+}
 
 /// `req`, about stream `id`, answered by the node serving that stream when it is another one
 /// (the serving node is looked up only with an `id`), else by `here`.

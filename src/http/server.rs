@@ -11,24 +11,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::api::Api;
-use super::delivery::player::Player;
 use super::listener::{self, HttpLimits};
 use crate::admission::Admission;
-use crate::ingest::whip::Whip;
 
 /// The HTTP port, bound and not yet accepting.
 pub struct Http {
     listener: TcpListener,
     pub addr: SocketAddr,
-}
-
-/// Who answers the requests the router hands out besides media delivery.
-pub struct Routes {
-    pub api: Arc<Api>,
-    pub whip: Arc<Whip>,
-    pub whep: Arc<crate::realtime::whep::Whep>,
-    pub player: Arc<Player>,
 }
 
 impl Http {
@@ -41,7 +30,7 @@ impl Http {
     /// Serves until `shutdown`, then lets in-flight requests finish (the task ends then).
     pub fn serve(
         self,
-        routes: Routes,
+        routes: super::router::Routes,
         limits: HttpLimits,
         admission: Admission,
         shutdown: watch::Receiver<bool>,

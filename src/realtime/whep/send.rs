@@ -139,11 +139,134 @@ fn subscribe(hub: &Arc<Hub>, feed: Feed, capacity: usize) -> Reader {
     hub.subscribe(feed, ReaderOptions::new(READER_NAME, capacity))
 }
 
+/// A session's sending state: the readers (attached once connected: frames queued before
+/// could not be sent), the packetizer of the rung's current configuration, and whether the
+/// picture waits for a keyframe.
+struct Viewer {
+    source: Source,
+    feed: Feed,
+    video: RtpOut,
+    audio: Option<RtpOut>,
+    vreader: Option<Reader>,
+    areader: Option<Reader>,
+    packetizer: Option<Packetizer>,
+    need_keyframe: bool,
+    last_request: Option<Instant>,
+    /// Since when the rung's feed is gone (a pipeline being rebuilt).
+    resuming: Option<Instant>,
+    stats: SendStats,
+}
+
+/// Why a session ends.
+type End = String;
+
+impl Viewer {
+    /// Subscribes to the rung (and Opus) from now on; the picture restarts at a keyframe.
+    fn attach(&mut self) {
+        let hub = &self.source.hub;
+        self.vreader = Some(subscribe(hub, self.feed.clone(), VIDEO_QUEUE));
+        self.areader = self
+            .audio
+            .as_ref()
+            .map(|_| subscribe(hub, Feed::Opus, AUDIO_QUEUE));
+        self.need_keyframe = true;
+        self.last_request = None;
+    }
+
+    fn ask_keyframe(&mut self) {
+        if self.source.hub.request_keyframe(&self.feed) {
+            self.stats.keyframe_requests += 1;
+        }
+    }
+
+    async fn on_video(&mut self, msg: Option<MediaMessage>) -> Result<(), End> {
+        match msg {
+            Some(MediaMessage::VideoConfig(c)) => {
+                self.packetizer = crate::media::codec::avcc_parameter_sets(&c.record)
+                    .ok()
+                    .map(|sets| Packetizer::new(&sets));
+                self.need_keyframe = true;
+            }
+            Some(MediaMessage::Frame(f)) => {
+                let Some(p) = &self.packetizer else {
+                    return Ok(());
+                };
+                let mut payloads = Vec::new();
+                if (self.need_keyframe && !f.keyframe)
+                    || p.packetize(&f.data, &mut payloads).is_err()
+                {
+                    self.stats.skipped += 1;
+                    return Ok(());
+                }
+                self.need_keyframe = false;
+                self.stats.frames += 1;
+                let ts = self.video.clock.at(f.pts, Instant::now());
+                if !self.video.send(payloads, ts, &mut self.stats).await {
+                    return Err("connection closed".into());
+                }
+            }
+            Some(_) => {}
+            None => {
+                // The rung's producer ended: a rebuilt pipeline, or the stream's end (which
+                // ends the session through `ended`). The tick looks for it coming back.
+                (self.vreader, self.areader, self.packetizer) = (None, None, None);
+                self.resuming = Some(Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_audio(&mut self, msg: Option<MediaMessage>) -> Result<(), End> {
+        let (Some(MediaMessage::Frame(f)), Some(a)) = (msg, &mut self.audio) else {
+            return Ok(());
+        };
+        // Opus from the first picture on: the player starts both together.
+        if self.need_keyframe {
+            return Ok(());
+        }
+        let ts = a.clock.at(f.pts, Instant::now());
+        match a.send(vec![f.data], ts, &mut self.stats).await {
+            true => Ok(()),
+            false => Err("connection closed".into()),
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant, connect_deadline: Option<Instant>) -> Result<(), End> {
+        if let Some(since) = self.resuming {
+            if self
+                .source
+                .hub
+                .video_rungs()
+                .iter()
+                .any(|r| r.name == self.source.rung)
+            {
+                self.resuming = None;
+                self.video.clock.rebase = true;
+                if let Some(a) = &mut self.audio {
+                    a.clock.rebase = true;
+                }
+                self.attach();
+            } else if now - since > RESUME_WAIT {
+                return Err(format!("the rung did not come back within {RESUME_WAIT:?}"));
+            }
+        } else if self.vreader.is_none() {
+            if connect_deadline.is_some_and(|d| now > d) {
+                return Err("ICE/DTLS did not connect in time".into());
+            }
+        } else if self.need_keyframe && self.last_request.is_none_or(|t| now - t >= KEYFRAME_RETRY)
+        {
+            self.last_request = Some(now);
+            self.ask_keyframe();
+        }
+        Ok(())
+    }
+}
+
 /// Runs a viewer's session until it ends; the reason, for the log.
 pub async fn run(
     negotiated: Negotiated,
     mut keyframe_requests: mpsc::Receiver<()>,
-    mut source: Source,
+    source: Source,
     connect_timeout: Duration,
 ) -> (String, SendStats) {
     let Negotiated {
@@ -153,150 +276,63 @@ pub async fn run(
         audio,
         ..
     } = negotiated;
-    let feed = Feed::Video(source.rung.clone());
-    let mut stats = SendStats::default();
-    let mut video = RtpOut::new(video, 90_000);
-    let mut audio = audio.map(|a| RtpOut::new(a, 48_000));
-    // Subscribed once connected: frames queued before could not be sent.
-    let mut vreader: Option<Reader> = None;
-    let mut areader: Option<Reader> = None;
-    let mut packetizer: Option<Packetizer> = None;
-    let mut need_keyframe = true;
-    let mut last_request: Option<Instant> = None;
-    let deadline = Instant::now() + connect_timeout;
+    let (mut stop, mut ended) = (source.stop.clone(), source.ended.clone());
+    let mut v = Viewer {
+        feed: Feed::Video(source.rung.clone()),
+        source,
+        video: RtpOut::new(video, 90_000),
+        audio: audio.map(|a| RtpOut::new(a, 48_000)),
+        vreader: None,
+        areader: None,
+        packetizer: None,
+        need_keyframe: true,
+        last_request: None,
+        resuming: None,
+        stats: SendStats::default(),
+    };
+    let mut connect_deadline = Some(Instant::now() + connect_timeout);
     let mut tick = tokio::time::interval(KEYFRAME_RETRY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let reason = loop {
-        tokio::select! {
-            _ = async { drop(source.stop.wait_for(|s| *s).await) } => break "ended by DELETE or the server".to_owned(),
-            _ = async { drop(source.ended.wait_for(|s| *s).await) } => break "the stream ended".to_owned(),
+    let result: Result<(), End> = loop {
+        let step = tokio::select! {
+            _ = async { drop(stop.wait_for(|s| *s).await) } => Err("ended by DELETE or the server".into()),
+            _ = async { drop(ended.wait_for(|s| *s).await) } => Err("the stream ended".into()),
             state = states.recv() => match state {
-                None => break "peer connection gone".to_owned(),
-                Some(RTCPeerConnectionState::Connected) if vreader.is_none() => {
-                    vreader = Some(subscribe(&source.hub, feed.clone(), VIDEO_QUEUE));
-                    areader = audio.as_ref().map(|_| subscribe(&source.hub, Feed::Opus, AUDIO_QUEUE));
-                    need_keyframe = true;
-                    last_request = None;
+                None => Err("peer connection gone".into()),
+                Some(RTCPeerConnectionState::Connected) if connect_deadline.is_some() => {
+                    connect_deadline = None;
+                    v.attach();
+                    Ok(())
                 }
-                Some(RTCPeerConnectionState::Failed) => break "ICE/DTLS failed".to_owned(),
-                Some(RTCPeerConnectionState::Closed) => break "connection closed".to_owned(),
-                Some(_) => {}
+                Some(RTCPeerConnectionState::Failed) => Err("ICE/DTLS failed".into()),
+                Some(RTCPeerConnectionState::Closed) => Err("connection closed".into()),
+                Some(_) => Ok(()),
             },
+            // The viewer lost a picture: the same rate-limited request as a join.
             Some(()) = keyframe_requests.recv() => {
-                // The viewer lost a picture: the same rate-limited request as a join.
-                if source.hub.request_keyframe(&feed) {
-                    stats.keyframe_requests += 1;
-                }
+                v.ask_keyframe();
+                Ok(())
             }
-            msg = next(&mut vreader) => match msg {
-                Some(MediaMessage::VideoConfig(c)) => {
-                    packetizer = crate::media::codec::avcc_parameter_sets(&c.record)
-                        .ok()
-                        .map(|sets| Packetizer::new(&sets));
-                    need_keyframe = true;
-                }
-                Some(MediaMessage::Frame(f)) => {
-                    if need_keyframe && !f.keyframe {
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    let Some(p) = &packetizer else { continue };
-                    let mut payloads = Vec::new();
-                    if p.packetize(&f.data, &mut payloads).is_err() {
-                        stats.skipped += 1;
-                        need_keyframe = true;
-                        continue;
-                    }
-                    need_keyframe = false;
-                    stats.frames += 1;
-                    let ts = video.clock.at(f.pts, Instant::now());
-                    if !video.send(payloads, ts, &mut stats).await {
-                        break "connection closed".to_owned();
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    // The rung's producer ended: a rebuild, or the stream's end (which ends us
-                    // through `ended`). Wait for it to come back.
-                    (vreader, areader, packetizer) = (None, None, None);
-                    match resume(&source.hub, &source.rung, &mut source.ended).await {
-                        true => {
-                            vreader = Some(subscribe(&source.hub, feed.clone(), VIDEO_QUEUE));
-                            areader = audio.as_ref().map(|_| subscribe(&source.hub, Feed::Opus, AUDIO_QUEUE));
-                            video.clock.rebase = true;
-                            if let Some(a) = &mut audio {
-                                a.clock.rebase = true;
-                            }
-                            need_keyframe = true;
-                            last_request = None;
-                        }
-                        false => break "the stream ended".to_owned(),
-                    }
-                }
-            },
-            msg = next(&mut areader) => {
-                if let (Some(MediaMessage::Frame(f)), Some(a)) = (msg, &mut audio) {
-                    // Opus after the first picture only: the player starts both together.
-                    if need_keyframe {
-                        continue;
-                    }
-                    let ts = a.clock.at(f.pts, Instant::now());
-                    if !a.send(vec![f.data], ts, &mut stats).await {
-                        break "connection closed".to_owned();
-                    }
-                }
-            }
-            _ = tick.tick() => {
-                let now = Instant::now();
-                if vreader.is_none() && now > deadline {
-                    break format!("ICE/DTLS did not connect within {connect_timeout:?}");
-                }
-                if vreader.is_some() && need_keyframe && last_request.is_none_or(|t| now - t >= KEYFRAME_RETRY) {
-                    last_request = Some(now);
-                    if source.hub.request_keyframe(&feed) {
-                        stats.keyframe_requests += 1;
-                    }
-                }
-            }
+            msg = next(&mut v.vreader) => v.on_video(msg).await,
+            msg = next(&mut v.areader) => v.on_audio(msg).await,
+            _ = tick.tick() => v.on_tick(Instant::now(), connect_deadline),
+        };
+        if let Err(end) = step {
+            break Err(end);
         }
     };
-    drop((vreader, areader));
+    let stats = v.stats;
+    drop(v);
     let _ = tokio::time::timeout(Duration::from_secs(2), pc.close()).await;
-    (reason, stats)
+    (result.err().unwrap_or_default(), stats)
 }
 
-/// The reader's next message; pending while there is no reader (not connected yet, no audio)
-/// and, for audio, after its end (the video reader's end is what the session acts on).
+/// The reader's next message; pending while there is no reader (not connected yet, no audio).
 async fn next(reader: &mut Option<Reader>) -> Option<MediaMessage> {
     match reader {
-        Some(r) => match r.recv().await {
-            Some(m) => Some(m),
-            None => {
-                *reader = None;
-                None
-            }
-        },
+        Some(r) => r.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// Waits for the rung to be produced again; `false` if the stream ended or it did not come
-/// back within [`RESUME_WAIT`].
-async fn resume(hub: &Hub, rung: &str, ended: &mut watch::Receiver<bool>) -> bool {
-    let until = Instant::now() + RESUME_WAIT;
-    while Instant::now() < until {
-        if *ended.borrow() {
-            return false;
-        }
-        if hub.video_rungs().iter().any(|r| r.name == rung) {
-            return true;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = ended.changed() => {}
-        }
-    }
-    false
 }
 
 #[cfg(test)]
