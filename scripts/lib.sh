@@ -77,18 +77,29 @@ ensure_test_deps() {
   ensure_apt "${TEST_APT_PACKAGES[@]}"
   ensure_postgres
   ensure_node_modules
+  # aiortc: a second WebRTC stack (not Chromium's) as a WHEP viewer in the tests.
+  ensure_python_module aiortc aiortc
 }
 
 # Python test tools live in a venv under target/, away from the system Python.
 PY_TOOLS="$REPO_ROOT/target/pytools"
 
-ensure_python_tool() {
-  local package="$1" binary="$2"
-  [ -x "$PY_TOOLS/bin/$binary" ] && return 0
+pip_install() {
+  local package="$1"
   if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
     ensure_apt python3-venv
   fi
   [ -x "$PY_TOOLS/bin/pip" ] || python3 -m venv "$PY_TOOLS"
   echo "==> installing $package into $PY_TOOLS"
   "$PY_TOOLS/bin/pip" install --quiet --disable-pip-version-check "$package"
+}
+
+# A Python tool run by its command (`binary`).
+ensure_python_tool() {
+  [ -x "$PY_TOOLS/bin/$2" ] || pip_install "$1"
+}
+
+# A Python package the tests import (`module`).
+ensure_python_module() {
+  "$PY_TOOLS/bin/python" -c "import $2" 2>/dev/null || pip_install "$1"
 }

@@ -207,3 +207,38 @@ async fn whep_refusals_are_clear() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
 }
+
+/// aiortc (Python, PyAV's decoder) as a WHEP client: a second WebRTC stack, not Chromium's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_webrtc_stack_plays_whep_too() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = whip_daemon(dir.path());
+    let (id, live, _pusher) = live_stream(&d, "whep-aiortc", 3).await;
+    let url = format!("{}?quality=480p", live["whep_url"].as_str().unwrap());
+    let python = super::common::root().join("target/pytools/bin/python");
+    let out = tokio::process::Command::new(&python)
+        .arg(super::common::root().join("tests/whep_client.py"))
+        .args([url.as_str(), "5"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(40), out)
+        .await
+        .expect("the aiortc client ended")
+        .unwrap_or_else(|e| panic!("{} (installed by scripts/test): {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let r: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    println!("aiortc viewer: {r}");
+    assert_eq!(r["status"], 201, "{r}");
+    assert_eq!(
+        (r["width"].as_u64(), r["height"].as_u64()),
+        (Some(854), Some(480)),
+        "{r}"
+    );
+    // 5 s of 25 fps: most pictures decoded (the first waits for the keyframe asked on join).
+    assert!(r["video_frames"].as_u64().unwrap() >= 75, "{r}");
+    assert!(r["audio_frames"].as_u64().unwrap() >= 100, "{r}");
+    assert_eq!(r["delete_status"], 200, "{r}");
+    whep_viewers(&d, id, 0).await;
+}
