@@ -119,8 +119,10 @@ pub fn srt_streamid(data: &[u8]) {
     let _ = crate::ingest::srt::streamid::parse(Some(&text));
 }
 
+/// WHIP's offer and answer checks, and WHEP's offer check (the same reader).
 pub fn whip_sdp(data: &[u8]) {
     let _ = crate::ingest::whip::sdp::check_offer(data);
+    let _ = crate::realtime::whep::check_offer(data);
     let _ = crate::ingest::whip::sdp::check_answer(data);
 }
 

@@ -116,9 +116,11 @@ pub async fn attack_all(d: &Daemon, victim: &Value) {
         )
     };
     let whip = format!("/whip/{id}");
+    let whep = format!("/whep/{id}");
     for (path, ctype) in [
         ("/streaming/streams", "application/json"),
         (whip.as_str(), "application/sdp"),
+        (whep.as_str(), "application/sdp"),
     ] {
         let (status, body) = raw(d, &post(path, ctype, 10_000_000_000), b"").await;
         assert_eq!(status, 413, "{path} declared 10 GB: {body}");
@@ -136,18 +138,28 @@ pub async fn attack_all(d: &Daemon, victim: &Value) {
     .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("malformed_json"), "{body}");
-    // A WHIP offer with 1000 m-lines: 400 before any WebRTC state exists.
+    // A WHIP or WHEP offer with 1000 m-lines, or a 20 KiB line: 400 before any WebRTC state
+    // exists.
     let offer = format!(
         "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n{}",
         "m=video 9 UDP/TLS/RTP/SAVPF 102\r\nc=IN IP4 0.0.0.0\r\n".repeat(1000)
     );
-    let (status, body) = raw(
-        d,
-        &post(&whip, "application/sdp", offer.len() as u64),
-        offer.as_bytes(),
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
+    let long_line = format!(
+        "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=x:{}\r\n",
+        "a".repeat(20 * 1024)
+    );
+    for path in [&whip, &whep] {
+        for bad in [&offer, &long_line] {
+            let (status, body) = raw(
+                d,
+                &post(path, "application/sdp", bad.len() as u64),
+                bad.as_bytes(),
+            )
+            .await;
+            assert_eq!(status, 400, "{path}: {body}");
+            assert!(body.contains("invalid_sdp"), "{path}: {body}");
+        }
+    }
 
     // Slowloris past the connection cap (400 here): 420 connections each send half a request
     // head, then a header line every second. Those over the cap get 503 at once; the rest are

@@ -242,3 +242,75 @@ async fn an_independent_webrtc_stack_plays_whep_too() {
     assert_eq!(r["delete_status"], 200, "{r}");
     whep_viewers(&d, id, 0).await;
 }
+
+/// A stream's viewer cap: the next offer gets 503 with Retry-After until a session ends; an
+/// unknown rung is named in the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_stream_viewer_cap_and_an_unknown_rung_are_refused_clearly() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", super::common::KEY),
+            ("LIVEPACK_WHIP_UDP_ADDRS", "127.0.0.1:0"),
+            ("LIVEPACK_WHEP_MAX_SESSIONS_PER_STREAM", "1"),
+        ],
+    );
+    let (_id, live, _pusher) = live_stream(&d, "whep-cap", 2).await;
+    let url = live["whep_url"].as_str().unwrap().to_owned();
+    // A viewer's offer (recvonly) from no real client: its session waits for ICE.
+    let offer = super::common::whip_offer_without_client().replace("a=sendonly", "a=recvonly");
+    let client = reqwest::Client::new();
+    let post = |url: String| {
+        let (client, offer) = (client.clone(), offer.clone());
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/sdp")
+                .body(offer)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = post(url.clone()).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    let answer = first.text().await.unwrap();
+    assert!(answer.contains("a=sendonly"), "{answer}");
+    let second = post(url.clone()).await;
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(second.headers()["retry-after"], "5");
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_sessions", "{body}");
+    let r = client.delete(d.url(&location)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let third = post(url.clone()).await;
+    assert_eq!(third.status(), StatusCode::CREATED);
+    let r = client.delete(d.url(&location)).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::NOT_FOUND,
+        "a session is deleted once"
+    );
+    let location = third.headers()["location"].to_str().unwrap().to_owned();
+    let r = client.delete(d.url(&location)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+
+    let unknown = post(format!("{url}?quality=4k")).await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(
+        (
+            body["error"]["code"].as_str(),
+            body["error"]["field"].as_str()
+        ),
+        (Some("unknown_quality"), Some("quality")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("720p"),
+        "{body}"
+    );
+}

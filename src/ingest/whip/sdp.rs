@@ -27,7 +27,7 @@ pub enum SdpError {
     #[error("m= line {0} is malformed")]
     BadMediaLine(usize),
     /// Parsable, but nothing we can ingest: HTTP 406.
-    #[error("the offer has no {0} track (WHIP ingest needs H.264 video with packetization-mode=1 and Opus audio)")]
+    #[error("the offer has no {0} track we can use (H.264 needs packetization-mode=1; WHIP ingest also needs Opus audio)")]
     Unsupported(&'static str),
 }
 

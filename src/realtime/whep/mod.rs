@@ -465,6 +465,17 @@ fn offer_has_audio(offer: &str) -> bool {
     sdp::sections(offer.as_bytes()).is_ok_and(|s| s.iter().any(|s| s.has_opus()))
 }
 
+/// Checks a viewer's offer before any WebRTC state exists (sans-IO): parsable and bounded
+/// like a WHIP offer, with an H.264 video section (packetization-mode 1) the stream can be sent
+/// in; audio is optional.
+pub fn check_offer(offer: &[u8]) -> Result<(), sdp::SdpError> {
+    let sections = sdp::sections(offer)?;
+    if !sections.iter().any(|s| s.has_h264()) {
+        return Err(sdp::SdpError::Unsupported("H.264 video"));
+    }
+    Ok(())
+}
+
 /// The offer, read under the size limit and checked before anything is allocated for it: a
 /// viewer must be able to take H.264 (packetization-mode 1); Opus is optional.
 async fn read_offer(req: Request<hyper::body::Incoming>, limit: usize) -> Result<String, Refusal> {
@@ -487,14 +498,13 @@ async fn read_offer(req: Request<hyper::body::Incoming>, limit: usize) -> Result
                 format!("reading the offer: {e}"),
             ),
         })?;
-    let sections = sdp::sections(&offer)
-        .map_err(|e| refused(StatusCode::BAD_REQUEST, "invalid_sdp", e.to_string()))?;
-    if !sections.iter().any(|s| s.has_h264()) {
-        return Err(refused(
-            StatusCode::NOT_ACCEPTABLE,
-            "unsupported_codecs",
-            "the offer has no H.264 video section with packetization-mode=1 (WHEP playback sends the stream's H.264)".into(),
-        ));
+    if let Err(e) = check_offer(&offer) {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        let code = match e.status() {
+            406 => "unsupported_codecs",
+            _ => "invalid_sdp",
+        };
+        return Err(refused(status, code, e.to_string()));
     }
     Ok(String::from_utf8_lossy(&offer).into_owned())
 }
