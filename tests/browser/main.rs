@@ -164,6 +164,29 @@ async fn hlsjs_and_dashjs_play_a_signed_stream() {
         .await
         .unwrap();
     assert_eq!(plain.status(), reqwest::StatusCode::FORBIDDEN);
+    // WHEP: the plain endpoint is refused; the record's signed `whep_url` takes an offer.
+    let offer = common::whip_offer_without_client().replace("a=sendonly", "a=recvonly");
+    let client = reqwest::Client::new();
+    let whep = |url: String| {
+        client
+            .post(url)
+            .header("content-type", "application/sdp")
+            .body(offer.clone())
+            .send()
+    };
+    let r = whep(d.url(&format!("/whep/{id}"))).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
+    let r = whep(rec["whep_url"].as_str().unwrap().to_owned())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    let session = d.url(r.headers()["location"].to_str().unwrap());
+    let r = client.delete(session).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        reqwest::StatusCode::OK,
+        "a session needs no grant"
+    );
     let hls_report = play("tests/browser/hlsjs.mjs", hls, vec![]).await;
     let dash_report = play("tests/browser/dashjs.mjs", dash, vec![]).await;
     drop(ffmpeg);
@@ -174,6 +197,64 @@ async fn hlsjs_and_dashjs_play_a_signed_stream() {
         mean(&hls_latency),
         mean(&dash_latency)
     );
+}
+
+/// The player page's real-time mode: chosen in its menu, it plays the stream over WebRTC (WHEP)
+/// instead of hls.js; with `?format=webrtc` on a server whose WebRTC is unreachable (its
+/// candidates name a blackholed address: UDP and TCP blocked), it falls back to LL-HLS by itself
+/// and says so.
+#[tokio::test]
+async fn player_page_plays_in_real_time_and_falls_back_to_ll_hls_by_itself() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let samples = |r: &Value| r["samples"].as_array().unwrap().clone();
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let (rec, ffmpeg) = live_stream(&d).await;
+    let page = rec["iframe_url"].as_str().unwrap().to_owned();
+    let report = driver(
+        "tests/browser/realtime.mjs",
+        vec![page, "16".into(), "switch".into()],
+    )
+    .await;
+    drop(ffmpeg);
+    assert_eq!(report["errors"], json!([]), "{report}");
+    let s = samples(&report);
+    assert!(s.iter().all(|x| x["modeShown"] == true), "{report}");
+    assert!(
+        s[..8].iter().any(|x| x["kind"] == "hls.js"),
+        "the page starts in low latency (hls.js): {report}"
+    );
+    let rt: Vec<&Value> = s
+        .iter()
+        .filter(|x| x["kind"] == "webrtc" && x["pc"] == "connected")
+        .collect();
+    assert!(rt.len() >= 6, "real time after the switch: {report}");
+    let advanced = rt.last().unwrap()["t"].as_f64().unwrap() - rt[0]["t"].as_f64().unwrap();
+    assert!(advanced > 2.0, "the real-time picture advances: {report}");
+    assert_eq!(rt.last().unwrap()["height"], 720, "{report}");
+
+    let dir = tempdir();
+    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_WHIP_NAT_IPS", "192.0.2.1")]);
+    let (rec, ffmpeg) = live_stream(&d).await;
+    let page = format!("{}?format=webrtc", rec["iframe_url"].as_str().unwrap());
+    let report = driver("tests/browser/realtime.mjs", vec![page, "20".into()]).await;
+    drop(ffmpeg);
+    assert_eq!(report["errors"], json!([]), "{report}");
+    let s = samples(&report);
+    assert!(
+        s.iter().any(|x| x["kind"] == "webrtc"),
+        "it tried: {report}"
+    );
+    let hls: Vec<&Value> = s.iter().filter(|x| x["kind"] == "hls.js").collect();
+    assert!(hls.len() >= 6, "then played LL-HLS: {report}");
+    assert!(
+        hls.iter().any(|x| x["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("Real time unavailable"))),
+        "and said why: {report}"
+    );
+    let advanced = hls.last().unwrap()["t"].as_f64().unwrap() - hls[0]["t"].as_f64().unwrap();
+    assert!(advanced > 2.0, "{report}");
 }
 
 /// ffmpeg pushing the 720p fixture to `push_url` in real time (~36 s).

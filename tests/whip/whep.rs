@@ -151,7 +151,13 @@ async fn a_whep_viewer_without_udp_plays_over_ice_tcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whep_refusals_are_clear() {
     let dir = tempdir();
-    let d = whip_daemon(dir.path());
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", super::common::KEY),
+            ("LIVEPACK_PLAYBACK_SIGNING_KEY", "whep-playback-key-0123"),
+        ],
+    );
     let rec = create(&d, json!({"name": "offline"})).await;
     let url = rec["whep_url"].as_str().unwrap().to_owned();
     let client = reqwest::Client::new();
@@ -200,6 +206,18 @@ async fn whep_refusals_are_clear() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let r = client.delete(format!("{url}/0123")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Signed playback: a secure stream's `whep_url` carries the grant (the gate's 403 for a
+    // live stream without one is tested with the signed players, tests/browser).
+    let secure = create(&d, json!({"name": "signed", "secure_playback": true})).await;
+    let sid = secure["id"].as_i64().unwrap();
+    let signed = secure["whep_url"].as_str().unwrap().to_owned();
+    assert!(signed.contains(&format!("/whep/{sid}/t/")), "{signed}");
+    let (status, body) = post(signed, "application/sdp", offer.clone()).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_live")),
+        "{body}"
+    );
     let r = client
         .request(reqwest::Method::OPTIONS, url.clone())
         .send()

@@ -90,7 +90,21 @@ function playerControls({ cfg, stage, video, player }) {
     };
   }
 
+  // WebRTC (WHEP): always at the live edge; the server sends one rung, no window.
+  function realtimeAdapter() {
+    return {
+      rungs: () => [],
+      choose() {},
+      window: () => null,
+      latency: () => NaN,
+      target: () => DEFAULT_TARGET,
+      seek() {},
+      live() {},
+    };
+  }
+
   function adapter(p) {
+    if (p.whep) return realtimeAdapter();
     if (window.Hls && p instanceof window.Hls) return hlsAdapter(p);
     if (typeof p.getBitrateInfoListFor === 'function') return dashAdapter(p);
     return nativeAdapter();
@@ -318,5 +332,11 @@ function playerControls({ cfg, stage, video, player }) {
   document.addEventListener('webkitfullscreenchange', refresh);
   setInterval(refresh, 250);
   wake();
+  // A message that stays a while: what the page did by itself (a fallback).
+  ui.notice = (text) => {
+    toast(text);
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => toastEl.classList.remove('shown'), 6000);
+  };
   return ui;
 }

@@ -144,7 +144,7 @@ impl Player {
                     .find(|(k, _)| k == "format")
                     .map(|(_, v)| v.into_owned())
             })
-            .filter(|f| f == "dash")
+            .filter(|f| f == "dash" || f == "webrtc")
             .unwrap_or_else(|| "hls".into());
         if let Some(key) = path.strip_prefix("/player/videos/") {
             return self.video_page(key, format, &g).await;
@@ -189,6 +189,8 @@ impl Player {
             "hls": format!("/cmaf/{id}{g}/master.m3u8"),
             "dash": format!("/cmaf/{id}{g}/index.mpd"),
             "status": format!("/player/{id}{g}/status.json"),
+            // Real-time mode (`?format=webrtc`, or the page's menu): WHEP on this server.
+            "whep": format!("/whep/{id}{g}"),
             "poster": format!("/screenshots/{id}{g}/last.jpg"),
             "projection": row.settings.projection,
             "format": format,
