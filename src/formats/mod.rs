@@ -2,3 +2,4 @@
 //! out), below both so that neither has to import the other.
 
 pub mod mpegts;
+pub mod mpegts_mux;
