@@ -367,6 +367,16 @@ async fn recordings(
     recordings
 }
 
+/// The CDN resources whose streams all need signed playback.
+fn secure_cdns(config: &Config) -> std::collections::HashSet<i64> {
+    config
+        .cdn_resources
+        .iter()
+        .filter(|r| r.secure_playback)
+        .map(|r| r.id)
+        .collect()
+}
+
 fn http_limits(config: &Config) -> HttpLimits {
     HttpLimits {
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
@@ -435,7 +445,13 @@ pub async fn start(
         spectators,
     );
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let ingest = ingest.serve(&config, &registry, &store, &shutdown_rx)?;
+    let srt_readers = Arc::new(crate::realtime::srt_read::SrtReads::new(
+        registry.clone(),
+        store.clone(),
+        config.playback.clone(),
+        secure_cdns(&config),
+    ));
+    let ingest = ingest.serve(&config, (&registry, &store), srt_readers, &shutdown_rx)?;
     let http_addr = http.addr;
     let whep = crate::realtime::whep::Whep::new(
         registry.clone(),

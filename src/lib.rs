@@ -32,7 +32,8 @@
 //!   nodes vouch for the requests they relay (`cluster::node_auth`).
 //! - `media`: frames, tracks and codec configs — the only types that cross from ingest to the
 //!   pipeline; the timestamp unwrap (`timeline`) and the one re-timer (`retime`).
-//! - `formats`: container parsers shared by ingest and package (MPEG-TS).
+//! - `formats`: container parsers shared by ingest and package (MPEG-TS), and the MPEG-TS
+//!   writer of the real-time readers.
 //! - `ingest`: RTMP/RTMPS, SRT and WHIP listeners and the PULL fetcher; each turns what it
 //!   receives into `media` messages for `live`. Never imports `pipeline` or `package`.
 //!   `ingest::listeners` is the daemon's ingest part: every port bound, then served.
@@ -44,6 +45,8 @@
 //!   `taps` (the encoded rungs back into the hub), `package_reader` (the package as one
 //!   reader of each rendition's feed, muxing it to CMAF); it writes only through the
 //!   package's sink API.
+//! - `realtime`: hub readers that send a stream as it is encoded — SRT readers (`play:{id}`
+//!   on the SRT port, MPEG-TS of a rung or of the source).
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).

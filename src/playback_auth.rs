@@ -102,7 +102,8 @@ pub fn split(path: &str) -> (Cow<'_, str>, Option<Grant>) {
 /// Media paths are a few segments deep; anything longer names nothing anyway.
 const MAX_SEGMENTS: usize = 16;
 
-fn grant(expires: &str, token: &str) -> Option<Grant> {
+/// A grant from its two path segments, when both are well formed.
+pub fn grant(expires: &str, token: &str) -> Option<Grant> {
     let well_formed = !expires.is_empty()
         && expires.len() <= 12
         && expires.bytes().all(|b| b.is_ascii_digit())

@@ -124,11 +124,12 @@ impl Ingest {
 
 impl Bound {
     /// Starts accepting publishers on every port and the PULL fetcher, until `shutdown`.
+    /// Readers on the SRT port go to `srt_readers`.
     pub fn serve(
         self,
         config: &Config,
-        registry: &Arc<Registry>,
-        store: &Arc<dyn Store>,
+        (registry, store): (&Arc<Registry>, &Arc<dyn Store>),
+        srt_readers: Arc<dyn srt::Readers>,
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Ingest, IngestError> {
         let whip_udp_addrs = self
@@ -162,6 +163,7 @@ impl Bound {
             registry.clone(),
             config.srt,
             self.gates.srt,
+            srt_readers,
             shutdown.clone(),
         ));
         pull::Puller::spawn(

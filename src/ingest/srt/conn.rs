@@ -1,6 +1,7 @@
 //! One SRT caller: stream id → authorisation before the handshake is answered (refusals carry
 //! an SRT reject reason and allocate nothing), the stream's passphrase as the encryption key,
 //! then MPEG-TS payloads → media → registry until the caller leaves, goes idle or is cut off.
+//! A reader's stream id (`play:…`, `m=request`) is handed to the [`super::Readers`] given.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,8 @@ use srt_tokio::access::{RejectReason, ServerRejectReason};
 use srt_tokio::options::Passphrase;
 use srt_tokio::{ConnectionRequest, SrtSocket};
 
-use super::streamid;
+use super::streamid::{self, Request, Target};
+use super::Readers;
 use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::live::{
     Caller, HookRefusal, Protocol, PublishError, PublishPermit, Publisher, Registry,
@@ -42,14 +44,27 @@ fn reject_reason(e: &PublishError) -> ServerRejectReason {
     }
 }
 
-async fn reject(request: ConnectionRequest, reason: ServerRejectReason) {
+pub async fn reject(request: ConnectionRequest, reason: ServerRejectReason) {
     let _ = request.reject(RejectReason::Server(reason)).await;
 }
 
 /// Drives one caller to its end; everything worth knowing is logged with the peer.
-pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeout: Duration) {
+pub async fn run(
+    request: ConnectionRequest,
+    registry: Arc<Registry>,
+    idle_timeout: Duration,
+    readers: Arc<dyn Readers>,
+) {
     let peer = request.remote();
-    let (permit, key) = match admit(&request, &registry).await {
+    let target = match streamid::parse(request.stream_id().map(|s| s.as_str())) {
+        Ok(Request::Publish(target)) => target,
+        Ok(Request::Play(target)) => return readers.read(request, target).await,
+        Err(e) => {
+            tracing::info!(%peer, error = %e, "SRT caller rejected");
+            return reject(request, ServerRejectReason::BadRequest).await;
+        }
+    };
+    let (permit, key) = match admit(&request, &registry, target).await {
         Ok(admitted) => admitted,
         Err(reason) => return reject(request, reason).await,
     };
@@ -101,12 +116,9 @@ pub async fn run(request: ConnectionRequest, registry: Arc<Registry>, idle_timeo
 async fn admit(
     request: &ConnectionRequest,
     registry: &Arc<Registry>,
+    target: Target,
 ) -> Result<(PublishPermit, Option<KeySettings>), ServerRejectReason> {
     let peer = request.remote();
-    let target = streamid::parse(request.stream_id().map(|s| s.as_str())).map_err(|e| {
-        tracing::info!(%peer, error = %e, "SRT caller rejected");
-        ServerRejectReason::BadRequest
-    })?;
     let (id, slot) = (target.stream_id, target.slot);
     let caller = Caller {
         remote: Some(peer),
@@ -125,25 +137,29 @@ async fn admit(
             tracing::info!(%peer, stream = id, ?slot, error = %e, "SRT publish refused");
             reject_reason(&e)
         })?;
-    let key = match permit
-        .row()
-        .settings
-        .srt_passphrase
-        .clone()
-        .map(Passphrase::try_from)
-    {
-        None => None,
-        Some(Ok(passphrase)) => Some(KeySettings {
+    let key = key_settings(request, permit.row().settings.srt_passphrase.clone(), id)?;
+    Ok((permit, key))
+}
+
+/// The encryption key for a caller of stream `id` whose record has `passphrase` (`None`:
+/// unencrypted). A caller without it, or with another, fails the handshake that follows.
+pub fn key_settings(
+    request: &ConnectionRequest,
+    passphrase: Option<String>,
+    id: i64,
+) -> Result<Option<KeySettings>, ServerRejectReason> {
+    match passphrase.map(Passphrase::try_from) {
+        None => Ok(None),
+        Some(Ok(passphrase)) => Ok(Some(KeySettings {
             // The caller's key length: srt-tokio requires it to match (AES-128/192/256).
             key_size: request.key_size(),
             passphrase,
-        }),
+        })),
         Some(Err(e)) => {
             tracing::error!(stream = id, error = %e, "stored SRT passphrase unusable");
-            return Err(ServerRejectReason::InternalServerError);
+            Err(ServerRejectReason::InternalServerError)
         }
-    };
-    Ok((permit, key))
+    }
 }
 
 /// A publishing caller's socket, its payloads' adapter and the publisher they go to.

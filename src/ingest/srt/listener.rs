@@ -1,6 +1,7 @@
 //! The SRT listener: binds the UDP socket (so `:0` works and the bound port is known), runs
 //! srt-tokio's multiplexing listener on it, caps concurrent callers, and hands each handshake
-//! to [`conn::run`] in its own task so a slow caller never stalls the others.
+//! to [`conn::run`] in its own task so a slow caller never stalls the others. Publishers and
+//! readers share the port and its caps.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub async fn serve(
     registry: Arc<Registry>,
     config: super::SrtConfig,
     admission: Admission,
+    readers: Arc<dyn super::Readers>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut socket = Some(socket);
@@ -93,9 +95,9 @@ pub async fn serve(
                 tokio::spawn(request.reject(RejectReason::Server(ServerRejectReason::Overload)));
                 continue;
             };
-            let registry = registry.clone();
+            let (registry, readers) = (registry.clone(), readers.clone());
             tokio::spawn(async move {
-                conn::run(request, registry, config.idle_timeout).await;
+                conn::run(request, registry, config.idle_timeout, readers).await;
                 drop(ticket);
             });
         }

@@ -1,12 +1,27 @@
 //! SRT ingest (srt-tokio): a listener that authorises each caller from its stream id at the
 //! handshake (with the stream's passphrase enforced by SRT encryption), and a connection shell
-//! that feeds the MPEG-TS payload through the TS → media adapter to the registry.
+//! that feeds the MPEG-TS payload through the TS → media adapter to the registry. Readers on
+//! the same port (`play:{id}`) are handed to a [`Readers`] (the real-time side's SRT readers),
+//! so ingest does not depend on its consumers.
 
 pub mod conn;
 pub mod listener;
 pub mod streamid;
 
 use std::time::Duration;
+
+use futures::future::BoxFuture;
+use srt_tokio::ConnectionRequest;
+
+/// Serves SRT callers that read (`play:{id}`, `m=request`): answers their handshake and sends
+/// them the stream. Implemented by `realtime::srt_read`.
+pub trait Readers: Send + Sync {
+    fn read(
+        &self,
+        request: ConnectionRequest,
+        target: streamid::PlayTarget,
+    ) -> BoxFuture<'static, ()>;
+}
 
 /// What the SRT listener allows its callers (from the configuration).
 #[derive(Debug, Clone, Copy)]
