@@ -41,6 +41,9 @@ pub enum Feed {
     Opus,
 }
 
+/// SRT readers' hub readers are named this, then their peer (`/metrics` counts them).
+pub const SRT_READER: &str = "srt read";
+
 /// Keyframe requests to one feed's encoder are forwarded at most this often: each one costs
 /// every output of the rung a keyframe's bits (an IDR is several P-frames' size).
 pub const KEYFRAME_REQUEST_INTERVAL: Duration = Duration::from_millis(500);
@@ -286,6 +289,18 @@ impl Hub {
         self.feeds().values().map(|s| s.readers.len()).sum()
     }
 
+    /// Connections among the readers attached now whose names start with `prefix` (one
+    /// connection may read several feeds under one name, e.g. [`SRT_READER`] + its peer).
+    pub fn readers_named(&self, prefix: &str) -> usize {
+        let feeds = self.feeds();
+        let names: std::collections::HashSet<&str> = feeds
+            .values()
+            .flat_map(|s| s.readers.iter().map(|r| r.name.as_str()))
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.len()
+    }
+
     /// Messages lost to full reader queues since the hub was made.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -515,6 +530,12 @@ mod tests {
         assert_eq!(lost.load(Ordering::Relaxed), 6);
         let stats = hub.stats();
         assert!(stats.iter().any(|s| s.name == "slow" && s.dropped == 6));
+        let _srt = hub.subscribe(Feed::Audio, ReaderOptions::new("srt read 1.2.3.4:5", 4));
+        let _srt_video = hub.subscribe(Feed::Source, ReaderOptions::new("srt read 1.2.3.4:5", 4));
+        assert_eq!(
+            (hub.readers_named(SRT_READER), hub.readers_named("fast")),
+            (1, 1)
+        );
         assert!(stats.iter().any(|s| s.name == "fast" && s.dropped == 0));
     }
 

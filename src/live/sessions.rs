@@ -373,6 +373,7 @@ impl Table {
                 hub_readers: e.handles.hub.readers(),
                 hub_dropped: e.handles.hub.dropped(),
                 whep_viewers: e.handles.hub.video_readers_named(crate::hub::WHEP_READER),
+                srt_readers: e.handles.hub.readers_named(crate::hub::SRT_READER),
             })
             .collect();
         all.sort_by_key(|m| m.id);

@@ -156,4 +156,6 @@ pub struct StreamMetrics {
     pub hub_dropped: u64,
     /// WHEP viewers receiving the stream now.
     pub whep_viewers: usize,
+    /// SRT readers (`play:{id}`) connected now.
+    pub srt_readers: usize,
 }

@@ -21,16 +21,13 @@ use srt_tokio::{ConnectionRequest, SrtSocket};
 
 use crate::db::{Store, StreamRow};
 use crate::formats::mpegts_mux::{take_payloads, MuxError, TsMuxer};
-use crate::hub::{default_rung, Feed, Hub, Reader, ReaderOptions};
+use crate::hub::{default_rung, Feed, Hub, Reader, ReaderOptions, SRT_READER};
 use crate::ingest::srt::conn::{key_settings, reject};
 use crate::ingest::srt::streamid::{PlayTarget, Rendition};
 use crate::live::Registry;
 use crate::media::{MediaMessage, TrackKind};
 use crate::playback_auth::{Resource, Signing};
 
-/// Hub readers of SRT readers are named this (then the peer), which is how `/metrics` counts
-/// them.
-pub const READER_NAME: &str = "srt read";
 /// Messages queued per hub reader: a few seconds of video or audio frames. A reader that falls
 /// further behind loses frames (counted) and resumes at the next keyframe.
 const READER_QUEUE: usize = 256;
@@ -131,7 +128,7 @@ impl SrtReads {
             )
         };
         let hub = self.0.registry.hub(id).ok_or_else(not_live)?;
-        let name = format!("{READER_NAME} {}", request.remote());
+        let name = format!("{SRT_READER} {}", request.remote());
         let options = || ReaderOptions::new(name.clone(), READER_QUEUE);
         let rungs = hub.video_rungs();
         let feed = match &target.rendition {

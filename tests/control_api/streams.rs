@@ -45,6 +45,7 @@ fn assert_record_shape(rec: &Value) {
         "push_url_srt",
         "backup_push_url_srt",
         "push_url_whip",
+        "srt_play_url",
         "created_at",
         "started_at_primary",
         "started_at_backup",
@@ -140,6 +141,12 @@ async fn create_returns_defaults_urls_and_computed_fields() {
     assert_eq!(
         rec["push_url_whip"],
         format!("{base}/whip/{id}?token={token}")
+    );
+    // SRT read: the push URL's host and port, no token.
+    let srt_base = srt.split('?').next().unwrap();
+    assert_eq!(
+        rec["srt_play_url"],
+        format!("{srt_base}?streamid=play:{id}")
     );
     assert_eq!(rec["hls_cmaf_url"], format!("{base}/cmaf/{id}/master.m3u8"));
     assert_eq!(rec["dash_url"], format!("{base}/cmaf/{id}/index.mpd"));
@@ -870,4 +877,11 @@ async fn secure_playback_needs_the_signing_key() {
         "the configured lifetime: {expires}"
     );
     assert!(!r.body["push_url"].as_str().unwrap().contains("/t/"));
+    // SRT read carries the same grant, after the id as the paths do.
+    let grant = &hls[hls.find("/t/").unwrap()..hls.find("/master.m3u8").unwrap()];
+    let srt = r.body["srt_play_url"].as_str().unwrap();
+    assert!(
+        srt.ends_with(&format!("?streamid=play:{id}{grant}")),
+        "{srt}"
+    );
 }

@@ -42,6 +42,7 @@ const READ_ONLY: &[&str] = &[
     "push_url_srt",
     "backup_push_url_srt",
     "push_url_whip",
+    "srt_play_url",
     "created_at",
     "started_at_primary",
     "started_at_backup",
@@ -80,6 +81,7 @@ pub struct StreamView {
     push_url_srt: Option<String>,
     backup_push_url_srt: Option<String>,
     push_url_whip: Option<String>,
+    srt_play_url: String,
     created_at: String,
     started_at_primary: Option<String>,
     started_at_backup: Option<String>,
@@ -165,6 +167,11 @@ impl Api {
             push_url_srt: here.push_url_srt,
             backup_push_url_srt: here.backup_push_url_srt,
             push_url_whip: here.push_url_whip,
+            // The grant where the HTTP paths carry it (`realtime::srt_read` checks it).
+            srt_play_url: format!(
+                "srt://{}:{}?streamid=play:{id}{g}",
+                e.ingest_host, e.srt_port
+            ),
             created_at: iso8601(row.created_at),
             started_at_primary: row.started_at_primary.map(iso8601),
             started_at_backup: row.started_at_backup.map(iso8601),

@@ -206,6 +206,13 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     f.per_stream(
         streams,
+        "livepack_stream_srt_readers",
+        "gauge",
+        "SRT readers (`play:{id}` on the SRT port) connected to the stream now.",
+        |s| Some(s.srt_readers),
+    );
+    f.per_stream(
+        streams,
         "livepack_stream_hub_dropped_total",
         "counter",
         "Media messages the hub's readers lost because their queue was full (a slow reader).",
@@ -266,6 +273,7 @@ mod tests {
             hub_readers: 3,
             hub_dropped: 5,
             whep_viewers: 2,
+            srt_readers: 2,
         }];
         let text = render(
             &streams,
@@ -287,6 +295,7 @@ mod tests {
             "# TYPE livepack_stream_hub_readers gauge\nlivepack_stream_hub_readers{stream=\"7\"} 3\n",
             "# TYPE livepack_stream_hub_dropped_total counter\nlivepack_stream_hub_dropped_total{stream=\"7\"} 5\n",
             "# TYPE livepack_stream_whep_viewers gauge\nlivepack_stream_whep_viewers{stream=\"7\"} 2\n",
+            "# TYPE livepack_stream_srt_readers gauge\nlivepack_stream_srt_readers{stream=\"7\"} 2\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }
