@@ -1,11 +1,13 @@
 //! End to end: ffmpeg and srt-live-transmit push MPEG-TS over SRT into the real daemon; refusals
 //! (stream id, token, state, passphrase) are answered at the handshake; hostile datagrams do not
 //! take the listener down; main and backup pushes fail over and back with a discontinuity.
+//! SRT read (`read`): players on `srt_play_url` and its other forms.
 
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod read;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
