@@ -64,6 +64,9 @@ fn assert_record_shape(rec: &Value) {
         "video_width",
         "html_overlays",
         "storage_error",
+        "whep_url",
+        "whep_viewers",
+        "srt_readers",
     ];
     let obj = rec.as_object().expect("record is an object");
     for k in keys {

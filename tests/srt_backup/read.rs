@@ -175,6 +175,7 @@ async fn srt_read_every_form_several_readers_and_refusals() {
         join(tb, Duration::from_secs(20)).await,
     );
     wait_srt_readers(&d, id, 2.0).await;
+    assert_eq!(record(&d, id).await["srt_readers"], 2);
     for (bytes, size) in [(ta, (1280, 720)), (tb, (640, 360))] {
         // Whole transport packets from the first byte, readable by ffprobe.
         assert!(bytes.chunks(188).all(|p| p[0] == 0x47), "not TS packets");

@@ -64,6 +64,7 @@ const READ_ONLY: &[&str] = &[
     "multi_region_push_urls",
     "whep_url",
     "whep_viewers",
+    "srt_readers",
 ];
 
 /// The record as the API returns it; field order is the documented one.
@@ -104,6 +105,8 @@ pub struct StreamView {
     whep_url: String,
     /// WHEP viewers receiving the stream now (on the node serving it).
     whep_viewers: usize,
+    /// SRT readers (`srt_play_url`) receiving the stream now (on the node serving it).
+    srt_readers: usize,
     /// One entry per configured ingest region; absent when none is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     multi_region_push_urls: Option<Vec<RegionPushUrls>>,
@@ -199,6 +202,10 @@ impl Api {
                 .registry
                 .hub(id)
                 .map_or(0, |h| h.video_readers_named(crate::hub::WHEP_READER)),
+            srt_readers: self
+                .registry
+                .hub(id)
+                .map_or(0, |h| h.readers_named(crate::hub::SRT_READER)),
             multi_region_push_urls: regions,
             settings: row.settings,
         }
