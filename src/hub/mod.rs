@@ -339,16 +339,6 @@ impl Hub {
         rungs
     }
 
-    /// Readers of the video rungs with this name (one per viewer of a kind: each reads one
-    /// rung).
-    pub fn video_readers_named(&self, name: &str) -> usize {
-        self.feeds()
-            .iter()
-            .filter(|(feed, _)| matches!(feed, Feed::Video(_)))
-            .map(|(_, s)| s.readers.iter().filter(|r| r.name == name).count())
-            .sum()
-    }
-
     fn detach(&self, feed: &Feed, id: u64) {
         if let Some(state) = self.feeds().get_mut(feed) {
             state.readers.retain(|r| r.id != id);
@@ -356,8 +346,8 @@ impl Hub {
     }
 }
 
-/// The hub reader name of WHEP viewers' video: viewer counts (the record, `/metrics`) count
-/// the readers so named.
+/// The name every WHEP viewer's readers start with (`whep {session}`): viewer counts (the
+/// record, `/metrics`) count them ([`Hub::readers_named`]).
 pub const WHEP_READER: &str = "whep";
 
 /// A video rung as a reader chooses it.

@@ -372,7 +372,7 @@ impl Table {
                 counters: e.handles.counters.clone(),
                 hub_readers: e.handles.hub.readers(),
                 hub_dropped: e.handles.hub.dropped(),
-                whep_viewers: e.handles.hub.video_readers_named(crate::hub::WHEP_READER),
+                whep_viewers: e.handles.hub.readers_named(crate::hub::WHEP_READER),
                 srt_readers: e.handles.hub.readers_named(crate::hub::SRT_READER),
             })
             .collect();

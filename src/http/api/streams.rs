@@ -201,7 +201,7 @@ impl Api {
             whep_viewers: self
                 .registry
                 .hub(id)
-                .map_or(0, |h| h.video_readers_named(crate::hub::WHEP_READER)),
+                .map_or(0, |h| h.readers_named(crate::hub::WHEP_READER)),
             srt_readers: self
                 .registry
                 .hub(id)

@@ -163,7 +163,7 @@ async fn live_rungs(hub: &Hub) -> Vec<RungInfo> {
 fn rung_config(hub: &Arc<Hub>, rung: &str) -> Option<bytes::Bytes> {
     let mut probe = hub.subscribe(
         Feed::Video(rung.to_owned()),
-        crate::hub::ReaderOptions::new("whep probe", 4),
+        crate::hub::ReaderOptions::new("probe", 4),
     );
     while let Some(msg) = probe.try_recv() {
         if let MediaMessage::VideoConfig(c) = msg {
@@ -408,6 +408,7 @@ impl Whep {
         );
         let source = send::Source {
             hub,
+            name: format!("{} {}", crate::hub::WHEP_READER, &sid[..8]),
             rung: rung.name.clone(),
             ended: ended_rx,
             stop: stop_rx,

@@ -31,7 +31,6 @@ const KEYFRAME_RETRY: Duration = Duration::from_millis(100);
 /// After its feed ended, how long a session waits for the rung to come back (a rebuilt
 /// pipeline) before it gives up; the stream's own end ends it sooner.
 const RESUME_WAIT: Duration = Duration::from_secs(30);
-use crate::hub::WHEP_READER as READER_NAME;
 
 /// What a session's sender counted, for the log and metrics.
 #[derive(Debug, Default, Clone, Copy)]
@@ -129,14 +128,17 @@ impl RtpOut {
 /// Where a session reads from, and how it is stopped.
 pub struct Source {
     pub hub: Arc<Hub>,
+    /// The viewer's readers' name in the hub (`whep {session}`).
+    pub name: String,
     pub rung: String,
     /// Fires when the stream ends (its session is over, not a rebuild).
     pub ended: watch::Receiver<bool>,
     pub stop: watch::Receiver<bool>,
 }
 
-fn subscribe(hub: &Arc<Hub>, feed: Feed, capacity: usize) -> Reader {
-    hub.subscribe(feed, ReaderOptions::new(READER_NAME, capacity))
+/// Each viewer's readers carry its name (`whep {session}`): viewer counts count the names.
+fn subscribe(hub: &Arc<Hub>, name: &str, feed: Feed, capacity: usize) -> Reader {
+    hub.subscribe(feed, ReaderOptions::new(name, capacity))
 }
 
 /// A session's sending state: the readers (attached once connected: frames queued before
@@ -164,11 +166,12 @@ impl Viewer {
     /// Subscribes to the rung (and Opus) from now on; the picture restarts at a keyframe.
     fn attach(&mut self) {
         let hub = &self.source.hub;
-        self.vreader = Some(subscribe(hub, self.feed.clone(), VIDEO_QUEUE));
+        let name = &self.source.name;
+        self.vreader = Some(subscribe(hub, name, self.feed.clone(), VIDEO_QUEUE));
         self.areader = self
             .audio
             .as_ref()
-            .map(|_| subscribe(hub, Feed::Opus, AUDIO_QUEUE));
+            .map(|_| subscribe(hub, name, Feed::Opus, AUDIO_QUEUE));
         self.need_keyframe = true;
         self.last_request = None;
     }
