@@ -8,6 +8,7 @@ pub mod mux;
 pub mod rtp;
 pub mod sdp;
 pub mod session;
+pub mod signalling;
 pub mod stun;
 pub mod tcp_mux;
 pub mod to_media;
@@ -17,17 +18,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 
 use crate::admission::Admission;
-use crate::http::body::BodyError;
-use crate::http::error::ApiError;
 use crate::http::listener::PeerAddr;
-use crate::http::listener::{empty, full, Body};
+use crate::http::listener::{empty, Body};
 use crate::live::{Caller, HookRefusal, Protocol, PublishError, Registry, DRAIN_WAIT};
+use signalling::{
+    cors, created, is_sdp, options, read_offer, refuse, refused, session_id, Refusal,
+};
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
 pub const DEFAULT_UDP_MUX_ADDR: &str = "0.0.0.0:8189";
@@ -132,26 +133,6 @@ pub fn owns(path: &str) -> bool {
     path.starts_with("/whip/")
 }
 
-/// A refusal on its way out of a step of `POST` (boxed: a response is large to move).
-type Refusal = Box<Response<Body>>;
-
-/// [`refuse`], boxed for a step's `Err`.
-fn refused(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
-    Box::new(refuse(status, code, message))
-}
-
-/// A refusal: the daemon's JSON error shape, with a stable code.
-fn refuse(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response<Body> {
-    let mut r = ApiError::new(status, code, message).response();
-    cors(&mut r);
-    r
-}
-
-/// RFC 9725 §4.2: browsers on another origin push, so the session headers must be readable.
-fn cors(r: &mut Response<Body>) {
-    crate::http::cors::any_origin_exposing(r, "Location, ETag, Link, Accept-Patch");
-}
-
 /// `path_and_query`: the refused request's, for a redirect to the node serving the stream.
 fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
     let (status, code) = match e {
@@ -199,22 +180,6 @@ fn token(req: &Request<hyper::body::Incoming>) -> Option<String> {
     form_urlencoded::parse(req.uri().query()?.as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
-}
-
-fn is_sdp(req: &Request<hyper::body::Incoming>) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"))
-}
-
-/// A session id: 128 random bits, the capability that lets its holder DELETE the session.
-fn session_id() -> String {
-    use rand::RngCore;
-    let mut b = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 impl Whip {
@@ -334,7 +299,11 @@ impl Whip {
             .path_and_query()
             .map_or_else(String::new, |p| p.as_str().to_owned());
         let remote = req.extensions().get::<PeerAddr>().copied();
-        let offer = match read_offer(req, self.config.max_sdp_bytes).await {
+        let offer = match read_offer(req, self.config.max_sdp_bytes, |o| {
+            sdp::check_offer(o).map(drop)
+        })
+        .await
+        {
             Ok(offer) => offer,
             Err(refusal) => return *refusal,
         };
@@ -455,21 +424,12 @@ impl Whip {
 
     /// `201 Created`: the answer, and the session's URL.
     fn created(&self, name: &str, sid: &str, answer: String) -> Response<Body> {
-        let location = format!("/whip/{name}/{sid}");
-        let mut r = Response::builder()
-            .status(StatusCode::CREATED)
-            .header(header::CONTENT_TYPE, "application/sdp")
-            .header(header::LOCATION, location)
-            .header(header::ETAG, format!("\"{sid}\""))
-            .header(header::CACHE_CONTROL, "no-store");
-        // RFC 9725 §4.6: the server MAY return its STUN/TURN servers as `Link` headers in the
-        // 201, so the client can use them for this session. Validated at start-up.
-        for server in &self.config.ice_servers {
-            r = r.header(header::LINK, server.link());
-        }
-        let mut r = r.body(full(answer)).expect("valid response headers");
-        cors(&mut r);
-        r
+        created(
+            &format!("/whip/{name}/{sid}"),
+            sid,
+            answer,
+            &self.config.ice_servers,
+        )
     }
 }
 
@@ -517,59 +477,4 @@ fn publish_target(
     }
     target.query = query.finish();
     Ok(target)
-}
-
-/// The offer, read under the size limit and checked before anything is allocated for it.
-async fn read_offer(req: Request<hyper::body::Incoming>, limit: usize) -> Result<String, Refusal> {
-    let offer: Bytes = match crate::http::body::read(req, limit).await {
-        Ok(b) => b,
-        Err(BodyError::TooLarge(limit)) => {
-            return Err(refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("the offer exceeds {limit} bytes"),
-            ))
-        }
-        Err(e @ BodyError::Timeout) => {
-            return Err(refused(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                e.to_string(),
-            ))
-        }
-        Err(e) => {
-            return Err(refused(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("reading the offer: {e}"),
-            ))
-        }
-    };
-    if let Err(e) = sdp::check_offer(&offer) {
-        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-        let code = if e.status() == 406 {
-            "unsupported_codecs"
-        } else {
-            "invalid_sdp"
-        };
-        return Err(refused(status, code, e.to_string()));
-    }
-    // The offer is UTF-8 (checked above).
-    Ok(String::from_utf8_lossy(&offer).into_owned())
-}
-
-/// CORS preflight (RFC 9725 §4.2 allows OPTIONS on the endpoint and on sessions).
-fn options(session: bool) -> Response<Body> {
-    let methods = if session {
-        "DELETE, PATCH, OPTIONS"
-    } else {
-        "POST, OPTIONS"
-    };
-    let mut r = crate::http::cors::preflight(methods, "Authorization, Content-Type, If-Match")
-        .header(header::ALLOW, methods)
-        .header("accept-post", "application/sdp")
-        .body(empty())
-        .expect("valid response headers");
-    cors(&mut r);
-    r
 }

@@ -20,8 +20,11 @@ use tokio::sync::watch;
 
 use crate::events::{Event, Events, Next};
 use crate::http::error::ApiError;
-use crate::http::listener::{empty, full, Body};
+use crate::http::listener::{empty, Body};
 use crate::hub::{Feed, Hub, RungInfo};
+use crate::ingest::whip::signalling::{
+    cors, created, is_sdp, options, read_offer, refuse, session_id, Refusal,
+};
 use crate::ingest::whip::{sdp, session::SessionError, Muxes, WhipConfig};
 use crate::live::Registry;
 use crate::media::MediaMessage;
@@ -74,17 +77,6 @@ pub fn endpoint_stream(path: &str) -> Option<i64> {
     id.parse::<i64>().ok().filter(|i| *i > 0)
 }
 
-fn refuse(status: StatusCode, code: &'static str, message: impl Into<String>) -> Response<Body> {
-    let mut r = ApiError::new(status, code, message).response();
-    cors(&mut r);
-    r
-}
-
-/// Players on other origins read the session headers.
-fn cors(r: &mut Response<Body>) {
-    crate::http::cors::any_origin_exposing(r, "Location, ETag, Link, Accept-Patch");
-}
-
 /// `307` to the node serving the stream: the viewer repeats the POST there (as a WHIP
 /// publisher does, RFC 9725 §4.5, which WHEP's draft follows).
 pub fn redirect(node_url: &str, path_and_query: &str) -> Response<Body> {
@@ -98,24 +90,6 @@ pub fn redirect(node_url: &str, path_and_query: &str) -> Response<Body> {
         r.headers_mut().insert(header::LOCATION, v);
     }
     r
-}
-
-/// A refusal on its way out of a step of `POST` (boxed: a response is large to move).
-type Refusal = Box<Response<Body>>;
-
-fn session_id() -> String {
-    use rand::RngCore;
-    let mut b = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn is_sdp(req: &Request<hyper::body::Incoming>) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"))
 }
 
 /// The rung a viewer asked for (`?quality=`), or the default.
@@ -366,7 +340,7 @@ impl Whep {
                 .find(|(k, _)| k == "quality")
                 .map(|(_, v)| v.into_owned())
         });
-        let offer = match read_offer(req, self.ice.max_sdp_bytes).await {
+        let offer = match read_offer(req, self.ice.max_sdp_bytes, check_offer).await {
             Ok(o) => o,
             Err(r) => return *r,
         };
@@ -430,18 +404,12 @@ impl Whep {
 
     /// `201 Created`: the answer, and the session's URL.
     fn created(&self, id: i64, sid: &str, answer: String) -> Response<Body> {
-        let mut r = Response::builder()
-            .status(StatusCode::CREATED)
-            .header(header::CONTENT_TYPE, "application/sdp")
-            .header(header::LOCATION, format!("/whep/{id}/{sid}"))
-            .header(header::ETAG, format!("\"{sid}\""))
-            .header(header::CACHE_CONTROL, "no-store");
-        for server in &self.ice.ice_servers {
-            r = r.header(header::LINK, server.link());
-        }
-        let mut r = r.body(full(answer)).expect("valid response headers");
-        cors(&mut r);
-        r
+        created(
+            &format!("/whep/{id}/{sid}"),
+            sid,
+            answer,
+            &self.ice.ice_servers,
+        )
     }
 }
 
@@ -475,52 +443,4 @@ pub fn check_offer(offer: &[u8]) -> Result<(), sdp::SdpError> {
         return Err(sdp::SdpError::Unsupported("H.264 video"));
     }
     Ok(())
-}
-
-/// The offer, read under the size limit and checked before anything is allocated for it: a
-/// viewer must be able to take H.264 (packetization-mode 1); Opus is optional.
-async fn read_offer(req: Request<hyper::body::Incoming>, limit: usize) -> Result<String, Refusal> {
-    use crate::http::body::BodyError;
-    let refused = |status, code, message: String| Box::new(refuse(status, code, message));
-    let offer = crate::http::body::read(req, limit)
-        .await
-        .map_err(|e| match e {
-            BodyError::TooLarge(limit) => refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("the offer exceeds {limit} bytes"),
-            ),
-            e @ BodyError::Timeout => {
-                refused(StatusCode::REQUEST_TIMEOUT, "body_timeout", e.to_string())
-            }
-            e => refused(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("reading the offer: {e}"),
-            ),
-        })?;
-    if let Err(e) = check_offer(&offer) {
-        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-        let code = match e.status() {
-            406 => "unsupported_codecs",
-            _ => "invalid_sdp",
-        };
-        return Err(refused(status, code, e.to_string()));
-    }
-    Ok(String::from_utf8_lossy(&offer).into_owned())
-}
-
-fn options(session: bool) -> Response<Body> {
-    let methods = if session {
-        "DELETE, PATCH, OPTIONS"
-    } else {
-        "POST, OPTIONS"
-    };
-    let mut r = crate::http::cors::preflight(methods, "Authorization, Content-Type, If-Match")
-        .header(header::ALLOW, methods)
-        .header("accept-post", "application/sdp")
-        .body(empty())
-        .expect("valid response headers");
-    cors(&mut r);
-    r
 }
