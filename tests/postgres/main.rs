@@ -514,6 +514,51 @@ async fn a_live_stream_has_one_node_and_moves_when_it_dies() {
     assert_eq!(gone.status(), StatusCode::NOT_FOUND, "the DELETE reached A");
     assert_eq!(media::record(&a, id).await["live"], true);
 
+    // WHEP the same way: a viewer's offer to B is redirected to A (307, the query kept); a
+    // viewer's session on A is ended through B.
+    let viewer_offer = common::whip_offer_without_client().replace("a=sendonly", "a=recvonly");
+    let redirected = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{}/whep/{id}?quality=360p", b.base))
+        .header("content-type", "application/sdp")
+        .body(viewer_offer.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirected.status(), StatusCode::TEMPORARY_REDIRECT);
+    assert_eq!(
+        redirected.headers()["location"].to_str().unwrap(),
+        format!("{}/whep/{id}?quality=360p", a.base),
+        "WHEP is sent to the node serving the stream"
+    );
+    let viewer = http
+        .post(format!("{}/whep/{id}", a.base))
+        .header("content-type", "application/sdp")
+        .body(viewer_offer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(viewer.status(), StatusCode::CREATED);
+    let session = viewer.headers()["location"].to_str().unwrap().to_owned();
+    let deleted = http
+        .delete(format!("{}{session}", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        deleted.status(),
+        StatusCode::OK,
+        "B passes the DELETE on to A"
+    );
+    let gone = http
+        .delete(format!("{}{session}", a.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND, "the DELETE reached A");
+
     // A dies: within the bound B shows the stream off air, then takes the reconnecting publisher;
     // what A acknowledged just before is there.
     let renamed = a
