@@ -10,8 +10,11 @@ import { readFileSync } from 'node:fs';
 import { launch } from './chromium.mjs';
 
 const [origin, arg, file] = process.argv.slice(2);
-// Without the flag Chromium offers no loopback ICE candidates (the daemon is on 127.0.0.1).
-const browser = await launch(['--allow-loopback-in-peer-connection']);
+// Without the first flag Chromium offers no loopback ICE candidates (the daemon is on
+// 127.0.0.1); without the second a page without camera permission hides its host addresses
+// behind mDNS names (a server may still reach it as a peer-reflexive candidate).
+const browser = await launch(['--allow-loopback-in-peer-connection',
+  '--disable-features=WebRtcHideLocalIpsWithMdns']);
 try {
   if (arg === '--self-test') {
     const page = await browser.newPage();
