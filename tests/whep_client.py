@@ -1,9 +1,11 @@
 """A WHEP viewer on an independent WebRTC stack (aiortc, with PyAV's decoder) for the tests.
 
 POSTs a recvonly H.264 + Opus offer to URL, plays for SECONDS, DELETEs the session and prints
-one JSON line: the POST's status, the decoded pictures (count, size, first one's delay after
-the POST), the audio frames, and the DELETE's status.
-Usage: whep_client.py URL SECONDS
+one JSON line: the POST's status, the decoded pictures (count, keyframes, size, first one's
+delay after the POST), the audio frames, and the DELETE's status. With PLIS, that many picture
+loss indications (RFC 4585) are sent for the video, 700 ms apart from 1.5 s on, as a viewer
+that lost a picture does.
+Usage: whep_client.py URL SECONDS [PLIS]
 """
 import asyncio, json, sys, time, urllib.error, urllib.parse, urllib.request
 
@@ -22,9 +24,9 @@ def http(method, url, body=None, ctype=None):
         return e.code, dict(e.headers), e.read().decode()
 
 
-async def main(url, seconds):
-    out = {"video_frames": 0, "audio_frames": 0, "width": None, "height": None,
-           "first_frame_ms": None}
+async def main(url, seconds, plis=0):
+    out = {"video_frames": 0, "keyframes": 0, "audio_frames": 0, "width": None, "height": None,
+           "first_frame_ms": None, "plis": 0}
     pc = RTCPeerConnection()
     pc.addTransceiver("video", direction="recvonly")
     pc.addTransceiver("audio", direction="recvonly")
@@ -38,6 +40,7 @@ async def main(url, seconds):
                     if out["first_frame_ms"] is None:
                         out["first_frame_ms"] = round((time.monotonic() - posted) * 1000)
                     out["video_frames"] += 1
+                    out["keyframes"] += 1 if frame.key_frame else 0
                     out["width"], out["height"] = frame.width, frame.height
                 else:
                     out["audio_frames"] += 1
@@ -56,7 +59,19 @@ async def main(url, seconds):
         return out
     location = urllib.parse.urljoin(url, headers.get("Location") or headers.get("location"))
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-    await asyncio.sleep(seconds)
+    if plis:
+        # The video's SSRC, as the answer declares it.
+        video = answer.split("m=video", 1)[1].split("m=audio", 1)[0]
+        ssrc = int(next(l for l in video.splitlines() if l.startswith("a=ssrc:"))[7:].split()[0])
+        receiver = next(t.receiver for t in pc.getTransceivers() if t.kind == "video")
+        await asyncio.sleep(1.5)
+        for _ in range(plis):
+            await receiver._send_rtcp_pli(ssrc)
+            out["plis"] += 1
+            await asyncio.sleep(0.7)
+        await asyncio.sleep(max(0, seconds - 1.5 - 0.7 * plis))
+    else:
+        await asyncio.sleep(seconds)
     out["connection"] = pc.connectionState
     out["delete_status"] = (await asyncio.to_thread(http, "DELETE", location))[0]
     await pc.close()
@@ -66,5 +81,6 @@ async def main(url, seconds):
 
 
 if __name__ == "__main__":
-    result = asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+    plis = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    result = asyncio.run(main(sys.argv[1], float(sys.argv[2]), plis))
     print(json.dumps(result), flush=True)

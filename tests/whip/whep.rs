@@ -58,6 +58,17 @@ async fn chromium_plays_whep_the_default_rung_and_a_chosen_one_and_delete_ends_a
     assert_eq!(url, format!("{}/whep/{id}", d.base));
     let rungs = live["transcoded_qualities"].clone();
     println!("rungs {rungs}");
+    // What WHEP sends is the rungs' H.264 as encoded: without B-frames (x264 zerolatency), so
+    // presentation order is decode order and browsers' real-time decoders take it as is.
+    let probe = media::ffprobe(live["hls_cmaf_url"].as_str().unwrap());
+    let videos: Vec<&Value> = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["codec_type"] == "video")
+        .collect();
+    assert_eq!(videos.len(), 3, "{probe}");
+    assert!(videos.iter().all(|v| v["has_b_frames"] == 0), "{probe}");
 
     let mut first = viewer(&url, "udp");
     let created = first.event("created", Duration::from_secs(30)).await;
@@ -227,17 +238,26 @@ async fn whep_refusals_are_clear() {
 }
 
 /// aiortc (Python, PyAV's decoder) as a WHEP client: a second WebRTC stack, not Chromium's.
+/// Its picture loss indications reach the rung's encoder: each is a keyframe request (the log's
+/// count), and keyframes arrive beyond the GOP's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_independent_webrtc_stack_plays_whep_too() {
     let _heavy = media::heavy().await;
     let dir = tempdir();
-    let d = whip_daemon(dir.path());
+    let d = Daemon::start_logged(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", super::common::KEY),
+            ("LIVEPACK_WHIP_UDP_ADDRS", "127.0.0.1:0"),
+            ("RUST_LOG", "livepack=info"),
+        ],
+    );
     let (id, live, _pusher) = live_stream(&d, "whep-aiortc", 3).await;
     let url = format!("{}?quality=480p", live["whep_url"].as_str().unwrap());
     let python = super::common::root().join("target/pytools/bin/python");
     let out = tokio::process::Command::new(&python)
         .arg(super::common::root().join("tests/whep_client.py"))
-        .args([url.as_str(), "5"])
+        .args([url.as_str(), "5", "3"])
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(40), out)
@@ -259,6 +279,30 @@ async fn an_independent_webrtc_stack_plays_whep_too() {
     assert!(r["audio_frames"].as_u64().unwrap() >= 100, "{r}");
     assert_eq!(r["delete_status"], 200, "{r}");
     whep_viewers(&d, id, 0).await;
+    // 3 PLIs 700 ms apart (the hub forwards one per 500 ms): 3 requests besides the join's.
+    let log = std::fs::read_to_string(Daemon::log_file(dir.path())).unwrap();
+    // Without its colours, if the log has them.
+    let mut log = log.chars();
+    let log: String = std::iter::from_fn(|| loop {
+        match log.next()? {
+            '\u{1b}' => while log.next().is_some_and(|c| c != 'm') {},
+            c => return Some(c),
+        }
+    })
+    .collect();
+    let left = log
+        .lines()
+        .find(|l| l.contains("WHEP viewer left"))
+        .unwrap_or_else(|| panic!("no session end in the log:\n{log}"));
+    let requests: u64 = left
+        .split("keyframe_requests=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{left}"));
+    assert!(requests >= 4, "the PLIs were not forwarded: {left}");
+    // Over 5 s the 2 s GOP alone gives ~3 keyframes.
+    assert!(r["keyframes"].as_u64().unwrap() >= 5, "{r}");
 }
 
 /// A stream's viewer cap: the next offer gets 503 with Retry-After until a session ends; an
