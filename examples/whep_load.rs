@@ -81,12 +81,10 @@ impl PeerConnectionEventHandler for Handler {
                 counts
                     .bytes
                     .fetch_add(p.payload.len() as u64, Ordering::Relaxed);
-                if video {
-                    if counts.video_packets.fetch_add(1, Ordering::Relaxed) == 0 {
-                        counts
-                            .first_ms
-                            .store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    }
+                if video && counts.video_packets.fetch_add(1, Ordering::Relaxed) == 0 {
+                    counts
+                        .first_ms
+                        .store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
             }
         });
