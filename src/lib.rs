@@ -45,8 +45,10 @@
 //!   `taps` (the encoded rungs back into the hub), `package_reader` (the package as one
 //!   reader of each rendition's feed, muxing it to CMAF); it writes only through the
 //!   package's sink API.
-//! - `realtime`: hub readers that send a stream as it is encoded — SRT readers (`play:{id}`
-//!   on the SRT port, MPEG-TS of a rung or of the source).
+//! - `realtime`: hub readers that send a stream as it is encoded — WHEP viewers (`whep`:
+//!   signalling, the send-only peer connection on WHIP's ICE ports, RFC 6184 packetizer, the
+//!   sending session) and SRT readers (`play:{id}` on the SRT port, MPEG-TS of a rung or of
+//!   the source).
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).
