@@ -52,6 +52,25 @@ impl Default for WhepConfig {
     }
 }
 
+/// A viewer's place in [`Whep::sessions`], taken by [`Whep::reserve`] before its offer is
+/// negotiated; given back when dropped unless kept (the session then runs and gives it back
+/// when it ends).
+struct Reservation {
+    whep: Arc<Whep>,
+    sid: String,
+    kept: bool,
+    stop: watch::Receiver<bool>,
+    ended: watch::Receiver<bool>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.whep.sessions().remove(&self.sid);
+        }
+    }
+}
+
 struct SessionRef {
     stream_id: i64,
     stop: watch::Sender<bool>,
@@ -284,15 +303,13 @@ impl Whep {
         r
     }
 
-    /// Whether another viewer fits, or the refusal.
-    fn admit(&self, id: i64) -> Result<(), Refusal> {
-        let sessions = self.sessions();
-        let (all, here) = (
-            sessions.len(),
-            sessions.values().filter(|s| s.stream_id == id).count(),
-        );
-        drop(sessions);
-        let full = if all >= self.config.max_sessions {
+    /// A place for one more viewer of stream `id`, taken at once (the check and the insert
+    /// under one lock), so concurrent offers count against the caps while they negotiate — a
+    /// flood of offers cannot allocate a peer connection each past them; or the refusal.
+    fn reserve(self: &Arc<Self>, id: i64) -> Result<Reservation, Refusal> {
+        let mut sessions = self.sessions();
+        let here = sessions.values().filter(|s| s.stream_id == id).count();
+        let full = if sessions.len() >= self.config.max_sessions {
             Some(format!(
                 "{} WHEP sessions are running",
                 self.config.max_sessions
@@ -305,19 +322,34 @@ impl Whep {
         } else {
             None
         };
-        match full {
-            Some(message) => {
-                let mut r = refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too_many_sessions",
-                    message,
-                );
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-                Err(Box::new(r))
-            }
-            None => Ok(()),
+        if let Some(message) = full {
+            let mut r = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_sessions",
+                message,
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return Err(Box::new(r));
         }
+        let sid = session_id();
+        let (stop, stop_rx) = watch::channel(false);
+        let (ended, ended_rx) = watch::channel(false);
+        sessions.insert(
+            sid.clone(),
+            SessionRef {
+                stream_id: id,
+                stop,
+                ended,
+            },
+        );
+        Ok(Reservation {
+            whep: self.clone(),
+            sid,
+            kept: false,
+            stop: stop_rx,
+            ended: ended_rx,
+        })
     }
 
     async fn post(
@@ -344,9 +376,10 @@ impl Whep {
             Ok(o) => o,
             Err(r) => return *r,
         };
-        if let Err(r) = self.admit(id) {
-            return *r;
-        }
+        let mut place = match self.reserve(id) {
+            Ok(p) => p,
+            Err(r) => return *r,
+        };
         let Some(hub) = self.registry.hub(id) else {
             return refuse(StatusCode::NOT_FOUND, "not_live", "the stream is not live");
         };
@@ -369,23 +402,14 @@ impl Whep {
                 Err(e) => return negotiation_refusal(id, e),
             };
         let answer = negotiated.answer.clone();
-        let sid = session_id();
-        let (stop, stop_rx) = watch::channel(false);
-        let (ended, ended_rx) = watch::channel(false);
-        self.sessions().insert(
-            sid.clone(),
-            SessionRef {
-                stream_id: id,
-                stop,
-                ended,
-            },
-        );
+        place.kept = true;
+        let sid = place.sid.clone();
         let source = send::Source {
             hub,
             name: format!("{} {}", crate::hub::WHEP_READER, &sid[..8]),
             rung: rung.name.clone(),
-            ended: ended_rx,
-            stop: stop_rx,
+            ended: place.ended.clone(),
+            stop: place.stop.clone(),
         };
         let whep = self.clone();
         let (task_sid, connect) = (sid.clone(), self.ice.connect_timeout);
