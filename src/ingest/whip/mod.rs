@@ -27,7 +27,8 @@ use crate::http::listener::PeerAddr;
 use crate::http::listener::{empty, Body};
 use crate::live::{Caller, HookRefusal, Protocol, PublishError, Registry, DRAIN_WAIT};
 use signalling::{
-    cors, created, is_sdp, options, read_offer, refuse, refused, session_id, Refusal,
+    cors, created, is_sdp, method_not_allowed, no_trickle, options, read_offer, refuse, refused,
+    session_id, Refusal,
 };
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
@@ -215,35 +216,11 @@ impl Whip {
             (Method::OPTIONS, session) => options(session.is_some()),
             (Method::POST, None) => self.post(&name, req).await,
             (Method::DELETE, Some(sid)) => self.delete(&name, &sid),
-            (Method::PATCH, Some(sid)) => {
-                if self.find(&name, &sid) {
-                    let mut r = refuse(
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "method_not_allowed",
-                        "trickle ICE and ICE restarts are not supported: the answer carries every candidate",
-                    );
-                    r.headers_mut()
-                        .insert(header::ALLOW, HeaderValue::from_static("DELETE, OPTIONS"));
-                    r
-                } else {
-                    refuse(StatusCode::NOT_FOUND, "not_found", "no such WHIP session")
-                }
+            (Method::PATCH, Some(sid)) if self.find(&name, &sid) => no_trickle(),
+            (Method::PATCH, Some(_)) => {
+                refuse(StatusCode::NOT_FOUND, "not_found", "no such WHIP session")
             }
-            (_, session) => {
-                let mut r = refuse(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method_not_allowed",
-                    "method not allowed on this WHIP resource",
-                );
-                let allow = if session.is_some() {
-                    "DELETE, PATCH, OPTIONS"
-                } else {
-                    "POST, OPTIONS"
-                };
-                r.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static(allow));
-                r
-            }
+            (_, session) => method_not_allowed(session.is_some(), "WHIP"),
         }
     }
 

@@ -4,7 +4,7 @@
 //! exists, session ids, the `201 Created` answer and the preflight.
 
 use bytes::Bytes;
-use hyper::header;
+use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::ice_server::IceServer;
@@ -111,6 +111,37 @@ pub fn created(
     }
     let mut r = r.body(full(answer)).expect("valid response headers");
     cors(&mut r);
+    r
+}
+
+/// `PATCH` on a session: `405` (RFC 9725 §4.3.1 lets a server refuse trickle ICE and ICE
+/// restarts; our answers carry every candidate).
+pub fn no_trickle() -> Response<Body> {
+    let mut r = refuse(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "trickle ICE and ICE restarts are not supported: the answer carries every candidate",
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("DELETE, OPTIONS"));
+    r
+}
+
+/// Any other method on an endpoint (`session` false) or a session resource, of `what`
+/// (`WHIP`, `WHEP`).
+pub fn method_not_allowed(session: bool, what: &str) -> Response<Body> {
+    let mut r = refuse(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("method not allowed on this {what} resource"),
+    );
+    let allow = if session {
+        "DELETE, PATCH, OPTIONS"
+    } else {
+        "POST, OPTIONS"
+    };
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     r
 }
 

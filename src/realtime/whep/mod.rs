@@ -23,7 +23,8 @@ use crate::http::error::ApiError;
 use crate::http::listener::{empty, Body};
 use crate::hub::{Feed, Hub, RungInfo};
 use crate::ingest::whip::signalling::{
-    cors, created, is_sdp, options, read_offer, refuse, session_id, Refusal,
+    cors, created, is_sdp, method_not_allowed, no_trickle, options, read_offer, refuse, session_id,
+    Refusal,
 };
 use crate::ingest::whip::{sdp, session::SessionError, Muxes, WhipConfig};
 use crate::live::Registry;
@@ -255,34 +256,11 @@ impl Whep {
             (Method::OPTIONS, session) => options(session.is_some()),
             (Method::POST, None) => self.post(id, req).await,
             (Method::DELETE, Some(sid)) => self.delete(id, &sid),
-            (Method::PATCH, Some(sid)) if self.find(id, &sid) => {
-                let mut r = refuse(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method_not_allowed",
-                    "trickle ICE and ICE restarts are not supported: the answer carries every candidate",
-                );
-                r.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("DELETE, OPTIONS"));
-                r
-            }
+            (Method::PATCH, Some(sid)) if self.find(id, &sid) => no_trickle(),
             (Method::PATCH, Some(_)) => {
                 refuse(StatusCode::NOT_FOUND, "not_found", "no such WHEP session")
             }
-            (_, session) => {
-                let mut r = refuse(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method_not_allowed",
-                    "method not allowed on this WHEP resource",
-                );
-                let allow = if session.is_some() {
-                    "DELETE, PATCH, OPTIONS"
-                } else {
-                    "POST, OPTIONS"
-                };
-                r.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static(allow));
-                r
-            }
+            (_, session) => method_not_allowed(session.is_some(), "WHEP"),
         }
     }
 
