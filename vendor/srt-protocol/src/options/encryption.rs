@@ -267,9 +267,11 @@ mod tests {
             Passphrase::try_from("123456789".to_string()),
             Err(PassphraseLength(9))
         );
+        // PATCHED (hardening): up to 80 characters, libsrt's bound (was 79)
+        assert!(Passphrase::try_from(String::from_utf8_lossy(&[b'X'; 80]).to_string()).is_ok());
         assert_eq!(
-            Passphrase::try_from(String::from_utf8_lossy(&[b'X'; 80]).to_string()),
-            Err(PassphraseLength(80))
+            Passphrase::try_from(String::from_utf8_lossy(&[b'X'; 81]).to_string()),
+            Err(PassphraseLength(81))
         );
     }
 }
