@@ -284,6 +284,25 @@ impl Hub {
         true
     }
 
+    /// [`Hub::video_rungs`] once the rungs are settled: at least one, and every rung the
+    /// pipeline built (a video feed whose encoder takes keyframe requests) has declared its
+    /// config. A reader choosing a rung by size must not pick from half a ladder: at go-live
+    /// the rungs' first outputs come frames apart, the largest last, so the default (≤ 720p)
+    /// would be the 480p. Waits at most `wait`; then what there is.
+    pub async fn settled_video_rungs(&self, wait: Duration) -> Vec<RungInfo> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let pending = self.feeds().iter().any(|(feed, s)| {
+                matches!(feed, Feed::Video(_)) && s.keyframe.is_some() && s.header.video.is_none()
+            });
+            let rungs = self.video_rungs();
+            if (!rungs.is_empty() && !pending) || tokio::time::Instant::now() >= until {
+                return rungs;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Readers attached now, over every feed.
     pub fn readers(&self) -> usize {
         self.feeds().values().map(|s| s.readers.len()).sum()
@@ -481,6 +500,43 @@ mod tests {
         assert_eq!(default_rung(&[]), None);
         hub.end(&Feed::Video("720p".into()));
         assert_eq!(names(&hub.video_rungs()), ["1080p", "360p"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_choosing_a_rung_waits_for_the_whole_ladder_to_declare_itself() {
+        let hub = Hub::new();
+        let sized = |h| {
+            MediaMessage::VideoConfig(VideoConfig {
+                codec: VideoCodec::H264,
+                record: Bytes::from_static(&[1, 100, 0, 31]),
+                width: h * 16 / 9,
+                height: h,
+            })
+        };
+        for name in ["720p", "480p"] {
+            hub.on_keyframe_request(&Feed::Video(name.into()), Arc::new(|_| {}));
+        }
+        hub.publish(&Feed::Video("480p".into()), sized(480));
+        let late = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                hub.publish(&Feed::Video("720p".into()), sized(720));
+            })
+        };
+        let t0 = tokio::time::Instant::now();
+        let rungs = hub.settled_video_rungs(Duration::from_secs(2)).await;
+        assert_eq!(default_rung(&rungs).unwrap().name, "720p");
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        late.await.unwrap();
+        // A rung that never declares itself: what there is, after the wait.
+        hub.on_keyframe_request(&Feed::Video("1080p".into()), Arc::new(|_| {}));
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(
+            hub.settled_video_rungs(Duration::from_secs(2)).await.len(),
+            2
+        );
+        assert!(t0.elapsed() >= Duration::from_secs(2));
     }
 
     #[tokio::test]

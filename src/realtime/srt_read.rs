@@ -34,6 +34,9 @@ const READER_QUEUE: usize = 256;
 /// A reader whose SRT sending has failed (its socket's queue full) for this long is closed: it
 /// has not taken what it was sent for that long and would only ever see keyframe gaps.
 const SLOW_READER_LIMIT: Duration = Duration::from_secs(5);
+/// How long a reader of a stream that just went live waits for its ladder's first outputs:
+/// within a caller's connect timeout (libsrt's default is 3 s), which runs meanwhile.
+const RUNG_WAIT: Duration = Duration::from_secs(2);
 /// How long a closing handshake may take before the socket is simply dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -130,7 +133,7 @@ impl SrtReads {
         let hub = self.0.registry.hub(id).ok_or_else(not_live)?;
         let name = format!("{SRT_READER} {}", request.remote());
         let options = || ReaderOptions::new(name.clone(), READER_QUEUE);
-        let rungs = hub.video_rungs();
+        let rungs = hub.settled_video_rungs(RUNG_WAIT).await;
         let feed = match &target.rendition {
             Rendition::Origin => Feed::Source,
             Rendition::Default => {
@@ -247,15 +250,12 @@ struct Sending {
     waiting_keyframe: bool,
     /// Hub losses already acted on.
     seen_lost: u64,
-    /// Since when SRT sending has been failing, if it is.
-    failing_since: Option<Instant>,
     stats: Stats,
 }
 
 #[derive(Debug, Default)]
 struct Stats {
     bytes: u64,
-    send_dropped: u64,
     skipped_frames: u64,
     bad_frames: u64,
 }
@@ -285,7 +285,6 @@ impl Sending {
             buf: BytesMut::new(),
             waiting_keyframe: true,
             seen_lost: 0,
-            failing_since: None,
             stats: Stats::default(),
         }
     }
@@ -316,7 +315,7 @@ impl Sending {
             if let Err(why) = self.message(message) {
                 return why;
             }
-            if let Err(why) = self.send() {
+            if let Err(why) = self.send().await {
                 return why;
             }
         }
@@ -365,34 +364,33 @@ impl Sending {
         Ok(())
     }
 
-    /// Hands whole payloads to the SRT socket without waiting: a full socket queue loses the
-    /// payload (counted) and the picture until the next keyframe; failing for
-    /// [`SLOW_READER_LIMIT`] closes the reader.
-    fn send(&mut self) -> Result<(), String> {
+    /// Hands whole payloads to the SRT socket, waiting for room in its queue: srt-tokio's
+    /// holds 128 payloads, fewer than one 1080p IDR makes (150–250 KB), so a reader that only
+    /// tried would never get a keyframe through. Waiting never holds the hub: a reader that
+    /// cannot keep up falls behind in its own hub queue, which loses (counted) and resumes at a
+    /// keyframe; one whose socket takes nothing for [`SLOW_READER_LIMIT`] is closed.
+    async fn send(&mut self) -> Result<(), String> {
+        use futures::SinkExt;
         self.buf.extend_from_slice(&self.ts);
         self.ts.clear();
-        let mut failed = false;
+        let too_slow = |peer: &SocketAddr| {
+            tracing::warn!(peer = %peer, "SRT reader too slow; closing");
+            format!("too slow: nothing sent for {SLOW_READER_LIMIT:?}")
+        };
         for payload in take_payloads(&mut self.buf) {
             let len = payload.len() as u64;
-            match failed || self.socket.try_send(Instant::now(), payload).is_err() {
-                false => self.stats.bytes += len,
-                true => {
-                    failed = true;
-                    self.stats.send_dropped += 1;
-                }
+            let fed = self.socket.feed((Instant::now(), payload));
+            match tokio::time::timeout(SLOW_READER_LIMIT, fed).await {
+                Ok(Ok(())) => self.stats.bytes += len,
+                Ok(Err(e)) => return Err(format!("send error: {e}")),
+                Err(_) => return Err(too_slow(&self.peer)),
             }
         }
-        if !failed {
-            self.failing_since = None;
-            return Ok(());
+        match tokio::time::timeout(SLOW_READER_LIMIT, self.socket.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("send error: {e}")),
+            Err(_) => Err(too_slow(&self.peer)),
         }
-        let since = *self.failing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= SLOW_READER_LIMIT {
-            tracing::warn!(peer = %self.peer, "SRT reader too slow; closing");
-            return Err(format!("too slow: nothing sent for {SLOW_READER_LIMIT:?}"));
-        }
-        self.skip_to_keyframe();
-        Ok(())
     }
 
     /// Sends what is left (a payload shorter than 1316 bytes), closes, and logs the reader's
@@ -413,7 +411,6 @@ impl Sending {
             reason,
             bytes = s.bytes,
             hub_dropped = self.seen_lost,
-            send_dropped = s.send_dropped,
             skipped_frames = s.skipped_frames,
             bad_frames = s.bad_frames,
             "SRT reader left"

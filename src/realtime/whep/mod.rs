@@ -141,18 +141,6 @@ fn chosen_rung(rungs: &[RungInfo], asked: Option<&str>) -> Result<RungInfo, Refu
     }
 }
 
-/// The rungs of a live stream, waiting a little for a pipeline that is starting.
-async fn live_rungs(hub: &Hub) -> Vec<RungInfo> {
-    let until = tokio::time::Instant::now() + RUNG_WAIT;
-    loop {
-        let rungs = hub.video_rungs();
-        if !rungs.is_empty() || tokio::time::Instant::now() >= until {
-            return rungs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The avcC a rung's feed declares now.
 fn rung_config(hub: &Arc<Hub>, rung: &str) -> Option<bytes::Bytes> {
     let mut probe = hub.subscribe(
@@ -361,7 +349,7 @@ impl Whep {
         let Some(hub) = self.registry.hub(id) else {
             return refuse(StatusCode::NOT_FOUND, "not_live", "the stream is not live");
         };
-        let rungs = live_rungs(&hub).await;
+        let rungs = hub.settled_video_rungs(RUNG_WAIT).await;
         let rung = match chosen_rung(&rungs, asked.as_deref()) {
             Ok(r) => r,
             Err(r) => return *r,
