@@ -299,7 +299,11 @@ pub async fn run(
     let result: Result<(), End> = loop {
         let step = tokio::select! {
             _ = async { drop(stop.wait_for(|s| *s).await) } => Err("ended by DELETE or the server".into()),
-            _ = async { drop(ended.wait_for(|s| *s).await) } => Err("the stream ended".into()),
+            // Its sender goes with the session's entry (a DELETE): not the stream's end.
+            r = async { ended.wait_for(|s| *s).await.is_ok() } => Err(match r {
+                true => "the stream ended".into(),
+                false => "ended by DELETE or the server".into(),
+            }),
             state = states.recv() => match state {
                 None => Err("peer connection gone".into()),
                 Some(RTCPeerConnectionState::Connected) if connect_deadline.is_some() => {
