@@ -11,6 +11,7 @@
 import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
+import { waitConnected } from './connected.mjs';
 
 const [endpoint, transport = 'udp', kinds = 'av'] = process.argv.slice(2);
 const emit = (o) => console.log(JSON.stringify(o));
@@ -67,24 +68,7 @@ if (created.status !== 201) {
   process.exit(0);
 }
 
-const connected = await page.evaluate(async () => {
-  const t0 = performance.now();
-  while (window.pc.connectionState !== 'connected') {
-    if (['failed', 'closed'].includes(window.pc.connectionState) || performance.now() - t0 > 15000) {
-      return { event: 'failed', state: window.pc.connectionState };
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  let remote = null;
-  (await window.pc.getStats()).forEach((r, _k, all) => {
-    if (r.type === 'transport' && r.selectedCandidatePairId) {
-      const pair = all.get(r.selectedCandidatePairId);
-      const c = pair && all.get(pair.remoteCandidateId);
-      if (c) remote = { address: c.address, port: c.port, protocol: c.protocol };
-    }
-  });
-  return { event: 'connected', ms: Math.round(performance.now() - window.posted), remote };
-});
+const connected = await waitConnected(page, 'posted');
 emit(connected);
 
 const playing = await page.evaluate(async () => {

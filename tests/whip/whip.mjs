@@ -13,6 +13,7 @@
 import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
+import { waitConnected } from './connected.mjs';
 
 const [endpoint, auth = 'bearer', transport = 'udp'] = process.argv.slice(2);
 const emit = (o) => console.log(JSON.stringify(o));
@@ -83,26 +84,11 @@ if (created.status !== 201) {
   process.exit(0);
 }
 
-const connected = await page.evaluate(async () => {
-  const t0 = performance.now();
-  while (window.pc.connectionState !== 'connected') {
-    if (['failed', 'closed'].includes(window.pc.connectionState) || performance.now() - t0 > 15000) {
-      return { event: 'failed', state: window.pc.connectionState };
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  const ms = Math.round(performance.now() - window.answered);
-  const iceMs = window.iceConnected === null ? null : Math.round(window.iceConnected - window.answered);
-  let remote = null;
-  (await window.pc.getStats()).forEach((r, _k, all) => {
-    if (r.type === 'transport' && r.selectedCandidatePairId) {
-      const pair = all.get(r.selectedCandidatePairId);
-      const c = pair && all.get(pair.remoteCandidateId);
-      if (c) remote = { address: c.address, port: c.port, protocol: c.protocol };
-    }
-  });
-  return { event: 'connected', ms, iceMs, remote };
-});
+const connected = await waitConnected(page, 'answered');
+if (connected.event === 'connected') {
+  connected.iceMs = await page.evaluate(() => (window.iceConnected === null ? null
+    : Math.round(window.iceConnected - window.answered)));
+}
 emit(connected);
 
 const statsTimer = setInterval(async () => {
