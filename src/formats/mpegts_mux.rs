@@ -294,41 +294,18 @@ fn adts(audio: &Audio, raw: &[u8]) -> Result<Vec<u8>, MuxError> {
     Ok(out)
 }
 
-/// The parameter sets of an avcC (ISO 14496-15 §5.3.3.1.2: SPS then PPS lists) or an hvcC
-/// (§8.3.3.1.2: arrays of VPS, SPS, PPS, SEI), as Annex B.
-fn parameter_sets(hevc: bool, record: &[u8]) -> Result<Vec<u8>, MuxError> {
-    let bad = MuxError::Config("truncated decoder configuration record");
+/// The parameter sets of an avcC or an hvcC, as Annex B.
+fn parameter_sets(hevc: bool, record: &Bytes) -> Result<Vec<u8>, MuxError> {
+    use crate::media::codec::{avcc_parameter_sets, hvcc_parameter_sets};
+    let sets = match hevc {
+        true => hvcc_parameter_sets(record),
+        false => avcc_parameter_sets(record),
+    }
+    .map_err(|_| MuxError::Config("truncated decoder configuration record"))?;
     let mut out = Vec::new();
-    let mut at;
-    let nal = |at: &mut usize, out: &mut Vec<u8>| -> Result<(), MuxError> {
-        let len = record.get(*at..*at + 2).ok_or(bad.clone())?;
-        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
-        let set = record.get(*at + 2..*at + 2 + len).ok_or(bad.clone())?;
+    for set in sets {
         out.extend_from_slice(&[0, 0, 0, 1]);
-        out.extend_from_slice(set);
-        *at += 2 + len;
-        Ok(())
-    };
-    if hevc {
-        let arrays = *record.get(22).ok_or(bad.clone())?;
-        at = 23;
-        for _ in 0..arrays {
-            let count = record.get(at + 1..at + 3).ok_or(bad.clone())?;
-            let count = u16::from_be_bytes([count[0], count[1]]);
-            at += 3;
-            for _ in 0..count {
-                nal(&mut at, &mut out)?;
-            }
-        }
-    } else {
-        at = 5;
-        for mask in [0x1f, 0xff] {
-            let count = record.get(at).ok_or(bad.clone())? & mask;
-            at += 1;
-            for _ in 0..count {
-                nal(&mut at, &mut out)?;
-            }
-        }
+        out.extend_from_slice(&set);
     }
     Ok(out)
 }
@@ -342,18 +319,11 @@ fn annex_b(video: &Video, frame: &Frame) -> Result<Vec<u8>, MuxError> {
         false => nal[0] & 0x1f,
     };
     let (aud_type, sps_type) = if video.hevc { (35, 33) } else { (9, 7) };
-    let mut nals = Vec::new();
-    let mut rest = &frame.data[..];
-    while !rest.is_empty() {
-        let len = rest.get(..4).ok_or(MuxError::BadFrame)?;
-        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let nal = rest
-            .get(4..4 + len)
-            .filter(|n| !n.is_empty())
-            .ok_or(MuxError::BadFrame)?;
-        nals.push(nal);
-        rest = &rest[4 + len..];
+    let ranges = crate::media::codec::nal_unit_ranges(&frame.data).ok_or(MuxError::BadFrame)?;
+    if ranges.iter().any(|r| r.is_empty()) {
+        return Err(MuxError::BadFrame);
     }
+    let nals: Vec<&[u8]> = ranges.into_iter().map(|r| &frame.data[r]).collect();
     let in_band = nals.iter().any(|n| nal_type(n) == sps_type);
     let mut out = Vec::with_capacity(frame.data.len() + video.parameter_sets.len() + 16);
     out.extend_from_slice(if video.hevc { AUD_HEVC } else { AUD_H264 });

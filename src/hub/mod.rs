@@ -339,6 +339,14 @@ impl Hub {
             .collect()
     }
 
+    /// The video configuration `feed` declares now (its encoder's last), if any.
+    pub fn video_config(&self, feed: &Feed) -> Option<crate::media::VideoConfig> {
+        match &self.feeds().get(feed)?.header.video {
+            Some(MediaMessage::VideoConfig(c)) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
     /// The video rungs the stream carries now (those whose encoder declared its config),
     /// highest first.
     pub fn video_rungs(&self) -> Vec<RungInfo> {

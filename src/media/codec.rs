@@ -89,6 +89,55 @@ pub fn avcc_parameter_sets(avcc: &Bytes) -> Result<Vec<Bytes>, CodecError> {
     Ok(ranges.into_iter().map(|r| avcc.slice(r)).collect())
 }
 
+/// Where each NAL unit of an hvcC record's arrays is (§8.3.3.1.2: VPS, SPS, PPS, SEI), with
+/// its array's NAL unit type.
+fn hvcc_nal_ranges(hvcc: &[u8]) -> Result<Vec<(u8, std::ops::Range<usize>)>, &'static str> {
+    let arrays = *hvcc.get(22).ok_or("truncated")?;
+    let mut at = 23;
+    let mut out = Vec::new();
+    for _ in 0..arrays {
+        let header = hvcc.get(at..at + 3).ok_or("truncated")?;
+        let nal_type = header[0] & 0x3f;
+        let count = u16::from_be_bytes([header[1], header[2]]);
+        at += 3;
+        for _ in 0..count {
+            let len = hvcc
+                .get(at..at + 2)
+                .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+                .ok_or("truncated")?;
+            if at + 2 + len > hvcc.len() {
+                return Err("parameter set past the end");
+            }
+            out.push((nal_type, at + 2..at + 2 + len));
+            at += 2 + len;
+        }
+    }
+    Ok(out)
+}
+
+/// The parameter set NAL units of an hvcC record (VPS, SPS, PPS in its order), as senders
+/// repeat them in band before each keyframe.
+pub fn hvcc_parameter_sets(hvcc: &Bytes) -> Result<Vec<Bytes>, CodecError> {
+    let ranges = hvcc_nal_ranges(hvcc).map_err(|e| CodecError::Hevc(e.into()))?;
+    Ok(ranges.into_iter().map(|(_, r)| hvcc.slice(r)).collect())
+}
+
+/// Where each NAL unit of a frame in 4-byte length framing is ([`super::Frame`]'s H.264 and
+/// HEVC); `None` when a length runs past the end.
+pub fn nal_unit_ranges(data: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let len = data.get(at..at + 4)?;
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        at += 4;
+        let end = at.checked_add(len).filter(|&e| e <= data.len())?;
+        out.push(at..end);
+        at = end;
+    }
+    Some(out)
+}
+
 /// Builds an AVCDecoderConfigurationRecord (ISO 14496-15 §5.3.3.1.2) from one SPS and one PPS
 /// NAL unit (with their 1-byte headers, without start codes), as an MPEG-TS stream carries them
 /// in band, and checks it like one read from FLV.
@@ -388,30 +437,11 @@ pub fn parse_hvcc(hvcc: Bytes) -> Result<VideoConfig, CodecError> {
             (hvcc[21] & 3) + 1
         )));
     }
-    let arrays = hvcc[22];
-    let mut at = 23;
-    let mut sps = None;
-    for _ in 0..arrays {
-        let header = hvcc
-            .get(at..at + 3)
-            .ok_or_else(|| err("truncated".into()))?;
-        let nal_type = header[0] & 0x3f;
-        let count = u16::from_be_bytes([header[1], header[2]]);
-        at += 3;
-        for _ in 0..count {
-            let len = hvcc
-                .get(at..at + 2)
-                .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
-                .ok_or_else(|| err("truncated".into()))?;
-            let nal = hvcc
-                .get(at + 2..at + 2 + len)
-                .ok_or_else(|| err("parameter set past the end".into()))?;
-            if nal_type == hevc_nal::SPS && sps.is_none() {
-                sps = Some(nal);
-            }
-            at += 2 + len;
-        }
-    }
+    let sets = hvcc_nal_ranges(&hvcc).map_err(|e| err(e.into()))?;
+    let sps = sets
+        .iter()
+        .find(|(nal_type, _)| *nal_type == hevc_nal::SPS)
+        .map(|(_, r)| &hvcc[r.clone()]);
     let sps = parse_hevc_sps(sps.ok_or_else(|| err("no SPS".into()))?).map_err(err)?;
     Ok(VideoConfig {
         codec: VideoCodec::H265,

@@ -1,3 +1,5 @@
+import http from 'node:http';
+
 // Shared by the WebRTC browser drivers (whip.mjs, whep.mjs): waits, 15 s at most, for the
 // page's `window.pc` to connect, and reports the selected candidate pair's remote end and the
 // milliseconds since the page's `window[since]` mark.
@@ -20,4 +22,19 @@ export async function waitConnected(page, since) {
     });
     return { event: 'connected', ms: Math.round(performance.now() - window[since]), remote };
   }, since);
+}
+
+// A page for the driver on its own loopback origin (another port than the daemon's: CORS is
+// exercised; and 127.0.0.1 is a secure context, which getUserMedia needs), its console on
+// stderr. Returns the page and the server to close at the end.
+export async function servePage(browser, html) {
+  const page = await browser.newPage();
+  page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
+  const server = http.createServer((_req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/html' });
+    res.end(html);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await page.goto(`http://127.0.0.1:${server.address().port}/`);
+  return { page, server };
 }

@@ -8,22 +8,14 @@
 //   close       close the peer connection without DELETE (a vanished viewer), exit
 // With `tcp`, UDP candidates are removed from the offer and the answer: only ICE-TCP connects.
 // Usage: node tests/whip/whep.mjs URL [udp|tcp] [video|av]
-import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
-import { waitConnected } from './connected.mjs';
+import { servePage, waitConnected } from './connected.mjs';
 
 const [endpoint, transport = 'udp', kinds = 'av'] = process.argv.slice(2);
 const emit = (o) => console.log(JSON.stringify(o));
 const browser = await launch(['--allow-loopback-in-peer-connection', '--autoplay-policy=no-user-gesture-required']);
-const page = await browser.newPage();
-page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
-const server = http.createServer((_req, res) => {
-  res.writeHead(200, { 'Content-Type': 'text/html' });
-  res.end('<!doctype html><title>WHEP viewer</title><video id="v" muted autoplay playsinline></video>');
-});
-await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-await page.goto(`http://127.0.0.1:${server.address().port}/`);
+const { page, server } = await servePage(browser, '<!doctype html><title>WHEP viewer</title><video id="v" muted autoplay playsinline></video>');
 
 const created = await page.evaluate(async ({ endpoint, transport, kinds }) => {
   const pc = new RTCPeerConnection();

@@ -10,25 +10,15 @@
 // {"event":"created"} carries the `Link` headers as the page could read them (CORS);
 // {"event":"connected"} the selected candidate pair's remote end (address, port, protocol).
 // Usage: node tests/whip/whip.mjs URL bearer|query [udp|tcp]
-import http from 'node:http';
 import readline from 'node:readline';
 import { launch } from '../browser/chromium.mjs';
-import { waitConnected } from './connected.mjs';
+import { servePage, waitConnected } from './connected.mjs';
 
 const [endpoint, auth = 'bearer', transport = 'udp'] = process.argv.slice(2);
 const emit = (o) => console.log(JSON.stringify(o));
 const browser = await launch(['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
   '--allow-loopback-in-peer-connection']);
-const page = await browser.newPage();
-page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
-// getUserMedia needs a secure context: a page served from 127.0.0.1 (another port than the
-// daemon's, so another origin) is one.
-const server = http.createServer((_req, res) => {
-  res.writeHead(200, { 'Content-Type': 'text/html' });
-  res.end('<!doctype html><title>WHIP publisher</title><p>WHIP publisher</p>');
-});
-await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-await page.goto(`http://127.0.0.1:${server.address().port}/`);
+const { page, server } = await servePage(browser, '<!doctype html><title>WHIP publisher</title><p>WHIP publisher</p>');
 
 const created = await page.evaluate(async ({ endpoint, auth, transport }) => {
   const url = new URL(endpoint);

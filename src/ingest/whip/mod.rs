@@ -27,8 +27,8 @@ use crate::http::listener::PeerAddr;
 use crate::http::listener::{empty, Body};
 use crate::live::{Caller, HookRefusal, Protocol, PublishError, Registry, DRAIN_WAIT};
 use signalling::{
-    cors, created, is_sdp, method_not_allowed, no_trickle, options, read_offer, refuse, refused,
-    session_id, Refusal,
+    cors, created, method_not_allowed, no_trickle, options, read_offer, refuse, refused,
+    require_sdp, session_id, Refusal,
 };
 
 /// One UDP port for every session's ICE (open one firewall port, not a range).
@@ -423,16 +423,7 @@ fn publish_target(
             "no such stream: the path is /whip/{id}",
         ));
     }
-    if !is_sdp(req) {
-        let mut r = refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "the offer must be sent as Content-Type: application/sdp",
-        );
-        r.headers_mut()
-            .insert("accept-post", HeaderValue::from_static("application/sdp"));
-        return Err(r.into());
-    }
+    require_sdp(req)?;
     let Some(token) = token(req) else {
         let mut r = refuse(
             StatusCode::UNAUTHORIZED,

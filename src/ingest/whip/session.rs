@@ -63,14 +63,30 @@ pub enum SessionError {
     Unsupported(#[from] super::sdp::SdpError),
 }
 
-enum Event {
+/// What a peer connection tells its session (WHIP publishers and WHEP viewers alike).
+pub(crate) enum Event {
     State(RTCPeerConnectionState),
     Track(Arc<dyn TrackRemote>),
 }
 
-struct Handler {
+/// Forwards a peer connection's events to its session without blocking the stack's driver, and
+/// says when ICE gathering is complete (the answer waits for it: no trickle).
+pub(crate) struct Handler {
     events: mpsc::Sender<Event>,
     gathered: watch::Sender<bool>,
+}
+
+impl Handler {
+    /// The handler, its events and its gathering-complete signal.
+    pub(crate) fn new() -> (Arc<Handler>, mpsc::Receiver<Event>, watch::Receiver<bool>) {
+        let (events, events_rx) = mpsc::channel(64);
+        let (gathered, gathered_rx) = watch::channel(false);
+        (
+            Arc::new(Handler { events, gathered }),
+            events_rx,
+            gathered_rx,
+        )
+    }
 }
 
 #[async_trait::async_trait]
@@ -167,12 +183,7 @@ pub async fn negotiate(
     let mut engine = media_engine()?;
     let interceptors =
         register_default_interceptors(Interceptors::new(), &mut engine).map_err(setup)?;
-    let (events_tx, events) = mpsc::channel(64);
-    let (gathered_tx, gathered) = watch::channel(false);
-    let handler = Arc::new(Handler {
-        events: events_tx,
-        gathered: gathered_tx,
-    });
+    let (handler, events, gathered) = Handler::new();
     let peer = build_peer(config, muxes, engine, interceptors, handler).await?;
     let answered = answer(&peer, offer, gathered, config, |answer| {
         super::sdp::check_answer(answer.as_bytes())

@@ -38,12 +38,25 @@ pub fn cors(r: &mut Response<Body>) {
     crate::http::cors::any_origin_exposing(r, "Location, ETag, Link, Accept-Patch");
 }
 
-pub fn is_sdp(req: &Request<hyper::body::Incoming>) -> bool {
-    req.headers()
+/// The offer comes as `Content-Type: application/sdp`, or `415` naming what is accepted.
+pub fn require_sdp(req: &Request<hyper::body::Incoming>) -> Result<(), Refusal> {
+    let sdp = req
+        .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"))
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"));
+    if sdp {
+        return Ok(());
+    }
+    let mut r = refuse(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "the offer must be sent as Content-Type: application/sdp",
+    );
+    r.headers_mut()
+        .insert("accept-post", HeaderValue::from_static("application/sdp"));
+    Err(Box::new(r))
 }
 
 /// A session id: 128 random bits, the capability that lets its holder DELETE the session.

@@ -60,22 +60,12 @@ impl Packetizer {
 
 /// The NAL units of a 4-byte length-prefixed access unit (empty ones skipped).
 fn nal_units(au: &Bytes) -> Result<Vec<Bytes>, Malformed> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < au.len() {
-        let len = au.get(at..at + 4).ok_or(Malformed)?;
-        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        at += 4;
-        let end = at
-            .checked_add(len)
-            .filter(|&e| e <= au.len())
-            .ok_or(Malformed)?;
-        if len > 0 {
-            out.push(au.slice(at..end));
-        }
-        at = end;
-    }
-    Ok(out)
+    let ranges = crate::media::codec::nal_unit_ranges(au).ok_or(Malformed)?;
+    Ok(ranges
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .map(|r| au.slice(r))
+        .collect())
 }
 
 /// STAP-A of the parameter sets, or `None` if they don't fit one packet (then they go as single

@@ -21,14 +21,13 @@ use tokio::sync::watch;
 use crate::events::{Event, Events, Next};
 use crate::http::error::ApiError;
 use crate::http::listener::{empty, Body};
-use crate::hub::{Feed, Hub, RungInfo};
+use crate::hub::{Feed, RungInfo};
 use crate::ingest::whip::signalling::{
-    cors, created, is_sdp, method_not_allowed, no_trickle, options, read_offer, refuse, session_id,
-    Refusal,
+    cors, created, method_not_allowed, no_trickle, options, read_offer, refuse, require_sdp,
+    session_id, Refusal,
 };
 use crate::ingest::whip::{sdp, session::SessionError, Muxes, WhipConfig};
 use crate::live::Registry;
-use crate::media::MediaMessage;
 
 /// Concurrent WHEP viewers on this node (each a peer connection and its SRTP); the excess is
 /// refused with 503.
@@ -139,20 +138,6 @@ fn chosen_rung(rungs: &[RungInfo], asked: Option<&str>) -> Result<RungInfo, Refu
             ))
         }),
     }
-}
-
-/// The avcC a rung's feed declares now.
-fn rung_config(hub: &Arc<Hub>, rung: &str) -> Option<bytes::Bytes> {
-    let mut probe = hub.subscribe(
-        Feed::Video(rung.to_owned()),
-        crate::hub::ReaderOptions::new("probe", 4),
-    );
-    while let Some(msg) = probe.try_recv() {
-        if let MediaMessage::VideoConfig(c) = msg {
-            return Some(c.record);
-        }
-    }
-    None
 }
 
 impl Whep {
@@ -323,15 +308,8 @@ impl Whep {
         id: i64,
         req: Request<hyper::body::Incoming>,
     ) -> Response<Body> {
-        if !is_sdp(&req) {
-            let mut r = refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "the offer must be sent as Content-Type: application/sdp",
-            );
-            r.headers_mut()
-                .insert("accept-post", HeaderValue::from_static("application/sdp"));
-            return r;
+        if let Err(r) = require_sdp(&req) {
+            return *r;
         }
         let asked = req.uri().query().and_then(|q| {
             form_urlencoded::parse(q.as_bytes())
@@ -354,7 +332,10 @@ impl Whep {
             Ok(r) => r,
             Err(r) => return *r,
         };
-        let Some(avcc) = rung_config(&hub, &rung.name) else {
+        let Some(avcc) = hub
+            .video_config(&Feed::Video(rung.name.clone()))
+            .map(|c| c.record)
+        else {
             return refuse(
                 StatusCode::CONFLICT,
                 "not_live",

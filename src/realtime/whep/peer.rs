@@ -22,12 +22,10 @@ use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpEncodingParameters, RtpCodecKind,
 };
 use rtc::sansio::Protocol;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use webrtc::media_stream::track_local::static_rtp::TrackLocalStaticRTP;
 use webrtc::media_stream::track_local::TrackLocal;
-use webrtc::peer_connection::{
-    PeerConnection, PeerConnectionEventHandler, RTCIceGatheringState, RTCPeerConnectionState,
-};
+use webrtc::peer_connection::PeerConnection;
 use webrtc::rtp_transceiver::RtpSender;
 
 use crate::ingest::whip::session::{self as ice, SessionError};
@@ -50,28 +48,10 @@ pub struct Outgoing {
 /// A viewer's peer connection with its answer ready.
 pub struct Negotiated {
     pub pc: Arc<dyn PeerConnection>,
-    pub states: mpsc::Receiver<RTCPeerConnectionState>,
+    pub events: mpsc::Receiver<ice::Event>,
     pub video: Outgoing,
     pub audio: Option<Outgoing>,
     pub answer: String,
-}
-
-struct Handler {
-    states: mpsc::Sender<RTCPeerConnectionState>,
-    gathered: watch::Sender<bool>,
-}
-
-#[async_trait::async_trait]
-impl PeerConnectionEventHandler for Handler {
-    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
-        if state == RTCIceGatheringState::Complete {
-            let _ = self.gathered.send(true);
-        }
-    }
-
-    async fn on_connection_state_change(&self, state: RTCPeerConnectionState) {
-        let _ = self.states.try_send(state);
-    }
 }
 
 /// `profile-level-id` of an avcC (its profile, compatibility flags and level bytes: ISO
@@ -169,12 +149,7 @@ pub async fn negotiate(
     let interceptors = register_default_interceptors(Interceptors::new(), &mut engine)
         .map_err(setup)?
         .with(Slot::from(14_000), KeyframeRequests::default());
-    let (states_tx, states) = mpsc::channel(16);
-    let (gathered_tx, gathered) = watch::channel(false);
-    let handler = Arc::new(Handler {
-        states: states_tx,
-        gathered: gathered_tx,
-    });
+    let (handler, events, gathered) = ice::Handler::new();
     let peer = ice::build_peer(config, muxes, engine, interceptors, handler).await?;
     let built = async {
         let video = add_track(&peer.pc, RtpCodecKind::Video, h264(&profile)).await?;
@@ -207,7 +182,7 @@ pub async fn negotiate(
             Ok((
                 Negotiated {
                     pc: peer.pc,
-                    states,
+                    events,
                     video,
                     audio,
                     answer,

@@ -14,6 +14,8 @@ use tokio::time::Instant;
 use webrtc::media_stream::track_local::TrackLocal;
 use webrtc::peer_connection::RTCPeerConnectionState;
 
+use crate::ingest::whip::session::Event;
+
 use super::h264::Packetizer;
 use super::peer::{Negotiated, Outgoing};
 use crate::hub::{Feed, Hub, Reader, ReaderOptions};
@@ -274,7 +276,7 @@ pub async fn run(
 ) -> (String, SendStats) {
     let Negotiated {
         pc,
-        mut states,
+        mut events,
         video,
         audio,
         ..
@@ -304,15 +306,15 @@ pub async fn run(
                 true => "the stream ended".into(),
                 false => "ended by DELETE or the server".into(),
             }),
-            state = states.recv() => match state {
+            event = events.recv() => match event {
                 None => Err("peer connection gone".into()),
-                Some(RTCPeerConnectionState::Connected) if connect_deadline.is_some() => {
+                Some(Event::State(RTCPeerConnectionState::Connected)) if connect_deadline.is_some() => {
                     connect_deadline = None;
                     v.attach();
                     Ok(())
                 }
-                Some(RTCPeerConnectionState::Failed) => Err("ICE/DTLS failed".into()),
-                Some(RTCPeerConnectionState::Closed) => Err("connection closed".into()),
+                Some(Event::State(RTCPeerConnectionState::Failed)) => Err("ICE/DTLS failed".into()),
+                Some(Event::State(RTCPeerConnectionState::Closed)) => Err("connection closed".into()),
                 Some(_) => Ok(()),
             },
             // The viewer lost a picture: the same rate-limited request as a join.
