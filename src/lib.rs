@@ -103,6 +103,8 @@ pub(crate) mod pipeline;
 pub(crate) mod playback_auth;
 pub(crate) mod quality;
 pub(crate) mod realtime;
+#[allow(dead_code)] // wired to the API and lifecycle next (issue 41)
+pub(crate) mod egress;
 pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;
