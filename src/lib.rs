@@ -86,6 +86,8 @@ pub mod config;
 pub mod daemon;
 pub(crate) mod data_dir;
 pub(crate) mod db;
+#[allow(dead_code)] // wired to the API and lifecycle next (issue 41)
+pub(crate) mod egress;
 pub(crate) mod events;
 pub(crate) mod formats;
 #[doc(hidden)]
@@ -103,8 +105,6 @@ pub(crate) mod pipeline;
 pub(crate) mod playback_auth;
 pub(crate) mod quality;
 pub(crate) mod realtime;
-#[allow(dead_code)] // wired to the API and lifecycle next (issue 41)
-pub(crate) mod egress;
 pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod url_policy;

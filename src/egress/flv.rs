@@ -24,9 +24,11 @@ const EX_CODED_FRAMES: u8 = 1;
 const AAC_AUDIO: u8 = 0xaf;
 const AAC_SEQUENCE_HEADER: u8 = 0;
 const AAC_RAW: u8 = 1;
-/// A timestamp jump larger than this (either way) is a new timeline (a switch, a rebuild): the
-/// output continues one frame after where it was.
+/// A forward jump larger than this, or any step back of more than [`MAX_BACK_MS`], is a new
+/// timeline (a switch, a rebuilt pipeline): the output continues one frame after where it was.
 const MAX_JUMP_MS: i64 = 10_000;
+/// Audio and video interleave a little out of decode order; more than this back is a restart.
+const MAX_BACK_MS: i64 = 1_000;
 
 /// What a target cannot be sent.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,8 +40,15 @@ pub enum FlvError {
 /// One tag body for the RTMP session to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tag {
-    Video { timestamp: u32, body: Bytes, keyframe: bool },
-    Audio { timestamp: u32, body: Bytes },
+    Video {
+        timestamp: u32,
+        body: Bytes,
+        keyframe: bool,
+    },
+    Audio {
+        timestamp: u32,
+        body: Bytes,
+    },
 }
 
 /// Maps a feed's nanosecond decode times to the output's milliseconds: from 0, continuous.
@@ -48,6 +57,8 @@ struct Clock {
     /// Output ms = input ms + offset.
     offset: Option<i64>,
     last_out: i64,
+    /// The feed said its times restart (a discontinuity): the next frame starts a new base.
+    rebase: bool,
 }
 
 impl Clock {
@@ -55,7 +66,8 @@ impl Clock {
         let input = (dts_ns / 1_000_000) as i64;
         let offset = *self.offset.get_or_insert(-input);
         let mut out = input + offset;
-        if (out - self.last_out).abs() > MAX_JUMP_MS {
+        let step = out - self.last_out;
+        if std::mem::take(&mut self.rebase) || step > MAX_JUMP_MS || step < -MAX_BACK_MS {
             // A new timeline: carry on one frame's worth after the last output.
             let next = self.last_out + 33;
             self.offset = Some(next - input);
@@ -87,17 +99,26 @@ impl FlvWriter {
                 };
                 self.video = Some(c.codec);
                 let timestamp = self.clock.last_out as u32;
-                out.push(Tag::Video { timestamp, body, keyframe: true });
+                out.push(Tag::Video {
+                    timestamp,
+                    body,
+                    keyframe: true,
+                });
             }
             MediaMessage::AudioConfig(AudioConfig::Aac(a)) => {
                 let timestamp = self.clock.last_out as u32;
-                out.push(Tag::Audio { timestamp, body: aac(AAC_SEQUENCE_HEADER, &a.asc) });
+                out.push(Tag::Audio {
+                    timestamp,
+                    body: aac(AAC_SEQUENCE_HEADER, &a.asc),
+                });
             }
             MediaMessage::AudioConfig(AudioConfig::Opus(_)) => {
                 return Err(FlvError::Unsupported("Opus audio"))
             }
             MediaMessage::Frame(f) if f.track == TrackKind::Video => {
-                let Some(codec) = self.video else { return Ok(()) };
+                let Some(codec) = self.video else {
+                    return Ok(());
+                };
                 let timestamp = self.clock.ms(f.dts);
                 let cts = ((f.pts as i64 - f.dts as i64) / 1_000_000) as i32;
                 let kind = if f.keyframe { KEY } else { INTER };
@@ -105,13 +126,21 @@ impl FlvWriter {
                     VideoCodec::H264 => avc(kind, AVC_NALU, cts, &f.data),
                     _ => ex(kind, EX_CODED_FRAMES, Some(cts), &f.data),
                 };
-                out.push(Tag::Video { timestamp, body, keyframe: f.keyframe });
+                out.push(Tag::Video {
+                    timestamp,
+                    body,
+                    keyframe: f.keyframe,
+                });
             }
             MediaMessage::Frame(f) => {
                 let timestamp = self.clock.ms(f.dts);
-                out.push(Tag::Audio { timestamp, body: aac(AAC_RAW, &f.data) });
+                out.push(Tag::Audio {
+                    timestamp,
+                    body: aac(AAC_RAW, &f.data),
+                });
             }
-            MediaMessage::Tracks(_) | MediaMessage::Discontinuity { .. } => {}
+            MediaMessage::Discontinuity { .. } => self.clock.rebase = true,
+            MediaMessage::Tracks(_) => {}
         }
         Ok(())
     }
@@ -150,9 +179,9 @@ fn aac(packet_type: u8, data: &[u8]) -> Bytes {
 mod tests {
     use super::*;
     use crate::ingest::rtmp::to_media::FlvToMedia;
+    use crate::media::codec::tests::AVCC_720P;
     use crate::media::codec::{parse_asc, parse_avcc};
     use crate::media::{Frame, VideoConfig};
-    use crate::media::codec::tests::AVCC_720P;
 
     fn frame(track: TrackKind, dts_ms: u64, cts_ms: u64, keyframe: bool) -> MediaMessage {
         MediaMessage::Frame(Frame {
@@ -170,7 +199,9 @@ mod tests {
         let mut a = FlvToMedia::new();
         tags.iter()
             .filter_map(|t| match t {
-                Tag::Video { timestamp, body, .. } => a.video(*timestamp, body).unwrap(),
+                Tag::Video {
+                    timestamp, body, ..
+                } => a.video(*timestamp, body).unwrap(),
                 Tag::Audio { timestamp, body } => a.audio(*timestamp, body).unwrap(),
             })
             .collect()
@@ -202,7 +233,9 @@ mod tests {
         assert_eq!(times, [0, 0, 0, 10, 40, 73]);
         let back = read_back(&tags);
         assert!(matches!(&back[0], MediaMessage::VideoConfig(c) if c.record == config.record));
-        let MediaMessage::Frame(f) = &back[2] else { panic!("{back:?}") };
+        let MediaMessage::Frame(f) = &back[2] else {
+            panic!("{back:?}")
+        };
         assert_eq!((f.dts, f.pts, f.keyframe), (0, 80_000_000, true));
         assert_eq!(f.data.as_ref(), &[0, 0, 0, 2, 0x65, 0x88]);
     }
@@ -210,7 +243,11 @@ mod tests {
     #[test]
     fn what_rtmp_cannot_carry_is_refused() {
         let mut w = FlvWriter::default();
-        let opus = MediaMessage::AudioConfig(AudioConfig::Opus(crate::media::OpusConfig { channels: 2 }));
-        assert_eq!(w.push(&opus, &mut Vec::new()), Err(FlvError::Unsupported("Opus audio")));
+        let opus =
+            MediaMessage::AudioConfig(AudioConfig::Opus(crate::media::OpusConfig { channels: 2 }));
+        assert_eq!(
+            w.push(&opus, &mut Vec::new()),
+            Err(FlvError::Unsupported("Opus audio"))
+        );
     }
 }

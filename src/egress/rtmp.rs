@@ -40,7 +40,14 @@ pub struct RtmpTarget {
 impl std::fmt::Debug for RtmpTarget {
     // The key is the target's secret: never in a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}://{}:{}/{}/****", if self.tls { "rtmps" } else { "rtmp" }, self.host, self.port, self.app)
+        write!(
+            f,
+            "{}://{}:{}/{}/****",
+            if self.tls { "rtmps" } else { "rtmp" },
+            self.host,
+            self.port,
+            self.app
+        )
     }
 }
 
@@ -61,7 +68,10 @@ impl RtmpTarget {
             "rtmps" => true,
             _ => return Err(TargetError::Scheme),
         };
-        let host = uri.host_str().filter(|h| !h.is_empty()).ok_or(TargetError::NoHost)?;
+        let host = uri
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or(TargetError::NoHost)?;
         let path = uri.path().trim_matches('/');
         let (app, key) = path.rsplit_once('/').ok_or(TargetError::NoKey)?;
         if app.is_empty() || key.is_empty() {
@@ -74,7 +84,9 @@ impl RtmpTarget {
         Ok(RtmpTarget {
             tls,
             host: host.trim_matches(['[', ']']).to_owned(),
-            port: uri.port().unwrap_or(if tls { RTMPS_PORT } else { RTMP_PORT }),
+            port: uri
+                .port()
+                .unwrap_or(if tls { RTMPS_PORT } else { RTMP_PORT }),
             app: app.to_owned(),
             key,
         })
@@ -148,7 +160,11 @@ async fn open(
             let connector = tokio_rustls::TlsConnector::from(config);
             Box::new(connector.connect(name, tcp).await.map_err(SendError::Tls)?)
         }
-        (true, None) => return Err(SendError::Tls(std::io::Error::other("no TLS configuration"))),
+        (true, None) => {
+            return Err(SendError::Tls(std::io::Error::other(
+                "no TLS configuration",
+            )))
+        }
         (false, _) => Box::new(tcp),
     };
     let leftover = handshake(&mut io).await?;
@@ -158,17 +174,31 @@ async fn open(
         ..ClientSessionConfig::new()
     };
     let (session, initial) = ClientSession::new(config).map_err(protocol)?;
-    let mut p = Publisher { io, session, buf: vec![0; READ_BUF], bytes_sent: 0 };
+    let mut p = Publisher {
+        io,
+        session,
+        buf: vec![0; READ_BUF],
+        bytes_sent: 0,
+    };
     p.results(initial).await?;
-    let connect = p.session.request_connection(target.app.clone()).map_err(protocol)?;
+    let connect = p
+        .session
+        .request_connection(target.app.clone())
+        .map_err(protocol)?;
     p.results(vec![connect]).await?;
-    p.until(leftover, |e| matches!(e, ClientSessionEvent::ConnectionRequestAccepted)).await?;
+    p.until(leftover, |e| {
+        matches!(e, ClientSessionEvent::ConnectionRequestAccepted)
+    })
+    .await?;
     let publish = p
         .session
         .request_publishing(target.key.clone(), PublishRequestType::Live)
         .map_err(protocol)?;
     p.results(vec![publish]).await?;
-    p.until(Vec::new(), |e| matches!(e, ClientSessionEvent::PublishRequestAccepted)).await?;
+    p.until(Vec::new(), |e| {
+        matches!(e, ClientSessionEvent::PublishRequestAccepted)
+    })
+    .await?;
     Ok(p)
 }
 
@@ -188,7 +218,10 @@ async fn handshake(io: &mut Box<dyn Io>) -> Result<Vec<u8>, SendError> {
             HandshakeProcessResult::InProgress { response_bytes } => {
                 io.write_all(&response_bytes).await.map_err(SendError::Io)?;
             }
-            HandshakeProcessResult::Completed { response_bytes, remaining_bytes } => {
+            HandshakeProcessResult::Completed {
+                response_bytes,
+                remaining_bytes,
+            } => {
                 io.write_all(&response_bytes).await.map_err(SendError::Io)?;
                 return Ok(remaining_bytes);
             }
@@ -206,7 +239,10 @@ impl Publisher {
         for r in results {
             match r {
                 ClientSessionResult::OutboundResponse(packet) => {
-                    self.io.write_all(&packet.bytes).await.map_err(SendError::Io)?;
+                    self.io
+                        .write_all(&packet.bytes)
+                        .await
+                        .map_err(SendError::Io)?;
                     self.bytes_sent += packet.bytes.len() as u64;
                 }
                 ClientSessionResult::RaisedEvent(e) => events.push(e),
@@ -247,7 +283,11 @@ impl Publisher {
     /// Sends one tag; also answers what the server sent meanwhile (acknowledgements, pings).
     pub async fn send(&mut self, tag: Tag) -> Result<(), SendError> {
         let packet = match tag {
-            Tag::Video { timestamp, body, keyframe } => self
+            Tag::Video {
+                timestamp,
+                body,
+                keyframe,
+            } => self
                 .session
                 .publish_video_data(body, RtmpTimestamp::new(timestamp), !keyframe)
                 .map_err(protocol)?,
@@ -280,13 +320,135 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::flv::FlvWriter;
+    use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
+    use crate::ingest::rtmp::to_media::FlvToMedia;
+
+    /// nginx with its RTMP module recording what it is sent, on a free port; its pid file.
+    fn nginx_rtmp(dir: &std::path::Path) -> (std::process::Child, u16) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let conf = dir.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
+                 daemon off; master_process off; pid {pid}; error_log {dir}/error.log;\n\
+                 events {{}}\n\
+                 rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; \
+                 record all; record_path {dir}; record_unique off; }} }} }}\n",
+                pid = dir.join("nginx.pid").display(),
+                dir = dir.display(),
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("/usr/sbin/nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir)
+            .spawn()
+            .expect("nginx (libnginx-mod-rtmp, installed by scripts/test)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (child, port)
+    }
+
+    /// The fixture's tags as our ingest reads them, then as the restream writes them: a 6 s
+    /// H.264 + AAC clip published to nginx-rtmp, which records it; ffprobe reads the file.
+    #[tokio::test]
+    async fn nginx_rtmp_records_what_a_restream_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut nginx, port) = nginx_rtmp(dir.path());
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/av-720p.flv");
+        let bytes = std::fs::read(&fixture).expect("fixtures (scripts/make-fixtures)");
+        let mut tags = Vec::new();
+        FlvReader::new().push(&bytes, &mut tags).unwrap();
+        let (mut ingest, mut writer, mut out) =
+            (FlvToMedia::new(), FlvWriter::default(), Vec::new());
+        for t in tags {
+            let msg = match t {
+                FlvTag::Video { timestamp, body } => ingest.video(timestamp, &body).unwrap(),
+                FlvTag::Audio { timestamp, body } => ingest.audio(timestamp, &body).unwrap(),
+                FlvTag::Script { .. } => None,
+            };
+            if let Some(m) = msg {
+                writer.push(&m, &mut out).unwrap();
+            }
+        }
+        let url = format!("rtmp://127.0.0.1:{port}/live/restream-key");
+        let target = RtmpTarget::parse(&url.parse().unwrap()).unwrap();
+        let mut p = publish(&target, None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        for tag in out {
+            p.send(tag).await.unwrap();
+        }
+        assert!(p.bytes_sent > 100_000, "{}", p.bytes_sent);
+        drop(p);
+        // nginx closes the recording when the publisher leaves.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let recorded = dir.path().join("restream-key.flv");
+        let probe = std::process::Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name,width,height:format=duration",
+                "-of",
+                "json",
+            ])
+            .arg(&recorded)
+            .output()
+            .unwrap();
+        let _ = nginx.kill();
+        let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+        let streams = v["streams"].as_array().unwrap();
+        let video = streams
+            .iter()
+            .find(|s| s["codec_name"] == "h264")
+            .unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(
+            (video["width"].as_u64(), video["height"].as_u64()),
+            (Some(1280), Some(720)),
+            "{v}"
+        );
+        assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+        let duration: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
+        assert!((duration - 6.0).abs() <= 1.0, "{v}");
+    }
 
     #[test]
     fn targets_are_app_and_key_and_the_key_never_shows() {
-        let t = RtmpTarget::parse(&"rtmp://a.rtmp.youtube.com/live2/abcd-efgh".parse().unwrap()).unwrap();
-        assert_eq!((t.tls, t.host.as_str(), t.port, t.app.as_str(), t.key.as_str()), (false, "a.rtmp.youtube.com", 1935, "live2", "abcd-efgh"));
-        let t = RtmpTarget::parse(&"rtmps://live-api-s.facebook.com:443/rtmp/FB-123?s_bl=1".parse().unwrap()).unwrap();
-        assert_eq!((t.tls, t.port, t.app.as_str(), t.key.as_str()), (true, 443, "rtmp", "FB-123?s_bl=1"));
+        let t = RtmpTarget::parse(&"rtmp://a.rtmp.youtube.com/live2/abcd-efgh".parse().unwrap())
+            .unwrap();
+        assert_eq!(
+            (
+                t.tls,
+                t.host.as_str(),
+                t.port,
+                t.app.as_str(),
+                t.key.as_str()
+            ),
+            (false, "a.rtmp.youtube.com", 1935, "live2", "abcd-efgh")
+        );
+        let t = RtmpTarget::parse(
+            &"rtmps://live-api-s.facebook.com:443/rtmp/FB-123?s_bl=1"
+                .parse()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.tls, t.port, t.app.as_str(), t.key.as_str()),
+            (true, 443, "rtmp", "FB-123?s_bl=1")
+        );
         assert!(!format!("{t:?}").contains("FB-123"));
         let t = RtmpTarget::parse(&"rtmp://host:1936/app/inst/key".parse().unwrap()).unwrap();
         assert_eq!((t.app.as_str(), t.key.as_str()), ("app/inst", "key"));
