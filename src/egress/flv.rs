@@ -67,7 +67,7 @@ impl Clock {
         let offset = *self.offset.get_or_insert(-input);
         let mut out = input + offset;
         let step = out - self.last_out;
-        if std::mem::take(&mut self.rebase) || step > MAX_JUMP_MS || step < -MAX_BACK_MS {
+        if std::mem::take(&mut self.rebase) || !(-MAX_BACK_MS..=MAX_JUMP_MS).contains(&step) {
             // A new timeline: carry on one frame's worth after the last output.
             let next = self.last_out + 33;
             self.offset = Some(next - input);

@@ -3,3 +3,4 @@
 
 pub mod flv;
 pub mod rtmp;
+pub mod tls;

@@ -324,18 +324,33 @@ mod tests {
     use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
     use crate::ingest::rtmp::to_media::FlvToMedia;
 
-    /// nginx with its RTMP module recording what it is sent, on a free port; its pid file.
-    fn nginx_rtmp(dir: &std::path::Path) -> (std::process::Child, u16) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+    fn free_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    /// nginx with its RTMP module recording what it is sent, on a free port; with `tls`
+    /// (certificate and key files), also its stream module terminating TLS in front of it on
+    /// another port. The ports: (RTMP, RTMPS).
+    fn nginx_rtmp(
+        dir: &std::path::Path,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> (std::process::Child, u16, u16) {
+        let (port, tls_port) = (free_port(), free_port());
+        let front = tls.map_or(String::new(), |(cert, key)| {
+            format!(
+                "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n\
+                 stream {{ server {{ listen 127.0.0.1:{tls_port} ssl; ssl_certificate {}; \
+                 ssl_certificate_key {}; proxy_pass 127.0.0.1:{port}; }} }}\n",
+                cert.display(),
+                key.display()
+            )
+        });
         let conf = dir.join("nginx.conf");
         std::fs::write(
             &conf,
             format!(
-                "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
+                "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n{front}\
                  daemon off; master_process off; pid {pid}; error_log {dir}/error.log;\n\
                  events {{}}\n\
                  rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; \
@@ -358,15 +373,11 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        (child, port)
+        (child, port, tls_port)
     }
 
-    /// The fixture's tags as our ingest reads them, then as the restream writes them: a 6 s
-    /// H.264 + AAC clip published to nginx-rtmp, which records it; ffprobe reads the file.
-    #[tokio::test]
-    async fn nginx_rtmp_records_what_a_restream_publishes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut nginx, port) = nginx_rtmp(dir.path());
+    /// The fixture's media as the restream writes it: FLV tags from our ingest's reading.
+    fn fixture_tags() -> Vec<Tag> {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/av-720p.flv");
         let bytes = std::fs::read(&fixture).expect("fixtures (scripts/make-fixtures)");
         let mut tags = Vec::new();
@@ -383,19 +394,13 @@ mod tests {
                 writer.push(&m, &mut out).unwrap();
             }
         }
-        let url = format!("rtmp://127.0.0.1:{port}/live/restream-key");
-        let target = RtmpTarget::parse(&url.parse().unwrap()).unwrap();
-        let mut p = publish(&target, None, Duration::from_secs(5))
-            .await
-            .unwrap();
-        for tag in out {
-            p.send(tag).await.unwrap();
-        }
-        assert!(p.bytes_sent > 100_000, "{}", p.bytes_sent);
-        drop(p);
+        out
+    }
+
+    /// ffprobe's reading of what nginx recorded under `key`, once the publisher has left.
+    async fn recorded(dir: &std::path::Path, key: &str) -> serde_json::Value {
         // nginx closes the recording when the publisher leaves.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let recorded = dir.path().join("restream-key.flv");
         let probe = std::process::Command::new("ffprobe")
             .args([
                 "-v",
@@ -405,11 +410,13 @@ mod tests {
                 "-of",
                 "json",
             ])
-            .arg(&recorded)
+            .arg(dir.join(format!("{key}.flv")))
             .output()
             .unwrap();
-        let _ = nginx.kill();
-        let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+        serde_json::from_slice(&probe.stdout).unwrap()
+    }
+
+    fn assert_fixture(v: &serde_json::Value) {
         let streams = v["streams"].as_array().unwrap();
         let video = streams
             .iter()
@@ -423,6 +430,76 @@ mod tests {
         assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
         let duration: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
         assert!((duration - 6.0).abs() <= 1.0, "{v}");
+    }
+
+    /// A 6 s H.264 + AAC clip published to nginx-rtmp, which records it; ffprobe reads the
+    /// file.
+    #[tokio::test]
+    async fn nginx_rtmp_records_what_a_restream_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut nginx, port, _) = nginx_rtmp(dir.path(), None);
+        let url = format!("rtmp://127.0.0.1:{port}/live/restream-key");
+        let target = RtmpTarget::parse(&url.parse().unwrap()).unwrap();
+        let mut p = publish(&target, None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        for tag in fixture_tags() {
+            p.send(tag).await.unwrap();
+        }
+        assert!(p.bytes_sent > 100_000, "{}", p.bytes_sent);
+        drop(p);
+        let v = recorded(dir.path(), "restream-key").await;
+        let _ = nginx.kill();
+        assert_fixture(&v);
+    }
+
+    /// RTMPS through TLS in front of nginx-rtmp, with a certificate of a CA the test makes: with
+    /// that CA the publish goes through; with the system's roots only it is refused (the
+    /// certificate is validated, not just encrypted to).
+    #[tokio::test]
+    async fn rtmps_validates_the_target_certificate_against_the_configured_ca() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let (ca_file, cert_file, key_file) = (
+            dir.path().join("ca.pem"),
+            dir.path().join("cert.pem"),
+            dir.path().join("key.pem"),
+        );
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let (mut nginx, _, tls_port) = nginx_rtmp(dir.path(), Some((&cert_file, &key_file)));
+        let url = format!("rtmps://localhost:{tls_port}/live/secure-key");
+        let target = RtmpTarget::parse(&url.parse().unwrap()).unwrap();
+
+        let system_only = super::super::tls::client_config(None).unwrap();
+        let refused = publish(&target, Some(system_only), Duration::from_secs(5)).await;
+        assert!(
+            matches!(refused, Err(SendError::Tls(_))),
+            "{:?}",
+            refused.err()
+        );
+
+        let ours = super::super::tls::client_config(Some(&ca_file)).unwrap();
+        let mut p = publish(&target, Some(ours), Duration::from_secs(5))
+            .await
+            .unwrap();
+        for tag in fixture_tags() {
+            p.send(tag).await.unwrap();
+        }
+        drop(p);
+        let v = recorded(dir.path(), "secure-key").await;
+        let _ = nginx.kill();
+        assert_fixture(&v);
     }
 
     #[test]
