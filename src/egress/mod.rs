@@ -3,4 +3,5 @@
 
 pub mod flv;
 pub mod rtmp;
+pub mod srt;
 pub mod tls;
