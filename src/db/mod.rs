@@ -19,6 +19,7 @@ mod links;
 mod overlays;
 mod pg_tls;
 pub mod postgres;
+mod restreams;
 mod schema;
 mod settings;
 pub mod sqlite;
@@ -39,6 +40,8 @@ pub use self::broadcasts::BroadcastStore;
 pub use self::cluster::ClusterStore;
 pub use self::overlays::OverlayStore;
 pub use self::postgres::{DatabaseUrl, PostgresStore};
+#[allow(unused_imports)] // wired to the API next (issue 41)
+pub use self::restreams::{RestreamSpec, RestreamStore};
 pub use self::settings::SettingStore;
 pub use self::sqlite::SqliteStore;
 pub use self::stats::StatsStore;
@@ -580,6 +583,7 @@ pub trait Store:
     + SettingStore
     + ClusterStore
     + WebhookStore
+    + RestreamStore
     + Send
     + Sync
     + 'static
@@ -596,6 +600,7 @@ impl<T> Store for T where
         + SettingStore
         + ClusterStore
         + WebhookStore
+        + RestreamStore
         + Send
         + Sync
         + 'static

@@ -164,6 +164,21 @@ CREATE INDEX webhook_deliveries_heads ON webhook_deliveries (status, webhook_id,
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, id);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
 "#,
+    // 8: restreams — a live stream sent on to other servers (issue 41). The target URI holds
+    // the target's secret (a stream key, an SRT passphrase): the API never returns it whole.
+    r#"
+CREATE TABLE restreams (
+    id {id},
+    stream_id {int} NOT NULL REFERENCES streams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    uri TEXT NOT NULL,
+    source TEXT NOT NULL,
+    active {bool} NOT NULL,
+    created_at_ms {int} NOT NULL,
+    updated_at_ms {int} NOT NULL
+);
+CREATE INDEX restreams_by_stream ON restreams (stream_id, id);
+"#,
 ];
 
 /// The schema version this build knows.

@@ -114,7 +114,60 @@ on_both_backends!(
     record_changes_write_their_events_in_their_own_transaction,
     a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the_window,
     of_nodes_claiming_at_once_each_delivery_goes_to_one,
+    restreams_are_capped_per_stream_edited_and_go_with_their_stream,
 );
+
+fn restreams_are_capped_per_stream_edited_and_go_with_their_stream(store: &Backend) {
+    use crate::db::RestreamSpec;
+    let now = OffsetDateTime::now_utc();
+    let settings = StreamSettings {
+        name: "out".into(),
+        ..StreamSettings::default()
+    };
+    let stream = store.create_stream(&settings, "tok", now).unwrap().id;
+    let spec = |name: &str| RestreamSpec {
+        stream_id: stream,
+        name: name.into(),
+        uri: "rtmp://a.rtmp.youtube.com/live2/key-1".into(),
+        source: "origin".into(),
+        active: true,
+    };
+    let first = store.create_restream(&spec("yt"), 2, now).unwrap().unwrap();
+    assert_eq!(first.spec, spec("yt"));
+    store
+        .create_restream(&spec("twitch"), 2, now)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.create_restream(&spec("third"), 2, now).unwrap(),
+        None,
+        "the cap"
+    );
+    let edited = RestreamSpec {
+        source: "720p".into(),
+        active: false,
+        ..spec("yt renamed")
+    };
+    let later = now + time::Duration::seconds(5);
+    let row = store
+        .update_restream(first.id, &edited, later)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.spec, row.created_at == first.created_at),
+        (edited, true)
+    );
+    assert_eq!(store.list_restreams(Some(stream)).unwrap().len(), 2);
+    assert!(store.delete_restream(first.id).unwrap());
+    assert!(!store.delete_restream(first.id).unwrap());
+    assert_eq!(
+        store.update_restream(first.id, &spec("x"), later).unwrap(),
+        None
+    );
+    // The stream's deletion takes its restreams with it.
+    store.delete_stream(stream).unwrap();
+    assert!(store.list_restreams(None).unwrap().is_empty());
+}
 
 fn app(name: &str, status: u8, plan_id: i64) -> AppSettings {
     AppSettings {
