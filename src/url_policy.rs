@@ -38,12 +38,15 @@ pub enum Purpose {
     Relay,
     /// An endpoint the daemon POSTs to: a customer's webhook, the publish authorization hook.
     Webhook,
+    /// A server a live stream is sent on to (a restream's target).
+    Restream,
 }
 
 impl Purpose {
     pub fn schemes(self) -> &'static [&'static str] {
         match self {
             Purpose::PullSource => &["rtmp", "rtmps", "srt", "http", "https"],
+            Purpose::Restream => &["rtmp", "rtmps", "srt"],
             Purpose::PullHttpHop | Purpose::WebPage | Purpose::Relay | Purpose::Webhook => {
                 &["http", "https"]
             }

@@ -4,4 +4,5 @@
 pub mod flv;
 pub mod rtmp;
 pub mod srt;
+pub mod target;
 pub mod tls;
