@@ -3,6 +3,9 @@
 
 pub mod flv;
 pub mod rtmp;
+pub mod runner;
 pub mod srt;
 pub mod target;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tls;

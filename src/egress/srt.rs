@@ -156,8 +156,6 @@ impl TsSender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::rtmp::flv::{FlvReader, FlvTag};
-    use crate::ingest::rtmp::to_media::FlvToMedia;
 
     #[test]
     fn targets_carry_their_parameters_and_hide_their_secrets() {
@@ -224,27 +222,14 @@ mod tests {
             }
         }
         let mut sender = sender.expect("the ffmpeg listener took the call");
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/av-720p.flv");
-        let mut tags = Vec::new();
-        FlvReader::new()
-            .push(&std::fs::read(fixture).unwrap(), &mut tags)
-            .unwrap();
-        let mut ingest = FlvToMedia::new();
         // In real time, as a live restream sends (SRT's live mode drops what comes in a burst
         // past its latency window).
         let start = tokio::time::Instant::now();
-        for t in tags {
-            let msg = match t {
-                FlvTag::Video { timestamp, body } => ingest.video(timestamp, &body).unwrap(),
-                FlvTag::Audio { timestamp, body } => ingest.audio(timestamp, &body).unwrap(),
-                FlvTag::Script { .. } => None,
-            };
-            if let Some(m) = msg {
-                if let MediaMessage::Frame(f) = &m {
-                    tokio::time::sleep_until(start + Duration::from_nanos(f.dts)).await;
-                }
-                sender.send(&m).await.unwrap();
+        for m in crate::egress::test_support::fixture_messages() {
+            if let MediaMessage::Frame(f) = &m {
+                tokio::time::sleep_until(start + Duration::from_nanos(f.dts)).await;
             }
+            sender.send(&m).await.unwrap();
         }
         // The receiver's latency window (120 ms) before the end.
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1,0 +1,278 @@
+//! One restream's task: reads its feed from the live stream's hub (the source as received, or a
+//! rung and the audio as encoded — nothing decoded or encoded for it), sends it to the target,
+//! and reconnects with backoff (1 s doubling to 30 s) when the target fails, until stopped.
+//! Starts at a keyframe each time it (re)connects; its state is what the API shows.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::sync::watch;
+
+use super::flv::{FlvWriter, Tag};
+use super::rtmp::{self, Publisher};
+use super::srt::{self, TsSender};
+use super::target::Target;
+use crate::hub::{Feed, Hub, Reader, ReaderOptions};
+use crate::media::{MediaMessage, TrackKind};
+
+/// First wait after a failure; doubled up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A target that does not complete its handshake in this long has failed.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// Messages queued per restream reader: ~8 s of video. A target slower than the stream loses
+/// frames here (counted by the hub) and resumes at a keyframe.
+const QUEUE: usize = 256;
+
+/// What a restream is doing, for the API.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RestreamState {
+    pub live: bool,
+    pub started_at: Option<OffsetDateTime>,
+    pub bytes_sent: u64,
+    pub last_error: Option<String>,
+    pub reconnects: u32,
+}
+
+/// Which media a restream sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The source as received (after the main/backup switch), remuxed.
+    Origin,
+    /// A rung's H.264 and the AAC, as encoded for the other outputs.
+    Rung(String),
+}
+
+enum Conn {
+    Rtmp(Publisher, FlvWriter),
+    Srt(TsSender),
+}
+
+impl Conn {
+    async fn send(&mut self, msg: &MediaMessage, tags: &mut Vec<Tag>) -> Result<(), String> {
+        match self {
+            Conn::Rtmp(p, w) => {
+                w.push(msg, tags).map_err(|e| e.to_string())?;
+                for tag in tags.drain(..) {
+                    p.send(tag).await.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            Conn::Srt(s) => s.send(msg).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    fn bytes_sent(&self) -> u64 {
+        match self {
+            Conn::Rtmp(p, _) => p.bytes_sent,
+            Conn::Srt(s) => s.bytes_sent,
+        }
+    }
+}
+
+/// Everything one restream task needs.
+pub struct Restream {
+    pub id: i64,
+    pub hub: Arc<Hub>,
+    pub source: Source,
+    pub target: Target,
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    pub state: Arc<Mutex<RestreamState>>,
+}
+
+impl Restream {
+    fn update(&self, f: impl FnOnce(&mut RestreamState)) {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn subscribe(&self) -> Vec<Reader> {
+        let name = format!("restream {}", self.id);
+        let sub = |feed| {
+            self.hub
+                .subscribe(feed, ReaderOptions::new(name.clone(), QUEUE))
+        };
+        match &self.source {
+            Source::Origin => vec![sub(Feed::Source)],
+            Source::Rung(rung) => {
+                let feed = Feed::Video(rung.clone());
+                let readers = vec![sub(feed.clone()), sub(Feed::Audio)];
+                // Start now rather than at the rung's next keyframe (rate-limited in the hub).
+                self.hub.request_keyframe(&feed);
+                readers
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, String> {
+        match &self.target {
+            Target::Rtmp(t) => rtmp::publish(t, self.tls.clone(), CONNECT_PATIENCE)
+                .await
+                .map(|p| Conn::Rtmp(p, FlvWriter::default()))
+                .map_err(|e| e.to_string()),
+            Target::Srt(t) => srt::connect(t, CONNECT_PATIENCE)
+                .await
+                .map(Conn::Srt)
+                .map_err(|e| format!("SRT: {e}")),
+        }
+    }
+
+    /// Runs until `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let ended = tokio::select! {
+                r = self.session() => r,
+                _ = async { drop(stop.wait_for(|s| *s).await) } => break,
+            };
+            self.update(|s| {
+                s.live = false;
+                s.reconnects += 1;
+                s.last_error = Some(ended.clone());
+            });
+            tracing::info!(restream = self.id, target = %self.target.shown(), error = %ended, ?backoff, "restream interrupted; reconnecting");
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = async { drop(stop.wait_for(|s| *s).await) } => break,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        self.update(|s| s.live = false);
+    }
+
+    /// One connection: subscribe, connect, send from the first keyframe until something fails.
+    async fn session(&self) -> String {
+        let mut readers = self.subscribe();
+        let mut conn = match self.connect().await {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        self.update(|s| {
+            s.live = true;
+            s.started_at = Some(OffsetDateTime::now_utc());
+        });
+        tracing::info!(restream = self.id, target = %self.target.shown(), "restream connected");
+        let (mut tags, mut started, base) = (
+            Vec::new(),
+            false,
+            self.state.lock().map(|s| s.bytes_sent).unwrap_or(0),
+        );
+        loop {
+            let msg = match readers.as_mut_slice() {
+                [one] => one.recv().await,
+                [video, audio] => tokio::select! {
+                    m = video.recv() => m,
+                    m = audio.recv() => m,
+                },
+                _ => return "no feed".into(),
+            };
+            let Some(msg) = msg else {
+                return "the stream's media ended".into();
+            };
+            if let MediaMessage::Frame(f) = &msg {
+                started |= f.track == TrackKind::Video && f.keyframe;
+                if !started {
+                    continue;
+                }
+            }
+            if let Err(e) = conn.send(&msg, &mut tags).await {
+                return e;
+            }
+            let sent = base + conn.bytes_sent();
+            self.update(|s| s.bytes_sent = sent);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::test_support::{fixture_messages, nginx_rtmp};
+
+    /// The fixture published into a hub's source feed in real time, `loops` times (times
+    /// continuing), as the input switch would.
+    fn publish_live(hub: Arc<Hub>, loops: u64) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let messages = fixture_messages();
+            let start = tokio::time::Instant::now();
+            for lap in 0..loops {
+                for m in &messages {
+                    let mut m = m.clone();
+                    if let MediaMessage::Frame(f) = &mut m {
+                        let shift = lap * 6_000_000_000;
+                        (f.dts, f.pts) = (f.dts + shift, f.pts + shift);
+                        tokio::time::sleep_until(start + Duration::from_nanos(f.dts)).await;
+                    }
+                    hub.publish(&Feed::Source, m);
+                }
+            }
+        })
+    }
+
+    /// An origin restream to nginx-rtmp: live, bytes counted; nginx killed and started again on
+    /// its port → the restream is back within 5 s (1 s, then 2 s of backoff), counted once; the
+    /// second recording is the stream (ffprobe).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_origin_restream_reconnects_when_its_target_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut nginx, port, _) = nginx_rtmp(dir.path(), None);
+        let hub = Hub::new();
+        let feeder = publish_live(hub.clone(), 3);
+        let url = format!("rtmp://127.0.0.1:{port}/live/origin-key");
+        let state = Arc::new(Mutex::new(RestreamState::default()));
+        let restream = Restream {
+            id: 1,
+            hub: hub.clone(),
+            source: Source::Origin,
+            target: Target::parse(&url).unwrap(),
+            tls: None,
+            state: state.clone(),
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(restream.run(stop_rx));
+        let snapshot = || state.lock().unwrap().clone();
+        let until = |what: &'static str, secs: u64, f: Box<dyn Fn(&RestreamState) -> bool>| {
+            async move {
+                let end = tokio::time::Instant::now() + Duration::from_secs(secs);
+                loop {
+                    let s = snapshot();
+                    if f(&s) {
+                        return s;
+                    }
+                    assert!(tokio::time::Instant::now() < end, "{what}: {s:?}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        until("live", 10, Box::new(|s| s.live && s.bytes_sent > 50_000)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = nginx.kill();
+        let _ = nginx.wait();
+        until(
+            "the failure seen",
+            10,
+            Box::new(|s| !s.live && s.reconnects == 1),
+        )
+        .await;
+        let back = tokio::time::Instant::now();
+        let (mut nginx, _, _) = crate::egress::test_support::nginx_rtmp_on(dir.path(), port);
+        let s = until("back", 10, Box::new(|s| s.live)).await;
+        println!("restream back after {:?}: {s:?}", back.elapsed());
+        assert!(back.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        feeder.abort();
+        let v = crate::egress::test_support::recorded(dir.path(), "origin-key").await;
+        let _ = nginx.kill();
+        let streams = v["streams"].as_array().unwrap();
+        assert!(
+            streams
+                .iter()
+                .any(|s| s["codec_name"] == "h264" && s["height"] == 720),
+            "{v}"
+        );
+        let duration: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
+        assert!(duration >= 2.0, "{v}");
+    }
+}
