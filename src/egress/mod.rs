@@ -2,6 +2,7 @@
 //! Twitch, Facebook; SRT), the source as received or a rung as encoded.
 
 pub mod flv;
+pub mod manager;
 pub mod rtmp;
 pub mod runner;
 pub mod srt;

@@ -231,17 +231,15 @@ mod tests {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(restream.run(stop_rx));
         let snapshot = || state.lock().unwrap().clone();
-        let until = |what: &'static str, secs: u64, f: Box<dyn Fn(&RestreamState) -> bool>| {
-            async move {
-                let end = tokio::time::Instant::now() + Duration::from_secs(secs);
-                loop {
-                    let s = snapshot();
-                    if f(&s) {
-                        return s;
-                    }
-                    assert!(tokio::time::Instant::now() < end, "{what}: {s:?}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+        let until = |what: &'static str, secs: u64, f: Box<dyn Fn(&RestreamState) -> bool>| async move {
+            let end = tokio::time::Instant::now() + Duration::from_secs(secs);
+            loop {
+                let s = snapshot();
+                if f(&s) {
+                    return s;
                 }
+                assert!(tokio::time::Instant::now() < end, "{what}: {s:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };
         until("live", 10, Box::new(|s| s.live && s.bytes_sent > 50_000)).await;

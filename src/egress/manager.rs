@@ -1,0 +1,172 @@
+//! Which restreams run on this node: those active of the streams it serves. Follows the events
+//! bus (a stream's outputs starting here start its restreams; their end stops them) and the
+//! records (the API says when one changed); each runs as its own task ([`super::runner`]), and
+//! what it is doing is kept for the API.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use super::runner::{Restream, RestreamState, Source};
+use super::target::Target;
+use crate::db::{RestreamSpec, Store};
+use crate::events::{Event, Events, Next};
+use crate::live::Registry;
+
+struct Running {
+    stream_id: i64,
+    spec: RestreamSpec,
+    stop: watch::Sender<bool>,
+    state: Arc<Mutex<RestreamState>>,
+}
+
+pub struct Restreams {
+    registry: Arc<Registry>,
+    store: Arc<dyn Store>,
+    tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    running: Mutex<HashMap<i64, Running>>,
+}
+
+fn source(spec: &RestreamSpec) -> Source {
+    match spec.source.as_str() {
+        "origin" => Source::Origin,
+        rung => Source::Rung(rung.to_owned()),
+    }
+}
+
+impl Restreams {
+    pub fn new(
+        registry: Arc<Registry>,
+        store: Arc<dyn Store>,
+        tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    ) -> Arc<Restreams> {
+        let r = Arc::new(Restreams {
+            registry,
+            store,
+            tls,
+            running: Mutex::new(HashMap::new()),
+        });
+        r.follow(r.registry.events().clone());
+        r
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<i64, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What restream `id` is doing on this node (`None`: not running here).
+    pub fn state(&self, id: i64) -> Option<RestreamState> {
+        let running = self.running();
+        let r = running.get(&id)?;
+        let s = r.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Some(s)
+    }
+
+    fn follow(self: &Arc<Self>, events: Events) {
+        let me = Arc::downgrade(self);
+        let mut sub = events.subscribe();
+        tokio::spawn(async move {
+            while let Some(next) = sub.next().await {
+                let Some(me) = me.upgrade() else { return };
+                match next {
+                    Next::Event(e) => match e.event {
+                        Event::LiveStarted { stream_id, .. } => {
+                            me.reconcile_stream(stream_id).await
+                        }
+                        Event::LiveEnded { stream_id } => me.stop_stream(stream_id),
+                        _ => {}
+                    },
+                    // Events were lost: look at every stream this node serves again.
+                    Next::Lost(n) => {
+                        tracing::warn!(lost = n, "restreams fell behind the events; reconciling");
+                        let streams: Vec<i64> =
+                            me.running().values().map(|r| r.stream_id).collect();
+                        for id in streams {
+                            me.reconcile_stream(id).await;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    fn stop_stream(&self, stream_id: i64) {
+        self.running().retain(|_, r| {
+            let keep = r.stream_id != stream_id;
+            if !keep {
+                let _ = r.stop.send(true);
+            }
+            keep
+        });
+    }
+
+    /// Starts, restarts or stops the restreams of `stream_id` as its records say (all of them
+    /// stop when the stream is not served here).
+    pub async fn reconcile_stream(&self, stream_id: i64) {
+        let store = self.store.clone();
+        let rows = tokio::task::spawn_blocking(move || store.list_restreams(Some(stream_id))).await;
+        let rows = match rows {
+            Ok(Ok(rows)) => rows,
+            _ => {
+                tracing::error!(stream = stream_id, "cannot read the stream's restreams");
+                return;
+            }
+        };
+        let Some(hub) = self.registry.hub(stream_id) else {
+            return self.stop_stream(stream_id);
+        };
+        let wanted: HashMap<i64, RestreamSpec> = rows
+            .into_iter()
+            .filter(|r| r.spec.active)
+            .map(|r| (r.id, r.spec))
+            .collect();
+        let mut running = self.running();
+        running.retain(|id, r| {
+            let keep = r.stream_id != stream_id || wanted.get(id) == Some(&r.spec);
+            if !keep {
+                let _ = r.stop.send(true);
+            }
+            keep
+        });
+        for (id, spec) in wanted {
+            if running.contains_key(&id) {
+                continue;
+            }
+            let target = match Target::parse(&spec.uri) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(restream = id, error = %e, "restream target refused");
+                    continue;
+                }
+            };
+            let state = Arc::new(Mutex::new(RestreamState::default()));
+            let (stop, stop_rx) = watch::channel(false);
+            let task = Restream {
+                id,
+                hub: hub.clone(),
+                source: source(&spec),
+                target,
+                tls: self.tls.clone(),
+                state: state.clone(),
+            };
+            tokio::spawn(task.run(stop_rx));
+            running.insert(
+                id,
+                Running {
+                    stream_id,
+                    spec,
+                    stop,
+                    state,
+                },
+            );
+        }
+    }
+
+    /// Stops every restream (shutdown).
+    pub fn stop_all(&self) {
+        for r in self.running().values() {
+            let _ = r.stop.send(true);
+        }
+    }
+}
