@@ -88,6 +88,8 @@ pub enum DaemonError {
     MissingElement(&'static str),
     #[error(transparent)]
     Ingest(#[from] IngestError),
+    #[error(transparent)]
+    RestreamTls(#[from] crate::egress::tls::TlsError),
     #[error("overlay page proxy: {0}")]
     PageProxy(std::io::Error),
 }
@@ -111,6 +113,7 @@ pub struct Running {
     cluster: Arc<Cluster>,
     whip: Arc<crate::ingest::whip::Whip>,
     whep: Arc<crate::realtime::whep::Whep>,
+    restreams: Arc<crate::egress::manager::Restreams>,
 }
 
 impl Running {
@@ -119,6 +122,7 @@ impl Running {
         let _ = self.shutdown.send(true);
         self.whip.stop_all();
         self.whep.stop_all();
+        self.restreams.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
         self.cluster.leave().await;
         let _ = self.http.await;
@@ -422,6 +426,11 @@ pub async fn start(
         hub.spawn(registry.events());
     }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
+    let restreams = crate::egress::manager::Restreams::new(
+        registry.clone(),
+        store.clone(),
+        Some(crate::egress::tls::client_config(None)?),
+    );
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
@@ -436,6 +445,7 @@ pub async fn start(
         recordings,
         overlays,
         spectators: spectators.clone(),
+        restreams: restreams.clone(),
     });
     let player = Player::new(
         registry.clone(),
@@ -481,6 +491,7 @@ pub async fn start(
         shutdown,
         whip: ingest.whip,
         whep,
+        restreams,
         http,
         srt: ingest.srt,
         store,

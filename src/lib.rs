@@ -86,7 +86,6 @@ pub mod config;
 pub mod daemon;
 pub(crate) mod data_dir;
 pub(crate) mod db;
-#[allow(dead_code)] // wired to the API and lifecycle next (issue 41)
 pub(crate) mod egress;
 pub(crate) mod events;
 pub(crate) mod formats;

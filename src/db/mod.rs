@@ -40,8 +40,7 @@ pub use self::broadcasts::BroadcastStore;
 pub use self::cluster::ClusterStore;
 pub use self::overlays::OverlayStore;
 pub use self::postgres::{DatabaseUrl, PostgresStore};
-#[allow(unused_imports)] // wired to the API next (issue 41)
-pub use self::restreams::{RestreamSpec, RestreamStore};
+pub use self::restreams::{RestreamRow, RestreamSpec, RestreamStore};
 pub use self::settings::SettingStore;
 pub use self::sqlite::SqliteStore;
 pub use self::stats::StatsStore;

@@ -125,12 +125,21 @@ impl Restream {
                 r = self.session() => r,
                 _ = async { drop(stop.wait_for(|s| *s).await) } => break,
             };
+            self.update(|s| s.live = false);
+            let failure = match ended {
+                // The stream's media paused (its publisher left, a pipeline rebuilt): wait for
+                // it again; the target was not at fault.
+                Ended::Media => {
+                    backoff = FIRST_BACKOFF;
+                    continue;
+                }
+                Ended::Failed(e) => e,
+            };
             self.update(|s| {
-                s.live = false;
                 s.reconnects += 1;
-                s.last_error = Some(ended.clone());
+                s.last_error = Some(failure.clone());
             });
-            tracing::info!(restream = self.id, target = %self.target.shown(), error = %ended, ?backoff, "restream interrupted; reconnecting");
+            tracing::info!(restream = self.id, target = %self.target.shown(), error = %failure, ?backoff, "restream interrupted; reconnecting");
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = async { drop(stop.wait_for(|s| *s).await) } => break,
@@ -140,34 +149,31 @@ impl Restream {
         self.update(|s| s.live = false);
     }
 
-    /// One connection: subscribe, connect, send from the first keyframe until something fails.
-    async fn session(&self) -> String {
+    /// One connection: subscribe, wait for media (no connection to the target while the
+    /// stream has none), connect, send from the first keyframe until something fails.
+    async fn session(&self) -> Ended {
         let mut readers = self.subscribe();
+        let Some(first) = next(&mut readers).await else {
+            return Ended::Media;
+        };
         let mut conn = match self.connect().await {
             Ok(c) => c,
-            Err(e) => return e,
+            Err(e) => return Ended::Failed(e),
         };
         self.update(|s| {
             s.live = true;
             s.started_at = Some(OffsetDateTime::now_utc());
         });
         tracing::info!(restream = self.id, target = %self.target.shown(), "restream connected");
-        let (mut tags, mut started, base) = (
-            Vec::new(),
-            false,
-            self.state.lock().map(|s| s.bytes_sent).unwrap_or(0),
-        );
+        let base = self.state.lock().map(|s| s.bytes_sent).unwrap_or(0);
+        let (mut tags, mut started, mut pending) = (Vec::new(), false, Some(first));
         loop {
-            let msg = match readers.as_mut_slice() {
-                [one] => one.recv().await,
-                [video, audio] => tokio::select! {
-                    m = video.recv() => m,
-                    m = audio.recv() => m,
+            let msg = match pending.take() {
+                Some(m) => m,
+                None => match next(&mut readers).await {
+                    Some(m) => m,
+                    None => return Ended::Media,
                 },
-                _ => return "no feed".into(),
-            };
-            let Some(msg) = msg else {
-                return "the stream's media ended".into();
             };
             if let MediaMessage::Frame(f) = &msg {
                 started |= f.track == TrackKind::Video && f.keyframe;
@@ -176,11 +182,31 @@ impl Restream {
                 }
             }
             if let Err(e) = conn.send(&msg, &mut tags).await {
-                return e;
+                return Ended::Failed(e);
             }
             let sent = base + conn.bytes_sent();
             self.update(|s| s.bytes_sent = sent);
         }
+    }
+}
+
+/// Why a session ended.
+enum Ended {
+    /// The stream's media ended (for now).
+    Media,
+    /// The target failed, or refused.
+    Failed(String),
+}
+
+/// The next message of a restream's readers (the one feed, or the rung's video and the audio).
+async fn next(readers: &mut [Reader]) -> Option<MediaMessage> {
+    match readers {
+        [one] => one.recv().await,
+        [video, audio] => tokio::select! {
+            m = video.recv() => m,
+            m = audio.recv() => m,
+        },
+        _ => None,
     }
 }
 

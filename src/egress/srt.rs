@@ -142,15 +142,6 @@ impl TsSender {
         }
         self.socket.flush().await
     }
-
-    /// Sends what is left and closes the connection.
-    pub async fn close(mut self) {
-        if !self.buf.is_empty() {
-            let rest = self.buf.split().freeze();
-            let _ = self.socket.feed((Instant::now(), rest)).await;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.socket.close()).await;
-    }
 }
 
 #[cfg(test)]
@@ -233,7 +224,7 @@ mod tests {
         }
         // The receiver's latency window (120 ms) before the end.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        sender.close().await;
+        drop(sender);
         let _ = tokio::time::timeout(Duration::from_secs(10), ffmpeg.wait()).await;
         let probe = std::process::Command::new("ffprobe")
             .args([

@@ -9,6 +9,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod restream;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -252,6 +253,11 @@ async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit(
 /// nginx with its RTMP module (Debian `libnginx-mod-rtmp`) as an RTMP server on `port`:
 /// encoders publish to `rtmp://127.0.0.1:{port}/live/{name}`, players play the same URL.
 fn rtmp_server(dir: &Path, port: u16) -> Proc {
+    rtmp_server_with(dir, port, "")
+}
+
+/// [`rtmp_server`] with more directives in its `live` application (e.g. recording).
+fn rtmp_server_with(dir: &Path, port: u16, live: &str) -> Proc {
     let conf = dir.join("nginx.conf");
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     std::fs::write(
@@ -260,7 +266,7 @@ fn rtmp_server(dir: &Path, port: u16) -> Proc {
             "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
              daemon off;\nmaster_process off;\nworker_processes 1;\n\
              pid {pid};\nerror_log {log} warn;\nevents {{ worker_connections 64; }}\n\
-             rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; }} }} }}\n",
+             rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; {live} }} }} }}\n",
             pid = dir.join("nginx.pid").display(),
             log = dir.join("error.log").display(),
         ),

@@ -8,6 +8,7 @@ pub mod fields;
 pub mod format;
 pub mod overlays;
 pub mod quality_sets;
+pub mod restreams;
 pub mod security;
 pub mod statistics;
 pub mod stream_actions;
@@ -154,6 +155,8 @@ pub struct Api {
     pub overlays: Option<Arc<crate::pipeline::overlay::OverlayHub>>,
     /// Viewers of broadcasts' player pages (counted by the player, reported here).
     pub spectators: Arc<crate::broadcast::Spectators>,
+    /// The restreams this node runs (their live state), told when a record changes.
+    pub restreams: Arc<crate::egress::manager::Restreams>,
 }
 
 impl Route {
@@ -196,6 +199,8 @@ enum Route {
     App,
     ProfileTemplates,
     StatisticsFfprobe,
+    Restreams,
+    Restream,
     Webhooks,
     Webhook,
     WebhookRotateSecret,
@@ -300,6 +305,16 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         "/security/iaas/profile-templates",
         Route::ProfileTemplates,
         &[Method::GET],
+    ),
+    (
+        "/streaming/restreams",
+        Route::Restreams,
+        &[Method::GET, Method::POST],
+    ),
+    (
+        "/streaming/restreams/{id}",
+        Route::Restream,
+        &[Method::GET, Method::PATCH, Method::DELETE],
     ),
     (
         "/streaming/webhooks",
@@ -503,6 +518,13 @@ impl Api {
     ) -> Result<Response<Body>, ApiError> {
         let method = req.method().clone();
         match (route, method) {
+            (Route::Restreams, Method::GET) => restreams::list(self).await,
+            (Route::Restreams, _) => restreams::create(self, read_json(req).await?).await,
+            (Route::Restream, Method::GET) => restreams::get(self, id).await,
+            (Route::Restream, Method::PATCH) => {
+                restreams::update(self, id, read_json(req).await?).await
+            }
+            (Route::Restream, _) => restreams::delete(self, id).await,
             (Route::Webhooks, Method::GET) => webhooks::list(self, req.uri().query()).await,
             (Route::Webhooks, _) => webhooks::create(self, read_json(req).await?).await,
             (Route::Webhook, Method::GET) => webhooks::get(self, id).await,

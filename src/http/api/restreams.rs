@@ -1,0 +1,191 @@
+//! `/streaming/restreams[/{id}]`: a live stream sent on to other servers. The target `uri`
+//! holds the target's secret (a stream key, an SRT passphrase): it is written, never read back
+//! whole — the API shows it without the secret. The live fields are what the serving node's
+//! restream is doing now.
+
+use std::sync::Arc;
+
+use hyper::{Response, StatusCode};
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::fields::Fields;
+use super::format::iso8601;
+use super::{json_response, Api, ApiError, Body};
+use crate::db::{RestreamRow, RestreamSpec};
+use crate::egress::target::{shown, Target};
+
+/// Restreams one stream may have (each is a copy of the stream's bits going out).
+pub const MAX_PER_STREAM: u32 = 5;
+/// Longest `uri` and `name` accepted.
+const MAX_URI: usize = 2048;
+const MAX_NAME: usize = 255;
+
+#[derive(Debug, Serialize)]
+struct RestreamView {
+    id: i64,
+    name: String,
+    stream_id: i64,
+    /// The target without its secret.
+    uri: String,
+    source: String,
+    active: bool,
+    live: bool,
+    started_at: Option<String>,
+    bytes_sent: u64,
+    last_error: Option<String>,
+    reconnects: u32,
+    created_at: String,
+    updated_at: String,
+}
+
+fn view(api: &Api, r: &RestreamRow) -> RestreamView {
+    let state = api.restreams.state(r.id).unwrap_or_default();
+    RestreamView {
+        id: r.id,
+        name: r.spec.name.clone(),
+        stream_id: r.spec.stream_id,
+        uri: shown(&r.spec.uri),
+        source: r.spec.source.clone(),
+        active: r.spec.active,
+        live: state.live,
+        started_at: state.started_at.map(iso8601),
+        bytes_sent: state.bytes_sent,
+        last_error: state.last_error,
+        reconnects: state.reconnects,
+        created_at: iso8601(r.created_at),
+        updated_at: iso8601(r.updated_at),
+    }
+}
+
+/// Reads the owner's fields over `base` (`name`, `stream_id` and `uri` required without one).
+fn read(body: Value, base: Option<&RestreamSpec>) -> Result<RestreamSpec, ApiError> {
+    let mut f = Fields::new(body, "body")?;
+    let name = f.string("name")?;
+    let stream_id = f.int("stream_id")?;
+    let uri = f.string("uri")?;
+    let source = f.string("source")?;
+    let active = f.bool("active")?;
+    f.finish(&[
+        "id",
+        "live",
+        "started_at",
+        "bytes_sent",
+        "last_error",
+        "reconnects",
+        "created_at",
+        "updated_at",
+    ])?;
+    let name = name
+        .or(base.map(|b| b.name.clone()))
+        .ok_or_else(|| ApiError::required("name", ""))?;
+    if name.trim().is_empty() || name.chars().count() > MAX_NAME {
+        return Err(ApiError::invalid_value(
+            "name",
+            format!("1..={MAX_NAME} characters"),
+        ));
+    }
+    let stream_id = match (stream_id, base) {
+        (Some(id), Some(b)) if id != b.stream_id => {
+            return Err(ApiError::invalid_value(
+                "stream_id",
+                "a restream's stream cannot change",
+            ))
+        }
+        (Some(id), _) => id,
+        (None, Some(b)) => b.stream_id,
+        (None, None) => return Err(ApiError::required("stream_id", "")),
+    };
+    let uri = match (uri, base) {
+        // What the API showed, sent back: the stored target stands (its secret was not shown).
+        (Some(u), Some(b)) if u == shown(&b.uri) => b.uri.clone(),
+        (Some(u), _) => {
+            if u.chars().count() > MAX_URI {
+                return Err(ApiError::invalid_value(
+                    "uri",
+                    format!("at most {MAX_URI} characters"),
+                ));
+            }
+            // The refusal says why without echoing the URI (it holds the target's secret).
+            Target::parse(&u).map_err(|e| ApiError::invalid_value("uri", e.to_string()))?;
+            u
+        }
+        (None, Some(b)) => b.uri.clone(),
+        (None, None) => return Err(ApiError::required("uri", "")),
+    };
+    let source = source
+        .or(base.map(|b| b.source.clone()))
+        .unwrap_or_else(|| "origin".into());
+    let rung_like = source.len() <= 32 && source.bytes().all(|b| b.is_ascii_alphanumeric());
+    if source.is_empty() || !rung_like {
+        return Err(ApiError::invalid_value(
+            "source",
+            "`origin` or a rung's name (transcoded_qualities)",
+        ));
+    }
+    Ok(RestreamSpec {
+        stream_id,
+        name,
+        uri,
+        source,
+        active: active.or(base.map(|b| b.active)).unwrap_or(true),
+    })
+}
+
+async fn load(api: &Arc<Api>, id: i64) -> Result<RestreamRow, ApiError> {
+    api.db(move |s| s.get_restream(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("restream"))
+}
+
+pub async fn list(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
+    let rows = api.db(|s| s.list_restreams(None)).await?;
+    let views: Vec<_> = rows.iter().map(|r| view(api, r)).collect();
+    Ok(json_response(StatusCode::OK, &views))
+}
+
+pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiError> {
+    let spec = read(body, None)?;
+    let stream_id = spec.stream_id;
+    if api.db(move |s| s.get_stream(stream_id)).await?.is_none() {
+        return Err(ApiError::invalid_value("stream_id", "no such stream"));
+    }
+    let row = api
+        .db(move |s| s.create_restream(&spec, MAX_PER_STREAM, OffsetDateTime::now_utc()))
+        .await?
+        .ok_or_else(|| {
+            ApiError::conflict(format!("a stream has at most {MAX_PER_STREAM} restreams"))
+        })?;
+    tracing::info!(restream = row.id, stream = stream_id, target = %shown(&row.spec.uri), "restream created");
+    api.restreams.reconcile_stream(stream_id).await;
+    Ok(json_response(StatusCode::CREATED, &view(api, &row)))
+}
+
+pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    Ok(json_response(
+        StatusCode::OK,
+        &view(api, &load(api, id).await?),
+    ))
+}
+
+pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Body>, ApiError> {
+    let current = load(api, id).await?;
+    let spec = read(body, Some(&current.spec))?;
+    let row = api
+        .db(move |s| s.update_restream(id, &spec, OffsetDateTime::now_utc()))
+        .await?
+        .ok_or_else(|| ApiError::not_found("restream"))?;
+    api.restreams.reconcile_stream(row.spec.stream_id).await;
+    Ok(json_response(StatusCode::OK, &view(api, &row)))
+}
+
+pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
+    let current = load(api, id).await?;
+    if !api.db(move |s| s.delete_restream(id)).await? {
+        return Err(ApiError::not_found("restream"));
+    }
+    tracing::info!(restream = id, "restream deleted");
+    api.restreams.reconcile_stream(current.spec.stream_id).await;
+    Ok(super::no_content())
+}

@@ -1,0 +1,164 @@
+//! Restreams end to end (issue 41): the daemon sends a live stream on to nginx-rtmp, which
+//! records what it gets; ffprobe reads the recordings. The origin as received and a rung as
+//! encoded, the target's key never shown, a delete closing the target's connection.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::common::{free_port, tempdir, Daemon, KEY};
+use super::media::{self, create};
+
+async fn restream(d: &Daemon, id: i64) -> Value {
+    d.get(&format!("/streaming/restreams/{id}")).await.body
+}
+
+async fn wait_restream(d: &Daemon, id: i64, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..200 {
+        let r = restream(d, id).await;
+        if f(&r) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("restream {id}: {what}: {}", restream(d, id).await);
+}
+
+fn probe(path: &std::path::Path) -> Value {
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name,width,height:format=duration",
+            "-of",
+            "json",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let port = free_port(false);
+    let nginx_dir = dir.path().join("nginx");
+    let rec_dir = dir.path().join("recorded");
+    std::fs::create_dir_all(&rec_dir).unwrap();
+    let _nginx = super::rtmp_server_with(
+        &nginx_dir,
+        port,
+        &format!(
+            "record all; record_path {}; record_unique off;",
+            rec_dir.display()
+        ),
+    );
+    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_API_KEYS", KEY)]);
+    let stream = create(&d, json!({"name": "out"})).await;
+    let sid = stream["id"].as_i64().unwrap();
+    let target = |key: &str| format!("rtmp://127.0.0.1:{port}/live/{key}");
+
+    // Created before the stream is live: waits, shows its target without the key.
+    let r = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "origin", "stream_id": sid, "uri": target("origin-secret")}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let origin = r.body["id"].as_i64().unwrap();
+    assert_eq!(r.body["uri"], format!("rtmp://127.0.0.1:{port}/live/****"));
+    assert_eq!(
+        (r.body["live"].as_bool(), r.body["source"].as_str()),
+        (Some(false), Some("origin"))
+    );
+    assert!(!r.body.to_string().contains("origin-secret"));
+    // A target the URL policy refuses, a scheme no restream speaks.
+    for (uri, field) in [
+        ("rtmp://169.254.169.254/live/x", "uri"),
+        ("https://example.com/live/x", "uri"),
+    ] {
+        let bad = d
+            .post(
+                "/streaming/restreams",
+                json!({"name": "x", "stream_id": sid, "uri": uri}),
+            )
+            .await;
+        assert_eq!(
+            (bad.status, bad.body["error"]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{}",
+            bad.body
+        );
+        assert!(
+            !bad.body.to_string().contains("169.254.169.254/live/x"),
+            "{}",
+            bad.body
+        );
+    }
+
+    let pusher = media::push(stream["push_url"].as_str().unwrap(), "av-720p.flv", 2);
+    wait_restream(&d, origin, "live and sending", |r| {
+        r["live"] == true && r["bytes_sent"].as_u64() > Some(100_000)
+    })
+    .await;
+    let r = d
+        .post("/streaming/restreams", json!({"name": "rung", "stream_id": sid, "uri": target("rung-secret"), "source": "360p"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let rung = r.body["id"].as_i64().unwrap();
+    wait_restream(&d, rung, "live", |r| {
+        r["live"] == true && r["bytes_sent"].as_u64() > Some(50_000)
+    })
+    .await;
+    // A client sending back what it read keeps the real target.
+    let back = d
+        .patch(
+            &format!("/streaming/restreams/{rung}"),
+            json!({"uri": format!("rtmp://127.0.0.1:{port}/live/****"), "name": "rung 360p"}),
+        )
+        .await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // Deleted: its connection closes, nginx closes its recording.
+    assert_eq!(
+        d.delete(&format!("/streaming/restreams/{origin}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        d.get(&format!("/streaming/restreams/{origin}"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let v = probe(&rec_dir.join("origin-secret.flv"));
+    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        streams
+            .iter()
+            .any(|s| s["codec_name"] == "h264" && s["width"] == 1280 && s["height"] == 720),
+        "{v}"
+    );
+    assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+    let seconds: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
+    assert!(seconds >= 4.0, "{v}");
+    drop(pusher);
+    wait_restream(&d, rung, "stopped with the stream", |r| r["live"] == false).await;
+    let v = probe(&rec_dir.join("rung-secret.flv"));
+    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        streams
+            .iter()
+            .any(|s| s["codec_name"] == "h264" && s["width"] == 640 && s["height"] == 360),
+        "{v}"
+    );
+    assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+}
