@@ -392,6 +392,14 @@ fn http_limits(config: &Config) -> HttpLimits {
 /// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
 /// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
 /// to the operator's own proxy, or unguarded.
+async fn bind_http(addr: SocketAddr) -> Result<Http, DaemonError> {
+    Http::bind(addr).await.map_err(|source| DaemonError::Bind {
+        what: "http",
+        addr,
+        source,
+    })
+}
+
 pub async fn start(
     config: Config,
     page_proxy: Option<std::net::TcpListener>,
@@ -403,18 +411,13 @@ pub async fn start(
     let registry = registry(&config, &store, &quality_sets, &overlays).await?;
     crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
-    let http = Http::bind(config.http_addr)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            what: "http",
-            addr: config.http_addr,
-            source,
-        })?;
+    let http = bind_http(config.http_addr).await?;
+    let (rtmp, rtmps, srt, ice_tcp) = (gates.rtmp, gates.rtmps, gates.srt, gates.ice_tcp);
     let ingest_gates = IngestGates {
-        rtmp: gates.rtmp,
-        rtmps: gates.rtmps,
-        srt: gates.srt,
-        ice_tcp: gates.ice_tcp,
+        rtmp,
+        rtmps,
+        srt,
+        ice_tcp,
     };
     let ingest = Ingest::bind(&config, ingest_gates).await?;
     let public_url = public_url(&config, http.addr);
@@ -426,11 +429,9 @@ pub async fn start(
         hub.spawn(registry.events());
     }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
-    let restreams = crate::egress::manager::Restreams::new(
-        registry.clone(),
-        store.clone(),
-        Some(crate::egress::tls::client_config(None)?),
-    );
+    let tls = crate::egress::tls::client_config(None)?;
+    let restreams =
+        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls));
     let api = Arc::new(Api {
         store: store.clone(),
         keys,

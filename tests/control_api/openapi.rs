@@ -54,6 +54,15 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
         .body["id"]
         .as_i64()
         .unwrap();
+    let restream = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "x", "stream_id": stream, "uri": "rtmp://ingest.example/live/key"}),
+        )
+        .await
+        .body["id"]
+        .as_i64()
+        .unwrap();
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 10, "suspiciously few paths");
     // DELETE last so the ids stay valid while the other operations are probed.
@@ -74,6 +83,8 @@ async fn documented_routes_are_served_and_undocumented_methods_refused() {
             broadcast
         } else if path.starts_with("/streaming/webhooks") {
             webhook
+        } else if path.starts_with("/streaming/restreams") {
+            restream
         } else {
             stream
         };

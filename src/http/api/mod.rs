@@ -6,9 +6,11 @@ pub mod broadcasts;
 pub mod fastedge;
 pub mod fields;
 pub mod format;
+mod outbound_routes;
 pub mod overlays;
 pub mod quality_sets;
 pub mod restreams;
+use outbound_routes::hooks_and_restreams;
 pub mod security;
 pub mod statistics;
 pub mod stream_actions;
@@ -178,7 +180,7 @@ impl Route {
 
 /// What a path names; dispatch matches on it and the method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
+pub(super) enum Route {
     Streams,
     Stream,
     StreamPlaylist,
@@ -504,40 +506,10 @@ impl Api {
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
                 // The webhook routes (a route dispatched nowhere answers 404 there, which the
                 // OpenAPI test of served routes catches).
-                _ => self.route_webhooks(*route, id, req).await,
+                _ => hooks_and_restreams(self, *route, id, req).await,
             };
         }
         Err(ApiError::not_found("resource"))
-    }
-
-    async fn route_webhooks(
-        self: &Arc<Self>,
-        route: Route,
-        id: i64,
-        req: Request<Incoming>,
-    ) -> Result<Response<Body>, ApiError> {
-        let method = req.method().clone();
-        match (route, method) {
-            (Route::Restreams, Method::GET) => restreams::list(self).await,
-            (Route::Restreams, _) => restreams::create(self, read_json(req).await?).await,
-            (Route::Restream, Method::GET) => restreams::get(self, id).await,
-            (Route::Restream, Method::PATCH) => {
-                restreams::update(self, id, read_json(req).await?).await
-            }
-            (Route::Restream, _) => restreams::delete(self, id).await,
-            (Route::Webhooks, Method::GET) => webhooks::list(self, req.uri().query()).await,
-            (Route::Webhooks, _) => webhooks::create(self, read_json(req).await?).await,
-            (Route::Webhook, Method::GET) => webhooks::get(self, id).await,
-            (Route::Webhook, Method::PATCH) => {
-                webhooks::update(self, id, read_json(req).await?).await
-            }
-            (Route::Webhook, _) => webhooks::delete(self, id).await,
-            (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(self, id).await,
-            (Route::WebhookDeliveries, _) => {
-                webhooks::deliveries(self, id, req.uri().query()).await
-            }
-            _ => Err(ApiError::not_found("resource")),
-        }
     }
 
     /// Runs a store call on the blocking pool: SQLite I/O must not stall the async workers.
