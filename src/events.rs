@@ -126,6 +126,23 @@ pub enum Event {
         overlay_id: Option<i64>,
         error: String,
     },
+    /// A restream connected to its target and is sending.
+    RestreamStarted {
+        stream_id: i64,
+        restream_id: i64,
+    },
+    /// A restream stopped sending: its stream ended, it was deactivated or deleted.
+    RestreamStopped {
+        stream_id: i64,
+        restream_id: i64,
+    },
+    /// A restream's target failed or refused it; it tries again (`error` never holds the
+    /// target's secret).
+    RestreamFailed {
+        stream_id: i64,
+        restream_id: i64,
+        error: String,
+    },
 }
 
 impl Event {
@@ -163,6 +180,9 @@ impl Event {
         "video_failed",
         "video_deleted",
         "overlay_failed",
+        "restream_started",
+        "restream_stopped",
+        "restream_failed",
     ];
 
     /// The stream the event is about (the order webhooks keep is per stream).
@@ -185,7 +205,10 @@ impl Event {
             | VideoReady { stream_id, .. }
             | VideoFailed { stream_id, .. }
             | VideoDeleted { stream_id, .. }
-            | OverlayFailed { stream_id, .. } => *stream_id,
+            | OverlayFailed { stream_id, .. }
+            | RestreamStarted { stream_id, .. }
+            | RestreamStopped { stream_id, .. }
+            | RestreamFailed { stream_id, .. } => *stream_id,
         }
     }
 }
@@ -409,6 +432,19 @@ mod tests {
             Event::OverlayFailed {
                 stream_id: 1,
                 overlay_id: None,
+                error: String::new(),
+            },
+            Event::RestreamStarted {
+                stream_id: 1,
+                restream_id: 2,
+            },
+            Event::RestreamStopped {
+                stream_id: 1,
+                restream_id: 2,
+            },
+            Event::RestreamFailed {
+                stream_id: 1,
+                restream_id: 2,
                 error: String::new(),
             },
         ];

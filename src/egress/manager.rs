@@ -149,6 +149,8 @@ impl Restreams {
                 target,
                 tls: self.tls.clone(),
                 state: state.clone(),
+                stream_id,
+                events: Some(self.registry.events().clone()),
             };
             tokio::spawn(task.run(stop_rx));
             running.insert(

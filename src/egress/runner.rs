@@ -13,6 +13,7 @@ use super::flv::{FlvWriter, Tag};
 use super::rtmp::{self, Publisher};
 use super::srt::{self, TsSender};
 use super::target::Target;
+use crate::events::Event;
 use crate::hub::{Feed, Hub, Reader, ReaderOptions};
 use crate::media::{MediaMessage, TrackKind};
 
@@ -79,9 +80,18 @@ pub struct Restream {
     pub target: Target,
     pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     pub state: Arc<Mutex<RestreamState>>,
+    pub stream_id: i64,
+    /// Where its start, stop and failures are told (webhooks follow it).
+    pub events: Option<crate::events::Events>,
 }
 
 impl Restream {
+    fn emit(&self, event: crate::events::Event) {
+        if let Some(e) = &self.events {
+            e.emit(event);
+        }
+    }
+
     fn update(&self, f: impl FnOnce(&mut RestreamState)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
     }
@@ -131,10 +141,19 @@ impl Restream {
                 // it again; the target was not at fault.
                 Ended::Media => {
                     backoff = FIRST_BACKOFF;
+                    self.emit(Event::RestreamStopped {
+                        stream_id: self.stream_id,
+                        restream_id: self.id,
+                    });
                     continue;
                 }
                 Ended::Failed(e) => e,
             };
+            self.emit(Event::RestreamFailed {
+                stream_id: self.stream_id,
+                restream_id: self.id,
+                error: failure.clone(),
+            });
             self.update(|s| {
                 s.reconnects += 1;
                 s.last_error = Some(failure.clone());
@@ -146,7 +165,14 @@ impl Restream {
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
+        let was_live = self.state.lock().map(|s| s.live).unwrap_or(false);
         self.update(|s| s.live = false);
+        if was_live {
+            self.emit(Event::RestreamStopped {
+                stream_id: self.stream_id,
+                restream_id: self.id,
+            });
+        }
     }
 
     /// One connection: subscribe, wait for media (no connection to the target while the
@@ -165,6 +191,10 @@ impl Restream {
             s.started_at = Some(OffsetDateTime::now_utc());
         });
         tracing::info!(restream = self.id, target = %self.target.shown(), "restream connected");
+        self.emit(Event::RestreamStarted {
+            stream_id: self.stream_id,
+            restream_id: self.id,
+        });
         let base = self.state.lock().map(|s| s.bytes_sent).unwrap_or(0);
         let (mut tags, mut started, mut pending) = (Vec::new(), false, Some(first));
         loop {
@@ -253,6 +283,8 @@ mod tests {
             target: Target::parse(&url).unwrap(),
             tls: None,
             state: state.clone(),
+            stream_id: 1,
+            events: None,
         };
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(restream.run(stop_rx));
