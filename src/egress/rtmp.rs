@@ -149,7 +149,12 @@ async fn open(
     target: &RtmpTarget,
     tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
 ) -> Result<Publisher, SendError> {
-    let tcp = TcpStream::connect((target.host.as_str(), target.port))
+    // The DNS guard: the addresses connected to are the ones the URL policy checked now (a
+    // name rebound to a link-local or metadata address since the record was written is refused).
+    let addrs = crate::url_policy::resolve(&target.host, target.port)
+        .await
+        .map_err(|e| SendError::Connect(std::io::Error::other(e.to_string())))?;
+    let tcp = TcpStream::connect(addrs.as_slice())
         .await
         .map_err(SendError::Connect)?;
     let _ = tcp.set_nodelay(true);

@@ -98,8 +98,11 @@ pub async fn connect(target: &SrtTarget, patience: Duration) -> Result<TsSender,
     if let Some(l) = target.latency {
         builder = builder.latency(l);
     }
-    let addr = tokio::net::lookup_host((target.host.as_str(), target.port))
-        .await?
+    // The DNS guard: the address called is one the URL policy checked now.
+    let addr = crate::url_policy::resolve(&target.host, target.port)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .into_iter()
         .next()
         .ok_or_else(|| std::io::Error::other("the target's host has no address"))?;
     let call = builder.call(addr, target.stream_id.as_deref());
