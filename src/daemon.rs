@@ -429,9 +429,10 @@ pub async fn start(
         hub.spawn(registry.events());
     }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
-    let tls = crate::egress::tls::client_config(None)?;
+    let tls = crate::egress::tls::client_config(config.restream_ca_file.as_deref())?;
+    let max = config.restreams_max_per_stream;
     let restreams =
-        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls));
+        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls), max);
     let api = Arc::new(Api {
         store: store.clone(),
         keys,

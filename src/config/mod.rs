@@ -154,6 +154,9 @@ settings! {
     publish_auth_cache_secs: u64 = 10, 0..=3600;
     pull_allow_link_local: bool = false;
     player_assets_dir: PathBuf = PathBuf::from(DEFAULT_PLAYER_ASSETS_DIR);
+    /// A CA file (PEM) RTMPS restream targets may be signed by, besides the system's roots.
+    restream_ca_file: PathBuf;
+    restreams_max_per_stream: u64 = crate::egress::manager::DEFAULT_MAX_PER_STREAM, 1..=50;
 
     // Limits on what a peer can make the daemon spend.
     ingest_handshake_timeout_secs: u64 = DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS, 1..=120;
@@ -267,6 +270,8 @@ pub struct Config {
     pub pull: crate::ingest::pull::PullConfig,
     /// `node_modules` of the npm install holding hls.js and dash.js for the player page.
     pub player_assets_dir: PathBuf,
+    pub restream_ca_file: Option<PathBuf>,
+    pub restreams_max_per_stream: u32,
 }
 
 impl Config {
@@ -338,6 +343,8 @@ impl Config {
             statistics_sample: Duration::from_secs(s.statistics_sample_secs),
             statistics_retention: Duration::from_secs(s.statistics_retention_days * 86_400),
             player_assets_dir: s.player_assets_dir,
+            restream_ca_file: s.restream_ca_file,
+            restreams_max_per_stream: s.restreams_max_per_stream as u32,
             playback: s
                 .playback_signing_key
                 .clone()

@@ -14,6 +14,10 @@ use crate::db::{RestreamSpec, Store};
 use crate::events::{Event, Events, Next};
 use crate::live::Registry;
 
+/// Restreams one stream may have by default (`restreams_max_per_stream`): each is a copy of
+/// the stream's bits going out.
+pub const DEFAULT_MAX_PER_STREAM: u64 = 5;
+
 struct Running {
     stream_id: i64,
     spec: RestreamSpec,
@@ -25,6 +29,7 @@ pub struct Restreams {
     registry: Arc<Registry>,
     store: Arc<dyn Store>,
     tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    max_per_stream: u32,
     running: Mutex<HashMap<i64, Running>>,
 }
 
@@ -40,11 +45,13 @@ impl Restreams {
         registry: Arc<Registry>,
         store: Arc<dyn Store>,
         tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+        max_per_stream: u32,
     ) -> Arc<Restreams> {
         let r = Arc::new(Restreams {
             registry,
             store,
             tls,
+            max_per_stream,
             running: Mutex::new(HashMap::new()),
         });
         r.follow(r.registry.events().clone());
@@ -53,6 +60,11 @@ impl Restreams {
 
     fn running(&self) -> MutexGuard<'_, HashMap<i64, Running>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many restreams a stream may have (`restreams_max_per_stream`).
+    pub fn max_per_stream(&self) -> u32 {
+        self.max_per_stream
     }
 
     /// What restream `id` is doing on this node (`None`: not running here).

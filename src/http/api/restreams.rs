@@ -16,8 +16,6 @@ use super::{json_response, Api, ApiError, Body};
 use crate::db::{RestreamRow, RestreamSpec};
 use crate::egress::target::{shown, Target};
 
-/// Restreams one stream may have (each is a copy of the stream's bits going out).
-pub const MAX_PER_STREAM: u32 = 5;
 /// Longest `uri` and `name` accepted.
 const MAX_URI: usize = 2048;
 const MAX_NAME: usize = 255;
@@ -151,12 +149,11 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
     if api.db(move |s| s.get_stream(stream_id)).await?.is_none() {
         return Err(ApiError::invalid_value("stream_id", "no such stream"));
     }
+    let max = api.restreams.max_per_stream();
     let row = api
-        .db(move |s| s.create_restream(&spec, MAX_PER_STREAM, OffsetDateTime::now_utc()))
+        .db(move |s| s.create_restream(&spec, max, OffsetDateTime::now_utc()))
         .await?
-        .ok_or_else(|| {
-            ApiError::conflict(format!("a stream has at most {MAX_PER_STREAM} restreams"))
-        })?;
+        .ok_or_else(|| ApiError::conflict(format!("a stream has at most {max} restreams")))?;
     tracing::info!(restream = row.id, stream = stream_id, target = %shown(&row.spec.uri), "restream created");
     api.restreams.reconcile_stream(stream_id).await;
     Ok(json_response(StatusCode::CREATED, &view(api, &row)))
