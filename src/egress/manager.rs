@@ -17,6 +17,9 @@ use crate::live::Registry;
 /// Restreams one stream may have by default (`restreams_max_per_stream`): each is a copy of
 /// the stream's bits going out.
 pub const DEFAULT_MAX_PER_STREAM: u64 = 5;
+/// How often the streams served here read their restreams again: a record changed through
+/// another node (which does not serve the stream) reaches this one within this long.
+const RECONCILE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Running {
     stream_id: i64,
@@ -31,6 +34,8 @@ pub struct Restreams {
     tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     max_per_stream: u32,
     running: Mutex<HashMap<i64, Running>>,
+    /// The streams whose outputs run here (LiveStarted seen, LiveEnded not yet).
+    live: Mutex<std::collections::BTreeSet<i64>>,
 }
 
 fn source(spec: &RestreamSpec) -> Source {
@@ -53,6 +58,7 @@ impl Restreams {
             tls,
             max_per_stream,
             running: Mutex::new(HashMap::new()),
+            live: Mutex::new(Default::default()),
         });
         r.follow(r.registry.events().clone());
         r
@@ -75,32 +81,58 @@ impl Restreams {
         Some(s)
     }
 
+    /// Follows the events: a stream live here starts its restreams, its end stops them. And
+    /// every [`RECONCILE_EVERY`] the streams live here read their restreams again (a record
+    /// changed through another node; events lost).
     fn follow(self: &Arc<Self>, events: Events) {
         let me = Arc::downgrade(self);
         let mut sub = events.subscribe();
         tokio::spawn(async move {
-            while let Some(next) = sub.next().await {
-                let Some(me) = me.upgrade() else { return };
+            let mut tick = tokio::time::interval(RECONCILE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let next = tokio::select! {
+                    n = sub.next() => n,
+                    _ = tick.tick() => {
+                        let Some(me) = me.upgrade() else { return };
+                        for id in me.live_streams() {
+                            me.reconcile_stream(id).await;
+                        }
+                        continue;
+                    }
+                };
+                let (Some(next), Some(me)) = (next, me.upgrade()) else {
+                    return;
+                };
                 match next {
                     Next::Event(e) => match e.event {
                         Event::LiveStarted { stream_id, .. } => {
-                            me.reconcile_stream(stream_id).await
+                            me.live_set().insert(stream_id);
+                            me.reconcile_stream(stream_id).await;
                         }
-                        Event::LiveEnded { stream_id } => me.stop_stream(stream_id),
+                        Event::LiveEnded { stream_id } => {
+                            me.live_set().remove(&stream_id);
+                            me.stop_stream(stream_id);
+                        }
                         _ => {}
                     },
-                    // Events were lost: look at every stream this node serves again.
                     Next::Lost(n) => {
-                        tracing::warn!(lost = n, "restreams fell behind the events; reconciling");
-                        let streams: Vec<i64> =
-                            me.running().values().map(|r| r.stream_id).collect();
-                        for id in streams {
-                            me.reconcile_stream(id).await;
-                        }
+                        tracing::warn!(
+                            lost = n,
+                            "restreams fell behind the events; the next tick reconciles"
+                        );
                     }
                 }
             }
         });
+    }
+
+    fn live_set(&self) -> MutexGuard<'_, std::collections::BTreeSet<i64>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn live_streams(&self) -> Vec<i64> {
+        self.live_set().iter().copied().collect()
     }
 
     fn stop_stream(&self, stream_id: i64) {
