@@ -116,11 +116,11 @@ impl Restreams {
                         }
                         _ => {}
                     },
+                    // Events were lost: the streams served here now are the live ones.
                     Next::Lost(n) => {
-                        tracing::warn!(
-                            lost = n,
-                            "restreams fell behind the events; the next tick reconciles"
-                        );
+                        tracing::warn!(lost = n, "restreams fell behind the events; reconciling");
+                        let served = me.registry.metrics().into_iter().map(|m| m.id);
+                        *me.live_set() = served.collect();
                     }
                 }
             }
