@@ -162,3 +162,80 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
     );
     assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
 }
+
+/// An SRT target (ffmpeg listening, with a passphrase) gets the 480p rung; killed mid-stream
+/// and listening again, the restream is back within 5 s, its failure in `last_error` and
+/// `reconnects`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "WIP (issue 41): the ffmpeg SRT listener writes 0 bytes though ~2 MB were sent; investigate before main"]
+async fn an_srt_target_gets_a_rung_and_the_restream_comes_back_after_it_restarts() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let port = free_port(true);
+    let pass = "srt-restream-0123";
+    let listen = |out: &std::path::Path| {
+        super::common::proc::Proc::spawn(
+            std::process::Command::new("ffmpeg")
+                .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
+                .arg(format!(
+                    "srt://127.0.0.1:{port}?mode=listener&passphrase={pass}"
+                ))
+                .args(["-c", "copy", "-f", "mpegts"])
+                .arg(out)
+                .stdin(std::process::Stdio::null()),
+            "ffmpeg",
+        )
+    };
+    let first = dir.path().join("first.ts");
+    let listener = listen(&first);
+    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_API_KEYS", KEY)]);
+    let stream = create(&d, json!({"name": "srt out"})).await;
+    let sid = stream["id"].as_i64().unwrap();
+    let _pusher = media::push(stream["push_url"].as_str().unwrap(), "av-720p.flv", 3);
+    let r = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "srt", "stream_id": sid, "source": "480p",
+                   "uri": format!("srt://127.0.0.1:{port}?passphrase={pass}&latency=200")}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["uri"], format!("srt://127.0.0.1:{port}"));
+    let id = r.body["id"].as_i64().unwrap();
+    wait_restream(&d, id, "live", |r| {
+        r["live"] == true && r["bytes_sent"].as_u64() > Some(100_000)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(listener);
+    let failed = wait_restream(&d, id, "the target's loss seen", |r| {
+        r["reconnects"].as_u64() >= Some(1)
+    })
+    .await;
+    println!("after the target died: {failed}");
+    let second = dir.path().join("second.ts");
+    let _listener = listen(&second);
+    let back = std::time::Instant::now();
+    wait_restream(&d, id, "back", |r| r["live"] == true).await;
+    println!(
+        "restream back {:?} after the target listened again",
+        back.elapsed()
+    );
+    assert!(back.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // (The killed first target wrote nothing yet: ffmpeg was still probing its input.)
+    let _ = first;
+    for out in [second] {
+        let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        let v = probe(&out);
+        println!("{}: {size} bytes", out.display());
+        let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert!(
+            streams
+                .iter()
+                .any(|s| s["codec_name"] == "h264" && s["width"] == 854 && s["height"] == 480),
+            "{}: {v}",
+            out.display()
+        );
+    }
+}
