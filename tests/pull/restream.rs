@@ -223,9 +223,7 @@ async fn an_srt_target_gets_a_rung_and_the_restream_comes_back_after_it_restarts
     );
     assert!(back.elapsed() < Duration::from_secs(5));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // (The killed first target wrote nothing yet: ffmpeg was still probing its input.)
-    let _ = first;
-    for out in [second] {
+    for out in [first, second] {
         let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
         let v = probe(&out);
         println!("{}: {size} bytes", out.display());
