@@ -334,6 +334,21 @@ async fn cluster(
     Ok(cluster)
 }
 
+/// The restreams of the streams served here; their states join the streams' status.
+fn restreams(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    registry: &Arc<Registry>,
+) -> Result<Arc<crate::egress::manager::Restreams>, DaemonError> {
+    let tls = crate::egress::tls::client_config(config.restream_ca_file.as_deref())?;
+    let max = config.restreams_max_per_stream;
+    let restreams =
+        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls), max);
+    let outputs: Arc<dyn crate::live::Outputs> = restreams.clone();
+    registry.set_outputs(Arc::downgrade(&outputs));
+    Ok(restreams)
+}
+
 fn node_id(config: &Config) -> String {
     config
         .node_id
@@ -429,10 +444,7 @@ pub async fn start(
         hub.spawn(registry.events());
     }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
-    let tls = crate::egress::tls::client_config(config.restream_ca_file.as_deref())?;
-    let max = config.restreams_max_per_stream;
-    let restreams =
-        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls), max);
+    let restreams = restreams(&config, &store, &registry)?;
     let api = Arc::new(Api {
         store: store.clone(),
         keys,

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use super::runner::{Restream, RestreamState, Source};
+use super::runner::{Restream, Source};
 use super::target::Target;
 use crate::db::{RestreamSpec, Store};
 use crate::events::{Event, Events, Next};
-use crate::live::Registry;
+use crate::live::{Outputs, Registry, RestreamStatus};
 
 /// Restreams one stream may have by default (`restreams_max_per_stream`): each is a copy of
 /// the stream's bits going out.
@@ -25,7 +25,7 @@ struct Running {
     stream_id: i64,
     spec: RestreamSpec,
     stop: watch::Sender<bool>,
-    state: Arc<Mutex<RestreamState>>,
+    state: Arc<Mutex<RestreamStatus>>,
 }
 
 pub struct Restreams {
@@ -71,14 +71,6 @@ impl Restreams {
     /// How many restreams a stream may have (`restreams_max_per_stream`).
     pub fn max_per_stream(&self) -> u32 {
         self.max_per_stream
-    }
-
-    /// What restream `id` is doing on this node (`None`: not running here).
-    pub fn state(&self, id: i64) -> Option<RestreamState> {
-        let running = self.running();
-        let r = running.get(&id)?;
-        let s = r.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Some(s)
     }
 
     /// Follows the events: a stream live here starts its restreams, its end stops them. And
@@ -184,7 +176,7 @@ impl Restreams {
                     continue;
                 }
             };
-            let state = Arc::new(Mutex::new(RestreamState::default()));
+            let state = Arc::new(Mutex::new(RestreamStatus::default()));
             let (stop, stop_rx) = watch::channel(false);
             let task = Restream {
                 id,
@@ -214,5 +206,20 @@ impl Restreams {
         for r in self.running().values() {
             let _ = r.stop.send(true);
         }
+    }
+}
+
+impl Outputs for Restreams {
+    fn restreams(&self, stream: i64) -> std::collections::BTreeMap<i64, RestreamStatus> {
+        self.running()
+            .iter()
+            .filter(|(_, r)| r.stream_id == stream)
+            .map(|(&id, r)| {
+                (
+                    id,
+                    r.state.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                )
+            })
+            .collect()
     }
 }

@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use super::flv::{FlvWriter, Tag};
@@ -15,6 +14,7 @@ use super::srt::{self, TsSender};
 use super::target::Target;
 use crate::events::Event;
 use crate::hub::{Feed, Hub, Reader, ReaderOptions};
+use crate::live::RestreamStatus;
 use crate::media::{MediaMessage, TrackKind};
 
 /// First wait after a failure; doubled up to [`MAX_BACKOFF`].
@@ -25,16 +25,6 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 /// Messages queued per restream reader: ~8 s of video. A target slower than the stream loses
 /// frames here (counted by the hub) and resumes at a keyframe.
 const QUEUE: usize = 256;
-
-/// What a restream is doing, for the API.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RestreamState {
-    pub live: bool,
-    pub started_at: Option<OffsetDateTime>,
-    pub bytes_sent: u64,
-    pub last_error: Option<String>,
-    pub reconnects: u32,
-}
 
 /// Which media a restream sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +69,7 @@ pub struct Restream {
     pub source: Source,
     pub target: Target,
     pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
-    pub state: Arc<Mutex<RestreamState>>,
+    pub state: Arc<Mutex<RestreamStatus>>,
     pub stream_id: i64,
     /// Where its start, stop and failures are told (webhooks follow it).
     pub events: Option<crate::events::Events>,
@@ -92,7 +82,7 @@ impl Restream {
         }
     }
 
-    fn update(&self, f: impl FnOnce(&mut RestreamState)) {
+    fn update(&self, f: impl FnOnce(&mut RestreamStatus)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
@@ -188,7 +178,8 @@ impl Restream {
         };
         self.update(|s| {
             s.live = true;
-            s.started_at = Some(OffsetDateTime::now_utc());
+            s.started_at_ms =
+                Some((time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64);
         });
         tracing::info!(restream = self.id, target = %self.target.shown(), "restream connected");
         self.emit(Event::RestreamStarted {
@@ -275,7 +266,7 @@ mod tests {
         let hub = Hub::new();
         let feeder = publish_live(hub.clone(), 3);
         let url = format!("rtmp://127.0.0.1:{port}/live/origin-key");
-        let state = Arc::new(Mutex::new(RestreamState::default()));
+        let state = Arc::new(Mutex::new(RestreamStatus::default()));
         let restream = Restream {
             id: 1,
             hub: hub.clone(),
@@ -289,7 +280,7 @@ mod tests {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(restream.run(stop_rx));
         let snapshot = || state.lock().unwrap().clone();
-        let until = |what: &'static str, secs: u64, f: Box<dyn Fn(&RestreamState) -> bool>| async move {
+        let until = |what: &'static str, secs: u64, f: Box<dyn Fn(&RestreamStatus) -> bool>| async move {
             let end = tokio::time::Instant::now() + Duration::from_secs(secs);
             loop {
                 let s = snapshot();

@@ -22,7 +22,7 @@ pub mod stats;
 pub mod status;
 pub mod switch;
 
-pub use seams::{Leases, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
+pub use seams::{Leases, Outputs, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
 use publisher::LeaseHold;
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use sessions::{lock, Opened};
-pub use status::{Counters, LiveStatus, PipelinePart, SharedStatus, StreamMetrics};
+pub use status::{Counters, LiveStatus, PipelinePart, RestreamStatus, SharedStatus, StreamMetrics};
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
@@ -85,6 +85,8 @@ pub struct Registry {
     changes: changes::Changes,
     events: Events,
     leases: std::sync::OnceLock<Arc<dyn Leases>>,
+    /// Weak: the outputs hold the registry.
+    outputs: std::sync::OnceLock<std::sync::Weak<dyn Outputs>>,
     /// Publish checks per stream whose session has not opened yet ([`publisher::LeaseHold`]).
     holds: Mutex<HashMap<i64, usize>>,
 }
@@ -107,6 +109,7 @@ impl Registry {
             changes: changes::Changes::default(),
             events,
             leases: std::sync::OnceLock::new(),
+            outputs: std::sync::OnceLock::new(),
             holds: Mutex::new(HashMap::new()),
         })
     }
@@ -114,6 +117,11 @@ impl Registry {
     /// Makes every publish and PULL take the stream's lease first (set once, before any).
     pub fn set_leases(&self, leases: Arc<dyn Leases>) {
         let _ = self.leases.set(leases);
+    }
+
+    /// Adds the restreams' states to the streams' status (set once).
+    pub fn set_outputs(&self, outputs: std::sync::Weak<dyn Outputs>) {
+        let _ = self.outputs.set(outputs);
     }
 
     async fn take_lease(&self, id: i64, from_idle: bool) -> Result<(), PublishError> {
@@ -227,13 +235,18 @@ impl Registry {
     }
 
     pub fn status(&self, id: i64) -> LiveStatus {
-        self.sessions
+        let status = self
+            .sessions
             .handles(id)
             .map(|h| {
                 let s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 s.with_storage_error(h.package.storage_error())
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match self.outputs.get().and_then(|o| o.upgrade()) {
+            Some(outputs) => status.with_restreams(outputs.restreams(id)),
+            None => status,
+        }
     }
 
     /// Ends a live publish (the stream was deactivated or deleted): its pipeline drains, the

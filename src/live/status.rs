@@ -25,6 +25,24 @@ pub struct LiveStatus {
     video_width: Option<u32>,
     /// Why segments are not being written (disk full, …), since when; `None` when they are.
     storage_error: Option<String>,
+    /// What the stream's restreams running here are doing, by restream id: in the lease, so
+    /// the API of every node shows the serving node's.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    restreams: std::collections::BTreeMap<i64, RestreamStatus>,
+}
+
+/// What one restream is doing on the node serving its stream.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct RestreamStatus {
+    /// Connected to its target and sending.
+    pub live: bool,
+    /// When the current connection started (Unix ms).
+    pub started_at_ms: Option<i64>,
+    pub bytes_sent: u64,
+    pub last_error: Option<String>,
+    /// Connections lost (or refused) and tried again since the restream started here.
+    pub reconnects: u32,
 }
 
 /// What a newly built pipeline knows of its stream.
@@ -75,6 +93,11 @@ impl LiveStatus {
         self.storage_error.as_deref()
     }
 
+    /// Restream `id`'s state, while it runs on the node serving the stream.
+    pub fn restream(&self, id: i64) -> Option<&RestreamStatus> {
+        self.restreams.get(&id)
+    }
+
     /// The input switch's part: which inputs are receiving.
     pub fn set_receiving(&mut self, main: bool, backup: bool) {
         (self.live, self.backup_live) = (main, backup);
@@ -111,6 +134,15 @@ impl LiveStatus {
     /// The package's storage error, added to a copy handed out (the package owns it).
     pub fn with_storage_error(mut self, error: Option<String>) -> LiveStatus {
         self.storage_error = error;
+        self
+    }
+
+    /// The restreams' states, added to a copy handed out (the restream manager owns them).
+    pub fn with_restreams(
+        mut self,
+        restreams: std::collections::BTreeMap<i64, RestreamStatus>,
+    ) -> LiveStatus {
+        self.restreams = restreams;
         self
     }
 }

@@ -165,6 +165,24 @@ pub async fn wait_record(
     }
 }
 
+/// Restream `id` as `d` shows it once `pred` holds (within 20 s; `what` names the state).
+pub async fn wait_restream(
+    d: &Daemon,
+    id: i64,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let path = format!("/streaming/restreams/{id}");
+    for _ in 0..200 {
+        let r = d.get(&path).await.body;
+        if pred(&r) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("restream {id}: {what}: {}", d.get(&path).await.body);
+}
+
 pub async fn create(d: &Daemon, body: Value) -> Value {
     let r = d.post("/streaming/streams", body).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);

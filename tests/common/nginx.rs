@@ -51,3 +51,33 @@ pub fn in_front(dir: &Path, nodes: &[&str], playback_key: &str) -> (Proc, String
     super::wait_listening(port, "nginx");
     (p, format!("http://127.0.0.1:{port}"))
 }
+
+/// nginx with its RTMP module (Debian `libnginx-mod-rtmp`) as an RTMP server on `port`,
+/// `live`: more directives in its `live` application (e.g. recording).
+pub fn rtmp(dir: &Path, port: u16, live: &str) -> Proc {
+    let conf = dir.join("nginx.conf");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
+             daemon off;\nmaster_process off;\nworker_processes 1;\n\
+             pid {pid};\nerror_log {log} warn;\nevents {{ worker_connections 64; }}\n\
+             rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; {live} }} }} }}\n",
+            pid = dir.join("nginx.pid").display(),
+            log = dir.join("error.log").display(),
+        ),
+    )
+    .unwrap();
+    let p = Proc::spawn(
+        std::process::Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(std::process::Stdio::null()),
+        "nginx (libnginx-mod-rtmp, installed by scripts/test)",
+    );
+    super::wait_listening(port, "nginx-rtmp");
+    p
+}

@@ -9,6 +9,7 @@ mod flood;
 #[path = "../common/media.rs"]
 mod media;
 mod node_auth;
+mod restream;
 mod tls;
 mod webhooks;
 

@@ -12,7 +12,6 @@ mod media;
 mod restream;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -20,7 +19,7 @@ use serde_json::json;
 
 use common::proc::Proc;
 use common::webhooks::Receiver;
-use common::{free_port, hls, tempdir, wait_listening, Daemon, KEY};
+use common::{free_port, hls, tempdir, Daemon, KEY};
 use media::{create, ffmpeg, hls_writer, http_server, live_writer, record, wait_record};
 
 /// ffmpeg as an SRT server (listener) sending the TS fixture to the first caller.
@@ -253,36 +252,7 @@ async fn a_pull_that_receives_nothing_is_deactivated_after_the_inactivity_limit(
 /// nginx with its RTMP module (Debian `libnginx-mod-rtmp`) as an RTMP server on `port`:
 /// encoders publish to `rtmp://127.0.0.1:{port}/live/{name}`, players play the same URL.
 fn rtmp_server(dir: &Path, port: u16) -> Proc {
-    rtmp_server_with(dir, port, "")
-}
-
-/// [`rtmp_server`] with more directives in its `live` application (e.g. recording).
-fn rtmp_server_with(dir: &Path, port: u16, live: &str) -> Proc {
-    let conf = dir.join("nginx.conf");
-    std::fs::create_dir_all(dir.join("logs")).unwrap();
-    std::fs::write(
-        &conf,
-        format!(
-            "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
-             daemon off;\nmaster_process off;\nworker_processes 1;\n\
-             pid {pid};\nerror_log {log} warn;\nevents {{ worker_connections 64; }}\n\
-             rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; {live} }} }} }}\n",
-            pid = dir.join("nginx.pid").display(),
-            log = dir.join("error.log").display(),
-        ),
-    )
-    .unwrap();
-    let p = Proc::spawn(
-        Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null()),
-        "nginx (libnginx-mod-rtmp, installed by scripts/test)",
-    );
-    wait_listening(port, "nginx-rtmp");
-    p
+    common::nginx::rtmp(dir, port, "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

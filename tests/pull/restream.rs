@@ -8,22 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::common::{free_port, tempdir, Daemon, KEY};
-use super::media::{self, create};
-
-async fn restream(d: &Daemon, id: i64) -> Value {
-    d.get(&format!("/streaming/restreams/{id}")).await.body
-}
-
-async fn wait_restream(d: &Daemon, id: i64, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..200 {
-        let r = restream(d, id).await;
-        if f(&r) {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("restream {id}: {what}: {}", restream(d, id).await);
-}
+use super::media::{self, create, wait_restream};
 
 fn probe(path: &std::path::Path) -> Value {
     let out = std::process::Command::new("ffprobe")
@@ -49,7 +34,7 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
     let nginx_dir = dir.path().join("nginx");
     let rec_dir = dir.path().join("recorded");
     std::fs::create_dir_all(&rec_dir).unwrap();
-    let _nginx = super::rtmp_server_with(
+    let _nginx = super::common::nginx::rtmp(
         &nginx_dir,
         port,
         &format!(

@@ -15,6 +15,7 @@ use super::format::iso8601;
 use super::{json_response, Api, ApiError, Body};
 use crate::db::{RestreamRow, RestreamSpec};
 use crate::egress::target::{shown, Target};
+use crate::live::RestreamStatus;
 
 /// Longest `uri` and `name` accepted.
 const MAX_URI: usize = 2048;
@@ -38,8 +39,38 @@ struct RestreamView {
     updated_at: String,
 }
 
-fn view(api: &Api, r: &RestreamRow) -> RestreamView {
-    let state = api.restreams.state(r.id).unwrap_or_default();
+/// `rows` as shown, their live fields from the node serving each one's stream (`stream`: the
+/// one stream they all belong to, when known).
+async fn views(
+    api: &Arc<Api>,
+    rows: &[RestreamRow],
+    stream: Option<i64>,
+) -> Result<Vec<RestreamView>, ApiError> {
+    let dead_after = api.cluster.dead_after();
+    let leases = api.db(move |s| s.live_leases(stream, dead_after)).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let status = api.live_status(r.spec.stream_id, &leases);
+            view(r, status.restream(r.id).cloned().unwrap_or_default())
+        })
+        .collect())
+}
+
+async fn one(
+    api: &Arc<Api>,
+    status: StatusCode,
+    row: RestreamRow,
+) -> Result<Response<Body>, ApiError> {
+    let stream = row.spec.stream_id;
+    let mut shown = views(api, std::slice::from_ref(&row), Some(stream)).await?;
+    Ok(json_response(status, &shown.remove(0)))
+}
+
+fn view(r: &RestreamRow, state: RestreamStatus) -> RestreamView {
+    let started_at = state
+        .started_at_ms
+        .and_then(|ms| OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000).ok());
     RestreamView {
         id: r.id,
         name: r.spec.name.clone(),
@@ -48,7 +79,7 @@ fn view(api: &Api, r: &RestreamRow) -> RestreamView {
         source: r.spec.source.clone(),
         active: r.spec.active,
         live: state.live,
-        started_at: state.started_at.map(iso8601),
+        started_at: started_at.map(iso8601),
         bytes_sent: state.bytes_sent,
         last_error: state.last_error,
         reconnects: state.reconnects,
@@ -139,8 +170,10 @@ async fn load(api: &Arc<Api>, id: i64) -> Result<RestreamRow, ApiError> {
 
 pub async fn list(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     let rows = api.db(|s| s.list_restreams(None)).await?;
-    let views: Vec<_> = rows.iter().map(|r| view(api, r)).collect();
-    Ok(json_response(StatusCode::OK, &views))
+    Ok(json_response(
+        StatusCode::OK,
+        &views(api, &rows, None).await?,
+    ))
 }
 
 pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiError> {
@@ -156,14 +189,11 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .ok_or_else(|| ApiError::conflict(format!("a stream has at most {max} restreams")))?;
     tracing::info!(restream = row.id, stream = stream_id, target = %shown(&row.spec.uri), "restream created");
     api.restreams.reconcile_stream(stream_id).await;
-    Ok(json_response(StatusCode::CREATED, &view(api, &row)))
+    one(api, StatusCode::CREATED, row).await
 }
 
 pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
-    Ok(json_response(
-        StatusCode::OK,
-        &view(api, &load(api, id).await?),
-    ))
+    one(api, StatusCode::OK, load(api, id).await?).await
 }
 
 pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Body>, ApiError> {
@@ -174,7 +204,7 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
         .await?
         .ok_or_else(|| ApiError::not_found("restream"))?;
     api.restreams.reconcile_stream(row.spec.stream_id).await;
-    Ok(json_response(StatusCode::OK, &view(api, &row)))
+    one(api, StatusCode::OK, row).await
 }
 
 pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
