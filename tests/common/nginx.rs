@@ -55,12 +55,32 @@ pub fn in_front(dir: &Path, nodes: &[&str], playback_key: &str) -> (Proc, String
 /// nginx with its RTMP module (Debian `libnginx-mod-rtmp`) as an RTMP server on `port`,
 /// `live`: more directives in its `live` application (e.g. recording).
 pub fn rtmp(dir: &Path, port: u16, live: &str) -> Proc {
+    rtmp_with_front(dir, port, live, "")
+}
+
+/// [`rtmp`] with its stream module terminating TLS in front of it (`cert`, `key`: PEM files):
+/// an RTMPS server on the port returned.
+pub fn rtmps(dir: &Path, port: u16, live: &str, cert: &Path, key: &Path) -> (Proc, u16) {
+    let tls_port = super::free_port(false);
+    let front = format!(
+        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\n\
+         stream {{ server {{ listen 127.0.0.1:{tls_port} ssl; ssl_certificate {}; \
+         ssl_certificate_key {}; proxy_pass 127.0.0.1:{port}; }} }}\n",
+        cert.display(),
+        key.display()
+    );
+    let p = rtmp_with_front(dir, port, live, &front);
+    super::wait_listening(tls_port, "nginx's TLS front");
+    (p, tls_port)
+}
+
+fn rtmp_with_front(dir: &Path, port: u16, live: &str, front: &str) -> Proc {
     let conf = dir.join("nginx.conf");
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     std::fs::write(
         &conf,
         format!(
-            "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n\
+            "load_module /usr/lib/nginx/modules/ngx_rtmp_module.so;\n{front}\
              daemon off;\nmaster_process off;\nworker_processes 1;\n\
              pid {pid};\nerror_log {log} warn;\nevents {{ worker_connections 64; }}\n\
              rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{ live on; {live} }} }} }}\n",

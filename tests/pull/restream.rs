@@ -222,3 +222,137 @@ async fn an_srt_target_gets_a_rung_and_the_restream_comes_back_after_it_restarts
         );
     }
 }
+
+/// An RTMPS target whose certificate the operator's CA signs (`restream_ca_file`) gets the
+/// origin; the main input lost, the backup carries on and the target's connection stays, its
+/// timestamps never going back and pausing once at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rtmps_target_keeps_its_connection_across_a_main_to_backup_switch() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let ca = super::common::certs::TestCa::new("restream test CA");
+    let (cert, key) = ca.server(&["localhost"]);
+    let files = |name: &str, pem: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    let (ca_file, cert_file, key_file) = (
+        files("ca.pem", &ca.pem),
+        files("cert.pem", &cert),
+        files("key.pem", &key),
+    );
+    let rec_dir = dir.path().join("recorded");
+    std::fs::create_dir_all(&rec_dir).unwrap();
+    let (_nginx, tls_port) = super::common::nginx::rtmps(
+        &dir.path().join("nginx"),
+        free_port(false),
+        &format!(
+            "record all; record_path {}; record_unique off;",
+            rec_dir.display()
+        ),
+        &cert_file,
+        &key_file,
+    );
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_RESTREAM_CA_FILE", ca_file.to_str().unwrap()),
+        ],
+    );
+    let stream = create(&d, json!({"name": "switching"})).await;
+    let sid = stream["id"].as_i64().unwrap();
+    let main = media::push(stream["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let backup = media::push(
+        stream["backup_push_url"].as_str().unwrap(),
+        "av-720p.flv",
+        20,
+    );
+    let r = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "tls", "stream_id": sid,
+                   "uri": format!("rtmps://localhost:{tls_port}/live/tls-key")}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_i64().unwrap();
+    let before = wait_restream(&d, id, "sending over TLS", |r| r["live"] == true).await;
+    let sending_since = std::time::Instant::now();
+    media::wait_record(&d, sid, Duration::from_secs(10), |r| {
+        r["backup_live"] == true
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    drop(main);
+    media::wait_record(&d, sid, Duration::from_secs(10), |r| r["live"] == false).await;
+    let switched = std::time::Instant::now();
+    let sent = wait_restream(&d, id, "", |_| true).await["bytes_sent"]
+        .as_u64()
+        .unwrap();
+    let after = wait_restream(&d, id, "sending from the backup", |r| {
+        r["bytes_sent"].as_u64() > Some(sent + 300_000)
+    })
+    .await;
+    println!("from the backup after {:?}: {after}", switched.elapsed());
+    assert_eq!(
+        (&after["reconnects"], &after["started_at"], &after["live"]),
+        (&json!(0), &before["started_at"], &json!(true)),
+        "the same connection: {after}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        d.delete(&format!("/streaming/restreams/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let sent_for = sending_since.elapsed().as_secs_f64();
+    drop(backup);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // What nginx recorded: the picture, all the time it was sent (±1 s), and video timestamps
+    // that never go back and pause (more than half a second) once at most.
+    let flv = rec_dir.join("tls-key.flv");
+    let v = probe(&flv);
+    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        streams
+            .iter()
+            .any(|s| s["codec_name"] == "h264" && s["width"] == 1280 && s["height"] == 720),
+        "{v}"
+    );
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "packet=dts_time",
+        ])
+        .args(["-of", "csv=p=0"])
+        .arg(&flv)
+        .output()
+        .unwrap();
+    let dts: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(dts.len() > 150, "{} video packets", dts.len());
+    let steps: Vec<f64> = dts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(steps.iter().all(|&s| s >= 0.0), "a step back: {steps:?}");
+    let pauses = steps.iter().filter(|&&s| s > 0.5).count();
+    println!(
+        "{} video packets over {:.1} s (sent for {sent_for:.1} s), {pauses} pause(s), longest step {:.3} s",
+        dts.len(),
+        dts[dts.len() - 1] - dts[0],
+        steps.iter().cloned().fold(0.0, f64::max)
+    );
+    assert!(pauses <= 1, "{pauses} pauses: {steps:?}");
+    let span = dts[dts.len() - 1] - dts[0];
+    assert!(
+        (span - sent_for).abs() <= 1.0,
+        "{span:.1} s recorded of {sent_for:.1} s sent"
+    );
+}
