@@ -188,6 +188,9 @@ impl Restream {
         });
         let base = self.state.lock().map(|s| s.bytes_sent).unwrap_or(0);
         let (mut tags, mut started, mut pending) = (Vec::new(), false, Some(first));
+        // A reader is given the track declaration and codec configs first: an audio-only
+        // stream starts at its first frame, any other at a video keyframe.
+        let mut video = false;
         loop {
             let msg = match pending.take() {
                 Some(m) => m,
@@ -196,8 +199,13 @@ impl Restream {
                     None => return Ended::Media,
                 },
             };
+            match &msg {
+                MediaMessage::VideoConfig(_) => video = true,
+                MediaMessage::Tracks(t) => video |= t.video,
+                _ => {}
+            }
             if let MediaMessage::Frame(f) = &msg {
-                started |= f.track == TrackKind::Video && f.keyframe;
+                started |= !video || (f.track == TrackKind::Video && f.keyframe);
                 if !started {
                     continue;
                 }

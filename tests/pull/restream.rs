@@ -356,3 +356,51 @@ async fn an_rtmps_target_keeps_its_connection_across_a_main_to_backup_switch() {
         "{span:.1} s recorded of {sent_for:.1} s sent"
     );
 }
+
+/// An audio-only stream is restreamed from its first frame (there is no keyframe to wait for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audio_only_stream_is_restreamed() {
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let port = free_port(false);
+    let rec_dir = dir.path().join("recorded");
+    std::fs::create_dir_all(&rec_dir).unwrap();
+    let _nginx = super::common::nginx::rtmp(
+        &dir.path().join("nginx"),
+        port,
+        &format!(
+            "record all; record_path {}; record_unique off;",
+            rec_dir.display()
+        ),
+    );
+    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_API_KEYS", KEY)]);
+    let stream = create(&d, json!({"name": "radio"})).await;
+    let sid = stream["id"].as_i64().unwrap();
+    let _pusher = media::push(stream["push_url"].as_str().unwrap(), "audio.flv", 5);
+    let r = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "radio", "stream_id": sid,
+                   "uri": format!("rtmp://127.0.0.1:{port}/live/radio")}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_i64().unwrap();
+    wait_restream(&d, id, "sending", |r| {
+        r["bytes_sent"].as_u64() > Some(30_000)
+    })
+    .await;
+    assert_eq!(
+        d.delete(&format!("/streaming/restreams/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let v = probe(&rec_dir.join("radio.flv"));
+    let codecs: Vec<_> = v["streams"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(codecs, ["aac"], "{v}");
+}
