@@ -25,6 +25,8 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 /// Messages queued per restream reader: ~8 s of video. A target slower than the stream loses
 /// frames here (counted by the hub) and resumes at a keyframe.
 const QUEUE: usize = 256;
+/// How long the rungs of a stream going live are waited for before a rung restream checks its.
+const RUNG_WAIT: Duration = Duration::from_secs(5);
 
 /// Which media a restream sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +106,23 @@ impl Restream {
         }
     }
 
+    /// A rung restream's rung is in the ladder now (a source smaller than the rung has none).
+    async fn rung_present(&self) -> Result<(), String> {
+        let Source::Rung(rung) = &self.source else {
+            return Ok(());
+        };
+        let rungs = self.hub.settled_video_rungs(RUNG_WAIT).await;
+        if rungs.is_empty() || rungs.iter().any(|r| &r.name == rung) {
+            // No rung yet: the stream has no media; the session waits for it.
+            return Ok(());
+        }
+        let names: Vec<&str> = rungs.iter().map(|r| r.name.as_str()).collect();
+        Err(format!(
+            "the stream has no {rung} rung now (its rungs: {})",
+            names.join(", ")
+        ))
+    }
+
     async fn connect(&self) -> Result<Conn, String> {
         match &self.target {
             Target::Rtmp(t) => rtmp::publish(t, self.tls.clone(), CONNECT_PATIENCE)
@@ -125,16 +144,19 @@ impl Restream {
                 r = self.session() => r,
                 _ = async { drop(stop.wait_for(|s| *s).await) } => break,
             };
+            let was_live = self.state.lock().map(|s| s.live).unwrap_or(false);
             self.update(|s| s.live = false);
             let failure = match ended {
                 // The stream's media paused (its publisher left, a pipeline rebuilt): wait for
                 // it again; the target was not at fault.
                 Ended::Media => {
                     backoff = FIRST_BACKOFF;
-                    self.emit(Event::RestreamStopped {
-                        stream_id: self.stream_id,
-                        restream_id: self.id,
-                    });
+                    if was_live {
+                        self.emit(Event::RestreamStopped {
+                            stream_id: self.stream_id,
+                            restream_id: self.id,
+                        });
+                    }
                     continue;
                 }
                 Ended::Failed(e) => e,
@@ -168,6 +190,9 @@ impl Restream {
     /// One connection: subscribe, wait for media (no connection to the target while the
     /// stream has none), connect, send from the first keyframe until something fails.
     async fn session(&self) -> Ended {
+        if let Err(e) = self.rung_present().await {
+            return Ended::Failed(e);
+        }
         let mut readers = self.subscribe();
         let Some(first) = next(&mut readers).await else {
             return Ended::Media;

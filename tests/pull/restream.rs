@@ -100,6 +100,43 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
         r["live"] == true && r["bytes_sent"].as_u64() > Some(50_000)
     })
     .await;
+    // A rung the stream's quality set has not is refused; one its ladder lacks now (the
+    // source is 720p) says so.
+    let bad = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "x", "stream_id": sid, "uri": target("x"), "source": "999p"}),
+        )
+        .await;
+    assert_eq!(
+        (bad.status, bad.body["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("source")),
+        "{}",
+        bad.body
+    );
+    let r = d
+        .post(
+            "/streaming/restreams",
+            json!({"name": "big", "stream_id": sid, "uri": target("big"), "source": "1080p"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let big = r.body["id"].as_i64().unwrap();
+    let missing = wait_restream(&d, big, "its rung missing", |r| !r["last_error"].is_null()).await;
+    assert_eq!(
+        (missing["live"].as_bool(), missing["last_error"].as_str()),
+        (
+            Some(false),
+            Some("the stream has no 1080p rung now (its rungs: 720p, 480p, 360p)")
+        ),
+        "{missing}"
+    );
+    assert_eq!(
+        d.delete(&format!("/streaming/restreams/{big}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
     // A client sending back what it read keeps the real target.
     let back = d
         .patch(

@@ -176,12 +176,41 @@ pub async fn list(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     ))
 }
 
+/// The stream exists, and a rung `source` is one of its quality set's.
+async fn check_stream(api: &Arc<Api>, spec: &RestreamSpec) -> Result<(), ApiError> {
+    let stream_id = spec.stream_id;
+    let Some(stream) = api.db(move |s| s.get_stream(stream_id)).await? else {
+        return Err(ApiError::invalid_value("stream_id", "no such stream"));
+    };
+    if spec.source == "origin" {
+        return Ok(());
+    }
+    let known = |&id: &i64| api.quality_sets.get(id).is_some();
+    let set = match stream.settings.quality_set_id.filter(known) {
+        Some(id) => id,
+        None => api.default_quality_set_id().await?,
+    };
+    let names: Vec<&str> = api
+        .quality_sets
+        .get(set)
+        .map(|q| q.qualities.iter().map(|q| q.name.as_str()).collect())
+        .unwrap_or_default();
+    if names.contains(&spec.source.as_str()) {
+        return Ok(());
+    }
+    Err(ApiError::invalid_value(
+        "source",
+        format!(
+            "`origin` or one of the stream's rungs: {}",
+            names.join(", ")
+        ),
+    ))
+}
+
 pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiError> {
     let spec = read(body, None)?;
     let stream_id = spec.stream_id;
-    if api.db(move |s| s.get_stream(stream_id)).await?.is_none() {
-        return Err(ApiError::invalid_value("stream_id", "no such stream"));
-    }
+    check_stream(api, &spec).await?;
     let max = api.restreams.max_per_stream();
     let row = api
         .db(move |s| s.create_restream(&spec, max, OffsetDateTime::now_utc()))
@@ -199,6 +228,7 @@ pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
 pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Body>, ApiError> {
     let current = load(api, id).await?;
     let spec = read(body, Some(&current.spec))?;
+    check_stream(api, &spec).await?;
     let row = api
         .db(move |s| s.update_restream(id, &spec, OffsetDateTime::now_utc()))
         .await?
