@@ -169,15 +169,28 @@ impl Restreams {
             if running.contains_key(&id) {
                 continue;
             }
+            let state = Arc::new(Mutex::new(RestreamStatus::default()));
+            let (stop, stop_rx) = watch::channel(false);
             let target = match Target::parse(&spec.uri) {
                 Ok(t) => t,
+                // A stored target this daemon's policy refuses (written by another version):
+                // not run, and the record says why until it is edited.
                 Err(e) => {
                     tracing::warn!(restream = id, error = %e, "restream target refused");
+                    state.lock().unwrap_or_else(|p| p.into_inner()).last_error =
+                        Some(format!("target refused: {e}"));
+                    running.insert(
+                        id,
+                        Running {
+                            stream_id,
+                            spec,
+                            stop,
+                            state,
+                        },
+                    );
                     continue;
                 }
             };
-            let state = Arc::new(Mutex::new(RestreamStatus::default()));
-            let (stop, stop_rx) = watch::channel(false);
             let task = Restream {
                 id,
                 hub: hub.clone(),

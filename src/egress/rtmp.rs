@@ -119,6 +119,25 @@ pub enum SendError {
     Timeout(Duration),
 }
 
+impl SendError {
+    /// The error without `key` in what the server said (a server may quote the stream key it
+    /// refuses; it must not reach the API or the log).
+    fn without(self, key: &str) -> SendError {
+        let hide = |s: String| {
+            if key.is_empty() {
+                s
+            } else {
+                s.replace(key, "****")
+            }
+        };
+        match self {
+            SendError::Refused(s) => SendError::Refused(hide(s)),
+            SendError::Protocol(s) => SendError::Protocol(hide(s)),
+            e => e,
+        }
+    }
+}
+
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
@@ -203,7 +222,8 @@ async fn open(
     p.until(Vec::new(), |e| {
         matches!(e, ClientSessionEvent::PublishRequestAccepted)
     })
-    .await?;
+    .await
+    .map_err(|e| e.without(&target.key))?;
     Ok(p)
 }
 
@@ -326,6 +346,15 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::egress::test_support::{assert_fixture, fixture_tags, nginx_rtmp, recorded};
+
+    #[test]
+    fn a_refusal_quoting_the_key_is_shown_without_it() {
+        let e = SendError::Refused("stream key 'live_123_abc' is not valid".into());
+        assert_eq!(
+            e.without("live_123_abc").to_string(),
+            "the server refused: stream key '****' is not valid"
+        );
+    }
 
     /// A 6 s H.264 + AAC clip published to nginx-rtmp, which records it; ffprobe reads the
     /// file.

@@ -42,7 +42,10 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
             rec_dir.display()
         ),
     );
-    let d = Daemon::start_with(dir.path(), &[("LIVEPACK_API_KEYS", KEY)]);
+    let d = Daemon::start_logged(
+        dir.path(),
+        &[("LIVEPACK_API_KEYS", KEY), ("RUST_LOG", "livepack=debug")],
+    );
     let stream = create(&d, json!({"name": "out"})).await;
     let sid = stream["id"].as_i64().unwrap();
     let target = |key: &str| format!("rtmp://127.0.0.1:{port}/live/{key}");
@@ -183,6 +186,12 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
         "{v}"
     );
     assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+    // The restreams were logged (debug included), their keys never.
+    let log = std::fs::read_to_string(Daemon::log_file(dir.path())).unwrap();
+    assert!(log.contains("restream connected"), "{log}");
+    for key in ["origin-secret", "rung-secret"] {
+        assert!(!log.contains(key), "{key} in the log");
+    }
 }
 
 /// An SRT target (ffmpeg listening, with a passphrase) gets the 480p rung; killed mid-stream
