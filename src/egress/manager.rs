@@ -171,37 +171,28 @@ impl Restreams {
             }
             let state = Arc::new(Mutex::new(RestreamStatus::default()));
             let (stop, stop_rx) = watch::channel(false);
-            let target = match Target::parse(&spec.uri) {
-                Ok(t) => t,
+            match Target::parse(&spec.uri) {
+                Ok(target) => {
+                    let task = Restream {
+                        id,
+                        hub: hub.clone(),
+                        source: source(&spec),
+                        target,
+                        tls: self.tls.clone(),
+                        state: state.clone(),
+                        stream_id,
+                        events: Some(self.registry.events().clone()),
+                    };
+                    tokio::spawn(task.run(stop_rx));
+                }
                 // A stored target this daemon's policy refuses (written by another version):
                 // not run, and the record says why until it is edited.
                 Err(e) => {
                     tracing::warn!(restream = id, error = %e, "restream target refused");
                     state.lock().unwrap_or_else(|p| p.into_inner()).last_error =
                         Some(format!("target refused: {e}"));
-                    running.insert(
-                        id,
-                        Running {
-                            stream_id,
-                            spec,
-                            stop,
-                            state,
-                        },
-                    );
-                    continue;
                 }
-            };
-            let task = Restream {
-                id,
-                hub: hub.clone(),
-                source: source(&spec),
-                target,
-                tls: self.tls.clone(),
-                state: state.clone(),
-                stream_id,
-                events: Some(self.registry.events().clone()),
-            };
-            tokio::spawn(task.run(stop_rx));
+            }
             running.insert(
                 id,
                 Running {

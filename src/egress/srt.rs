@@ -229,31 +229,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(500)).await;
         drop(sender);
         let _ = tokio::time::timeout(Duration::from_secs(10), ffmpeg.wait()).await;
-        let probe = std::process::Command::new("ffprobe")
-            .args([
-                "-v",
-                "error",
-                "-show_entries",
-                "stream=codec_name,width,height:format=duration",
-                "-of",
-                "json",
-            ])
-            .arg(&out)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
-        let streams = v["streams"].as_array().unwrap();
-        let video = streams
-            .iter()
-            .find(|s| s["codec_name"] == "h264")
-            .unwrap_or_else(|| panic!("{v}"));
-        assert_eq!(
-            (video["width"].as_u64(), video["height"].as_u64()),
-            (Some(1280), Some(720)),
-            "{v}"
-        );
-        assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
-        let duration: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
-        assert!((duration - 6.0).abs() <= 1.0, "{v}");
+        crate::egress::test_support::assert_fixture(&crate::egress::test_support::probe(&out));
     }
 }

@@ -86,6 +86,11 @@ pub(crate) fn fixture_tags() -> Vec<Tag> {
 pub(crate) async fn recorded(dir: &std::path::Path, key: &str) -> serde_json::Value {
     // nginx closes the recording when the publisher leaves.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    probe(&dir.join(format!("{key}.flv")))
+}
+
+/// ffprobe's reading of a media file: its streams' codecs and sizes, its duration.
+pub(crate) fn probe(file: &std::path::Path) -> serde_json::Value {
     let probe = std::process::Command::new("ffprobe")
         .args([
             "-v",
@@ -95,7 +100,7 @@ pub(crate) async fn recorded(dir: &std::path::Path, key: &str) -> serde_json::Va
             "-of",
             "json",
         ])
-        .arg(dir.join(format!("{key}.flv")))
+        .arg(file)
         .output()
         .unwrap();
     serde_json::from_slice(&probe.stdout).unwrap()

@@ -10,6 +10,18 @@ use serde_json::{json, Value};
 use super::common::{free_port, tempdir, Daemon, KEY};
 use super::media::{self, create, wait_restream};
 
+/// `v` (ffprobe's reading) has H.264 at `width`x`height` and AAC.
+fn assert_picture_and_sound(v: &Value, width: u64, height: u64) {
+    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        streams
+            .iter()
+            .any(|s| s["codec_name"] == "h264" && s["width"] == width && s["height"] == height),
+        "{v}"
+    );
+    assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+}
+
 fn probe(path: &std::path::Path) -> Value {
     let out = std::process::Command::new("ffprobe")
         .args([
@@ -165,27 +177,13 @@ async fn a_live_stream_is_restreamed_as_received_and_as_a_rung_to_an_rtmp_server
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let v = probe(&rec_dir.join("origin-secret.flv"));
-    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
-    assert!(
-        streams
-            .iter()
-            .any(|s| s["codec_name"] == "h264" && s["width"] == 1280 && s["height"] == 720),
-        "{v}"
-    );
-    assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+    assert_picture_and_sound(&v, 1280, 720);
     let seconds: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
     assert!(seconds >= 4.0, "{v}");
     drop(pusher);
     wait_restream(&d, rung, "stopped with the stream", |r| r["live"] == false).await;
     let v = probe(&rec_dir.join("rung-secret.flv"));
-    let streams = v["streams"].as_array().unwrap_or_else(|| panic!("{v}"));
-    assert!(
-        streams
-            .iter()
-            .any(|s| s["codec_name"] == "h264" && s["width"] == 640 && s["height"] == 360),
-        "{v}"
-    );
-    assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+    assert_picture_and_sound(&v, 640, 360);
     // The restreams were logged (debug included), their keys never.
     let log = std::fs::read_to_string(Daemon::log_file(dir.path())).unwrap();
     assert!(log.contains("restream connected"), "{log}");
