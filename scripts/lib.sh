@@ -14,10 +14,11 @@ APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3
   gstreamer1.0-wpe)
 # What the tests drive the daemon with: ffmpeg/ffprobe, headless Chromium (Node.js for the
 # browser drivers comes with ensure_node_modules), srt-live-transmit, gst-launch-1.0, nginx
-# with its RTMP module as an RTMP server for the PULL tests, and VLC as a DASH player (cvlc
+# with its RTMP module as an RTMP server for the PULL tests and as a restream target (its stream
+# module terminating TLS in front for RTMPS), and VLC as a DASH player (cvlc
 # from vlc-bin; its adaptive/DASH demuxer, HTTP access and TS muxer are in vlc-plugin-base).
 TEST_APT_PACKAGES=(ffmpeg chromium srt-tools gstreamer1.0-tools nginx-core libnginx-mod-rtmp
-  vlc-bin vlc-plugin-base)
+  libnginx-mod-stream vlc-bin vlc-plugin-base)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
