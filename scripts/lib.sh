@@ -80,6 +80,8 @@ ensure_test_deps() {
   ensure_node_modules
   # aiortc: a second WebRTC stack (not Chromium's) as a WHEP viewer in the tests.
   ensure_python_module aiortc aiortc
+  # moto's S3 server: an S3-compatible object store on loopback for the storage_url tests.
+  ensure_python_tool "moto[server]" moto_server
 }
 
 # Python test tools live in a venv under target/, away from the system Python.

@@ -63,6 +63,8 @@ pub enum DaemonError {
     Cluster(crate::cluster::ClusterError),
     #[error("cannot build the publish authorization client (publish_auth_url): {0}")]
     PublishAuth(reqwest::Error),
+    #[error("cannot set up the object store (storage_url): {0}")]
+    Storage(crate::storage::StorageError),
     #[error(transparent)]
     Quality(#[from] QualityError),
     #[error(transparent)]
@@ -362,7 +364,13 @@ async fn recordings(
     config: &Config,
     store: &Arc<dyn Store>,
     registry: &Arc<Registry>,
-) -> Arc<Recordings> {
+) -> Result<Arc<Recordings>, DaemonError> {
+    let storage = match &config.storage {
+        Some(settings) => Some(Arc::new(
+            crate::storage::Storage::new(settings).map_err(DaemonError::Storage)?,
+        )),
+        None => None,
+    };
     let recordings = Recordings::new(
         store.clone(),
         RecordConfig {
@@ -372,6 +380,8 @@ async fn recordings(
             max_bytes: config.recordings_max_bytes,
             min_free_bytes: config.recordings_min_free_bytes,
             node_id: node_id(config),
+            storage,
+            keep_local: config.storage_local_retention,
         },
         registry.events().clone(),
     );
@@ -382,8 +392,10 @@ async fn recordings(
         Ok(Err(e)) => tracing::error!(error = %e, "cannot finalise interrupted recordings"),
         Err(e) => tracing::error!(error = %e, "recording recovery panicked"),
     }
+    let resume = recordings.clone();
+    tokio::task::spawn_blocking(move || resume.resume_uploads()).await?;
     recordings.spawn(registry.clone());
-    recordings
+    Ok(recordings)
 }
 
 /// The CDN resources whose streams all need signed playback.
@@ -438,7 +450,7 @@ pub async fn start(
     let public_url = public_url(&config, http.addr);
     let cluster = cluster(&config, &store, &registry, http.addr).await?;
     let node_auth = node_auth(&config, &store).await?;
-    let recordings = recordings(&config, &store, &registry).await;
+    let recordings = recordings(&config, &store, &registry).await?;
     spawn_statistics_pruning(store.clone(), config.statistics_retention);
     if let Some(hub) = &overlays {
         hub.spawn(registry.events());

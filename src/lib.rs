@@ -66,6 +66,9 @@
 //!   (`webhooks::sign`), in order per stream, retried for a day, once across the nodes.
 //! - `broadcast`: spectator counting for broadcasts' player pages (records in `db`, API in
 //!   `http::api::broadcasts`, page in `http::delivery::player`).
+//! - `storage`: videos on S3-compatible object storage (`storage_url`): the client, uploads
+//!   checked against the local files, ranged reads, deletion; `record::upload` moves finished
+//!   recordings there.
 //! - `quality`: the ABR ladders (`pipelines/quality_sets.toml`). `secret`: constant-time
 //!   comparison of tokens and keys. `data_dir`: the data directory the owner's only (0700,
 //!   files 0600, looser ones tightened at start).
@@ -106,6 +109,7 @@ pub(crate) mod quality;
 pub(crate) mod realtime;
 pub(crate) mod record;
 pub(crate) mod secret;
+pub(crate) mod storage;
 pub(crate) mod url_policy;
 pub(crate) mod webhooks;
 

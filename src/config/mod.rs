@@ -130,6 +130,18 @@ settings! {
     /// Absent: no quota (the free-space floor still applies).
     recordings_max_bytes: u64, 1..;
     recordings_min_free_bytes: u64 = crate::record::manager::DEFAULT_MIN_FREE;
+    /// `s3://bucket[/prefix]`: finished videos go to this S3-compatible object store and are
+    /// served from it by every node. Absent: videos stay on the recording node's disk.
+    storage_url: String;
+    /// An S3-compatible server (`http://127.0.0.1:9000`); absent: `AWS_ENDPOINT_URL` or AWS.
+    storage_endpoint: String;
+    /// Absent: `AWS_REGION` (or `us-east-1`).
+    storage_region: String;
+    /// Absent: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (or the instance's role).
+    storage_access_key_id: String;
+    storage_secret_access_key: String;
+    /// How long an uploaded video's local files stay (0: removed once the store has them).
+    storage_local_retention_secs: u64 = 0, 0..=31_536_000;
     statistics_sample_secs: u64 = crate::live::stats::DEFAULT_SAMPLE_PERIOD.as_secs(), 1..=60;
     statistics_retention_days: u64 = crate::live::stats::DEFAULT_RETENTION_DAYS, 1..=3650;
 
@@ -272,6 +284,9 @@ pub struct Config {
     pub player_assets_dir: PathBuf,
     pub restream_ca_file: Option<PathBuf>,
     pub restreams_max_per_stream: u32,
+    /// Where finished videos go (`storage_url` and its settings); `None`: local disk only.
+    pub storage: Option<crate::storage::StorageSettings>,
+    pub storage_local_retention: Duration,
 }
 
 impl Config {
@@ -295,6 +310,7 @@ impl Config {
                 "a CDN resource with secure_playback needs playback_signing_key",
             ));
         }
+        let storage = storage(&s)?;
         Ok(Config {
             public_url: http::public_url(s.public_url.as_deref())?,
             node_id: http::node_id(s.node_id.as_deref())?,
@@ -345,6 +361,8 @@ impl Config {
             player_assets_dir: s.player_assets_dir,
             restream_ca_file: s.restream_ca_file,
             restreams_max_per_stream: s.restreams_max_per_stream as u32,
+            storage,
+            storage_local_retention: Duration::from_secs(s.storage_local_retention_secs),
             playback: s
                 .playback_signing_key
                 .clone()
@@ -380,6 +398,39 @@ impl Config {
 }
 
 /// Absent or blank: SQLite. The value is echoed without credentials: it may hold a password.
+/// `storage_url` and the settings that go with it; the URL checked now, not at first upload.
+fn storage(s: &Settings) -> Result<Option<crate::storage::StorageSettings>, ConfigError> {
+    let non_empty = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+    let Some(url) = non_empty(&s.storage_url) else {
+        return Ok(None);
+    };
+    let parsed = url::Url::parse(&url).ok();
+    if !parsed.is_some_and(|u| u.scheme() == "s3" && u.host_str().is_some_and(|h| !h.is_empty())) {
+        return Err(invalid(
+            "storage_url",
+            "",
+            "storage_url must be s3://bucket[/prefix]",
+        ));
+    }
+    let endpoint = non_empty(&s.storage_endpoint);
+    if let Some(e) = &endpoint {
+        if !(e.starts_with("http://") || e.starts_with("https://")) {
+            return Err(invalid(
+                "storage_endpoint",
+                "",
+                "an http:// or https:// URL",
+            ));
+        }
+    }
+    Ok(Some(crate::storage::StorageSettings {
+        url,
+        endpoint,
+        region: non_empty(&s.storage_region),
+        access_key_id: non_empty(&s.storage_access_key_id),
+        secret_access_key: non_empty(&s.storage_secret_access_key),
+    }))
+}
+
 fn database_url(v: Option<&str>) -> Result<Option<DatabaseUrl>, ConfigError> {
     match v.map(str::trim).filter(|v| !v.is_empty()) {
         None => Ok(None),

@@ -324,21 +324,49 @@ pub struct ProfileTemplateField {
 
 /// Where a video is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum VideoStatus {
     /// Recording, or being finalised.
     Pending,
     Ready,
     Error,
+    /// Finished and playing from the recording node's disk while its files go to the object
+    /// store (`storage_url`).
+    Uploading,
+    /// Finished and playing from the recording node's disk; the object store failed and the
+    /// upload is tried again.
+    UploadFailed,
 }
 
 impl VideoStatus {
+    pub const ALL: [VideoStatus; 5] = [
+        VideoStatus::Pending,
+        VideoStatus::Ready,
+        VideoStatus::Error,
+        VideoStatus::Uploading,
+        VideoStatus::UploadFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             VideoStatus::Pending => "pending",
             VideoStatus::Ready => "ready",
             VideoStatus::Error => "error",
+            VideoStatus::Uploading => "uploading",
+            VideoStatus::UploadFailed => "upload_failed",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<VideoStatus> {
+        VideoStatus::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// Its files can be played (from the recording node's disk or the object store).
+    pub fn playable(self) -> bool {
+        matches!(
+            self,
+            VideoStatus::Ready | VideoStatus::Uploading | VideoStatus::UploadFailed
+        )
     }
 }
 
@@ -384,6 +412,9 @@ pub struct VideoState {
     /// the stream changes or goes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub secure_playback: bool,
+    /// Its files are in the object store (`storage_url`): every node serves them from there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stored: bool,
 }
 
 impl VideoState {
@@ -400,6 +431,7 @@ impl VideoState {
             download: false,
             node: None,
             secure_playback: false,
+            stored: false,
         }
     }
 }

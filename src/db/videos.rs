@@ -173,8 +173,12 @@ impl<B: Backend> VideoStore for SqlStore<B> {
             )?;
             // The video's outcome is written with it: ready or failed, once, as it turns so.
             let stream_id = before.i64(0)?;
+            // Ready once: when it first plays (`uploading` on its way to the object store
+            // already does); the upload's own steps are in the status.
+            let was = VideoStatus::parse(&before.string(1)?);
             let outcome = match state.status {
-                VideoStatus::Ready => Event::VideoReady {
+                s if s.playable() && was.is_some_and(VideoStatus::playable) => return Ok(true),
+                s if s.playable() => Event::VideoReady {
                     stream_id,
                     video_id: id,
                     duration_ms: state.duration_ms,
@@ -184,9 +188,9 @@ impl<B: Backend> VideoStore for SqlStore<B> {
                     video_id: id,
                     error: state.error.clone().unwrap_or_default(),
                 },
-                VideoStatus::Pending => return Ok(true),
+                _ => return Ok(true),
             };
-            if before.string(1)? != state.status.as_str() {
+            if was != Some(state.status) {
                 append_in(c, &outcome, None)?;
             }
             Ok(true)

@@ -131,8 +131,14 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
             .await
         }
         p if delivery::videos::owns(p) => {
-            delivery::videos::handle(api.store.clone(), api.recordings.root(), &api.relay, req)
-                .await
+            delivery::videos::handle(
+                api.store.clone(),
+                api.recordings.root(),
+                api.recordings.storage(),
+                &api.relay,
+                req,
+            )
+            .await
         }
         p if crate::ingest::whip::owns(p) => {
             let id = whip.session_elsewhere(p);

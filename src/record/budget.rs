@@ -115,6 +115,18 @@ pub fn dir_size(dir: &Path) -> u64 {
         .sum()
 }
 
+/// Removes a video's directory and gives its bytes back to the quota (what is gone, even when
+/// the removal stopped halfway).
+pub fn remove_dir(budget: &Budget, dir: &std::path::Path) -> std::io::Result<()> {
+    let size = dir_size(dir);
+    let removed = std::fs::remove_dir_all(dir);
+    budget.release(size.saturating_sub(dir_size(dir)));
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

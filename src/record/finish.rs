@@ -94,6 +94,7 @@ pub(super) fn finished_state(
         download: dir.join(super::download::FILE).is_file(),
         node: was.node.clone(),
         secure_playback: was.secure_playback,
+        stored: was.stored,
         renditions: summary
             .tracks
             .values()
@@ -113,7 +114,7 @@ pub(super) fn finished_state(
 /// The event a finalised video's state tells: ready, or failed with why.
 pub(super) fn video_outcome(stream_id: i64, video_id: i64, state: &VideoState) -> Event {
     match state.status {
-        VideoStatus::Ready => Event::VideoReady {
+        s if s.playable() => Event::VideoReady {
             stream_id,
             video_id,
             duration_ms: state.duration_ms,

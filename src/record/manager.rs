@@ -50,6 +50,10 @@ pub struct RecordConfig {
     /// This node's id: its videos' files are on its disk, and only its own interrupted
     /// recordings are its to recover.
     pub node_id: String,
+    /// `storage_url`: finished videos go there.
+    pub storage: Option<Arc<crate::storage::Storage>>,
+    /// `storage_local_retention_secs`: how long uploaded videos' local files stay.
+    pub keep_local: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +91,7 @@ pub struct Recordings {
     streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
     /// Start of each open video, for `recording_duration` without the async lock.
     since: Mutex<HashMap<i64, Instant>>,
+    uploader: Option<Arc<super::upload::Uploader>>,
 }
 
 impl Recordings {
@@ -96,7 +101,18 @@ impl Recordings {
             config.max_bytes,
             config.min_free_bytes,
         ));
+        let uploader = config.storage.clone().map(|storage| {
+            super::upload::Uploader::new(
+                storage,
+                store.clone(),
+                config.root.clone(),
+                budget.clone(),
+                config.node_id.clone(),
+                config.keep_local,
+            )
+        });
         Arc::new(Recordings {
+            uploader,
             store,
             events,
             budget,
@@ -135,7 +151,7 @@ impl Recordings {
                     if video.state.record_type == RecordType::Origin {
                         assemble_download(video.id, &dir, &summary);
                     }
-                    finished_state(&dir, &video.state, summary, None)
+                    self.to_upload(finished_state(&dir, &video.state, summary, None))
                 }
                 Err(e) => VideoState {
                     status: VideoStatus::Error,
@@ -150,6 +166,7 @@ impl Recordings {
             self.store
                 .update_video(video.id, video.revision, &settings, now)?;
             self.store.set_video_state(video.id, &state, now)?;
+            self.upload(video.id, &state);
             self.events
                 .emit(video_outcome(video.stream_id, video.id, &state));
             tracing::info!(
@@ -196,15 +213,33 @@ impl Recordings {
 
     /// Removes a deleted video's files and gives their bytes back to the quota.
     pub fn remove_files(&self, video: i64) -> std::io::Result<()> {
-        let dir = self.dir(video);
-        let size = super::budget::dir_size(&dir);
-        let removed = std::fs::remove_dir_all(&dir);
-        // What is gone now, even when the removal stopped halfway.
-        self.budget
-            .release(size.saturating_sub(super::budget::dir_size(&dir)));
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        super::budget::remove_dir(&self.budget, &self.dir(video))
+    }
+
+    /// The object store videos go to (`storage_url`), if any.
+    pub fn storage(&self) -> Option<Arc<crate::storage::Storage>> {
+        self.uploader.as_ref().map(|u| u.storage.clone())
+    }
+
+    /// Starts again the uploads a previous run left unfinished (at start).
+    pub fn resume_uploads(&self) {
+        if let Some(u) = &self.uploader {
+            u.resume_unfinished();
+        }
+    }
+
+    /// A finished video's state as the store should have it: `uploading` rather than `ready`
+    /// when there is an object store to upload to.
+    fn to_upload(&self, mut state: VideoState) -> VideoState {
+        if self.uploader.is_some() && state.status == VideoStatus::Ready {
+            state.status = VideoStatus::Uploading;
+        }
+        state
+    }
+
+    fn upload(&self, video: i64, state: &VideoState) {
+        if let (Some(u), VideoStatus::Uploading) = (&self.uploader, state.status) {
+            u.spawn(video);
         }
     }
 
@@ -488,9 +523,11 @@ impl Recordings {
                 ..video.state.clone()
             },
         };
+        let state = self.to_upload(state);
         let store = self.store.clone();
         let name = format!("{}, {}", video.settings.name, crate::package::utc_ms(ended));
         let outcome = video_outcome(id, video.id, &state);
+        let stored_state = state.clone();
         let result = tokio::task::spawn_blocking(move || {
             let settings = VideoSettings {
                 name,
@@ -508,6 +545,7 @@ impl Recordings {
         );
         if matches!(result, Ok(Ok(true))) {
             self.events.emit(outcome);
+            self.upload(video.id, &stored_state);
         }
         recorded
     }
@@ -573,6 +611,8 @@ mod tests {
                 resume,
                 max,
                 node_id: "node-a".into(),
+                storage: None,
+                keep_local: Duration::ZERO,
             },
             Events::new("node-a"),
         );

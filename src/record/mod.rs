@@ -10,4 +10,5 @@ pub mod manager;
 pub mod mp4;
 pub mod policy;
 pub mod recorder;
+pub mod upload;
 pub mod vod;

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::fragments::Track;
+use super::fragments::{self, Track};
 use super::mp4::TrackInfo;
 
 /// A file's `sidx`, for DASH: its length (it starts right after the init), timescale and
@@ -223,6 +223,63 @@ pub fn mpd(renditions: &[Rendition]) -> Option<String> {
 profiles=\"urn:mpeg:dash:profile:isoff-on-demand:2011\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n{periods}</MPD>\n",
         xs_duration(start)
     ))
+}
+
+/// A video's playlist or MPD by its file name (`master.m3u8`, `index.mpd`, `{rendition}.m3u8`),
+/// from its index and its files' headers (read-only).
+pub fn render(dir: &std::path::Path, name: &str) -> Option<String> {
+    let (summary, _) = fragments::read_index(dir).ok()?;
+    let renditions = summary.renditions();
+    match name {
+        "master.m3u8" => master(&described(dir, &renditions)?),
+        "index.mpd" => mpd(&described(dir, &renditions)?),
+        other => {
+            let rendition = other.strip_suffix(".m3u8")?;
+            let (_, tracks) = renditions.iter().find(|(r, _)| *r == rendition)?;
+            Some(media_playlist(tracks))
+        }
+    }
+}
+
+/// Each rendition with what its first init declares and each file's `sidx`.
+fn described<'a>(
+    dir: &std::path::Path,
+    renditions: &[(&'a str, Vec<&'a Track>)],
+) -> Option<Vec<Rendition<'a>>> {
+    let mut out = Vec::new();
+    for (name, tracks) in renditions {
+        let tracks: Vec<&Track> = tracks
+            .iter()
+            .copied()
+            .filter(|t| !t.fragments.is_empty())
+            .collect();
+        let Some(first) = tracks.first() else {
+            continue;
+        };
+        let head = |t: &Track, len: u64| -> Option<Vec<u8>> {
+            let mut f = std::fs::File::open(fragments::media_path(dir, &t.name)).ok()?;
+            let mut buf = vec![0u8; usize::try_from(len).ok()?];
+            std::io::Read::read_exact(&mut f, &mut buf).ok()?;
+            Some(buf)
+        };
+        let info = super::mp4::describe(&head(first, first.init_len)?).ok()?;
+        // The sidx header and the fields the MPD needs: 28 bytes after the init.
+        let with_sidx = tracks
+            .iter()
+            .map(|t| {
+                let sidx =
+                    head(t, t.init_len + 28).and_then(|b| Sidx::parse(&b[t.init_len as usize..]));
+                (*t, sidx)
+            })
+            .collect();
+        out.push(Rendition {
+            name,
+            info,
+            peak: peak(&tracks),
+            tracks: with_sidx,
+        });
+    }
+    Some(out)
 }
 
 #[cfg(test)]

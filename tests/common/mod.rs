@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod nginx;
 pub mod pg;
 pub mod proc;
+pub mod s3;
 pub mod srt;
 pub mod webhooks;
 

@@ -6,6 +6,7 @@ mod common;
 mod events;
 #[path = "../common/media.rs"]
 mod media;
+mod storage;
 mod vod;
 mod webhooks;
 

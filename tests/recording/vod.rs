@@ -173,7 +173,7 @@ fn probed_secs(url: &str, kind: &str) -> f64 {
 /// The checks of the module doc on a ready video; `downloads`: the MP4 download holding its
 /// picture, then the one holding its sound (one file for an origin recording; a transcoded
 /// one has an MP4 per rendition).
-async fn assert_one_media(video: &Value, downloads: [&str; 2]) {
+pub(crate) async fn assert_one_media(video: &Value, downloads: [&str; 2]) {
     assert_eq!(video["status"], "ready", "{video}");
     let duration = video["duration"].as_u64().unwrap() as f64 / 1000.0;
     let hls = video["hls_url"].as_str().unwrap();
@@ -237,7 +237,12 @@ async fn assert_one_media(video: &Value, downloads: [&str; 2]) {
 /// Pushes `loops + 1` times the 6 s fixture to a new `auto_record` stream of `record_type`;
 /// `stop_after`: stops the recording then, otherwise the video ends with the push (the
 /// daemon's resume time is 1 s). Returns the video.
-async fn record_for(d: &Daemon, record_type: &str, loops: u32, stop_after: Option<u64>) -> Value {
+pub(crate) async fn record_for(
+    d: &Daemon,
+    record_type: &str,
+    loops: u32,
+    stop_after: Option<u64>,
+) -> Value {
     let rec = create(
         d,
         json!({"name": record_type, "auto_record": true, "record_type": record_type, "quality_set_id": 3}),

@@ -164,17 +164,12 @@ pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>,
             "per_page" => per_page = query_int("per_page", &v, 1..=MAX_PER_PAGE)?,
             "stream_id" => filter.stream_id = Some(query_int("stream_id", &v, 1..=i64::MAX)?),
             "status" => {
-                filter.status = Some(match v.as_str() {
-                    "pending" => VideoStatus::Pending,
-                    "ready" => VideoStatus::Ready,
-                    "error" => VideoStatus::Error,
-                    _ => {
-                        return Err(ApiError::invalid_query(
-                            "status",
-                            "`status` must be pending, ready or error",
-                        ))
-                    }
-                })
+                filter.status = Some(VideoStatus::parse(&v).ok_or_else(|| {
+                    ApiError::invalid_query(
+                        "status",
+                        "`status` must be pending, ready, error, uploading or upload_failed",
+                    )
+                })?)
             }
             "search" => filter.search = Some(v),
             "client_user_id" => {
@@ -273,6 +268,13 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
     let removed = tokio::task::spawn_blocking(move || recordings.remove_files(row.id)).await;
     if let Ok(Err(e)) = removed {
         tracing::error!(video = id, error = %e, "cannot remove the video's files");
+    }
+    // Its objects too, any that a started upload left (any node can: the store is shared).
+    if let Some(storage) = api.recordings.storage() {
+        match storage.delete_video(id).await {
+            Ok(n) => tracing::debug!(video = id, objects = n, "video's objects deleted"),
+            Err(e) => tracing::error!(video = id, error = %e, "cannot delete the video's objects"),
+        }
     }
     tracing::info!(video = id, "video deleted");
     api.registry

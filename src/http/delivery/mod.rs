@@ -4,6 +4,7 @@
 mod ll_hls;
 pub mod metrics;
 pub mod player;
+mod stored;
 pub mod videos;
 
 use std::sync::Arc;

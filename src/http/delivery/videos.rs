@@ -12,10 +12,10 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::{parse_range, with_common, RangeSpec, PLAYLIST_TYPE};
-use crate::db::{Store, VideoStatus};
+use crate::db::Store;
 use crate::http::listener::{channel_body, empty, full, Body};
-use crate::record::fragments::{self, Track};
-use crate::record::{mp4, vod};
+use crate::record::fragments;
+use crate::record::vod;
 
 /// A finished video never changes.
 const IMMUTABLE: &str = "public, max-age=86400, immutable";
@@ -34,6 +34,19 @@ enum File {
     Screenshot,
     Playlist(String),
     Media(String),
+}
+
+impl File {
+    /// The file's name in the video's directory (and in the object store).
+    fn name(&self) -> String {
+        match self {
+            File::Master => "master.m3u8".into(),
+            File::Mpd => "index.mpd".into(),
+            File::Screenshot => crate::record::manager::SCREENSHOT.into(),
+            File::Playlist(n) => format!("{n}.m3u8"),
+            File::Media(n) => format!("{n}.mp4"),
+        }
+    }
 }
 
 /// `/videos/{id}_{slug}/{file}` → (id, slug, file). Names are plain (`[A-Za-z0-9_-]`), so a
@@ -72,10 +85,22 @@ fn not_found() -> Response<Body> {
     )
 }
 
-/// `relay`: a video recorded on another node is fetched from that node's disk through it.
+/// The media type of one of a video's files.
+fn content_type(file: &File) -> &'static str {
+    match file {
+        File::Master | File::Playlist(_) => PLAYLIST_TYPE,
+        File::Mpd => super::MPD_TYPE,
+        File::Screenshot => "image/jpeg",
+        File::Media(_) => "video/mp4",
+    }
+}
+
+/// `relay`: a video recorded on another node is fetched from that node's disk through it;
+/// `storage`: a video in the object store is served from there by any node.
 pub async fn handle(
     store: Arc<dyn Store>,
     root: PathBuf,
+    storage: Option<Arc<crate::storage::Storage>>,
     relay: &crate::http::relay::Relay,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
@@ -105,16 +130,27 @@ pub async fn handle(
     };
     let Some(video) = found.filter(|v| {
         crate::secret::constant_time_eq(v.slug.as_bytes(), slug.as_bytes())
-            && v.state.status == VideoStatus::Ready
+            && v.state.status.playable()
     }) else {
         return not_found();
     };
+    let range = req.headers().get(header::RANGE).cloned();
+    let head = req.method() == hyper::Method::HEAD;
+    if let (true, Some(storage)) = (video.state.stored, storage) {
+        return super::stored::serve(
+            &storage,
+            video.id,
+            &file.name(),
+            content_type(&file),
+            range.as_ref(),
+            head,
+        )
+        .await;
+    }
     if let Some(node) = relay.node_url(video.state.node.as_deref(), &req).await {
         return relay.forward(req, &node).await;
     }
     let dir = root.join(video.id.to_string());
-    let range = req.headers().get(header::RANGE).cloned();
-    let head = req.method() == hyper::Method::HEAD;
     let resp = match file {
         File::Media(name) => {
             let path = fragments::media_path(&dir, &name);
@@ -130,7 +166,8 @@ pub async fn handle(
             } else {
                 PLAYLIST_TYPE
             };
-            let text = tokio::task::spawn_blocking(move || playlist(&dir, &file))
+            let name = file.name();
+            let text = tokio::task::spawn_blocking(move || vod::render(&dir, &name))
                 .await
                 .ok()
                 .flatten();
@@ -149,75 +186,15 @@ pub async fn handle(
     resp
 }
 
-/// A playlist or the MPD of a ready video, from its index and its files' headers (read-only).
-fn playlist(dir: &Path, file: &File) -> Option<String> {
-    let (summary, _) = fragments::read_index(dir).ok()?;
-    let renditions = summary.renditions();
-    match file {
-        File::Playlist(name) => {
-            let (_, tracks) = renditions.iter().find(|(r, _)| r == name)?;
-            Some(vod::media_playlist(tracks))
-        }
-        File::Master => vod::master(&described(dir, &renditions)?),
-        File::Mpd => vod::mpd(&described(dir, &renditions)?),
-        File::Media(_) | File::Screenshot => None,
-    }
-}
-
-/// Each rendition with what its first init declares and each file's `sidx`.
-fn described<'a>(
-    dir: &Path,
-    renditions: &[(&'a str, Vec<&'a Track>)],
-) -> Option<Vec<vod::Rendition<'a>>> {
-    let mut out = Vec::new();
-    for (name, tracks) in renditions {
-        let tracks: Vec<&Track> = tracks
-            .iter()
-            .copied()
-            .filter(|t| !t.fragments.is_empty())
-            .collect();
-        let Some(first) = tracks.first() else {
-            continue;
-        };
-        let head = |t: &Track, len: u64| -> Option<Vec<u8>> {
-            let mut f = std::fs::File::open(fragments::media_path(dir, &t.name)).ok()?;
-            let mut buf = vec![0u8; usize::try_from(len).ok()?];
-            std::io::Read::read_exact(&mut f, &mut buf).ok()?;
-            Some(buf)
-        };
-        let info = mp4::describe(&head(first, first.init_len)?).ok()?;
-        // The sidx header and the fields the MPD needs: 28 bytes after the init.
-        let with_sidx = tracks
-            .iter()
-            .map(|t| {
-                let sidx = head(t, t.init_len + 28)
-                    .and_then(|b| vod::Sidx::parse(&b[t.init_len as usize..]));
-                (*t, sidx)
-            })
-            .collect();
-        out.push(vod::Rendition {
-            name,
-            info,
-            peak: vod::peak(&tracks),
-            tracks: with_sidx,
-        });
-    }
-    Some(out)
-}
-
-/// A file from disk with an optional single byte range (RFC 9110 §14), streamed in chunks.
-async fn file_body(
-    path: &Path,
+/// The head of a `len`-byte file's answer with an optional single byte range (RFC 9110 §14):
+/// the builder, the first byte and the byte count to send; or the whole answer when there is
+/// no body to send (HEAD, empty, unsatisfiable).
+pub(super) fn ranged(
+    len: u64,
     content_type: &'static str,
     range: Option<&HeaderValue>,
     head: bool,
-) -> Response<Body> {
-    let Ok(mut file) = tokio::fs::File::open(path).await else {
-        return not_found();
-    };
-    let Ok(len) = file.metadata().await.map(|m| m.len()) else {
-        return not_found();
-    };
+) -> Result<(hyper::http::response::Builder, u64, u64), Response<Body>> {
     let builder = Response::builder()
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, IMMUTABLE)
@@ -234,13 +211,13 @@ async fn file_body(
             end,
         ),
         Some(RangeSpec::Unsatisfiable) => {
-            return with_common(
+            return Err(with_common(
                 builder
                     .status(StatusCode::RANGE_NOT_SATISFIABLE)
                     .header(header::CONTENT_RANGE, format!("bytes */{len}"))
                     .body(empty())
                     .expect("valid response"),
-            )
+            ))
         }
         Some(RangeSpec::Ignore) | None if len == 0 => (builder, 0, 0),
         Some(RangeSpec::Ignore) | None => (builder, 0, len - 1),
@@ -248,8 +225,28 @@ async fn file_body(
     let count = if len == 0 { 0 } else { end - start + 1 };
     let builder = builder.header(header::CONTENT_LENGTH, count);
     if head || count == 0 {
-        return with_common(builder.body(empty()).expect("valid response"));
+        return Err(with_common(builder.body(empty()).expect("valid response")));
     }
+    Ok((builder, start, count))
+}
+
+/// A file from disk with an optional single byte range (RFC 9110 §14), streamed in chunks.
+async fn file_body(
+    path: &Path,
+    content_type: &'static str,
+    range: Option<&HeaderValue>,
+    head: bool,
+) -> Response<Body> {
+    let Ok(mut file) = tokio::fs::File::open(path).await else {
+        return not_found();
+    };
+    let Ok(len) = file.metadata().await.map(|m| m.len()) else {
+        return not_found();
+    };
+    let (builder, start, count) = match ranged(len, content_type, range, head) {
+        Ok(r) => r,
+        Err(done) => return done,
+    };
     if file.seek(std::io::SeekFrom::Start(start)).await.is_err() {
         return not_found();
     }
