@@ -394,6 +394,9 @@ async fn recordings(
     }
     let resume = recordings.clone();
     tokio::task::spawn_blocking(move || resume.resume_uploads()).await?;
+    if let Some(keep) = config.video_retention {
+        recordings.spawn_retention(keep, node_id(config));
+    }
     recordings.spawn(registry.clone());
     Ok(recordings)
 }

@@ -142,6 +142,8 @@ settings! {
     storage_secret_access_key: String;
     /// How long an uploaded video's local files stay (0: removed once the store has them).
     storage_local_retention_secs: u64 = 0, 0..=31_536_000;
+    /// Videos older than this are deleted (record, files, objects). Absent: kept until deleted.
+    video_retention_days: u64, 1..=36_500;
     statistics_sample_secs: u64 = crate::live::stats::DEFAULT_SAMPLE_PERIOD.as_secs(), 1..=60;
     statistics_retention_days: u64 = crate::live::stats::DEFAULT_RETENTION_DAYS, 1..=3650;
 
@@ -287,6 +289,7 @@ pub struct Config {
     /// Where finished videos go (`storage_url` and its settings); `None`: local disk only.
     pub storage: Option<crate::storage::StorageSettings>,
     pub storage_local_retention: Duration,
+    pub video_retention: Option<Duration>,
 }
 
 impl Config {
@@ -363,6 +366,9 @@ impl Config {
             restreams_max_per_stream: s.restreams_max_per_stream as u32,
             storage,
             storage_local_retention: Duration::from_secs(s.storage_local_retention_secs),
+            video_retention: s
+                .video_retention_days
+                .map(|d| Duration::from_secs(d * 86_400)),
             playback: s
                 .playback_signing_key
                 .clone()

@@ -72,6 +72,9 @@ pub enum StoreError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// The thread running a store call ended without its answer (it panicked).
+    #[error("a store call did not complete")]
+    Interrupted,
     /// A row changed hands between every read and write of several rounds; nothing was written.
     #[error("{what} kept changing hands; try again")]
     Contended { what: String },
@@ -549,6 +552,8 @@ pub struct VideoFilter {
     /// Substring of the name, case-insensitive (Unicode lower-casing).
     pub search: Option<String>,
     pub client_user_id: Option<serde_json::Number>,
+    /// Made before this instant (retention).
+    pub created_before: Option<OffsetDateTime>,
     pub limit: u32,
     pub offset: u64,
 }

@@ -93,6 +93,7 @@ impl<B: Backend> VideoStore for SqlStore<B> {
             f.status.map(VideoStatus::as_str),
             search,
             client_key(&f.client_user_id),
+            f.created_before.map(to_ms),
         ];
         let mut page = filter.to_vec();
         page.extend(args![f.limit, sql_offset(f.offset)]);
@@ -101,7 +102,8 @@ impl<B: Backend> VideoStore for SqlStore<B> {
                 "WHERE ($1::BIGINT IS NULL OR stream_id = $1) \
                  AND ($2::TEXT IS NULL OR status = $2) \
                  AND ($3::BYTEA IS NULL OR {}) \
-                 AND ($4::TEXT IS NULL OR client_user_id = $4)",
+                 AND ($4::TEXT IS NULL OR client_user_id = $4) \
+                 AND ($5::BIGINT IS NULL OR created_at_ms < $5)",
                 c.dialect().contains("name_folded", 3)
             );
             let total = c
@@ -113,7 +115,7 @@ impl<B: Backend> VideoStore for SqlStore<B> {
             let rows = c.query(
                 &format!(
                     "SELECT {VIDEO_COLUMNS} FROM videos {filter_sql} \
-                     ORDER BY id DESC LIMIT $5 OFFSET $6"
+                     ORDER BY id DESC LIMIT $6 OFFSET $7"
                 ),
                 &page,
             )?;

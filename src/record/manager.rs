@@ -84,8 +84,8 @@ struct StreamRec {
 }
 
 pub struct Recordings {
-    store: Arc<dyn Store>,
-    events: Events,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) events: Events,
     config: RecordConfig,
     budget: Arc<Budget>,
     streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
@@ -952,5 +952,38 @@ mod tests {
             "the node is kept"
         );
         assert_eq!(state(unnamed).status, VideoStatus::Error);
+    }
+
+    /// `video_retention_days`: a finished video created before the retention goes (record
+    /// and files), a newer one and one still recording stay, another node's local one is
+    /// that node's to delete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn videos_past_their_retention_are_deleted() {
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, false);
+        let now = OffsetDateTime::now_utc();
+        let create = |age_days: i64, status: VideoStatus, node: &str| {
+            let state = VideoState {
+                status,
+                node: Some(node.to_owned()),
+                ..VideoState::pending(RecordType::Transcoded)
+            };
+            let at = now - time::Duration::days(age_days);
+            let v = h
+                .store
+                .create_video(id, &slug(), &VideoSettings::default(), &state, at, at)
+                .unwrap();
+            std::fs::create_dir_all(h.recordings.dir(v.id)).unwrap();
+            v.id
+        };
+        let old = create(10, VideoStatus::Ready, "node-a");
+        let new = create(1, VideoStatus::Ready, "node-a");
+        let recording = create(10, VideoStatus::Pending, "node-a");
+        let elsewhere = create(10, VideoStatus::Ready, "node-b");
+        let keep = Duration::from_secs(7 * 86_400);
+        assert_eq!(h.recordings.expire(keep, "node-a").await, 1);
+        let exists = |v| h.store.get_video(v).unwrap().is_some();
+        assert!(!exists(old) && !h.recordings.dir(old).exists());
+        assert!(exists(new) && exists(recording) && exists(elsewhere));
     }
 }

@@ -257,31 +257,11 @@ pub async fn update(api: &Arc<Api>, id: i64, body: Value) -> Result<Response<Bod
     Ok(json_response(StatusCode::OK, &view_one(api, row).await?))
 }
 
-/// Removes the record, then its media (a failed removal leaves files no record names, which
-/// is logged, never a record whose media is gone).
+/// Removes the record, then its media ([`crate::record::manager::Recordings::delete_video`]).
 pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
-    let row = api
-        .db(move |s| s.delete_video(id))
+    api.recordings
+        .delete_video(id)
         .await?
         .ok_or_else(|| ApiError::not_found("video"))?;
-    let recordings = api.recordings.clone();
-    let removed = tokio::task::spawn_blocking(move || recordings.remove_files(row.id)).await;
-    if let Ok(Err(e)) = removed {
-        tracing::error!(video = id, error = %e, "cannot remove the video's files");
-    }
-    // Its objects too, any that a started upload left (any node can: the store is shared).
-    if let Some(storage) = api.recordings.storage() {
-        match storage.delete_video(id).await {
-            Ok(n) => tracing::debug!(video = id, objects = n, "video's objects deleted"),
-            Err(e) => tracing::error!(video = id, error = %e, "cannot delete the video's objects"),
-        }
-    }
-    tracing::info!(video = id, "video deleted");
-    api.registry
-        .events()
-        .emit(crate::events::Event::VideoDeleted {
-            stream_id: row.stream_id,
-            video_id: id,
-        });
     Ok(super::no_content())
 }
