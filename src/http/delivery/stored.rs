@@ -6,7 +6,6 @@
 //! signature, which defeats CDN caching, and carries the store's own endpoint host, which
 //! viewers may not reach).
 
-use bytes::Bytes;
 use futures::StreamExt;
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
@@ -30,7 +29,7 @@ pub async fn serve(
     };
     let (builder, start, count) = match ranged(len, content_type, range, head) {
         Ok(r) => r,
-        Err(done) => return done,
+        Err(done) => return *done,
     };
     let mut body = match storage.read(video, name, start, start + count - 1).await {
         Ok(b) => b,
@@ -40,7 +39,7 @@ pub async fn serve(
     tokio::spawn(async move {
         while let Some(chunk) = body.next().await {
             let end = chunk.is_err();
-            if tx.send(chunk.map(Bytes::from)).await.is_err() || end {
+            if tx.send(chunk).await.is_err() || end {
                 return; // the client went away, or the store's answer broke off
             }
         }

@@ -194,7 +194,7 @@ pub(super) fn ranged(
     content_type: &'static str,
     range: Option<&HeaderValue>,
     head: bool,
-) -> Result<(hyper::http::response::Builder, u64, u64), Response<Body>> {
+) -> Result<(hyper::http::response::Builder, u64, u64), Box<Response<Body>>> {
     let builder = Response::builder()
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, IMMUTABLE)
@@ -211,13 +211,13 @@ pub(super) fn ranged(
             end,
         ),
         Some(RangeSpec::Unsatisfiable) => {
-            return Err(with_common(
+            return Err(Box::new(with_common(
                 builder
                     .status(StatusCode::RANGE_NOT_SATISFIABLE)
                     .header(header::CONTENT_RANGE, format!("bytes */{len}"))
                     .body(empty())
                     .expect("valid response"),
-            ))
+            )))
         }
         Some(RangeSpec::Ignore) | None if len == 0 => (builder, 0, 0),
         Some(RangeSpec::Ignore) | None => (builder, 0, len - 1),
@@ -225,7 +225,9 @@ pub(super) fn ranged(
     let count = if len == 0 { 0 } else { end - start + 1 };
     let builder = builder.header(header::CONTENT_LENGTH, count);
     if head || count == 0 {
-        return Err(with_common(builder.body(empty()).expect("valid response")));
+        return Err(Box::new(with_common(
+            builder.body(empty()).expect("valid response"),
+        )));
     }
     Ok((builder, start, count))
 }
@@ -245,7 +247,7 @@ async fn file_body(
     };
     let (builder, start, count) = match ranged(len, content_type, range, head) {
         Ok(r) => r,
-        Err(done) => return done,
+        Err(done) => return *done,
     };
     if file.seek(std::io::SeekFrom::Start(start)).await.is_err() {
         return not_found();
