@@ -418,6 +418,9 @@ pub struct VideoState {
     /// Its files are in the object store (`storage_url`): every node serves them from there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
+    /// Why its last upload failed (`upload_failed`); gone once uploaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_error: Option<String>,
 }
 
 impl VideoState {
@@ -435,6 +438,7 @@ impl VideoState {
             node: None,
             secure_playback: false,
             stored: false,
+            upload_error: None,
         }
     }
 }

@@ -95,6 +95,7 @@ pub(super) fn finished_state(
         node: was.node.clone(),
         secure_playback: was.secure_playback,
         stored: was.stored,
+        upload_error: None,
         renditions: summary
             .tracks
             .values()

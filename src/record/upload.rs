@@ -36,6 +36,8 @@ pub struct Uploader {
     node_id: String,
     /// How long the local files stay once the store has them.
     keep_local: Duration,
+    /// The videos whose upload runs now.
+    running: std::sync::Mutex<std::collections::HashSet<i64>>,
 }
 
 impl Uploader {
@@ -54,35 +56,50 @@ impl Uploader {
             budget,
             node_id,
             keep_local,
+            running: Default::default(),
         })
     }
 
     /// Uploads video `id` (its state `uploading`), retrying until the store has it or the
-    /// video is gone.
+    /// video is gone; nothing if its upload runs already.
     pub fn spawn(self: &Arc<Self>, id: i64) {
+        if !self.running().insert(id) {
+            return;
+        }
         let me = self.clone();
         tokio::spawn(async move {
             let mut wait = FIRST_RETRY;
             loop {
                 match me.attempt(id).await {
-                    Ok(true) => return,
-                    Ok(false) => return, // deleted meanwhile
+                    // Uploaded, or deleted meanwhile.
+                    Ok(_) => break,
                     Err(e) => {
                         tracing::warn!(video = id, error = %e, retry_in = ?wait, "video upload failed");
-                        if !me.set_status(id, VideoStatus::UploadFailed, Some(e)).await {
-                            return;
+                        if !me.set_upload_failed(id, e).await {
+                            break;
                         }
                     }
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(MAX_RETRY);
             }
+            me.running().remove(&id);
         });
     }
 
-    /// The uploads a previous run left unfinished on this node, started again (at start).
+    fn running(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<i64>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The uploads a previous run left unfinished on this node, started again, and the local
+    /// copies of uploaded videos it had not removed yet, removed after their retention (at
+    /// start).
     pub fn resume_unfinished(self: &Arc<Self>) {
-        for status in [VideoStatus::Uploading, VideoStatus::UploadFailed] {
+        for status in [
+            VideoStatus::Uploading,
+            VideoStatus::UploadFailed,
+            VideoStatus::Ready,
+        ] {
             let filter = VideoFilter {
                 status: Some(status),
                 limit: u32::MAX,
@@ -93,9 +110,14 @@ impl Uploader {
                 return;
             };
             for v in videos {
-                if v.state.node.as_deref().is_none_or(|n| n == self.node_id) {
+                if !v.state.node.as_deref().is_none_or(|n| n == self.node_id) {
+                    continue;
+                }
+                if status != VideoStatus::Ready {
                     tracing::info!(video = v.id, "resuming the video's upload");
                     self.spawn(v.id);
+                } else if v.state.stored && self.root.join(v.id.to_string()).exists() {
+                    self.remove_local_later(v.id);
                 }
             }
         }
@@ -150,23 +172,23 @@ impl Uploader {
             let mut state = v.state;
             state.status = VideoStatus::Ready;
             state.stored = true;
-            state.error = None;
+            state.upload_error = None;
             store.set_video_state(id, &state, OffsetDateTime::now_utc())
         })
         .await;
         matches!(marked, Ok(Ok(true)))
     }
 
-    /// Sets the status (and error) of video `id`; false when it is gone.
-    async fn set_status(&self, id: i64, status: VideoStatus, error: Option<String>) -> bool {
+    /// Video `id` is `upload_failed` for `error`; false when it is gone.
+    async fn set_upload_failed(&self, id: i64, error: String) -> bool {
         let store = self.store.clone();
         let set = tokio::task::spawn_blocking(move || {
             let Some(v) = store.get_video(id)? else {
                 return Ok(false);
             };
             let mut state = v.state;
-            state.status = status;
-            state.error = error;
+            state.status = VideoStatus::UploadFailed;
+            state.upload_error = Some(error);
             store.set_video_state(id, &state, OffsetDateTime::now_utc())
         })
         .await;

@@ -101,7 +101,12 @@ fn view(v: &VideoRow, play: &str, g: &str) -> VideoView {
         stream_id: v.stream_id,
         record_type: v.state.record_type,
         status: v.state.status,
-        error: v.state.error.clone(),
+        // An upload's failure first (the video plays meanwhile), else the recording's note.
+        error: v
+            .state
+            .upload_error
+            .clone()
+            .or_else(|| v.state.error.clone()),
         duration: v.state.duration_ms,
         recording_started_at: iso8601(v.recording_started_at),
         created_at: iso8601(v.created_at),
