@@ -110,7 +110,7 @@ impl Uploader {
                 return;
             };
             for v in videos {
-                if !v.state.node.as_deref().is_none_or(|n| n == self.node_id) {
+                if v.state.node.as_deref().is_some_and(|n| n != self.node_id) {
                     continue;
                 }
                 if status != VideoStatus::Ready {
