@@ -562,37 +562,83 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
     let recorded = video["duration"].as_f64().unwrap() / 1000.0;
     let page = video["iframe_url"].as_str().unwrap().to_owned();
     for format in ["hls", "dash"] {
-        let v = driver(
-            "tests/browser/vod.mjs",
-            vec![format!("{page}?format={format}")],
-        )
-        .await;
-        println!("{format} video page: {v}");
-        assert!(v["errors"].as_array().unwrap().is_empty(), "{format}: {v}");
-        let duration = v["duration"].as_f64().unwrap_or(0.0);
-        assert!(
-            (duration - recorded).abs() < 1.0,
-            "{format}: the player's duration {duration} vs {recorded} recorded: {v}"
-        );
-        assert!(
-            v["t1"].as_f64().unwrap() >= v["t0"].as_f64().unwrap() + 2.0,
-            "{format}: the picture advances: {v}"
-        );
-        assert!(v["w"].as_u64().unwrap() > 0, "{format}: {v}");
-        let (middle, t) = (
-            v["middle"].as_f64().unwrap(),
-            v["tMiddle"].as_f64().unwrap(),
-        );
-        assert!(
-            t >= middle + 1.0 && t < middle + 5.0,
-            "{format}: plays on from the middle: {v}"
-        );
-        assert_eq!(
-            (v["ended"].as_bool(), v["state"].as_str()),
-            (Some(true), Some("ended")),
-            "{format}: a seek near the end reaches the end: {v}"
-        );
+        assert_video_page_plays(&page, recorded, format).await;
     }
+}
+
+/// A video's player page (`iframe_url`) in `format` (hls: hls.js; dash: dash.js) plays the
+/// recorded length, advances, plays on from the middle and reaches the end.
+async fn assert_video_page_plays(page: &str, recorded: f64, format: &str) {
+    let v = driver(
+        "tests/browser/vod.mjs",
+        vec![format!("{page}?format={format}")],
+    )
+    .await;
+    println!("{format} video page: {v}");
+    assert!(v["errors"].as_array().unwrap().is_empty(), "{format}: {v}");
+    let duration = v["duration"].as_f64().unwrap_or(0.0);
+    assert!(
+        (duration - recorded).abs() < 1.0,
+        "{format}: the player's duration {duration} vs {recorded} recorded: {v}"
+    );
+    assert!(
+        v["t1"].as_f64().unwrap() >= v["t0"].as_f64().unwrap() + 2.0,
+        "{format}: the picture advances: {v}"
+    );
+    assert!(v["w"].as_u64().unwrap() > 0, "{format}: {v}");
+    let (middle, t) = (
+        v["middle"].as_f64().unwrap(),
+        v["tMiddle"].as_f64().unwrap(),
+    );
+    assert!(
+        t >= middle + 1.0 && t < middle + 5.0,
+        "{format}: plays on from the middle: {v}"
+    );
+    assert_eq!(
+        (v["ended"].as_bool(), v["state"].as_str()),
+        (Some(true), Some("ended")),
+        "{format}: a seek near the end reaches the end: {v}"
+    );
+}
+
+/// A video in the object store (`storage_url`, moto's S3 server) plays on its page with
+/// hls.js, served from the store once the local copy is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_in_the_object_store_plays_on_its_page_with_hlsjs() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let s3 = common::s3::S3::start().await;
+    let dir = tempdir();
+    let mut env = common::s3::S3::env(&s3.endpoint());
+    env.push(("LIVEPACK_API_KEYS", common::KEY.to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let d = Daemon::start_with(dir.path(), &env);
+    let rec = d
+        .post(
+            "/streaming/streams",
+            json!({"name": "stored", "auto_record": true, "record_type": "transcoded"}),
+        )
+        .await
+        .body;
+    let id = rec["id"].as_i64().unwrap();
+    let ffmpeg = push(rec["push_url"].as_str().unwrap());
+    media::wait_record(&d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let video = media::stop_recording(&d, id).await;
+    drop(ffmpeg);
+    let vid = video["id"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let local = dir.path().join(format!("data/videos/{vid}"));
+    while d.get(&format!("/streaming/videos/{vid}")).await.body["status"] != "ready"
+        || local.exists()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never uploaded and removed locally"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recorded = video["duration"].as_f64().unwrap() / 1000.0;
+    assert_video_page_plays(video["iframe_url"].as_str().unwrap(), recorded, "hls").await;
 }
 
 /// The broadcast page driver (`tests/browser/broadcast.mjs`): one JSON line per state shown.

@@ -224,7 +224,7 @@ impl Player {
         };
         let Some(video) = video.filter(|v| {
             crate::secret::constant_time_eq(v.slug.as_bytes(), slug.as_bytes())
-                && v.state.status == crate::db::VideoStatus::Ready
+                && v.state.status.playable()
         }) else {
             return text(StatusCode::NOT_FOUND, "no such video\n");
         };
