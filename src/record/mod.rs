@@ -10,5 +10,6 @@ pub mod manager;
 pub mod mp4;
 pub mod policy;
 pub mod recorder;
+mod retention;
 pub mod upload;
 pub mod vod;

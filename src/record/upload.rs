@@ -23,8 +23,6 @@ use crate::storage::Storage;
 const JOURNAL: &str = "upload.journal";
 /// Files rendered for the store: what a node serving a local video computes per request.
 const RENDERED: [&str; 2] = ["master.m3u8", "index.mpd"];
-/// How often videos past `video_retention_days` are looked for.
-const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 const FIRST_RETRY: Duration = Duration::from_secs(10);
 const MAX_RETRY: Duration = Duration::from_secs(600);
 
@@ -164,31 +162,36 @@ impl Uploader {
 
     /// The record says `ready` and `stored`: from now on every node serves it from the store.
     async fn mark_stored(&self, id: i64) -> bool {
-        let store = self.store.clone();
-        let marked = tokio::task::spawn_blocking(move || {
-            let Some(v) = store.get_video(id)? else {
-                return Ok(false);
-            };
-            let mut state = v.state;
+        self.update_state(id, |state| {
             state.status = VideoStatus::Ready;
             state.stored = true;
             state.upload_error = None;
-            store.set_video_state(id, &state, OffsetDateTime::now_utc())
         })
-        .await;
-        matches!(marked, Ok(Ok(true)))
+        .await
     }
 
     /// Video `id` is `upload_failed` for `error`; false when it is gone.
     async fn set_upload_failed(&self, id: i64, error: String) -> bool {
+        self.update_state(id, |state| {
+            state.status = VideoStatus::UploadFailed;
+            state.upload_error = Some(error);
+        })
+        .await
+    }
+
+    /// Changes video `id`'s state by `f`; false when it is gone.
+    async fn update_state(
+        &self,
+        id: i64,
+        f: impl FnOnce(&mut crate::db::VideoState) + Send + 'static,
+    ) -> bool {
         let store = self.store.clone();
         let set = tokio::task::spawn_blocking(move || {
             let Some(v) = store.get_video(id)? else {
                 return Ok(false);
             };
             let mut state = v.state;
-            state.status = VideoStatus::UploadFailed;
-            state.upload_error = Some(error);
+            f(&mut state);
             store.set_video_state(id, &state, OffsetDateTime::now_utc())
         })
         .await;
@@ -272,91 +275,4 @@ fn render_playlists(dir: &Path) -> std::io::Result<()> {
         std::fs::rename(&tmp, dir.join(&name))?;
     }
     Ok(())
-}
-
-impl super::manager::Recordings {
-    /// Deletes video `id`: its record, then its files here and its objects in the store (a
-    /// failed removal leaves files no record names, which is logged, never a record whose
-    /// media is gone). `None`: there was no such video.
-    pub async fn delete_video(
-        self: &Arc<Self>,
-        id: i64,
-    ) -> Result<Option<crate::db::VideoRow>, crate::db::StoreError> {
-        let store = self.store.clone();
-        let row = tokio::task::spawn_blocking(move || store.delete_video(id))
-            .await
-            .map_err(|_| crate::db::StoreError::Interrupted)??;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let me = self.clone();
-        let removed = tokio::task::spawn_blocking(move || me.remove_files(id)).await;
-        if let Ok(Err(e)) = removed {
-            tracing::error!(video = id, error = %e, "cannot remove the video's files");
-        }
-        // Its objects too, any that a started upload left (any node can: the store is shared).
-        if let Some(storage) = self.storage() {
-            match storage.delete_video(id).await {
-                Ok(n) => tracing::debug!(video = id, objects = n, "video's objects deleted"),
-                Err(e) => {
-                    tracing::error!(video = id, error = %e, "cannot delete the video's objects")
-                }
-            }
-        }
-        tracing::info!(video = id, "video deleted");
-        self.events.emit(crate::events::Event::VideoDeleted {
-            stream_id: row.stream_id,
-            video_id: id,
-        });
-        Ok(Some(row))
-    }
-
-    /// Deletes, every hour, the videos older than `video_retention_days` ([`Self::expire`]).
-    pub fn spawn_retention(self: &Arc<Self>, keep: Duration, node_id: String) {
-        let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RETENTION_EVERY);
-            loop {
-                tick.tick().await;
-                let Some(me) = me.upgrade() else { return };
-                me.expire(keep, &node_id).await;
-            }
-        });
-    }
-
-    /// Deletes the finished videos created more than `keep` ago: those recorded here, and
-    /// those in the object store whatever node recorded them (a dead node's too; a record is
-    /// deleted once across the nodes). Returns how many went.
-    pub async fn expire(self: &Arc<Self>, keep: Duration, node_id: &str) -> usize {
-        let before = OffsetDateTime::now_utc() - keep;
-        let store = self.store.clone();
-        let listed = tokio::task::spawn_blocking(move || {
-            store.list_videos(&VideoFilter {
-                created_before: Some(before),
-                limit: u32::MAX,
-                ..VideoFilter::default()
-            })
-        })
-        .await;
-        let Ok(Ok((videos, _))) = listed else {
-            tracing::error!("cannot list the videos past their retention");
-            return 0;
-        };
-        let mut gone = 0;
-        for v in videos {
-            let ours = v.state.node.as_deref().is_none_or(|n| n == node_id);
-            if !(ours || v.state.stored) || v.state.status == VideoStatus::Pending {
-                continue;
-            }
-            tracing::info!(video = v.id, "video past its retention");
-            match self.delete_video(v.id).await {
-                Ok(Some(_)) => gone += 1,
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(video = v.id, error = %e, "cannot delete an expired video")
-                }
-            }
-        }
-        gone
-    }
 }

@@ -546,6 +546,16 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
     let _g = ONE_AT_A_TIME.lock().await;
     let dir = tempdir();
     let d = Daemon::start(dir.path());
+    let video = record_ten_seconds(&d).await;
+    let recorded = video["duration"].as_f64().unwrap() / 1000.0;
+    let page = video["iframe_url"].as_str().unwrap().to_owned();
+    for format in ["hls", "dash"] {
+        assert_video_page_plays(&page, recorded, format).await;
+    }
+}
+
+/// A `transcoded` recording of ten seconds of the pushed fixture: the video.
+async fn record_ten_seconds(d: &Daemon) -> Value {
     let rec = d
         .post(
             "/streaming/streams",
@@ -555,15 +565,11 @@ async fn a_recorded_video_plays_and_seeks_on_its_player_page() {
         .body;
     let id = rec["id"].as_i64().unwrap();
     let ffmpeg = push(rec["push_url"].as_str().unwrap());
-    media::wait_record(&d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
+    media::wait_record(d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let video = media::stop_recording(&d, id).await;
+    let video = media::stop_recording(d, id).await;
     drop(ffmpeg);
-    let recorded = video["duration"].as_f64().unwrap() / 1000.0;
-    let page = video["iframe_url"].as_str().unwrap().to_owned();
-    for format in ["hls", "dash"] {
-        assert_video_page_plays(&page, recorded, format).await;
-    }
+    video
 }
 
 /// A video's player page (`iframe_url`) in `format` (hls: hls.js; dash: dash.js) plays the
@@ -612,19 +618,7 @@ async fn a_video_in_the_object_store_plays_on_its_page_with_hlsjs() {
     env.push(("LIVEPACK_API_KEYS", common::KEY.to_owned()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let d = Daemon::start_with(dir.path(), &env);
-    let rec = d
-        .post(
-            "/streaming/streams",
-            json!({"name": "stored", "auto_record": true, "record_type": "transcoded"}),
-        )
-        .await
-        .body;
-    let id = rec["id"].as_i64().unwrap();
-    let ffmpeg = push(rec["push_url"].as_str().unwrap());
-    media::wait_record(&d, id, Duration::from_secs(30), |r| r["recording"] == true).await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let video = media::stop_recording(&d, id).await;
-    drop(ffmpeg);
+    let video = record_ten_seconds(&d).await;
     let vid = video["id"].as_i64().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let local = dir.path().join(format!("data/videos/{vid}"));

@@ -165,6 +165,18 @@ pub async fn wait_record(
     }
 }
 
+/// An MP4 of a video answers a byte range: 206 and the 100 bytes asked for.
+pub async fn assert_first_100_bytes(mp4: &str) {
+    let part = reqwest::Client::new()
+        .get(mp4)
+        .header("range", "bytes=0-99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(part.bytes().await.unwrap().len(), 100);
+}
+
 /// Restream `id` as `d` shows it once `pred` holds (within 20 s; `what` names the state).
 pub async fn wait_restream(
     d: &Daemon,

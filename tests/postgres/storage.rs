@@ -79,12 +79,5 @@ async fn a_stored_video_plays_from_any_node_after_its_recording_node_dies() {
     assert!(frames > 30, "{frames} frames decoded");
     let mp4 = video["converted_videos"][0]["mp4_url"].as_str().unwrap();
     let mp4 = at(mp4, b.base.trim_start_matches("http://"));
-    let part = reqwest::Client::new()
-        .get(&mp4)
-        .header("range", "bytes=0-99")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
-    assert_eq!(part.bytes().await.unwrap().len(), 100);
+    media::assert_first_100_bytes(&mp4).await;
 }

@@ -187,14 +187,7 @@ async fn start_and_stop_recording_a_live_transcoded_stream() {
         .as_str()
         .unwrap()
         .to_owned();
-    let part = reqwest::Client::new()
-        .get(&mp4)
-        .header("range", "bytes=0-99")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
-    assert_eq!(part.bytes().await.unwrap().len(), 100);
+    media::assert_first_100_bytes(&mp4).await;
     let slug = mp4
         .split('_')
         .nth(1)

@@ -4,6 +4,7 @@
 mod ll_hls;
 pub mod metrics;
 pub mod player;
+mod ranges;
 mod stored;
 pub mod videos;
 

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 
-use super::videos::ranged;
+use super::ranges::ranged;
 use crate::http::listener::{channel_body, full, Body};
 use crate::storage::Storage;
 
