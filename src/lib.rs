@@ -49,6 +49,10 @@
 //!   signalling, the send-only peer connection on WHIP's ICE ports, RFC 6184 packetizer, the
 //!   sending session) and SRT readers (`play:{id}` on the SRT port, MPEG-TS of a rung or of
 //!   the source).
+//! - `egress`: restreams — a live stream sent on to other servers (RTMP/RTMPS through our FLV
+//!   writer on rml_rtmp's client session, SRT through srt-tokio and the MPEG-TS writer), the
+//!   target as the URL policy reads it, one task per restream reconnecting with backoff, and
+//!   the manager that runs a stream's restreams on the node serving it.
 //! - [`package`]: the sink API, the per-stream state (renditions, segments, parts), segment
 //!   storage (disk, memory) with its writer thread, and the LL-HLS, LL-DASH and MPEG-TS HLS
 //!   renderers (read-only views).
