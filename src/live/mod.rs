@@ -8,6 +8,8 @@
 //! - [`inputs`] + [`switch`]: a session's input task and the sans-IO main/backup switch.
 //! - [`lifecycle`]: grace period and linger after the inputs are gone.
 //! - [`changes`]: the record-change feed for the PULL fetcher.
+//! - [`records`]: what a publish reads of the stream's record (its quality set, the renderers'
+//!   options).
 //! - [`status`]: the live status and counters shared with the pipeline and the API.
 //! - [`stats`]: the source's statistics, sampled into the store.
 
@@ -16,6 +18,7 @@ mod inputs;
 mod lifecycle;
 mod publish_auth;
 mod publisher;
+mod records;
 mod seams;
 mod sessions;
 pub mod stats;
@@ -32,15 +35,16 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
-use crate::db::{Store, StoreError, StreamRow, StreamSettings};
+use crate::db::{Store, StreamSettings};
 use crate::events::{Event, Events};
 use crate::hub::{Feed, ReaderOptions};
 use crate::media::MediaMessage;
-use crate::package::{DiskStorage, Package, PackagingConfig, SessionOptions};
-use crate::quality::{QualitySet, QualitySets};
+use crate::package::{DiskStorage, Package, PackagingConfig};
+use crate::quality::QualitySets;
 pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
 use publisher::LeaseHold;
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
+use records::session_options;
 use sessions::{lock, Opened};
 pub use status::{Counters, LiveStatus, PipelinePart, RestreamStatus, SharedStatus, StreamMetrics};
 
@@ -301,40 +305,6 @@ impl Registry {
         self.sessions.handles(id).map(|h| h.hub)
     }
 
-    async fn load(&self, id: i64) -> Result<Option<StreamRow>, PublishError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.get_stream(id))
-            .await
-            .map_err(|_| PublishError::Store)?
-            .map_err(|e: StoreError| {
-                tracing::error!(stream = id, error = %e, "store failure during publish");
-                PublishError::Store
-            })
-    }
-
-    async fn quality_set(&self, row: &StreamRow) -> QualitySet {
-        let requested = row
-            .settings
-            .quality_set_id
-            .filter(|&id| self.quality_sets.get(id).is_some());
-        let stored = match requested {
-            Some(_) => None,
-            None => {
-                let store = self.store.clone();
-                tokio::task::spawn_blocking(move || {
-                    store.get_setting(crate::quality::DEFAULT_QUALITY_SET_KEY)
-                })
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .flatten()
-            }
-        };
-        self.quality_sets
-            .resolve(requested, stored.as_deref())
-            .clone()
-    }
-
     /// Whether a publish would be accepted now, without allocating anything: for protocols
     /// that must answer their handshake before media flows (SRT reads the record's passphrase).
     /// The permit it returns is what [`Registry::start`] takes.
@@ -586,16 +556,6 @@ impl Registry {
                 tracing::error!(stream = id, error = %e, "cannot record stream times");
             }
         })
-    }
-}
-
-/// The renderers' options a stream's settings ask for.
-fn session_options(settings: &StreamSettings) -> SessionOptions {
-    SessionOptions {
-        dvr_window: settings
-            .dvr_enabled
-            .then(|| Duration::from_secs(u64::from(settings.dvr_duration))),
-        endlist_tag: settings.hls_mpegts_endlist_tag,
     }
 }
 
