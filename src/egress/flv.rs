@@ -27,7 +27,7 @@ const AAC_RAW: u8 = 1;
 /// A forward jump larger than this, or any step back of more than [`MAX_BACK_MS`], is a new
 /// timeline (a switch, a rebuilt pipeline): the output continues one frame after where it was.
 const MAX_JUMP_MS: i64 = 10_000;
-/// Audio and video interleave a little out of decode order; more than this back is a restart.
+/// A track's times more than this back are a restart.
 const MAX_BACK_MS: i64 = 1_000;
 
 /// What a target cannot be sent.
@@ -51,30 +51,40 @@ pub enum Tag {
     },
 }
 
-/// Maps a feed's nanosecond decode times to the output's milliseconds: from 0, continuous.
+/// Maps a feed's nanosecond decode times to the output's milliseconds: from 0, continuous, one
+/// timeline for both tracks, each track's times never going back. The tracks are monotonic
+/// each on its own, not together: a rung's video and the audio come through separate queues,
+/// one a little ahead of the other, and a target plays each track by its own timestamps.
 #[derive(Debug, Default)]
 struct Clock {
     /// Output ms = input ms + offset.
     offset: Option<i64>,
-    last_out: i64,
+    /// The last output time of each track (video, audio).
+    last: [i64; 2],
     /// The feed said its times restart (a discontinuity): the next frame starts a new base.
     rebase: bool,
 }
 
 impl Clock {
-    fn ms(&mut self, dts_ns: u64) -> u32 {
+    /// The latest output time of either track (where a new timeline and a config go).
+    fn latest(&self) -> i64 {
+        self.last[0].max(self.last[1])
+    }
+
+    fn ms(&mut self, dts_ns: u64, track: TrackKind) -> u32 {
+        let i = usize::from(track != TrackKind::Video);
         let input = (dts_ns / 1_000_000) as i64;
         let offset = *self.offset.get_or_insert(-input);
         let mut out = input + offset;
-        let step = out - self.last_out;
+        let step = out - self.last[i];
         if std::mem::take(&mut self.rebase) || !(-MAX_BACK_MS..=MAX_JUMP_MS).contains(&step) {
             // A new timeline: carry on one frame's worth after the last output.
-            let next = self.last_out + 33;
+            let next = self.latest() + 33;
             self.offset = Some(next - input);
             out = next;
         }
-        let out = out.max(self.last_out);
-        self.last_out = out;
+        let out = out.max(self.last[i]);
+        self.last[i] = out;
         out.clamp(0, i64::from(u32::MAX)) as u32
     }
 }
@@ -98,7 +108,7 @@ impl FlvWriter {
                     VideoCodec::Av1 => return Err(FlvError::Unsupported("AV1")),
                 };
                 self.video = Some(c.codec);
-                let timestamp = self.clock.last_out as u32;
+                let timestamp = self.clock.latest() as u32;
                 out.push(Tag::Video {
                     timestamp,
                     body,
@@ -106,7 +116,7 @@ impl FlvWriter {
                 });
             }
             MediaMessage::AudioConfig(AudioConfig::Aac(a)) => {
-                let timestamp = self.clock.last_out as u32;
+                let timestamp = self.clock.latest() as u32;
                 out.push(Tag::Audio {
                     timestamp,
                     body: aac(AAC_SEQUENCE_HEADER, &a.asc),
@@ -119,7 +129,7 @@ impl FlvWriter {
                 let Some(codec) = self.video else {
                     return Ok(());
                 };
-                let timestamp = self.clock.ms(f.dts);
+                let timestamp = self.clock.ms(f.dts, TrackKind::Video);
                 let cts = ((f.pts as i64 - f.dts as i64) / 1_000_000) as i32;
                 let kind = if f.keyframe { KEY } else { INTER };
                 let body = match codec {
@@ -133,7 +143,7 @@ impl FlvWriter {
                 });
             }
             MediaMessage::Frame(f) => {
-                let timestamp = self.clock.ms(f.dts);
+                let timestamp = self.clock.ms(f.dts, TrackKind::Audio);
                 out.push(Tag::Audio {
                     timestamp,
                     body: aac(AAC_RAW, &f.data),
@@ -238,6 +248,34 @@ mod tests {
         };
         assert_eq!((f.dts, f.pts, f.keyframe), (0, 80_000_000, true));
         assert_eq!(f.data.as_ref(), &[0, 0, 0, 2, 0x65, 0x88]);
+    }
+
+    /// A rung's video comes out of its encoder later than the audio: each track keeps its own
+    /// times, neither pulled up to the other's.
+    #[test]
+    fn each_track_keeps_its_times_when_the_other_runs_ahead() {
+        let config: VideoConfig = parse_avcc(Bytes::from_static(AVCC_720P)).unwrap();
+        let mut w = FlvWriter::default();
+        let mut tags = Vec::new();
+        for m in [
+            MediaMessage::VideoConfig(config),
+            frame(TrackKind::Video, 1000, 0, true),
+            frame(TrackKind::Audio, 1000, 0, true),
+            frame(TrackKind::Audio, 1021, 0, true),
+            frame(TrackKind::Audio, 1043, 0, true),
+            frame(TrackKind::Audio, 1064, 0, true),
+            frame(TrackKind::Video, 1033, 0, false),
+            frame(TrackKind::Video, 1067, 0, false),
+        ] {
+            w.push(&m, &mut tags).unwrap();
+        }
+        let times: Vec<u32> = tags
+            .iter()
+            .map(|t| match t {
+                Tag::Video { timestamp, .. } | Tag::Audio { timestamp, .. } => *timestamp,
+            })
+            .collect();
+        assert_eq!(times, [0, 0, 0, 21, 43, 64, 33, 67]);
     }
 
     #[test]
