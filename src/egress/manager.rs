@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::runner::{Restream, Source};
 use super::target::Target;
-use crate::db::{RestreamSpec, Store};
+use crate::db::{RestreamRow, RestreamSpec, Store};
 use crate::events::{Event, Events, Next};
 use crate::live::{Outputs, Registry, RestreamStatus};
 
@@ -87,9 +87,7 @@ impl Restreams {
                     n = sub.next() => n,
                     _ = tick.tick() => {
                         let Some(me) = me.upgrade() else { return };
-                        for id in me.live_streams() {
-                            me.reconcile_stream(id).await;
-                        }
+                        me.reconcile_live().await;
                         continue;
                     }
                 };
@@ -123,9 +121,6 @@ impl Restreams {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn live_streams(&self) -> Vec<i64> {
-        self.live_set().iter().copied().collect()
-    }
 
     fn stop_stream(&self, stream_id: i64) {
         self.running().retain(|_, r| {
@@ -137,18 +132,42 @@ impl Restreams {
         });
     }
 
+    /// The restream records of `stream` (all of them: `None`).
+    async fn read(&self, stream: Option<i64>) -> Option<Vec<RestreamRow>> {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.list_restreams(stream)).await {
+            Ok(Ok(rows)) => Some(rows),
+            _ => {
+                tracing::error!(stream, "cannot read the restreams");
+                None
+            }
+        }
+    }
+
     /// Starts, restarts or stops the restreams of `stream_id` as its records say (all of them
     /// stop when the stream is not served here).
     pub async fn reconcile_stream(&self, stream_id: i64) {
-        let store = self.store.clone();
-        let rows = tokio::task::spawn_blocking(move || store.list_restreams(Some(stream_id))).await;
-        let rows = match rows {
-            Ok(Ok(rows)) => rows,
-            _ => {
-                tracing::error!(stream = stream_id, "cannot read the stream's restreams");
-                return;
-            }
+        if let Some(rows) = self.read(Some(stream_id)).await {
+            self.apply(stream_id, rows);
+        }
+    }
+
+    /// [`Self::reconcile_stream`] for every stream live here, from one read of the records.
+    async fn reconcile_live(&self) {
+        let live: Vec<i64> = self.live_set().iter().copied().collect();
+        if live.is_empty() {
+            return;
+        }
+        let Some(rows) = self.read(None).await else {
+            return;
         };
+        for id in live {
+            let of_stream = rows.iter().filter(|r| r.spec.stream_id == id).cloned();
+            self.apply(id, of_stream.collect());
+        }
+    }
+
+    fn apply(&self, stream_id: i64, rows: Vec<RestreamRow>) {
         let Some(hub) = self.registry.hub(stream_id) else {
             return self.stop_stream(stream_id);
         };
