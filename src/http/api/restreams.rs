@@ -48,10 +48,14 @@ async fn views(
 ) -> Result<Vec<RestreamView>, ApiError> {
     let dead_after = api.cluster.dead_after();
     let leases = api.db(move |s| s.live_leases(stream, dead_after)).await?;
+    // One status per stream, however many of its restreams are listed.
+    let mut statuses = std::collections::HashMap::new();
     Ok(rows
         .iter()
         .map(|r| {
-            let status = api.live_status(r.spec.stream_id, &leases);
+            let status = statuses
+                .entry(r.spec.stream_id)
+                .or_insert_with(|| api.live_status(r.spec.stream_id, &leases));
             view(r, status.restream(r.id).cloned().unwrap_or_default())
         })
         .collect())
