@@ -124,16 +124,23 @@ impl Uploader {
     /// One try: every file not yet confirmed, then the record. `Ok(false)`: the video is gone.
     async fn attempt(&self, id: i64) -> Result<bool, String> {
         let dir = self.root.join(id.to_string());
-        let rendered = dir.clone();
-        tokio::task::spawn_blocking(move || render_playlists(&rendered))
-            .await
-            .map_err(|_| "rendering the playlists failed".to_owned())?
-            .map_err(|e| format!("rendering the playlists: {e}"))?;
-        let done = read_journal(&dir);
-        for (name, size) in files(&dir).map_err(|e| format!("listing the files: {e}"))? {
-            if done.get(&name) == Some(&size) {
-                continue;
-            }
+        let at = dir.clone();
+        // What is left to send: the files (the playlists rendered first) the journal lacks.
+        let left = tokio::task::spawn_blocking(move || {
+            render_playlists(&at).map_err(|e| format!("rendering the playlists: {e}"))?;
+            let done = read_journal(&at);
+            let files = files(&at).map_err(|e| format!("listing the files: {e}"))?;
+            Ok::<_, String>(
+                files
+                    .into_iter()
+                    .filter(|(name, size)| done.get(name) != Some(size))
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await
+        .map_err(|_| "listing the files to upload failed".to_owned())??;
+        for name in left {
             if !self.exists(id).await {
                 return Ok(false);
             }
@@ -142,7 +149,11 @@ impl Uploader {
                 .upload(id, &name, &dir.join(&name))
                 .await
                 .map_err(|e| e.to_string())?;
-            journal(&dir, &name, sent).map_err(|e| format!("writing the upload journal: {e}"))?;
+            let at = dir.clone();
+            tokio::task::spawn_blocking(move || journal(&at, &name, sent))
+                .await
+                .map_err(|_| "writing the upload journal failed".to_owned())?
+                .map_err(|e| format!("writing the upload journal: {e}"))?;
         }
         if !self.mark_stored(id).await {
             return Ok(false);
