@@ -121,7 +121,6 @@ impl Restreams {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-
     fn stop_stream(&self, stream_id: i64) {
         self.running().retain(|_, r| {
             let keep = r.stream_id != stream_id;
