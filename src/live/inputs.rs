@@ -70,7 +70,7 @@ impl Registry {
                 Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
                     inputs[slot.index()] = None;
                     switch.detach(slot, now, &mut out);
-                    self.slot_left_recorded(id, epoch, slot).await;
+                    self.slot_left(id, epoch, slot);
                 }
                 Got::Tick => {
                     switch.tick(now, &mut out);
@@ -84,7 +84,7 @@ impl Registry {
                     self.sessions.close(id, epoch);
                     for slot in [Slot::Main, Slot::Backup] {
                         if inputs[slot.index()].take().is_some() {
-                            drop(self.slot_left(id, epoch, slot));
+                            self.slot_left(id, epoch, slot);
                         }
                     }
                     break;

@@ -12,6 +12,7 @@
 //!   options).
 //! - [`status`]: the live status and counters shared with the pipeline and the API.
 //! - [`stats`]: the source's statistics, sampled into the store.
+//! - [`times`]: the record's publish times, stored off the media path.
 
 mod changes;
 mod inputs;
@@ -24,6 +25,7 @@ mod sessions;
 pub mod stats;
 pub mod status;
 pub mod switch;
+mod times;
 
 pub use seams::{Leases, Outputs, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
 
@@ -47,6 +49,7 @@ pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use records::session_options;
 use sessions::{lock, Opened};
 pub use status::{Counters, LiveStatus, PipelinePart, RestreamStatus, SharedStatus, StreamMetrics};
+pub use times::Times;
 
 /// Media messages buffered between an ingest connection and its pipeline. A full queue means
 /// the pipeline is not keeping up: the connection drops and counts, it never blocks.
@@ -93,6 +96,8 @@ pub struct Registry {
     outputs: std::sync::OnceLock<std::sync::Weak<dyn Outputs>>,
     /// Publish checks per stream whose session has not opened yet ([`publisher::LeaseHold`]).
     holds: Mutex<HashMap<i64, usize>>,
+    times: Arc<times::TimesWriter>,
+    times_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Registry {
@@ -103,6 +108,8 @@ impl Registry {
         config: LiveConfig,
         events: Events,
     ) -> Arc<Registry> {
+        let times = Arc::new(times::TimesWriter::default());
+        let times_task = tokio::spawn(times.clone().run(store.clone()));
         Arc::new(Registry {
             sessions: sessions::Table::default(),
             store,
@@ -115,6 +122,8 @@ impl Registry {
             leases: std::sync::OnceLock::new(),
             outputs: std::sync::OnceLock::new(),
             holds: Mutex::new(HashMap::new()),
+            times,
+            times_task: Mutex::new(Some(times_task)),
         })
     }
 
@@ -224,9 +233,24 @@ impl Registry {
                 let _ = h.await;
             }
         };
-        if tokio::time::timeout(within, all).await.is_err() {
+        let deadline = tokio::time::Instant::now() + within;
+        if tokio::time::timeout_at(deadline, all).await.is_err() {
             tracing::warn!("pipelines still running after {within:?}; exiting anyway");
         }
+        // The publish times the ended sessions stated, stored before the store closes.
+        self.times.close();
+        let writer = lock(&self.times_task).take();
+        if let Some(writer) = writer {
+            if tokio::time::timeout_at(deadline, writer).await.is_err() {
+                tracing::warn!("stream times not all stored at shutdown");
+            }
+        }
+    }
+
+    /// Publish times stated for the stream and not stored yet: the API shows them over the
+    /// record's, so no reader sees the stream off air beside the previous finish time.
+    pub fn unwritten_times(&self, id: i64) -> Times {
+        self.times.unwritten(id)
     }
 
     pub fn packaging(&self) -> PackagingConfig {
@@ -509,18 +533,25 @@ impl Registry {
             protocol,
         });
         let now = Some(OffsetDateTime::now_utc());
-        // Not awaited: nothing reads the start time against another field.
-        drop(match slot {
-            Slot::Main => self.record_times(id, now, None, None),
-            Slot::Backup => self.record_times(id, None, now, None),
-        });
+        self.times.set(
+            id,
+            match slot {
+                Slot::Main => Times {
+                    started_primary: now,
+                    ..Times::default()
+                },
+                Slot::Backup => Times {
+                    started_backup: now,
+                    ..Times::default()
+                },
+            },
+        );
         tracing::info!(stream = id, ?slot, ?protocol, "publish started");
     }
 
-    /// A publisher left its slot: the slot is free for a new publish. For the main slot, the
-    /// write of `finished_at_primary`: the input task awaits it before it shows the stream off
-    /// air, so no reader sees `live: false` beside the previous finish time.
-    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) -> Option<tokio::task::JoinHandle<()>> {
+    /// A publisher left its slot: the slot is free for a new publish; for the main slot, its
+    /// finish time goes to the record (stated, never awaited: the backup takes over meanwhile).
+    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
         let protocol = self.sessions.slot_left(id, epoch, slot);
         self.lease_state_changed(id);
         if let Some(protocol) = protocol {
@@ -531,31 +562,15 @@ impl Registry {
             });
         }
         tracing::info!(stream = id, ?slot, "publisher left");
-        (slot == Slot::Main)
-            .then(|| self.record_times(id, None, None, Some(OffsetDateTime::now_utc())))
-    }
-
-    /// [`Self::slot_left`], its finish time in the record before the caller (the input task)
-    /// shows the stream off air.
-    async fn slot_left_recorded(&self, id: i64, epoch: u64, slot: Slot) {
-        if let Some(write) = self.slot_left(id, epoch, slot) {
-            let _ = write.await;
+        if slot == Slot::Main {
+            self.times.set(
+                id,
+                Times {
+                    finished_primary: Some(OffsetDateTime::now_utc()),
+                    ..Times::default()
+                },
+            );
         }
-    }
-
-    fn record_times(
-        &self,
-        id: i64,
-        started: Option<OffsetDateTime>,
-        started_backup: Option<OffsetDateTime>,
-        finished: Option<OffsetDateTime>,
-    ) -> tokio::task::JoinHandle<()> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.set_stream_times(id, started, started_backup, finished) {
-                tracing::error!(stream = id, error = %e, "cannot record stream times");
-            }
-        })
     }
 }
 

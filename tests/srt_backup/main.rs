@@ -394,3 +394,102 @@ async fn main_and_backup_fail_over_and_back() {
     let r = wait_record(&d, id, Duration::from_secs(10), |r| r["live"] == false).await;
     assert_eq!(r["backup_live"], false);
 }
+
+/// The store is locked (another writer holds SQLite's write lock) when the main publisher
+/// leaves: the backup goes on air at once all the same, no frame is dropped, and the main's
+/// finish time reaches the record once the store takes writes again.
+#[tokio::test]
+async fn a_failover_never_waits_for_the_store() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "locked store"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let pl_url = format!(
+        "{}720p/index.m3u8",
+        rec["hls_cmaf_url"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("master.m3u8")
+    );
+    let mut main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let _backup = push(
+        rec["backup_push_url_srt"].as_str().unwrap(),
+        "av-720p.ts",
+        20,
+    );
+    wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == true && r["backup_live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
+    assert_eq!(discontinuities(&text(&pl_url).await.1), 0);
+
+    // Held until dropped: every write of the daemon waits for it (and gives up after its busy
+    // timeout).
+    let db = common::data_dir(dir.path()).join("livepack.db");
+    let lock = rusqlite::Connection::open(&db).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let locked_for = Duration::from_secs(12);
+    let locked_at = Instant::now();
+
+    main.kill();
+    // Below the store's busy timeout (5 s): a switch that waited for the write would miss it.
+    let switch_deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = locked_at + locked_for - Duration::from_secs(2);
+    let switched = loop {
+        if discontinuities(&text(&pl_url).await.1) == 1 {
+            break locked_at.elapsed();
+        }
+        assert!(
+            Instant::now() < switch_deadline,
+            "the backup was not on air while the store was locked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("switched to the backup {switched:?} after the main left, store locked");
+    // The outputs go on from the backup while the store is still locked.
+    let t = text(&pl_url).await.1;
+    loop {
+        let now = text(&pl_url).await.1;
+        if last_part(&now) != last_part(&t) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the outputs stalled:\n{now}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(locked_for.saturating_sub(locked_at.elapsed())).await;
+    lock.execute_batch("COMMIT").unwrap();
+    drop(lock);
+
+    let r = wait_record(&d, id, Duration::from_secs(10), |r| {
+        r["live"] == false && r["backup_live"] == true
+    })
+    .await;
+    assert!(r["finished_at_primary"].is_string(), "{r}");
+    // Stored, not only shown: the write that the lock refused was tried again.
+    let stored = || {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(
+                "SELECT finished_at_primary_ms FROM streams WHERE id = ?1",
+                [id],
+                |row| row.get::<_, Option<i64>>(0),
+            )
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stored().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the finish time was never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = common::metrics::scrape(&d).await;
+    assert_eq!(
+        m.stream("livepack_stream_frames_dropped_total", id),
+        0.0,
+        "frames were dropped during the failover"
+    );
+}

@@ -136,6 +136,8 @@ impl Api {
         // `/t/{expires}/{token}` after the id when playback is signed (empty otherwise).
         let g = e.grant(Resource::Stream(id), &row.settings);
         let push = !row.settings.pull;
+        // Times this node stated and the store has not taken yet.
+        let unwritten = self.registry.unwritten_times(id);
         let when_push = |url: String| push.then_some(url);
         // The push endpoints on one host (this server's, or an ingest region's).
         let pushes = |host: &str, http_base: &str| RegionPushUrls {
@@ -176,9 +178,18 @@ impl Api {
                 e.ingest_host, e.srt_port
             ),
             created_at: iso8601(row.created_at),
-            started_at_primary: row.started_at_primary.map(iso8601),
-            started_at_backup: row.started_at_backup.map(iso8601),
-            finished_at_primary: row.finished_at_primary.map(iso8601),
+            started_at_primary: unwritten
+                .started_primary
+                .or(row.started_at_primary)
+                .map(iso8601),
+            started_at_backup: unwritten
+                .started_backup
+                .or(row.started_at_backup)
+                .map(iso8601),
+            finished_at_primary: unwritten
+                .finished_primary
+                .or(row.finished_at_primary)
+                .map(iso8601),
             iframe_url: format!("{play}/player/{id}{g}"),
             dash_url: format!("{play}/cmaf/{id}{g}/index.mpd"),
             hls_cmaf_url: format!("{play}/cmaf/{id}{g}/master.m3u8"),
