@@ -116,6 +116,7 @@ pub struct Running {
     whip: Arc<crate::ingest::whip::Whip>,
     whep: Arc<crate::realtime::whep::Whep>,
     restreams: Arc<crate::egress::manager::Restreams>,
+    recordings: Arc<Recordings>,
 }
 
 impl Running {
@@ -126,6 +127,10 @@ impl Running {
         self.whep.stop_all();
         self.restreams.stop_all();
         self.registry.shutdown(Duration::from_secs(8)).await;
+        // After the pipelines' last parts: each open video holds everything up to the stop.
+        self.recordings
+            .shutdown(crate::record::manager::SHUTDOWN_WAIT)
+            .await;
         self.cluster.leave().await;
         let _ = self.http.await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.srt).await;
@@ -471,7 +476,7 @@ pub async fn start(
         registry: registry.clone(),
         relay: Relay::new(cluster.clone(), node_auth),
         cluster: cluster.clone(),
-        recordings,
+        recordings: recordings.clone(),
         overlays,
         spectators: spectators.clone(),
         restreams: restreams.clone(),
@@ -521,6 +526,7 @@ pub async fn start(
         whip: ingest.whip,
         whep,
         restreams,
+        recordings,
         http,
         srt: ingest.srt,
         store,

@@ -118,6 +118,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyhow::Result<()> {
+    let shutdown_timeout = config.shutdown_timeout;
     let running = daemon::start(config, page_proxy).await?;
     // The banner is the contract with scripts/run and the tests: one `key: value` per line.
     println!("livepack {} ready", env!("CARGO_PKG_VERSION"));
@@ -160,22 +161,47 @@ async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyho
         running.public_url.as_str().trim_end_matches('/')
     );
 
-    wait_for_signal().await?;
-    tracing::info!("shutting down");
-    running.shutdown().await;
-    tracing::info!("stopped");
-    Ok(())
+    let mut signals = Signals::new()?;
+    signals.next().await;
+    tracing::info!(within = ?shutdown_timeout, "shutting down");
+    // Bounded, and a second signal cuts it short: an operator's second Ctrl-C, or a service
+    // manager's stop that escalates, means now.
+    tokio::select! {
+        _ = running.shutdown() => {
+            tracing::info!("stopped");
+            return Ok(());
+        }
+        _ = tokio::time::sleep(shutdown_timeout) => {
+            tracing::warn!("shutdown not finished within shutdown_timeout_secs; exiting");
+        }
+        _ = signals.next() => tracing::warn!("second signal; exiting now"),
+    }
+    // Not finished: a failure to the service manager. Now, as the runtime's drop would wait
+    // for blocking tasks still running.
+    std::process::exit(1)
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, either.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+        })
     }
-    Ok(())
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 /// HTML overlays render with WPE WebKit on Mesa's software GL (no GPU needed). Set while the

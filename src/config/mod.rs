@@ -53,6 +53,8 @@ pub const DEFAULT_INGEST_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
 pub const DEFAULT_INGEST_IDLE_TIMEOUT_SECS: u64 = 10;
 /// Outputs outlive a publisher disconnect by this much; a reconnect continues them.
 pub const DEFAULT_GRACE_SECS: u64 = 60;
+/// The longest a SIGTERM waits for the open recordings, pipelines and requests to finish.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -123,6 +125,7 @@ settings! {
     /// TS-HLS is muxed from its first request until none came for this long; 0: always.
     mpegts_idle_secs: u64 = crate::package::state::DEFAULT_MPEGTS_IDLE.as_secs(), 0..=86_400;
     grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
+    shutdown_timeout_secs: u64 = DEFAULT_SHUTDOWN_TIMEOUT_SECS, 1..=600;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
     record_resume_secs: u64 = crate::record::manager::DEFAULT_RESUME.as_secs(), 0..=3600;
@@ -263,6 +266,8 @@ pub struct Config {
     /// The publish authorization hook (`publish_auth_*`); `None`: none.
     pub publish_auth: Option<crate::live::PublishAuthConfig>,
     pub grace_period: std::time::Duration,
+    /// SIGTERM's bound: past it the daemon exits with what is not finished named in the log.
+    pub shutdown_timeout: std::time::Duration,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
     /// A recording whose input returns within this continues the same video.
@@ -354,6 +359,7 @@ impl Config {
             rtmps_cert_file: s.rtmps_cert_file,
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),
+            shutdown_timeout: Duration::from_secs(s.shutdown_timeout_secs),
             backup_switch: Duration::from_secs(s.backup_switch_secs),
             record_resume: Duration::from_secs(s.record_resume_secs),
             record_max: Duration::from_secs(s.record_max_secs),

@@ -1,6 +1,8 @@
 //! The recordings of every stream: follows the live events, applies each stream's
 //! [`Policy`], runs a [`Recorder`] per open video and keeps the video records in the store
-//! (`pending` while recording, `ready` with duration and sizes once finalised).
+//! (`pending` while recording, `ready` with duration and sizes once finalised). Each live
+//! stream's recording state has its own task, so one stream's stop (seconds of flushing and
+//! MP4 assembly) never holds another stream's recording or the API.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -8,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use time::OffsetDateTime;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::budget::{Budget, NoSpace};
@@ -22,11 +26,17 @@ use crate::package::Package;
 /// in the tests. Events carry no handles; the package is looked up when a session starts.
 pub trait LivePackages: Send + Sync + 'static {
     fn package(&self, id: i64) -> Option<Arc<Package>>;
+    /// The streams with outputs now: what the recordings rebuild from after missing events.
+    fn streams(&self) -> Vec<i64>;
 }
 
 impl LivePackages for crate::live::Registry {
     fn package(&self, id: i64) -> Option<Arc<Package>> {
         crate::live::Registry::package(self, id)
+    }
+
+    fn streams(&self) -> Vec<i64> {
+        self.metrics().iter().map(|m| m.id).collect()
     }
 }
 
@@ -83,15 +93,49 @@ struct StreamRec {
     open: Option<Open>,
 }
 
+/// What a stream's recording task is told, in the order it happened.
+enum Command {
+    /// A session started (or resumed) on this package.
+    Started(Arc<Package>),
+    InputsGone,
+    /// The stream ended: the open video is finalised and the task ends.
+    Ended,
+    /// After missed events: the stream's package now (`None`: it is gone).
+    Sync(Option<Arc<Package>>),
+    Start(oneshot::Sender<Result<(), RecordError>>),
+    Stop(oneshot::Sender<Result<Option<VideoRow>, RecordError>>),
+}
+
+/// Commands queued for one stream's task; a stream gets a handful per session, so a full queue
+/// means the task is finalising a video: the sender waits for that stream alone.
+const STREAM_QUEUE: usize = 32;
+
+/// A stream's recording task and its queue.
+struct StreamTask {
+    tx: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+}
+
+/// How long shutdown waits for the open videos to be finalised.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
+
 pub struct Recordings {
     pub(super) store: Arc<dyn Store>,
     pub(super) events: Events,
     config: RecordConfig,
     budget: Arc<Budget>,
-    streams: tokio::sync::Mutex<HashMap<i64, StreamRec>>,
-    /// Start of each open video, for `recording_duration` without the async lock.
-    since: Mutex<HashMap<i64, Instant>>,
+    /// The task of each stream with a live session (or a video still open).
+    streams: Mutex<HashMap<i64, StreamTask>>,
+    /// Tasks of ended streams still finalising their video.
+    ending: Mutex<Vec<(i64, JoinHandle<()>)>>,
+    follower: Mutex<Option<JoinHandle<()>>>,
+    /// Video id and start of each stream's open video (`recording_duration`).
+    since: Mutex<HashMap<i64, (i64, Instant)>>,
     uploader: Option<Arc<super::upload::Uploader>>,
+    /// Where each stream's task reads its outputs ([`Recordings::spawn`]).
+    packages: std::sync::OnceLock<Arc<dyn LivePackages>>,
+    #[cfg(test)]
+    close_gate: Mutex<HashMap<i64, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Recordings {
@@ -117,8 +161,13 @@ impl Recordings {
             events,
             budget,
             config,
-            streams: tokio::sync::Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            ending: Mutex::new(Vec::new()),
+            follower: Mutex::new(None),
             since: Mutex::new(HashMap::new()),
+            packages: std::sync::OnceLock::new(),
+            #[cfg(test)]
+            close_gate: Mutex::new(HashMap::new()),
         })
     }
 
@@ -180,25 +229,135 @@ impl Recordings {
     }
 
     /// Follows the live events (subscribed now) until the bus is gone; a session's outputs
-    /// come from `packages`.
+    /// come from `packages`. Events missed by a slow follower are made up from `packages`.
     pub fn spawn(self: &Arc<Self>, packages: Arc<dyn LivePackages>) {
+        if self.packages.set(packages).is_err() {
+            return;
+        }
         let this = self.clone();
         let mut events = self.events.subscribe();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(TICK);
-            loop {
-                tokio::select! {
-                    e = events.next() => match e {
-                        Some(Next::Event(e)) => this.on_event(&e.event, &*packages).await,
-                        Some(Next::Lost(n)) => {
-                            tracing::warn!(lost = n, "recordings fell behind the live events");
-                        }
-                        None => break,
-                    },
-                    _ = tick.tick() => this.tick().await,
+        let follower = tokio::spawn(async move {
+            while let Some(next) = events.next().await {
+                match next {
+                    Next::Event(e) => this.dispatch(&e.event).await,
+                    Next::Lost(n) => {
+                        tracing::warn!(lost = n, "recordings missed live events; resyncing");
+                        this.resync().await;
+                    }
                 }
             }
         });
+        *lock(&self.follower) = Some(follower);
+    }
+
+    /// Hands a live event to its stream's task (started by a session's start).
+    async fn dispatch(self: &Arc<Self>, event: &Event) {
+        let (id, command) = match *event {
+            Event::LiveStarted { stream_id: id, .. } => {
+                // Gone already (a session shorter than this follower's lag): nothing to record.
+                let Some(package) = self.packages().package(id) else {
+                    return;
+                };
+                (id, Command::Started(package))
+            }
+            Event::InputsGone { stream_id: id } => (id, Command::InputsGone),
+            Event::LiveEnded { stream_id: id } => (id, Command::Ended),
+            _ => return,
+        };
+        self.send(id, command).await;
+    }
+
+    /// After missed events: every stream with outputs, and every stream with a task, is told
+    /// what its package is now.
+    async fn resync(self: &Arc<Self>) {
+        let mut ids = self.packages().streams();
+        ids.extend(lock(&self.streams).keys().copied());
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let package = self.packages().package(id);
+            self.send(id, Command::Sync(package)).await;
+        }
+    }
+
+    fn packages(&self) -> &Arc<dyn LivePackages> {
+        self.packages.get().expect("Recordings::spawn runs first")
+    }
+
+    /// Queues a command for the stream's task, starting one for a session's start; an ended
+    /// stream's task is let go (it finalises its video and ends by itself).
+    async fn send(self: &Arc<Self>, id: i64, command: Command) {
+        let starts = matches!(command, Command::Started(_) | Command::Sync(Some(_)));
+        let ends = matches!(command, Command::Ended | Command::Sync(None));
+        let tx = {
+            let mut streams = lock(&self.streams);
+            let tx = match streams.entry(id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.get().tx.clone(),
+                std::collections::hash_map::Entry::Vacant(_) if !starts => return,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+                    let task = tokio::spawn(self.clone().run_stream(id, rx));
+                    e.insert(StreamTask {
+                        tx: tx.clone(),
+                        task,
+                    });
+                    tx
+                }
+            };
+            if ends {
+                let ended = streams.remove(&id).expect("present");
+                let mut ending = lock(&self.ending);
+                ending.retain(|(_, t)| !t.is_finished());
+                ending.push((id, ended.task));
+            }
+            tx
+        };
+        // Only a task that panicked has dropped its queue: nothing is left to tell it.
+        let _ = tx.send(command).await;
+    }
+
+    /// A stream's recording task: its policy, its open video; ends when told the stream ended,
+    /// or at shutdown (its queue closed), finalising the open video either way.
+    async fn run_stream(self: Arc<Self>, id: i64, mut rx: mpsc::Receiver<Command>) {
+        let mut s = StreamRec {
+            policy: Policy::new(false, self.config.resume, self.config.max),
+            package: None,
+            open: None,
+        };
+        let mut tick = tokio::time::interval(TICK);
+        loop {
+            let command = tokio::select! {
+                c = rx.recv() => c,
+                _ = tick.tick() => {
+                    self.tick(id, &mut s).await;
+                    continue;
+                }
+            };
+            let Some(command) = command else { break };
+            let now = Instant::now();
+            match command {
+                Command::Started(package) => self.live_started(id, &mut s, package, now).await,
+                Command::InputsGone => s.policy.inputs_gone(now),
+                Command::Ended | Command::Sync(None) => break,
+                Command::Sync(Some(package)) => {
+                    let same = s.package.as_ref().is_some_and(|p| Arc::ptr_eq(p, &package));
+                    if !same {
+                        self.live_started(id, &mut s, package, now).await;
+                    }
+                }
+                Command::Start(reply) => {
+                    let _ = reply.send(self.start_in(id, &mut s).await);
+                }
+                Command::Stop(reply) => {
+                    let _ = reply.send(self.stop_in(id, &mut s).await);
+                }
+            }
+        }
+        if s.open.is_some() {
+            let mut actions = Vec::new();
+            s.policy.stop_requested(&mut actions);
+            self.apply(id, &mut s, actions, Since::Now).await;
+        }
     }
 
     /// Where videos' directories are.
@@ -262,85 +421,64 @@ impl Recordings {
 
     /// Seconds recorded so far in the stream's open video (`recording_duration`).
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
-        let since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        since.get(&id).map(|t| t.elapsed().as_secs_f64())
+        lock(&self.since)
+            .get(&id)
+            .map(|(_, t)| t.elapsed().as_secs_f64())
     }
 
-    async fn on_event(&self, event: &Event, packages: &dyn LivePackages) {
-        let now = Instant::now();
-        let mut streams = self.streams.lock().await;
-        match *event {
-            Event::LiveStarted { stream_id: id, .. } => {
-                // Gone already (a session shorter than this follower's lag): nothing to record.
-                let Some(package) = packages.package(id) else {
-                    return;
-                };
-                let row = {
-                    let store = self.store.clone();
-                    tokio::task::spawn_blocking(move || store.get_stream(id))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .flatten()
-                };
-                let Some(row) = row else { return };
-                let s = streams.entry(id).or_insert_with(|| StreamRec {
-                    policy: Policy::new(false, self.config.resume, self.config.max),
-                    package: None,
-                    open: None,
-                });
-                s.policy.auto_record = row.settings.auto_record;
-                s.package = Some(package);
-                let mut actions = Vec::new();
-                s.policy.live_started(now, &mut actions);
-                self.apply(id, s, actions, Since::SessionStart).await;
+    async fn live_started(&self, id: i64, s: &mut StreamRec, package: Arc<Package>, now: Instant) {
+        let row = {
+            let store = self.store.clone();
+            tokio::task::spawn_blocking(move || store.get_stream(id))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+        };
+        let Some(row) = row else { return };
+        s.policy.auto_record = row.settings.auto_record;
+        s.package = Some(package);
+        let mut actions = Vec::new();
+        s.policy.live_started(now, &mut actions);
+        self.apply(id, s, actions, Since::SessionStart).await;
+    }
+
+    async fn tick(&self, id: i64, s: &mut StreamRec) {
+        let mut actions = Vec::new();
+        if let Some(open) = s.open.as_mut() {
+            if !open.screenshot && open.started.elapsed() >= SCREENSHOT_AFTER {
+                open.screenshot = true;
+                let (video, package) = (open.video.id, open.package.clone());
+                self.take_screenshot(video, &package).await;
             }
-            Event::InputsGone { stream_id: id } => {
-                if let Some(s) = streams.get_mut(&id) {
-                    s.policy.inputs_gone(now);
-                }
-            }
-            Event::LiveEnded { stream_id: id } => {
-                if let Some(mut s) = streams.remove(&id) {
-                    if s.open.is_some() {
-                        let mut actions = Vec::new();
-                        s.policy.stop_requested(&mut actions);
-                        self.apply(id, &mut s, actions, Since::Now).await;
-                    }
-                }
-            }
-            _ => {}
+        }
+        if s.open.as_ref().is_some_and(|o| o.recorder.failed()) {
+            // Out of space or a write error: what was written becomes a ready video (the
+            // reason noted on it); the stream goes on live, not recording.
+            s.policy.stop_requested(&mut actions);
+        }
+        s.policy.tick(Instant::now(), &mut actions);
+        if !actions.is_empty() {
+            self.apply(id, s, actions, Since::Now).await;
         }
     }
 
-    async fn tick(&self) {
-        let now = Instant::now();
-        let mut streams = self.streams.lock().await;
-        for (&id, s) in streams.iter_mut() {
-            let mut actions = Vec::new();
-            if let Some(open) = s.open.as_mut() {
-                if !open.screenshot && open.started.elapsed() >= SCREENSHOT_AFTER {
-                    open.screenshot = true;
-                    let (video, package) = (open.video.id, open.package.clone());
-                    self.take_screenshot(video, &package).await;
-                }
-            }
-            if s.open.as_ref().is_some_and(|o| o.recorder.failed()) {
-                // Out of space or a write error: what was written becomes a ready video (the
-                // reason noted on it); the stream goes on live, not recording.
-                s.policy.stop_requested(&mut actions);
-            }
-            s.policy.tick(now, &mut actions);
-            if !actions.is_empty() {
-                self.apply(id, s, actions, Since::Now).await;
-            }
-        }
+    /// The stream's task, when it has one (it is live or finalising).
+    fn queue(&self, id: i64) -> Option<mpsc::Sender<Command>> {
+        lock(&self.streams).get(&id).map(|t| t.tx.clone())
     }
 
     /// `start_recording`.
     pub async fn start(&self, id: i64) -> Result<(), RecordError> {
-        let mut streams = self.streams.lock().await;
-        let s = streams.get_mut(&id).ok_or(RecordError::NotLive(id))?;
+        let tx = self.queue(id).ok_or(RecordError::NotLive(id))?;
+        let (reply, answer) = oneshot::channel();
+        tx.send(Command::Start(reply))
+            .await
+            .map_err(|_| RecordError::NotLive(id))?;
+        answer.await.map_err(|_| RecordError::NotLive(id))?
+    }
+
+    async fn start_in(&self, id: i64, s: &mut StreamRec) -> Result<(), RecordError> {
         if s.policy.is_live() && s.open.is_none() {
             self.budget.check_start()?;
         }
@@ -354,10 +492,17 @@ impl Recordings {
 
     /// `stop_recording`: the finalised video, or `None` when nothing was recording.
     pub async fn stop(&self, id: i64) -> Result<Option<VideoRow>, RecordError> {
-        let mut streams = self.streams.lock().await;
-        let Some(s) = streams.get_mut(&id) else {
+        let Some(tx) = self.queue(id) else {
             return Ok(None);
         };
+        let (reply, answer) = oneshot::channel();
+        if tx.send(Command::Stop(reply)).await.is_err() {
+            return Ok(None);
+        }
+        answer.await.unwrap_or(Ok(None))
+    }
+
+    async fn stop_in(&self, id: i64, s: &mut StreamRec) -> Result<Option<VideoRow>, RecordError> {
         let video = s.open.as_ref().map(|o| o.video.id);
         let mut actions = Vec::new();
         if !s.policy.stop_requested(&mut actions) {
@@ -373,21 +518,39 @@ impl Recordings {
             .flatten())
     }
 
+    /// Finalises every open video (each holds everything recorded up to now) and ends the
+    /// streams' tasks, within `within`; what did not end is named in the log.
+    pub async fn shutdown(&self, within: Duration) {
+        // No new stream task from here on: the follower never ends while the bus lives.
+        if let Some(follower) = lock(&self.follower).take() {
+            follower.abort();
+        }
+        let mut tasks: Vec<(i64, JoinHandle<()>)> = lock(&self.streams)
+            .drain()
+            .map(|(id, t)| (id, t.task))
+            .collect();
+        tasks.append(&mut lock(&self.ending));
+        let deadline = Instant::now() + within;
+        for (id, task) in tasks {
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                tracing::warn!(stream = id, "recording not finalised at shutdown");
+            }
+        }
+    }
+
     /// Carries out the policy's actions; a video started opens its recording from `since`.
     async fn apply(&self, id: i64, s: &mut StreamRec, actions: Vec<Action>, mut since: Since) {
         for action in actions {
             match action {
                 Action::StartVideo => match self.open_video(id, s, since.clone()).await {
                     Ok(open) => {
-                        self.since
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(id, Instant::now());
+                        lock(&self.since).insert(id, (open.video.id, Instant::now()));
                         s.open = Some(open);
                     }
                     Err(e) => tracing::error!(stream = id, error = %e, "cannot start recording"),
                 },
                 Action::EndVideo(reason) => {
+                    let video = s.open.as_ref().map(|o| o.video.id);
                     if let Some(open) = s.open.take() {
                         let how = match reason {
                             EndReason::MaxDuration => Stop::Split,
@@ -401,11 +564,12 @@ impl Recordings {
                         }
                     }
                     // Only now: a client that sees `recording: false` finds the video final
-                    // (ready or error), never still pending (a race the quota test met).
-                    self.since
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&id);
+                    // (ready or error), never still pending (a race the quota test met). A new
+                    // session's video may have started meanwhile: only this one's entry goes.
+                    let mut since = lock(&self.since);
+                    if since.get(&id).map(|(v, _)| Some(*v)) == Some(video) {
+                        since.remove(&id);
+                    }
                 }
             }
         }
@@ -475,6 +639,13 @@ impl Recordings {
             screenshot,
             ..
         } = open;
+        #[cfg(test)]
+        {
+            let gate = lock(&self.close_gate).get(&id).cloned();
+            if let Some(gate) = gate {
+                let _ = gate.acquire().await;
+            }
+        }
         let mut finished = recorder.stop(how).await;
         self.events.emit(Event::RecordingStopped {
             stream_id: id,
@@ -551,6 +722,10 @@ impl Recordings {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub use super::finish::SCREENSHOT;
 use super::finish::{assemble_download, finished_state, save_screenshot, video_outcome};
 /// A recording this old takes its screenshot (the package renews its own every 10 s, so
@@ -588,6 +763,10 @@ mod tests {
     impl LivePackages for TestPackages {
         fn package(&self, id: i64) -> Option<Arc<Package>> {
             self.0.lock().unwrap().get(&id).cloned()
+        }
+
+        fn streams(&self) -> Vec<i64> {
+            self.0.lock().unwrap().keys().copied().collect()
         }
     }
 
@@ -692,6 +871,70 @@ mod tests {
             })
             .unwrap()
             .0
+    }
+
+    /// One stream's stop is held in the middle of finalising: another stream's recording
+    /// starts and stops meanwhile, and the held one finishes once let go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_stop_holds_no_other_stream() {
+        let (init, frags) = fragments::tests::cmaf(4);
+        let h = harness(Duration::from_secs(5));
+        let (slow, other) = (stream(&h, false), stream(&h, false));
+        let (slow_pkg, other_pkg) = (live_package(init.clone()), live_package(init));
+        go_live(&h, slow, &slow_pkg);
+        go_live(&h, other, &other_pkg);
+        for id in [slow, other] {
+            until(|| h.recordings.queue(id).map(|_| ())).await;
+            h.recordings.start(id).await.unwrap();
+        }
+        feed(&slow_pkg, &frags);
+        feed(&other_pkg, &frags);
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        h.recordings
+            .close_gate
+            .lock()
+            .unwrap()
+            .insert(slow, gate.clone());
+        let held = {
+            let r = h.recordings.clone();
+            tokio::spawn(async move { r.stop(slow).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!held.is_finished(), "the gate holds the stop");
+        let within = Duration::from_secs(5);
+        let video = tokio::time::timeout(within, h.recordings.stop(other))
+            .await
+            .expect("the other stream's stop waited for the held one")
+            .unwrap()
+            .expect("a video");
+        assert_eq!(video.state.status, VideoStatus::Ready);
+        tokio::time::timeout(within, h.recordings.start(other))
+            .await
+            .expect("the other stream's start waited for the held one")
+            .unwrap();
+        assert!(h.recordings.recording_duration(other).is_some());
+        assert!(!held.is_finished());
+        gate.add_permits(1);
+        let video = held.await.unwrap().unwrap().expect("a video");
+        assert_eq!(video.state.status, VideoStatus::Ready);
+    }
+
+    /// Shutdown finalises the open videos: ready, holding everything recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_finalises_the_open_videos() {
+        let (init, frags) = fragments::tests::cmaf(6);
+        let h = harness(Duration::from_secs(5));
+        let id = stream(&h, true);
+        let package = live_package(init);
+        go_live(&h, id, &package);
+        until(|| h.recordings.recording_duration(id)).await;
+        feed(&package, &frags);
+        h.recordings.shutdown(SHUTDOWN_WAIT).await;
+        let videos = videos(&h, id);
+        assert_eq!(videos.len(), 1);
+        assert_eq!(videos[0].state.status, VideoStatus::Ready);
+        let expected: Duration = frags.iter().map(|f| f.1).sum();
+        assert_eq!(videos[0].state.duration_ms, expected.as_millis() as u64);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

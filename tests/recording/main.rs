@@ -280,6 +280,41 @@ async fn a_recording_cut_by_kill_9_is_one_ready_video_after_the_restart() {
     assert_eq!(record(&d, id).await["recording"], false);
 }
 
+/// SIGTERM while recording: the daemon exits 0 with the video finalised — `ready` in the store
+/// (read from the file, the daemon being gone) and holding everything up to the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finalises_the_open_recording() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let (id, _, pusher) = recording(&d, "sigterm").await;
+    let recorded_from = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let elapsed = recorded_from.elapsed();
+    let status = d.terminate();
+    drop(pusher);
+    assert!(status.success(), "{status:?}");
+    let db = rusqlite::Connection::open(data_dir(dir.path()).join("livepack.db")).unwrap();
+    let (vid, status): (i64, String) = db
+        .query_row(
+            "SELECT id, status FROM videos WHERE stream_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(status, "ready");
+    let top = data_dir(dir.path())
+        .join("videos")
+        .join(vid.to_string())
+        .join("720p.mp4");
+    let secs = secs(&probe(&top));
+    // Up to one segment not yet complete when recording began; the stop flushes the last one.
+    assert!(
+        secs >= elapsed.as_secs_f64() - 2.5 && secs <= elapsed.as_secs_f64() + 1.5,
+        "{secs} s recorded of {elapsed:?}"
+    );
+}
+
 /// `origin` (the default `record_type`) with `auto_record`: the source as received, remuxed
 /// without re-encoding — the publisher's H.264 at its own size and its AAC, one file per track.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
