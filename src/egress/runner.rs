@@ -22,6 +22,10 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A target that does not complete its handshake in this long has failed.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// A target that takes none of a message's bytes for this long has stopped reading (a frozen
+/// server keeps its connection open): it has failed, and is called again with the backoff.
+/// Longer than any stall a working target shows, shorter than the reader's queue.
+const WRITE_DEADLINE: Duration = Duration::from_secs(5);
 /// Messages queued per restream reader: ~8 s of video. A target slower than the stream loses
 /// frames here (counted by the hub) and resumes at a keyframe.
 const QUEUE: usize = 256;
@@ -52,7 +56,10 @@ impl Conn {
                 }
                 Ok(())
             }
-            Conn::Srt(s) => s.send(msg).await.map_err(|e| e.to_string()),
+            Conn::Srt(s) => s
+                .send(msg)
+                .await
+                .map_err(|e| format!("SRT: {}", srt::describe(&e))),
         }
     }
 
@@ -132,7 +139,7 @@ impl Restream {
             Target::Srt(t) => srt::connect(t, CONNECT_PATIENCE)
                 .await
                 .map(Conn::Srt)
-                .map_err(|e| format!("SRT: {e}")),
+                .map_err(|e| format!("SRT: {}", srt::describe(&e))),
         }
     }
 
@@ -235,8 +242,15 @@ impl Restream {
                     continue;
                 }
             }
-            if let Err(e) = conn.send(&msg, &mut tags).await {
-                return Ended::Failed(e);
+            match tokio::time::timeout(WRITE_DEADLINE, conn.send(&msg, &mut tags)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Ended::Failed(e),
+                Err(_) => {
+                    return Ended::Failed(format!(
+                        "the target took nothing for {} s",
+                        WRITE_DEADLINE.as_secs()
+                    ))
+                }
             }
             let sent = base + conn.bytes_sent();
             self.update(|s| s.bytes_sent = sent);

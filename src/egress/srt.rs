@@ -118,6 +118,15 @@ pub async fn connect(target: &SrtTarget, patience: Duration) -> Result<TsSender,
     })
 }
 
+/// An SRT error as shown in `last_error`: srt-tokio's may carry no message, then its kind
+/// says what happened.
+pub fn describe(e: &std::io::Error) -> String {
+    match e.to_string() {
+        text if text.trim().is_empty() => format!("{:?}", e.kind()),
+        text => text,
+    }
+}
+
 /// A connected SRT push: media messages in, TS payloads out.
 pub struct TsSender {
     socket: SrtSocket,

@@ -448,3 +448,121 @@ async fn an_audio_only_stream_is_restreamed() {
         .collect();
     assert_eq!(codecs, ["aac"], "{v}");
 }
+
+/// Targets that stop reading with their connections open (the servers frozen with SIGSTOP):
+/// RTMP and RTMPS (nginx-rtmp behind its TLS front) and SRT (srt-live-transmit). Each restream
+/// turns `live: false` with a `last_error`, is called again with the backoff, and sends again
+/// once its target reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_that_stop_reading_are_failed_and_called_again() {
+    use nix::sys::signal::Signal;
+    let _heavy = media::heavy().await;
+    let dir = tempdir();
+    let ca = super::common::certs::TestCa::new("restream test CA");
+    let (cert, key) = ca.server(&["localhost"]);
+    let files = |name: &str, pem: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    let (ca_file, cert_file, key_file) = (
+        files("ca.pem", &ca.pem),
+        files("cert.pem", &cert),
+        files("key.pem", &key),
+    );
+    let rtmp_port = free_port(false);
+    let (mut nginx, tls_port) = super::common::nginx::rtmps(
+        &dir.path().join("nginx"),
+        rtmp_port,
+        "",
+        &cert_file,
+        &key_file,
+    );
+    let srt_port = free_port(true);
+    let mut slt = super::common::proc::Proc::spawn(
+        std::process::Command::new("srt-live-transmit")
+            .args(["-q"])
+            .arg(format!("srt://127.0.0.1:{srt_port}?mode=listener"))
+            .arg("file://con")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null()),
+        "srt-live-transmit",
+    );
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_RESTREAM_CA_FILE", ca_file.to_str().unwrap()),
+        ],
+    );
+    let stream = create(&d, json!({"name": "frozen targets"})).await;
+    let sid = stream["id"].as_i64().unwrap();
+    let _pusher = media::push(stream["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let mut ids = Vec::new();
+    for (name, uri) in [
+        ("rtmp", format!("rtmp://127.0.0.1:{rtmp_port}/live/a")),
+        ("rtmps", format!("rtmps://localhost:{tls_port}/live/b")),
+        ("srt", format!("srt://127.0.0.1:{srt_port}")),
+    ] {
+        let r = d
+            .post(
+                "/streaming/restreams",
+                json!({"name": name, "stream_id": sid, "uri": uri}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push((name, r.body["id"].as_i64().unwrap()));
+    }
+    for &(name, id) in &ids {
+        wait_restream(&d, id, name, |r| {
+            r["live"] == true && r["bytes_sent"].as_u64() > Some(200_000)
+        })
+        .await;
+    }
+    nginx.signal(Signal::SIGSTOP);
+    slt.signal(Signal::SIGSTOP);
+    let frozen = std::time::Instant::now();
+    for &(name, id) in &ids {
+        // Bounded by the write deadline, the socket buffers filling at the stream's rate, and
+        // SRT's peer timeout.
+        let deadline = frozen + Duration::from_secs(40);
+        let failed = loop {
+            let r = d.get(&format!("/streaming/restreams/{id}")).await.body;
+            if r["live"] == false
+                && r["last_error"].is_string()
+                && r["reconnects"].as_u64() >= Some(1)
+            {
+                break r;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: still shown sending to a frozen target: {r}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        println!(
+            "{name}: failed {:?} after the freeze: {failed}",
+            frozen.elapsed()
+        );
+    }
+    nginx.signal(Signal::SIGCONT);
+    slt.signal(Signal::SIGCONT);
+    for &(name, id) in &ids {
+        let before = d.get(&format!("/streaming/restreams/{id}")).await.body["bytes_sent"]
+            .as_u64()
+            .unwrap();
+        // The backoff has grown to at most 30 s while frozen.
+        let deadline = std::time::Instant::now() + Duration::from_secs(45);
+        loop {
+            let r = d.get(&format!("/streaming/restreams/{id}")).await.body;
+            if r["live"] == true && r["bytes_sent"].as_u64() > Some(before + 100_000) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: not back after the target thawed: {r}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
