@@ -303,7 +303,7 @@ async fn registry(
             stats_period: config.statistics_sample,
             publish_auth: publish_auth(config)?,
         },
-        crate::events::Events::new(&node_id(config)),
+        crate::events::Events::with_capacity(&node_id(config), config.events_bus_capacity),
     ))
 }
 

@@ -4,7 +4,9 @@
 //! [`Events::subscribe`] and are never wired into their producers.
 //!
 //! Bounded (`broadcast` semantics): a consumer that lags loses the oldest events and is told how
-//! many; a producer never waits for a consumer.
+//! many; a producer never waits for a consumer. A consumer that must not miss a fact (the
+//! webhook outbox) takes a [`Ledger`] instead: every event is kept for it, in order, until it
+//! has taken them.
 
 use std::sync::Arc;
 
@@ -12,8 +14,12 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::broadcast;
 
-/// Events queued per consumer before it loses the oldest.
+/// Events queued per consumer before it loses the oldest (`events_bus_capacity`).
 pub const EVENTS_QUEUE: usize = 1024;
+/// Events a [`Ledger`] holds before it gives up the oldest (counted and logged): reached only
+/// when its consumer has been stuck for long (the store unwritable), at a few hundred bytes an
+/// event.
+pub const LEDGER_MAX: usize = 1 << 18;
 
 /// Which input of a stream a publisher feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -248,23 +254,39 @@ struct Inner {
     tx: broadcast::Sender<Arc<Envelope>>,
     node: Arc<str>,
     seq: std::sync::atomic::AtomicU64,
+    /// The consumers that get every event. Appended under this lock, with the sequence taken
+    /// under it too, so each ledger holds the events in sequence order.
+    ledgers: std::sync::Mutex<Vec<Arc<Ledger>>>,
 }
 
 impl Events {
     pub fn new(node: &str) -> Events {
+        Events::with_capacity(node, EVENTS_QUEUE)
+    }
+
+    /// A bus whose lossy subscribers hold `capacity` events each.
+    pub fn with_capacity(node: &str, capacity: usize) -> Events {
         Events {
             inner: Arc::new(Inner {
-                tx: broadcast::Sender::new(EVENTS_QUEUE),
+                tx: broadcast::Sender::new(capacity.max(1)),
                 node: node.into(),
                 seq: std::sync::atomic::AtomicU64::new(0),
+                ledgers: std::sync::Mutex::new(Vec::new()),
             }),
         }
     }
 
+    /// Every event from now on, kept until taken: for a consumer that must not miss one.
+    pub fn ledger(&self) -> Arc<Ledger> {
+        let ledger = Arc::new(Ledger::default());
+        lock(&self.inner.ledgers).push(ledger.clone());
+        ledger
+    }
+
     pub fn emit(&self, event: Event) {
-        // The sequence is taken and the event sent under one order: `send` on a broadcast
-        // channel is serialised, but two emitters could take numbers in one order and send in
-        // the other; a consumer then sees numbers out of order, never a lost or doubled one.
+        let ledgers = lock(&self.inner.ledgers);
+        // The sequence is taken and the event sent under one lock: consumers see the numbers
+        // in order, never a lost or doubled one.
         let seq = self
             .inner
             .seq
@@ -282,6 +304,9 @@ impl Events {
                 tracing::debug!(event = %json, "event");
             }
         }
+        for ledger in ledgers.iter() {
+            ledger.keep(envelope.clone());
+        }
         // No subscriber is not an error: nobody follows.
         let _ = self.inner.tx.send(envelope);
     }
@@ -297,6 +322,66 @@ impl Events {
 /// One consumer's place in the stream.
 pub struct Subscription {
     rx: broadcast::Receiver<Arc<Envelope>>,
+}
+
+/// The events kept for one consumer that must not miss any ([`Events::ledger`]).
+#[derive(Default)]
+pub struct Ledger {
+    kept: std::sync::Mutex<std::collections::VecDeque<Arc<Envelope>>>,
+    wake: tokio::sync::Notify,
+    given_up: std::sync::atomic::AtomicU64,
+}
+
+impl Ledger {
+    fn keep(&self, envelope: Arc<Envelope>) {
+        let mut kept = lock(&self.kept);
+        if kept.len() >= LEDGER_MAX {
+            kept.pop_front();
+            let n = self
+                .given_up
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::error!(
+                    given_up = n + 1,
+                    "an event ledger is full: its consumer is stuck"
+                );
+            }
+        }
+        kept.push_back(envelope);
+        drop(kept);
+        self.wake.notify_one();
+    }
+
+    /// Up to `max` of the oldest events kept, waiting for one; they stay kept until
+    /// [`Ledger::taken_through`] says they are done with.
+    pub async fn peek(&self, max: usize) -> Vec<Arc<Envelope>> {
+        loop {
+            {
+                let kept = lock(&self.kept);
+                if !kept.is_empty() {
+                    return kept.iter().take(max).cloned().collect();
+                }
+            }
+            self.wake.notified().await;
+        }
+    }
+
+    /// The events up to sequence `seq` are done with (written where they go).
+    pub fn taken_through(&self, seq: u64) {
+        let mut kept = lock(&self.kept);
+        while kept.front().is_some_and(|e| e.seq <= seq) {
+            kept.pop_front();
+        }
+    }
+
+    /// Events given up because the ledger was full.
+    pub fn given_up(&self) -> u64 {
+        self.given_up.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What a consumer gets next.

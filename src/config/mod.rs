@@ -126,6 +126,8 @@ settings! {
     mpegts_idle_secs: u64 = crate::package::state::DEFAULT_MPEGTS_IDLE.as_secs(), 0..=86_400;
     grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
     shutdown_timeout_secs: u64 = DEFAULT_SHUTDOWN_TIMEOUT_SECS, 1..=600;
+    /// Events each lossy follower of the bus (recordings, console feeds) may lag behind.
+    events_bus_capacity: usize = crate::events::EVENTS_QUEUE, 1..=1_000_000;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
         crate::live::switch::SWITCH_TIMEOUT_RANGE_SECS;
     record_resume_secs: u64 = crate::record::manager::DEFAULT_RESUME.as_secs(), 0..=3600;
@@ -268,6 +270,7 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// SIGTERM's bound: past it the daemon exits with what is not finished named in the log.
     pub shutdown_timeout: std::time::Duration,
+    pub events_bus_capacity: usize,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
     /// A recording whose input returns within this continues the same video.
@@ -360,6 +363,7 @@ impl Config {
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),
             shutdown_timeout: Duration::from_secs(s.shutdown_timeout_secs),
+            events_bus_capacity: s.events_bus_capacity,
             backup_switch: Duration::from_secs(s.backup_switch_secs),
             record_resume: Duration::from_secs(s.record_resume_secs),
             record_max: Duration::from_secs(s.record_max_secs),
