@@ -170,16 +170,13 @@ impl Whep {
         tokio::spawn(async move {
             while let Some(next) = sub.next().await {
                 let Some(whep) = whep.upgrade() else { return };
-                if let Next::Event(e) = next {
-                    if let Event::LiveEnded { stream_id } = e.event {
-                        for s in whep
-                            .sessions()
-                            .values()
-                            .filter(|s| s.stream_id == stream_id)
-                        {
-                            let _ = s.ended.send(true);
-                        }
-                    }
+                // Missed events: the sessions of streams that have no outputs now have ended.
+                let ended = |stream_id: i64| match &next {
+                    Next::Event(e) => e.event == Event::LiveEnded { stream_id },
+                    Next::Lost(_) => whep.registry.package(stream_id).is_none(),
+                };
+                for s in whep.sessions().values().filter(|s| ended(s.stream_id)) {
+                    let _ = s.ended.send(true);
                 }
             }
         });
