@@ -13,9 +13,10 @@ use md5::{Digest, Md5};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig, WriteMultipart,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, PutResult,
+    RetryConfig,
 };
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Files up to this size go in one PUT; larger ones in parts of this size (S3's minimum part
 /// is 5 MiB; 8 MiB parts keep a 10-hour recording far below S3's 10,000 parts).
@@ -138,32 +139,38 @@ impl Storage {
         name: &str,
         file: &std::path::Path,
     ) -> Result<u64, StorageError> {
-        let path = self.path(video, name);
-        let mut f = tokio::fs::File::open(file).await?;
+        let f = tokio::fs::File::open(file).await?;
         let len = f.metadata().await?.len();
-        let first = read_part(&mut f).await?;
+        self.upload_from(video, name, f, len).await
+    }
+
+    /// [`Storage::upload`] of what `reader` gives (`len` bytes). A multipart upload that fails
+    /// anywhere (a read, a part, its completion) is aborted, so the bucket keeps no orphaned
+    /// parts: storage that is billed and listed, never seen as an object.
+    async fn upload_from(
+        &self,
+        video: i64,
+        name: &str,
+        mut reader: impl AsyncRead + Unpin,
+        len: u64,
+    ) -> Result<u64, StorageError> {
+        let path = self.path(video, name);
+        let first = read_part(&mut reader).await?;
         let (etag, want) = if (first.len() as u64) == len && first.len() < PART {
             let want = hex(&Md5::digest(&first));
             let put = self.store.put(&path, first.into()).await?;
             (put.e_tag, want)
         } else {
-            let upload = self.store.put_multipart(&path).await?;
-            let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-            let mut digests = Md5::new();
-            let mut parts = 0;
-            let mut part = first;
-            while !part.is_empty() {
-                digests.update(Md5::digest(&part));
-                parts += 1;
-                if let Err(e) = w.wait_for_capacity(PARTS_IN_FLIGHT).await {
-                    let _ = w.abort().await;
-                    return Err(e.into());
+            let mut upload = self.store.put_multipart(&path).await?;
+            match send_parts(&mut *upload, &mut reader, first).await {
+                Ok((put, want)) => (put.e_tag, want),
+                Err(e) => {
+                    if let Err(abort) = upload.abort().await {
+                        tracing::warn!(video, name, error = %abort, "cannot abort a failed multipart upload");
+                    }
+                    return Err(e);
                 }
-                w.put(part);
-                part = read_part(&mut f).await?;
             }
-            let put = w.finish().await?;
-            (put.e_tag, format!("{}-{parts}", hex(&digests.finalize())))
         };
         // An ETag that is not an MD5 (server-side encryption with KMS keys) is not checked.
         let got = etag.unwrap_or_default().trim_matches('"').to_owned();
@@ -280,7 +287,37 @@ fn s3(
 }
 
 /// Up to [`PART`] bytes of `f` (fewer only at its end).
-async fn read_part(f: &mut tokio::fs::File) -> Result<Bytes, std::io::Error> {
+/// The parts of a multipart upload, `first` and what `reader` gives after it, at most
+/// [`PARTS_IN_FLIGHT`] at once, then its completion; the ETag to expect (the MD5 of the parts'
+/// MD5s, then their count). Fails at the first error: the caller aborts the upload.
+async fn send_parts(
+    upload: &mut dyn MultipartUpload,
+    reader: &mut (impl AsyncRead + Unpin),
+    first: Bytes,
+) -> Result<(PutResult, String), StorageError> {
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut digests = Md5::new();
+    let mut parts = 0;
+    let mut part = first;
+    while !part.is_empty() {
+        digests.update(Md5::digest(&part));
+        parts += 1;
+        while in_flight.len() >= PARTS_IN_FLIGHT {
+            if let Some(sent) = in_flight.next().await {
+                sent?;
+            }
+        }
+        in_flight.push(upload.put_part(part.into()));
+        part = read_part(reader).await?;
+    }
+    while let Some(sent) = in_flight.next().await {
+        sent?;
+    }
+    let put = upload.complete().await?;
+    Ok((put, format!("{}-{parts}", hex(&digests.finalize()))))
+}
+
+async fn read_part(f: &mut (impl AsyncRead + Unpin)) -> Result<Bytes, std::io::Error> {
     let mut buf = Vec::with_capacity(PART);
     (&mut *f).take(PART as u64).read_to_end(&mut buf).await?;
     Ok(Bytes::from(buf))
@@ -379,6 +416,147 @@ mod tests {
         assert_eq!(down.delete_video(7).await.unwrap(), 1);
         let gone = Storage::new(&settings(moto.1)).unwrap();
         assert!(gone.size(7, "big.mp4").await.unwrap_err().is_not_found());
+    }
+
+    /// Which request the proxy in front of moto refuses.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Refuse {
+        Nothing,
+        SecondPart,
+        Completion,
+    }
+
+    /// An HTTP proxy in front of moto that refuses (400, which is not retried) the request
+    /// `refuse` names: a store that fails a part or a completion. Returns its port.
+    async fn refusing_proxy(moto: u16, refuse: Arc<Mutex<Refuse>>) -> u16 {
+        use http_body_util::{BodyExt, Full};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                let (client, refuse) = (client.clone(), refuse.clone());
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (client, refuse) = (client.clone(), refuse.clone());
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body.collect().await?.to_bytes();
+                            let query = parts.uri.query().unwrap_or("");
+                            let refused = match *refuse.lock().unwrap() {
+                                Refuse::Nothing => false,
+                                Refuse::SecondPart => {
+                                    parts.method == hyper::Method::PUT
+                                        && query.contains("partNumber=2")
+                                }
+                                Refuse::Completion => {
+                                    parts.method == hyper::Method::POST
+                                        && query.contains("uploadId=")
+                                }
+                            };
+                            if refused {
+                                let mut r = hyper::Response::new(Full::new(Bytes::from_static(
+                                    b"<Error><Code>InvalidRequest</Code></Error>",
+                                )));
+                                *r.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                                return Ok::<_, hyper::Error>(r);
+                            }
+                            let target = format!(
+                                "http://127.0.0.1:{moto}{}",
+                                parts.uri.path_and_query().map_or("/", |p| p.as_str())
+                            );
+                            let mut headers = parts.headers.clone();
+                            headers.remove(hyper::header::HOST);
+                            let answer = client
+                                .request(parts.method, target)
+                                .headers(headers)
+                                .body(body)
+                                .send()
+                                .await
+                                .unwrap();
+                            let mut r = hyper::Response::builder().status(answer.status());
+                            for (k, v) in answer.headers() {
+                                if k != hyper::header::CONTENT_LENGTH
+                                    && k != hyper::header::TRANSFER_ENCODING
+                                {
+                                    r = r.header(k, v);
+                                }
+                            }
+                            let bytes = answer.bytes().await.unwrap();
+                            Ok(r.body(Full::new(bytes)).unwrap())
+                        }
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(socket), service),
+                );
+            }
+        });
+        port
+    }
+
+    /// The multipart uploads moto holds open in the bucket (S3's ListMultipartUploads).
+    async fn open_uploads(moto: u16) -> usize {
+        let xml = reqwest::get(format!("http://127.0.0.1:{moto}/bucket?uploads"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        xml.matches("<Upload>").count()
+    }
+
+    /// Gives `n` bytes, then fails: a disk read error in the middle of an upload.
+    struct FailingReader(u64);
+
+    impl AsyncRead for FailingReader {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.0 == 0 {
+                return std::task::Poll::Ready(Err(std::io::Error::other("induced read error")));
+            }
+            let n = (buf.remaining() as u64).min(self.0) as usize;
+            buf.put_slice(&vec![7u8; n]);
+            self.0 -= n as u64;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A multipart upload that fails on a read, on a part or on its completion is aborted:
+    /// the bucket lists no open upload; the next try of the same file succeeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_multipart_upload_leaves_no_parts_behind() {
+        let moto = moto().await;
+        let refuse = Arc::new(Mutex::new(Refuse::Nothing));
+        let proxy = refusing_proxy(moto.1, refuse.clone()).await;
+        let store = Storage::new(&settings(proxy)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("big.mp4");
+        let len = 2 * PART + 1000;
+        std::fs::write(&file, vec![3u8; len]).unwrap();
+
+        let len64 = len as u64;
+        let read = store
+            .upload_from(1, "big.mp4", FailingReader(PART as u64 + 10), len64)
+            .await;
+        assert!(matches!(read, Err(StorageError::Io(_))), "{read:?}");
+        assert_eq!(open_uploads(moto.1).await, 0, "after a read error");
+
+        for how in [Refuse::SecondPart, Refuse::Completion] {
+            *refuse.lock().unwrap() = how;
+            let failed = store.upload(1, "big.mp4", &file).await;
+            assert!(failed.is_err());
+            assert_eq!(open_uploads(moto.1).await, 0, "after a refused request");
+        }
+        *refuse.lock().unwrap() = Refuse::Nothing;
+        assert_eq!(store.upload(1, "big.mp4", &file).await.unwrap(), len64);
+        assert_eq!(open_uploads(moto.1).await, 0);
+        assert_eq!(store.size(1, "big.mp4").await.unwrap(), len64);
     }
 
     #[test]
