@@ -14,6 +14,9 @@ pub struct ProcessStats {
     pub cpu_seconds: Option<f64>,
     pub open_fds: Option<u64>,
     pub threads: Option<u64>,
+    /// PULL source pipelines alive, and adaptive demuxers kept undisposed since the start.
+    pub pull_sources: Option<u64>,
+    pub pull_demuxers_kept: Option<u64>,
 }
 
 impl ProcessStats {
@@ -43,6 +46,8 @@ impl ProcessStats {
                 .ok()
                 .map(|d| d.count() as u64),
             threads: field("Threads:"),
+            pull_sources: Some(crate::ingest::pull::source::counts().0),
+            pull_demuxers_kept: Some(crate::ingest::pull::source::counts().1),
         }
     }
 }
@@ -136,6 +141,18 @@ fn process_families(
         "gauge",
         "Tokio tasks alive (connections, sessions, timers).",
         tasks,
+    );
+    f.single(
+        "livepack_pull_sources",
+        "gauge",
+        "PULL source pipelines alive (a source being fetched or being stopped).",
+        process.pull_sources,
+    );
+    f.single(
+        "livepack_pull_demuxers_kept_total",
+        "counter",
+        "Adaptive (HLS/DASH) demuxers of sources stopped while silent, kept undisposed: GStreamer 1.22 aborts the process when one in that state is disposed.",
+        process.pull_demuxers_kept,
     );
     f.single(
         "livepack_streams",

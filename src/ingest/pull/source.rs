@@ -92,6 +92,19 @@ const SILENT_AT_STOP: Duration = Duration::from_secs(2);
 /// The demuxers of GStreamer's adaptivedemux2 plugin.
 const ADAPTIVE_DEMUXERS: [&str; 3] = ["hlsdemux2", "dashdemux2", "mssdemux2"];
 
+/// Source pipelines alive now, and adaptive demuxers kept undisposed since the start: in
+/// `/metrics`, so what a flapping source costs is seen, not guessed.
+static SOURCES_ALIVE: AtomicU64 = AtomicU64::new(0);
+static DEMUXERS_KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// (source pipelines alive, adaptive demuxers kept undisposed).
+pub fn counts() -> (u64, u64) {
+    (
+        SOURCES_ALIVE.load(Ordering::Relaxed),
+        DEMUXERS_KEPT.load(Ordering::Relaxed),
+    )
+}
+
 /// The byte stream a source's [`SourceEvent::Data`] carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
@@ -109,6 +122,7 @@ impl Drop for Source {
     /// element and what it still holds in NULL are leaked once per such stop, rather than the
     /// whole daemon lost.
     fn drop(&mut self) {
+        SOURCES_ALIVE.fetch_sub(1, Ordering::Relaxed);
         let silent = self.opened.elapsed().saturating_sub(Duration::from_millis(
             self.last_output_ms.load(Ordering::Relaxed),
         ));
@@ -124,6 +138,7 @@ impl Drop for Source {
                 });
             for demuxer in kept {
                 tracing::debug!(element = %demuxer.name(), ?silent, "PULL source stopped silent: its adaptive demuxer is kept, not disposed");
+                DEMUXERS_KEPT.fetch_add(1, Ordering::Relaxed);
                 std::mem::forget(demuxer);
             }
         }
@@ -353,6 +368,7 @@ pub fn start(
             tracing::debug!(error = %e, "PULL source did not start (the bus says why)");
         }
     });
+    SOURCES_ALIVE.fetch_add(1, Ordering::Relaxed);
     Ok((
         Source {
             pipeline,
