@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::srt::{conclude_holding, CONCLUSION};
 
 /// A listener on 127.0.0.1 that accepts every caller and hands over our end of each connection.
-async fn listener() -> (SrtListener, SocketAddr, mpsc::Receiver<SrtSocket>) {
+pub(crate) async fn listener() -> (SrtListener, SocketAddr, mpsc::Receiver<SrtSocket>) {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     let (listener, mut incoming) = SrtListener::builder()

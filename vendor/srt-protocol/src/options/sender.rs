@@ -123,7 +123,13 @@ impl Default for Sender {
         Self {
             peer_latency: Duration::from_millis(120),
             drop_delay: Duration::ZERO,
-            buffer_size: ByteCount(46592),
+            // PATCHED (send buffer overflow): was 46592 bytes, libsrt's *minimum* (32 packets).
+            // The send buffer holds every packet from input until it is acknowledged, so 32 did
+            // not hold one large video frame, which live input delivers at once; what did not
+            // fit was evicted unsent. libsrt's default SRTO_SNDBUF is 8192 packets; this is 8192
+            // payloads of the default MSS less the 44 header bytes, the unit `ConnInitSettings`
+            // divides by. The buffer only grows as far as it is used.
+            buffer_size: ByteCount(8192 * 1456),
             bandwidth: Default::default(),
             flow_control_window_size: PacketCount(25600),
             max_payload_size: PacketSize(1316),

@@ -69,13 +69,22 @@ impl SendBuffer {
     pub fn push_data(&mut self, packet: DataPacket) -> PushDataResult {
         let result = if self.buffer.len() < self.max_buffer_size {
             Ok(())
-        } else if let Some(entry) = self.buffer.pop_front() {
+        } else if let Some(entry) = self.pop_front() {
             self.buffer_len_bytes -= entry.packet.wire_size();
 
             // remove packet from lost list if we are dropping it
             if self.lost_list.first() == Some(&entry.packet.seq_number) {
                 self.pop_lost_list();
             }
+
+            // PATCHED (send buffer overflow): input faster than the sender paces it out evicts
+            // packets never sent. `next_send` stayed on the evicted one, before the new front:
+            // `send_packet` found nothing there, so the connection never sent new data again
+            // (until the front aged past the latency window, which a continuous input prevents).
+            // Sending resumes at the new front; the receiver's NAK for the hole is answered with a
+            // drop request (`Loss::Dropped`). `pop_front` (not `buffer.pop_front`) also forgets
+            // the packet's RTO entry.
+            self.next_send = max(self.next_send, entry.packet.seq_number + 1);
 
             Err((PacketCount(1), ByteCount(entry.packet.wire_size() as u64)))
         } else {
@@ -231,12 +240,20 @@ impl SendBuffer {
     }
 
     fn send_next_rto_packet(&mut self, ts_now: TimeStamp) -> Option<DataPacket> {
-        let next_rto = *self
-            .rto_queue
-            .peek()
-            .filter(|(_, rto)| rto.0 .0 < ts_now)?
-            .0;
-        self.send_packet(ts_now, next_rto)
+        loop {
+            let next_rto = *self
+                .rto_queue
+                .peek()
+                .filter(|(_, rto)| rto.0 .0 < ts_now)?
+                .0;
+            if self.get(next_rto).is_some() {
+                return self.send_packet(ts_now, next_rto);
+            }
+            // PATCHED (send buffer overflow): the entry of a packet no longer in the buffer
+            // (dropped as too late) stayed first in the queue and blocked every later RTO
+            // retransmission.
+            let _ = self.rto_queue.remove(&next_rto);
+        }
     }
 
     // All packets that are sent go through this function
@@ -703,6 +720,56 @@ mod test {
 
         assert!(!buffer.has_packets_to_send());
         assert!(!buffer.is_flushed());
+    }
+
+    /// PATCHED (send buffer overflow): input that overflows the buffer before the pacer sent it
+    /// evicts unsent packets; sending goes on from the new front.
+    #[test]
+    fn overflow_evicting_unsent_packets_does_not_stop_sending() {
+        use SenderAction::*;
+        let start = TimeStamp::MIN;
+        let mut settings = new_settings();
+        settings.send_buffer_size = PacketCount(4);
+        let mut buffer = SendBuffer::new(&settings);
+        for n in 0..4 {
+            assert_eq!(buffer.push_data(test_data_packet(n, false)), Ok(()));
+        }
+        assert_eq!(
+            buffer.next_snd_actions(start, 1, false).collect::<Vec<_>>(),
+            vec![send_data_packet(0)]
+        );
+        // 0 (sent) and 1, 2 (never sent) are evicted.
+        for n in 4..7 {
+            assert!(buffer.push_data(test_data_packet(n, false)).is_err());
+        }
+        assert!(buffer.has_packets_to_send());
+        assert_eq!(
+            buffer.next_snd_actions(start, 4, false).collect::<Vec<_>>(),
+            (3..7).map(send_data_packet).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            buffer.next_snd_actions(start, 1, false).collect::<Vec<_>>(),
+            vec![WaitForInput]
+        );
+    }
+
+    /// PATCHED (send buffer overflow): the RTO entry of a packet dropped from the buffer does
+    /// not block the retransmission of those after it.
+    #[test]
+    fn rto_entries_of_dropped_packets_are_skipped() {
+        let start = TimeStamp::MIN;
+        let mut buffer = SendBuffer::new(&new_settings());
+        for n in 0..4 {
+            let _ = buffer.push_data(test_data_packet(n, false));
+        }
+        let sent = buffer.next_snd_actions(start, 4, false).count();
+        assert_eq!(sent, 4);
+        // 0 and 1 are too late (their timestamps are 0 and 1 ms; the window is 125% of TSBPD).
+        let later = start + TSBPD + TSBPD / 4 + 2 * MILLIS - Duration::from_micros(1);
+        let dropped = buffer.drop_too_late_packets(later);
+        assert_eq!(dropped, Some(SeqNumber(0)..SeqNumber(2)));
+        let rto = buffer.send_next_rto_packet(later);
+        assert_eq!(rto.map(|p| p.seq_number), Some(SeqNumber(2)));
     }
 
     #[test]
