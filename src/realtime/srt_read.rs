@@ -366,9 +366,12 @@ impl Sending {
 
     /// Hands whole payloads to the SRT socket, waiting for room in its queue: srt-tokio's
     /// holds 128 payloads, fewer than one 1080p IDR makes (150–250 KB), so a reader that only
-    /// tried would never get a keyframe through. Waiting never holds the hub: a reader that
-    /// cannot keep up falls behind in its own hub queue, which loses (counted) and resumes at a
-    /// keyframe; one whose socket takes nothing for [`SLOW_READER_LIMIT`] is closed.
+    /// tried would never get a keyframe through. Behind that queue the protocol's send buffer
+    /// keeps each payload until the caller acknowledges it; it must hold a whole IDR, which
+    /// arrives faster than it is paced out (vendor/srt-protocol PATCHED.md, send buffer
+    /// overflow). Waiting never holds the hub: a reader that cannot keep up falls behind in its
+    /// own hub queue, which loses (counted) and resumes at a keyframe; one whose socket takes
+    /// nothing for [`SLOW_READER_LIMIT`] is closed.
     async fn send(&mut self) -> Result<(), String> {
         use futures::SinkExt;
         self.buf.extend_from_slice(&self.ts);

@@ -2,6 +2,7 @@
 //! other form of the stream id) from the real daemon while an SRT push is live; refusals are
 //! answered at the handshake (a raw caller reads the exact reason); passphrase and signed
 //! playback apply to readers; readers are counted in `/metrics` and closed when the stream ends.
+//! A high-detail source (large IDRs, 5.1 AAC) pushed over RTMP reads whole at its bitrate.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -18,8 +19,11 @@ use crate::media::*;
 const SIGNING_KEY: &str = "srt-read-playback-key-0123";
 const PASSPHRASE: &str = "0123456789abc";
 
+/// A stream as ffprobe shows it: codec, width, height (video), channels (audio).
+type Stream = (String, u64, u64, u64);
+
 /// ffprobe's streams for an SRT URL (bounded), or its error text.
-fn probe(url: &str) -> Result<Vec<(String, u64, u64)>, String> {
+fn probe(url: &str) -> Result<Vec<Stream>, String> {
     let out = run_within(
         Command::new("ffprobe")
             .args(["-v", "error", "-rw_timeout", "10000000"])
@@ -38,7 +42,7 @@ fn probe(url: &str) -> Result<Vec<(String, u64, u64)>, String> {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut streams: Vec<(String, u64, u64)> = v["streams"]
+    let mut streams: Vec<Stream> = v["streams"]
         .as_array()
         .unwrap()
         .iter()
@@ -48,6 +52,7 @@ fn probe(url: &str) -> Result<Vec<(String, u64, u64)>, String> {
                 s["codec_name"].as_str().unwrap_or("").to_owned(),
                 n("width"),
                 n("height"),
+                n("channels"),
             )
         })
         .collect();
@@ -55,8 +60,13 @@ fn probe(url: &str) -> Result<Vec<(String, u64, u64)>, String> {
     Ok(streams)
 }
 
-fn av(codec: &str, w: u64, h: u64) -> Vec<(String, u64, u64)> {
-    vec![("aac".into(), 0, 0), (codec.into(), w, h)]
+/// Video and stereo AAC: every rung's audio, and the fixtures' own.
+fn av(codec: &str, w: u64, h: u64) -> Vec<Stream> {
+    av_channels(codec, w, h, 2)
+}
+
+fn av_channels(codec: &str, w: u64, h: u64, channels: u64) -> Vec<Stream> {
+    vec![("aac".into(), 0, 0, channels), (codec.into(), w, h, 0)]
 }
 
 /// srt-live-transmit reading `url` to its stdout.
@@ -183,7 +193,7 @@ async fn srt_read_every_form_several_readers_and_refusals() {
         std::fs::write(&file, &bytes).unwrap();
         let streams = probe(file.to_str().unwrap()).unwrap();
         assert!(
-            streams.contains(&("h264".into(), size.0, size.1)),
+            streams.contains(&("h264".into(), size.0, size.1, 0)),
             "{streams:?}"
         );
     }
@@ -288,4 +298,125 @@ async fn srt_read_origin_of_an_hevc_source() {
     let (codec, w, h, frames) = decoded_video(&origin);
     assert_eq!((codec.as_str(), w, h), ("hevc", 1280, 720));
     assert!(frames >= 25, "{frames} HEVC frames decoded");
+}
+
+/// ffmpeg decoding `secs` seconds of every stream behind `url` (bounded): its success, its
+/// error output, and the video frames it decoded.
+fn decode(url: &str, secs: u32) -> (bool, String, u64) {
+    let out = run_within(
+        Command::new("ffmpeg")
+            .args(["-hide_banner", "-nostats", "-v", "error", "-xerror"])
+            .args(["-rw_timeout", "10000000", "-i", url, "-map", "0", "-t"])
+            .arg(secs.to_string())
+            .args(["-f", "null", "-progress", "pipe:1", "-"]),
+        "ffmpeg",
+        Duration::from_secs(u64::from(secs) + 30),
+    );
+    let progress = String::from_utf8_lossy(&out.stdout);
+    let frames = progress
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("frame=")?.trim().parse().ok())
+        .unwrap_or(0);
+    let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), errors, frames)
+}
+
+/// Everything srt-live-transmit reads from `url` in `within`, on a thread (the reader is
+/// killed at the end, which ends the read).
+async fn read_for(url: &str, within: Duration) -> Vec<u8> {
+    let mut p = slt_reader(url);
+    let mut out = p.child().stdout.take().unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        buf
+    });
+    tokio::time::sleep(within).await;
+    p.kill();
+    reading.join().unwrap()
+}
+
+/// The AVERAGE-BANDWIDTH (bit/s) the MPEG-TS master gives rung `rung`: the same encode,
+/// packaged for HLS, measured by the daemon on its own path.
+async fn ts_average_bandwidth(url: &str, rung: &str) -> f64 {
+    let master = text(url).await.1;
+    let lines: Vec<&str> = master.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("{rung}/")))
+        .unwrap_or_else(|| panic!("no {rung} in {master}"));
+    let attr = lines[i - 1]
+        .split([':', ','])
+        .find_map(|a| a.strip_prefix("AVERAGE-BANDWIDTH="))
+        .unwrap_or_else(|| panic!("no AVERAGE-BANDWIDTH in {}", lines[i - 1]));
+    attr.parse().unwrap()
+}
+
+/// A film-like source — detail everywhere, so each IDR is over 100 KB (well over a hundred SRT
+/// payloads handed to the socket at once) — with 5.1 AAC, pushed over RTMP, reads whole over
+/// SRT: ffprobe sees the rung (stereo AAC, as every rung) and the origin (5.1 as pushed), ffmpeg
+/// decodes seconds of it without an error, and srt-live-transmit receives about the bitrate
+/// the daemon sends.
+#[tokio::test]
+async fn srt_read_high_detail_source() {
+    const FIXTURE: &str = "detail-720p25.flv";
+    const READ: Duration = Duration::from_secs(10);
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let rec = create(&d, json!({"name": "film"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    let play = rec["srt_play_url"].as_str().unwrap().to_owned();
+    let origin = format!("srt://{}?streamid=play:{id}/origin", d.srt);
+    let _push = push(rec["push_url"].as_str().unwrap(), FIXTURE, 20);
+    wait_record(&d, id, Duration::from_secs(30), |r| {
+        r["live"] == true
+            && r["transcoded_qualities"]
+                .as_array()
+                .is_some_and(|q| q.len() == 3)
+    })
+    .await;
+
+    assert_eq!(probe(&play), Ok(av("h264", 1280, 720)));
+    assert_eq!(
+        probe(&format!("srt://{}?streamid=play:{id}/360p", d.srt)),
+        Ok(av("h264", 640, 360))
+    );
+    assert_eq!(probe(&origin), Ok(av_channels("h264", 1280, 720, 6)));
+
+    // Decoded from the first byte (a reader starts at a keyframe), pictures and audio, without
+    // an error. At least half of the 6 s have pictures: the origin's start at the source's
+    // next keyframe (its GOP is 2 s), its audio at once.
+    for url in [&play, &origin] {
+        let (ok, errors, frames) = decode(url, 6);
+        assert!(ok && errors.is_empty(), "ffmpeg on {url}: {errors}");
+        assert!(frames >= 75, "{frames} frames decoded in 6 s from {url}");
+    }
+
+    // Two readers at once, each for the same time: what arrives is about the rate of what
+    // they read (the rung as the HLS output measures it, the source as pushed).
+    let rung_rate = ts_average_bandwidth(rec["hls_mpegts_url"].as_str().unwrap(), "720p").await;
+    let source = ffprobe_with(&["-show_format"], fixture(FIXTURE).to_str().unwrap());
+    let source_rate: f64 = source["format"]["bit_rate"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (rung, source) = tokio::join!(read_for(&play, READ), read_for(&origin, READ));
+    for (what, bytes, rate) in [("720p", &rung, rung_rate), ("origin", &source, source_rate)] {
+        let ratio = bytes.len() as f64 * 8.0 / READ.as_secs_f64() / rate;
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "{what}: {} bytes in {READ:?} at {rate} bit/s (ratio {ratio:.2})",
+            bytes.len()
+        );
+        assert!(bytes.chunks(188).all(|p| p[0] == 0x47), "{what}: not TS");
+    }
+    let file = dir.path().join("origin.ts");
+    std::fs::write(&file, &source).unwrap();
+    assert_eq!(
+        probe(file.to_str().unwrap()),
+        Ok(av_channels("h264", 1280, 720, 6))
+    );
 }
