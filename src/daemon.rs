@@ -117,6 +117,7 @@ pub struct Running {
     whep: Arc<crate::realtime::whep::Whep>,
     restreams: Arc<crate::egress::manager::Restreams>,
     recordings: Arc<Recordings>,
+    webhooks: crate::webhooks::Webhooks,
 }
 
 impl Running {
@@ -131,6 +132,8 @@ impl Running {
         self.recordings
             .shutdown(crate::record::manager::SHUTDOWN_WAIT)
             .await;
+        // After the recordings: their last facts (recording stopped, video ready) go out too.
+        self.webhooks.shutdown(Duration::from_secs(10)).await;
         self.cluster.leave().await;
         let _ = self.http.await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.srt).await;
@@ -444,7 +447,7 @@ pub async fn start(
     check_gstreamer().await?;
     let overlays = overlays(&store, page_proxy)?;
     let registry = registry(&config, &store, &quality_sets, &overlays).await?;
-    crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
+    let webhooks = crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
     let http = bind_http(config.http_addr).await?;
     let (rtmp, rtmps, srt, ice_tcp) = (gates.rtmp, gates.rtmps, gates.srt, gates.ice_tcp);
@@ -527,6 +530,7 @@ pub async fn start(
         whep,
         restreams,
         recordings,
+        webhooks,
         http,
         srt: ingest.srt,
         store,

@@ -374,6 +374,11 @@ impl Ledger {
         }
     }
 
+    /// Nothing is kept: every event so far was taken.
+    pub fn is_empty(&self) -> bool {
+        lock(&self.kept).is_empty()
+    }
+
     /// Events given up because the ledger was full.
     pub fn given_up(&self) -> u64 {
         self.given_up.load(std::sync::atomic::Ordering::Relaxed)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::db::{Attempt, DueDelivery, OutboxEvent, Store};
 use crate::events::{Events, Ledger};
@@ -44,26 +44,82 @@ pub fn backoff(attempts: u32) -> Duration {
     doubled.min(MAX_BACKOFF)
 }
 
-/// Starts the outbox writer and the deliverer of this node; they run for the process's life.
-pub fn spawn(store: Arc<dyn Store>, events: &Events, node: String) {
+/// The outbox writer and the deliverer of this node.
+pub struct Webhooks {
+    store: Arc<dyn Store>,
+    node: String,
+    ledger: Arc<Ledger>,
+    stop: watch::Sender<bool>,
+    writer: tokio::task::JoinHandle<()>,
+    deliverer: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts the outbox writer and the deliverer of this node; they run until
+/// [`Webhooks::shutdown`].
+pub fn spawn(store: Arc<dyn Store>, events: &Events, node: String) -> Webhooks {
     let wake = Arc::new(Notify::new());
-    tokio::spawn(write_live_facts(
+    let ledger = events.ledger();
+    let writer = tokio::spawn(write_live_facts(
         store.clone(),
-        events.ledger(),
+        ledger.clone(),
         wake.clone(),
     ));
-    let client = match client::build(Outbound::webhook(), |b| {
+    let (stop, stopped) = watch::channel(false);
+    let client = client::build(Outbound::webhook(), |b| {
         b.timeout(REQUEST_TIMEOUT)
             .connect_timeout(REQUEST_TIMEOUT / 2)
             .user_agent(concat!("livepack/", env!("CARGO_PKG_VERSION"), " webhooks"))
-    }) {
-        Ok(c) => c,
+    });
+    let deliverer = match client {
+        Ok(client) => Some(tokio::spawn(deliver(
+            store.clone(),
+            client,
+            node.clone(),
+            wake,
+            stopped,
+        ))),
         Err(e) => {
             tracing::error!(error = %e, "cannot build the webhook client; no webhook is delivered");
-            return;
+            None
         }
     };
-    tokio::spawn(deliver(store, client, node, wake));
+    Webhooks {
+        store,
+        node,
+        ledger,
+        stop,
+        writer,
+        deliverer,
+    }
+}
+
+impl Webhooks {
+    /// At shutdown, within `within`: the facts seen so far are written to the outbox, the
+    /// deliveries in flight end, and this node's claims are given back, so another node (or
+    /// this one restarted) delivers the rest at once — none lost, none twice.
+    pub async fn shutdown(self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.ledger.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !self.ledger.is_empty() {
+            tracing::warn!("events not all written to the webhook outbox at shutdown");
+        }
+        self.writer.abort();
+        let _ = self.stop.send(true);
+        if let Some(deliverer) = self.deliverer {
+            if tokio::time::timeout_at(deadline, deliverer).await.is_err() {
+                tracing::warn!("webhook deliveries still in flight at shutdown");
+                return;
+            }
+        }
+        let (store, node) = (self.store, self.node);
+        match tokio::task::spawn_blocking(move || store.release_claims(&node)).await {
+            Ok(Ok(n)) if n > 0 => tracing::info!(claims = n, "webhook claims given back"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot give back the webhook claims"),
+            _ => {}
+        }
+    }
 }
 
 /// Live facts written to the outbox in one transaction, at most.
@@ -114,7 +170,13 @@ async fn write_live_facts(store: Arc<dyn Store>, ledger: Arc<Ledger>, wake: Arc<
     }
 }
 
-async fn deliver(store: Arc<dyn Store>, client: OutboundClient, node: String, wake: Arc<Notify>) {
+async fn deliver(
+    store: Arc<dyn Store>,
+    client: OutboundClient,
+    node: String,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let released = {
         let (store, node) = (store.clone(), node.clone());
         tokio::task::spawn_blocking(move || store.release_claims(&node)).await
@@ -123,7 +185,7 @@ async fn deliver(store: Arc<dyn Store>, client: OutboundClient, node: String, wa
         tracing::error!(error = %e, "cannot release this node's webhook claims");
     }
     let mut last_prune: Option<tokio::time::Instant> = None;
-    loop {
+    while !*stop.borrow() {
         if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
             last_prune = Some(tokio::time::Instant::now());
             prune(&store).await;
@@ -145,7 +207,11 @@ async fn deliver(store: Arc<dyn Store>, client: OutboundClient, node: String, wa
             }
         };
         if due.is_empty() {
-            let _ = tokio::time::timeout(POLL, wake.notified()).await;
+            tokio::select! {
+                _ = tokio::time::timeout(POLL, wake.notified()) => {}
+                // Its owner gone without a shutdown: nobody is left to deliver for.
+                changed = stop.changed() => if changed.is_err() { break },
+            }
             continue;
         }
         // One per webhook and stream is claimed at a time, so these may all run at once.
@@ -318,7 +384,7 @@ mod tests {
             .create_webhook(&spec, "secret-0123456789", OffsetDateTime::now_utc())
             .unwrap();
         let events = Events::with_capacity("node-a", 16);
-        spawn(store.clone(), &events, "node-a".into());
+        let _webhooks = spawn(store.clone(), &events, "node-a".into());
         let t0 = std::time::Instant::now();
         for video_id in 0..N {
             events.emit(Event::RecordingStarted {
