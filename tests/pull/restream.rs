@@ -2,6 +2,7 @@
 //! records what it gets; ffprobe reads the recordings. The origin as received and a rung as
 //! encoded, the target's key never shown, a delete closing the target's connection.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -20,6 +21,23 @@ fn assert_picture_and_sound(v: &Value, width: u64, height: u64) {
         "{v}"
     );
     assert!(streams.iter().any(|s| s["codec_name"] == "aac"), "{v}");
+}
+
+/// A test CA's certificate, and a certificate it signs for `localhost` with its key, as PEM
+/// files in `dir`: (CA, certificate, key).
+fn tls_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ca = super::common::certs::TestCa::new("restream test CA");
+    let (cert, key) = ca.server(&["localhost"]);
+    let file = |name: &str, pem: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    (
+        file("ca.pem", &ca.pem),
+        file("cert.pem", &cert),
+        file("key.pem", &key),
+    )
 }
 
 fn probe(path: &std::path::Path) -> Value {
@@ -274,18 +292,7 @@ async fn an_srt_target_gets_a_rung_and_the_restream_comes_back_after_it_restarts
 async fn an_rtmps_target_keeps_its_connection_across_a_main_to_backup_switch() {
     let _heavy = media::heavy().await;
     let dir = tempdir();
-    let ca = super::common::certs::TestCa::new("restream test CA");
-    let (cert, key) = ca.server(&["localhost"]);
-    let files = |name: &str, pem: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, pem).unwrap();
-        p
-    };
-    let (ca_file, cert_file, key_file) = (
-        files("ca.pem", &ca.pem),
-        files("cert.pem", &cert),
-        files("key.pem", &key),
-    );
+    let (ca_file, cert_file, key_file) = tls_files(dir.path());
     let rec_dir = dir.path().join("recorded");
     std::fs::create_dir_all(&rec_dir).unwrap();
     let (_nginx, tls_port) = super::common::nginx::rtmps(
@@ -458,18 +465,7 @@ async fn targets_that_stop_reading_are_failed_and_called_again() {
     use nix::sys::signal::Signal;
     let _heavy = media::heavy().await;
     let dir = tempdir();
-    let ca = super::common::certs::TestCa::new("restream test CA");
-    let (cert, key) = ca.server(&["localhost"]);
-    let files = |name: &str, pem: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, pem).unwrap();
-        p
-    };
-    let (ca_file, cert_file, key_file) = (
-        files("ca.pem", &ca.pem),
-        files("cert.pem", &cert),
-        files("key.pem", &key),
-    );
+    let (ca_file, cert_file, key_file) = tls_files(dir.path());
     let rtmp_port = free_port(false);
     let (mut nginx, tls_port) = super::common::nginx::rtmps(
         &dir.path().join("nginx"),

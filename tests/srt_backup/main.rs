@@ -274,12 +274,11 @@ async fn srt_refusals_and_passphrases() {
     assert_eq!(r["live"], true, "{r}");
 }
 
-#[tokio::test]
-async fn main_and_backup_fail_over_and_back() {
-    let _g = heavy().await;
-    let dir = tempdir();
-    let d = short_grace_daemon(dir.path());
-    let rec = create(&d, json!({"name": "failover"})).await;
+/// A stream with its main pushed over RTMP and its backup over SRT, both received and
+/// transcoded, two segments out, no discontinuity yet: its record, its 720p playlist's URL and
+/// the two pushers.
+async fn main_and_backup_on_air(d: &Daemon, name: &str) -> (Value, String, Proc, Proc) {
+    let rec = create(d, json!({ "name": name })).await;
     let id = rec["id"].as_i64().unwrap();
     let pl_url = format!(
         "{}720p/index.m3u8",
@@ -288,14 +287,13 @@ async fn main_and_backup_fail_over_and_back() {
             .unwrap()
             .trim_end_matches("master.m3u8")
     );
-    // Main over RTMP, backup over SRT, both at once.
-    let mut main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     let backup = push(
         rec["backup_push_url_srt"].as_str().unwrap(),
         "av-720p.ts",
         20,
     );
-    let both = wait_record(&d, id, Duration::from_secs(20), |r| {
+    let both = wait_record(d, id, Duration::from_secs(20), |r| {
         r["live"] == true && r["backup_live"] == true && r["transcoding_speed"].is_number()
     })
     .await;
@@ -303,6 +301,16 @@ async fn main_and_backup_fail_over_and_back() {
     wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
     let start = text(&pl_url).await.1;
     assert_eq!(discontinuities(&start), 0, "{start}");
+    (rec, pl_url, main, backup)
+}
+
+#[tokio::test]
+async fn main_and_backup_fail_over_and_back() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = short_grace_daemon(dir.path());
+    let (rec, pl_url, mut main, backup) = main_and_backup_on_air(&d, "failover").await;
+    let id = rec["id"].as_i64().unwrap();
 
     // Follows the playlist: media sequence never goes back; returns the longest pause between
     // two published parts and when the predicate on the playlist first held.
@@ -403,27 +411,8 @@ async fn a_failover_never_waits_for_the_store() {
     let _g = heavy().await;
     let dir = tempdir();
     let d = short_grace_daemon(dir.path());
-    let rec = create(&d, json!({"name": "locked store"})).await;
+    let (rec, pl_url, mut main, _backup) = main_and_backup_on_air(&d, "locked store").await;
     let id = rec["id"].as_i64().unwrap();
-    let pl_url = format!(
-        "{}720p/index.m3u8",
-        rec["hls_cmaf_url"]
-            .as_str()
-            .unwrap()
-            .trim_end_matches("master.m3u8")
-    );
-    let mut main = push(rec["push_url"].as_str().unwrap(), "av-720p.flv", 20);
-    let _backup = push(
-        rec["backup_push_url_srt"].as_str().unwrap(),
-        "av-720p.ts",
-        20,
-    );
-    wait_record(&d, id, Duration::from_secs(20), |r| {
-        r["live"] == true && r["backup_live"] == true && r["transcoding_speed"].is_number()
-    })
-    .await;
-    wait_segments(rec["hls_cmaf_url"].as_str().unwrap(), 2).await;
-    assert_eq!(discontinuities(&text(&pl_url).await.1), 0);
 
     // Held until dropped: every write of the daemon waits for it (and gives up after its busy
     // timeout).
