@@ -22,6 +22,10 @@ use crate::db::{LeaseRow, Store, StoreError, StreamRow};
 /// How old an answer may be. A lease moves only when a node dies or a publisher moves (seconds
 /// of `node_dead_secs`), and a stream created a second ago not yet playing is harmless.
 pub const TTL: Duration = Duration::from_secs(1);
+/// How old an answer may still be served while a fresh one is fetched: a store that stalls
+/// for this long holds no viewer; past it, requests wait for the store again (a deleted
+/// stream or a changed playback setting is not honoured forever on an old answer).
+pub const STALE: Duration = Duration::from_secs(60);
 /// Stream rows (or their absence) remembered at most; past it the expired ones go, then all.
 const MAX_STREAMS: usize = 4096;
 /// Store reads of stream rows in flight at once for cache misses (the pool has 4 connections).
@@ -45,57 +49,114 @@ pub enum LookupError {
 }
 
 pub struct Lookups {
+    shared: Arc<Shared>,
+    /// The refreshes running in the background (owned here: dropped with the lookups).
+    refreshes: Mutex<tokio::task::JoinSet<()>>,
+    misses: Arc<tokio::sync::Semaphore>,
+}
+
+/// What the background refreshes write.
+struct Shared {
     store: Arc<dyn Store>,
     dead_after: Duration,
-    /// The last snapshot; the lock is held across a refresh, so requests arriving meanwhile
+    /// The last snapshot; the lock is held across a cold fetch, so requests arriving meanwhile
     /// wait for its answer instead of asking the store too (one query in flight).
     leases: tokio::sync::Mutex<Option<(Instant, Leases)>>,
+    leases_refreshing: std::sync::atomic::AtomicBool,
     streams: Mutex<HashMap<i64, StreamAnswer>>,
-    misses: tokio::sync::Semaphore,
+    /// Stream rows being refreshed in the background.
+    streams_refreshing: Mutex<std::collections::HashSet<i64>>,
 }
 
 impl Lookups {
     pub fn new(store: Arc<dyn Store>, dead_after: Duration) -> Lookups {
         Lookups {
-            store,
-            dead_after,
-            leases: tokio::sync::Mutex::new(None),
-            streams: Mutex::new(HashMap::new()),
-            misses: tokio::sync::Semaphore::new(MISS_QUERIES),
+            shared: Arc::new(Shared {
+                store,
+                dead_after,
+                leases: tokio::sync::Mutex::new(None),
+                leases_refreshing: std::sync::atomic::AtomicBool::new(false),
+                streams: Mutex::new(HashMap::new()),
+                streams_refreshing: Mutex::new(Default::default()),
+            }),
+            refreshes: Mutex::new(tokio::task::JoinSet::new()),
+            misses: Arc::new(tokio::sync::Semaphore::new(MISS_QUERIES)),
         }
     }
 
-    /// Every live lease, at most [`TTL`] old.
+    /// Every live lease, at most [`TTL`] old — or up to [`STALE`] old while a fresh one is
+    /// fetched in the background: a viewer's request never waits for a slow store when an
+    /// answer is at hand.
     pub async fn live_leases(&self) -> Result<Leases, LookupError> {
         ASKED.fetch_add(1, Ordering::Relaxed);
-        let mut slot = self.leases.lock().await;
+        let mut slot = self.shared.leases.lock().await;
         if let Some((at, leases)) = &*slot {
             if at.elapsed() < TTL {
                 return Ok(leases.clone());
             }
+            if at.elapsed() < STALE {
+                let leases = leases.clone();
+                drop(slot);
+                if !self.shared.leases_refreshing.swap(true, Ordering::SeqCst) {
+                    let shared = self.shared.clone();
+                    self.spawn(async move {
+                        let fetched = shared.fetch_leases().await;
+                        if let Ok(leases) = fetched {
+                            *shared.leases.lock().await = Some((Instant::now(), leases));
+                        }
+                        shared.leases_refreshing.store(false, Ordering::SeqCst);
+                    });
+                }
+                return Ok(leases);
+            }
         }
-        LEASE_QUERIES.fetch_add(1, Ordering::Relaxed);
-        let (store, dead_after) = (self.store.clone(), self.dead_after);
-        let leases = tokio::task::spawn_blocking(move || store.live_leases(None, dead_after))
-            .await
-            .map_err(|_| LookupError::Panicked)??;
-        let leases = Arc::new(leases);
+        let leases = self.shared.fetch_leases().await?;
         *slot = Some((Instant::now(), leases.clone()));
         Ok(leases)
     }
 
-    /// Stream `id`'s row (`None`: no such stream), at most [`TTL`] old.
+    /// Stream `id`'s row (`None`: no such stream), at most [`TTL`] old — or up to [`STALE`]
+    /// old while a fresh one is fetched in the background.
     pub async fn stream(&self, id: i64) -> Result<Option<Arc<StreamRow>>, LookupError> {
         ASKED.fetch_add(1, Ordering::Relaxed);
-        if let Some(row) = self.cached(id) {
+        if let Some((fresh, row)) = self.shared.cached(id) {
+            if !fresh && lock(&self.shared.streams_refreshing).insert(id) {
+                let (shared, misses) = (self.shared.clone(), self.misses.clone());
+                self.spawn(async move {
+                    let _turn = misses.acquire().await.ok();
+                    let _ = shared.fetch_stream(id).await;
+                    lock(&shared.streams_refreshing).remove(&id);
+                });
+            }
             return Ok(row);
         }
         // The semaphore is never closed.
         let _turn = self.misses.acquire().await.ok();
         // Answered while this one waited for its turn?
-        if let Some(row) = self.cached(id) {
+        if let Some((true, row)) = self.shared.cached(id) {
             return Ok(row);
         }
+        self.shared.fetch_stream(id).await
+    }
+
+    fn spawn(&self, refresh: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut refreshes = lock(&self.refreshes);
+        while refreshes.try_join_next().is_some() {}
+        refreshes.spawn(refresh);
+    }
+}
+
+impl Shared {
+    async fn fetch_leases(&self) -> Result<Leases, LookupError> {
+        LEASE_QUERIES.fetch_add(1, Ordering::Relaxed);
+        let (store, dead_after) = (self.store.clone(), self.dead_after);
+        let leases = tokio::task::spawn_blocking(move || store.live_leases(None, dead_after))
+            .await
+            .map_err(|_| LookupError::Panicked)??;
+        Ok(Arc::new(leases))
+    }
+
+    async fn fetch_stream(&self, id: i64) -> Result<Option<Arc<StreamRow>>, LookupError> {
         STREAM_QUERIES.fetch_add(1, Ordering::Relaxed);
         let store = self.store.clone();
         let row = tokio::task::spawn_blocking(move || store.get_stream(id))
@@ -104,7 +165,7 @@ impl Lookups {
             .map(Arc::new);
         let mut streams = lock(&self.streams);
         if streams.len() >= MAX_STREAMS {
-            streams.retain(|_, (at, _)| at.elapsed() < TTL);
+            streams.retain(|_, (at, _)| at.elapsed() < STALE);
             if streams.len() >= MAX_STREAMS {
                 streams.clear();
             }
@@ -113,10 +174,11 @@ impl Lookups {
         Ok(row)
     }
 
-    fn cached(&self, id: i64) -> Option<Option<Arc<StreamRow>>> {
+    /// A remembered answer no older than [`STALE`], and whether it is fresh (under [`TTL`]).
+    fn cached(&self, id: i64) -> Option<(bool, Option<Arc<StreamRow>>)> {
         let streams = lock(&self.streams);
         let (at, row) = streams.get(&id)?;
-        (at.elapsed() < TTL).then(|| row.clone())
+        (at.elapsed() < STALE).then(|| (at.elapsed() < TTL, row.clone()))
     }
 }
 
