@@ -536,10 +536,14 @@ pub(crate) mod tests {
 
     /// The same for `seconds` of 48 kHz stereo AAC.
     pub(crate) fn cmaf_audio(seconds: u32) -> (Bytes, Vec<(Vec<Bytes>, Duration)>) {
+        cmaf_audio_frames(seconds * 48_000 / 1024)
+    }
+
+    /// The same for `frames` of 1024 samples of 48 kHz stereo AAC.
+    pub(crate) fn cmaf_audio_frames(frames: u32) -> (Bytes, Vec<(Vec<Bytes>, Duration)>) {
         cmaf_of(&format!(
-            "audiotestsrc num-buffers={} samplesperbuffer=1024 ! audio/x-raw,rate=48000,channels=2 \
-             ! avenc_aac ! aacparse",
-            seconds * 48_000 / 1024
+            "audiotestsrc num-buffers={frames} samplesperbuffer=1024 \
+             ! audio/x-raw,rate=48000,channels=2 ! avenc_aac ! aacparse"
         ))
     }
 

@@ -152,8 +152,16 @@ pub fn master(renditions: &[Rendition]) -> Option<String> {
     Some(out)
 }
 
-fn xs_duration(d: Duration) -> String {
-    format!("PT{:.3}S", d.as_secs_f64())
+/// A Period's length in whole milliseconds, rounded up, never to the nearest: a Period must not
+/// end before its media. dash.js, stalled a little before a Period's end (a track that ends
+/// before the others), seeks to that end; short of the media's end, the element stays there,
+/// paused and never `ended`. At or past it, the seek lands on the end and playback ends.
+fn period_ms(d: Duration) -> u128 {
+    d.as_nanos().div_ceil(1_000_000)
+}
+
+fn xs_duration(ms: u128) -> String {
+    format!("PT{}.{:03}S", ms / 1000, ms % 1000)
 }
 
 /// The static MPD (ISO/IEC 23009-1 on-demand profile): one Period per track generation, each
@@ -162,12 +170,13 @@ fn xs_duration(d: Duration) -> String {
 pub fn mpd(renditions: &[Rendition]) -> Option<String> {
     let generations = renditions.iter().map(|r| r.tracks.len()).max()?;
     let mut periods = String::new();
-    let mut start = Duration::ZERO;
+    // In the milliseconds written, so each Period starts where the one before it ends.
+    let mut start = 0;
     for g in 0..generations {
         let length = renditions
             .iter()
             .filter_map(|r| r.tracks.get(g))
-            .map(|(t, _)| t.duration())
+            .map(|(t, _)| period_ms(t.duration()))
             .max()
             .unwrap_or_default();
         let _ = writeln!(
@@ -347,5 +356,166 @@ mod tests {
         );
         let total: f32 = playlist.segments.iter().map(|s| s.duration).sum();
         assert!((total - 5.48).abs() < 0.001);
+    }
+
+    /// Seconds of an `xs:duration` as the MPD writes them (`PT…S`).
+    fn secs(xs: &str) -> f64 {
+        let s = xs.strip_prefix("PT").and_then(|s| s.strip_suffix('S'));
+        s.and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{xs}"))
+    }
+
+    /// (mediaPresentationDuration, each Period's (start, end)) of an MPD, in seconds.
+    fn mpd_periods(text: &str) -> (f64, Vec<(f64, f64)>) {
+        let doc = roxmltree::Document::parse(text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+        let root = doc.root_element();
+        let total = secs(root.attribute("mediaPresentationDuration").unwrap());
+        let periods = root
+            .children()
+            .filter(|n| n.has_tag_name("Period"))
+            .map(|p| {
+                let start = secs(p.attribute("start").unwrap());
+                (start, start + secs(p.attribute("duration").unwrap()))
+            })
+            .collect();
+        (total, periods)
+    }
+
+    /// Sound that ends a third of a millisecond past a whole one (469 AAC frames at 48 kHz),
+    /// in each of two Periods (a rebuilt pipeline): rounded to the nearest millisecond, each
+    /// Period ended before it.
+    #[test]
+    fn each_period_ends_no_earlier_than_its_longest_track() {
+        let frame_ns = 1024 * 1_000_000_000 / 48_000;
+        let mut audio = track();
+        audio.name = "audio".into();
+        for f in &mut audio.fragments {
+            f.duration = Duration::from_nanos(frame_ns * 94);
+        }
+        audio.fragments[2].duration = Duration::from_nanos(frame_ns * 281);
+        let length = audio.duration();
+        assert!(length.subsec_nanos() % 1_000_000 < 500_000, "{length:?}");
+        let audio_2 = Track {
+            name: "audio-2".into(),
+            ..audio.clone()
+        };
+        let video = track();
+        let video_2 = Track {
+            name: "720p-2".into(),
+            ..track()
+        };
+        let sidx = |timescale| {
+            Some(Sidx {
+                len: 64,
+                timescale,
+                earliest: 0,
+            })
+        };
+        let renditions = [
+            Rendition {
+                name: "720p",
+                info: TrackInfo {
+                    audio: false,
+                    codecs: "avc1.64001f".into(),
+                    width: 1280,
+                    height: 720,
+                },
+                peak: 1,
+                tracks: vec![(&video, sidx(90_000)), (&video_2, sidx(90_000))],
+            },
+            Rendition {
+                name: "audio",
+                info: TrackInfo {
+                    audio: true,
+                    codecs: "mp4a.40.2".into(),
+                    width: 0,
+                    height: 0,
+                },
+                peak: 1,
+                tracks: vec![(&audio, sidx(48_000)), (&audio_2, sidx(48_000))],
+            },
+        ];
+        let (total, periods) = mpd_periods(&mpd(&renditions).unwrap());
+        let length = length.as_secs_f64();
+        let [(s1, e1), (s2, e2)] = periods[..] else {
+            panic!("two Periods: {periods:?}")
+        };
+        assert_eq!(s1, 0.0);
+        assert!(e1 - s1 >= length && e1 - s1 - length < 0.001, "{periods:?}");
+        assert_eq!(s2, e1, "the second Period starts where the first ends");
+        assert!(e2 - s2 >= length && e2 - s2 - length < 0.001, "{periods:?}");
+        assert_eq!(total, e2);
+    }
+
+    /// The end of a file's media as ffprobe reads its packets (decode times and durations
+    /// from each fragment), in its time base's ticks, and that time base.
+    fn probed_end(path: &std::path::Path) -> (u64, u64) {
+        let probed = fragments::tests::ffprobe(path, "stream=time_base:packet=pts,duration");
+        let base = probed["streams"][0]["time_base"].as_str().unwrap();
+        let ticks = base.strip_prefix("1/").unwrap().parse().unwrap();
+        let num = |v: &serde_json::Value| v.as_i64().unwrap_or(0);
+        let end = probed["packets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| num(&p["pts"]) + num(&p["duration"]))
+            .max()
+            .unwrap();
+        (u64::try_from(end).unwrap(), ticks)
+    }
+
+    /// Real cmafmux output recorded as the daemon records it — ten seconds of picture, and
+    /// sound that ends a third of a millisecond after its last whole one, past the picture —
+    /// then rendered: every Representation's media, read by ffprobe, ends within the Period,
+    /// and the Period ends with the longest of them.
+    #[test]
+    fn a_recorded_mpd_ends_where_its_media_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (vinit, video) = fragments::tests::cmaf(10);
+        // The encoder adds a frame at the end: 469 of them.
+        let (ainit, audio) = fragments::tests::cmaf_audio_frames(468);
+        let t0 = OffsetDateTime::now_utc();
+        let mut w = fragments::Writer::create(dir).unwrap();
+        w.init("480p", &vinit).unwrap();
+        w.init("audio", &ainit).unwrap();
+        for n in 0..video.len().max(audio.len()) {
+            for (track, frags) in [("480p", &video), ("audio", &audio)] {
+                if let Some((chunks, d)) = frags.get(n) {
+                    w.fragment(track, chunks, *d, t0, false).unwrap();
+                }
+            }
+        }
+        fragments::finalize(dir, w.summary()).unwrap();
+        let text = render(dir, "index.mpd").unwrap();
+        let (total, periods) = mpd_periods(&text);
+        let period_end = periods[0].1;
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let mut ends = Vec::new();
+        for r in doc
+            .descendants()
+            .filter(|n| n.has_tag_name("Representation"))
+        {
+            let child = |tag: &str| r.descendants().find(|n| n.has_tag_name(tag)).unwrap();
+            let file = child("BaseURL").text().unwrap();
+            let base = child("SegmentBase");
+            let attr = |k: &str| -> u64 { base.attribute(k).unwrap().parse().unwrap() };
+            let (end, ticks) = probed_end(&dir.join(file));
+            assert_eq!(ticks, attr("timescale"), "{file}");
+            let end = (end - attr("presentationTimeOffset")) as f64 / ticks as f64;
+            assert!(
+                period_end >= end,
+                "{file} ends at {end} s, after its Period: {text}"
+            );
+            ends.push(end);
+        }
+        let longest = ends.iter().copied().fold(0.0, f64::max);
+        assert!(longest > 10.0, "the sound ends after the picture: {ends:?}");
+        let past_whole_ms = (longest * 1000.0).fract();
+        assert!(past_whole_ms > 0.0 && past_whole_ms < 0.5, "{ends:?}");
+        assert!(
+            period_end - longest < 0.001 && total >= longest,
+            "{ends:?}: {text}"
+        );
     }
 }
