@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::budget::Budget;
 use super::fragments::{self, FragmentsError, Summary, Writer};
+use crate::package::state::Segment;
 use crate::package::{Output, Package, PackageEvent};
 
 /// Segments queued between the observer and the writer thread (a minute of 2 s segments of a
@@ -27,6 +28,11 @@ const OBSERVE_QUEUE: usize = 64;
 const SOURCE_WAIT: Duration = Duration::from_secs(10);
 /// …beyond the longest fragment the track had: the remux's own delay.
 const SLACK: Duration = Duration::from_secs(1);
+/// The longest a stop while live waits for the encoded renditions behind the furthest one
+/// to reach where it was (encoders behind real time on a busy machine)…
+const CATCH_UP_WAIT: Duration = Duration::from_secs(15);
+/// …looking at their parts this often (the package tells complete segments only).
+const CATCH_UP_POLL: Duration = Duration::from_millis(100);
 
 enum Job {
     Init {
@@ -64,7 +70,8 @@ pub enum Stop {
     Now,
     /// Stopped by request while the inputs are live: as `Now`, and each source track's
     /// fragment in progress is awaited (the source remux emits whole GOPs; without it the
-    /// picture of an origin recording ended up to a GOP before its sound: issue 37).
+    /// picture of an origin recording ended up to a GOP before its sound: issue 37); each
+    /// encoded rendition ends within a part of where the furthest one was at the stop.
     Live,
 }
 
@@ -202,11 +209,12 @@ impl Feed {
         while let Some(e) = observer.try_recv() {
             self.handle(e);
         }
-        if stop == Stop::Live && self.output == Output::Source {
-            self.source_tail(&mut observer).await;
-        }
-        if stop != Stop::Split && self.output != Output::Source {
-            self.in_progress(package);
+        match (stop, self.output) {
+            (Stop::Split, _) => {}
+            (Stop::Live, Output::Source) => self.source_tail(&mut observer).await,
+            (Stop::Live, _) => self.catch_up(package, &mut observer).await,
+            (Stop::Now, Output::Source) => {}
+            (Stop::Now, _) => self.in_progress(package),
         }
         let Feed {
             jobs,
@@ -285,19 +293,128 @@ impl Feed {
         }
     }
 
+    /// A stop while live, encoded renditions: each ends within a part of where the furthest
+    /// one was at the stop, with its segment in progress (its parts are whole CMAF chunks).
+    /// A ladder's encoders fall behind real time on a busy machine while the sound, cheap to
+    /// encode, keeps up: taken as they were at the stop, the picture ended seconds before the
+    /// sound and players stalled there. A rendition that is there at the stop is taken as it
+    /// is; one behind is awaited and takes its parts up to the first that gets there, nothing
+    /// after; one that does not get there within [`CATCH_UP_WAIT`] ends where it is then.
+    async fn catch_up(&mut self, package: &Package, observer: &mut crate::package::Observer) {
+        // The renditions this recording has (an init): nothing else is waited for.
+        let recorded = |feed: &Feed| {
+            let mut all = progress(package, feed.output);
+            all.retain(|r| feed.tracks.current(&r.name).is_some());
+            all
+        };
+        let furthest = recorded(self)
+            .iter()
+            .filter_map(|r| r.ends.last().map(|(_, end)| *end))
+            .max();
+        let Some(furthest) = furthest else { return };
+        // Within a part of the furthest is there: renditions' parts end apart (the sound's on
+        // whole frames), and a stop at any moment finds them up to a part apart anyway.
+        let mark = furthest - package.read(|p| p.config().part);
+        let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+        let mut done = std::collections::BTreeSet::new();
+        let (mut at_stop, mut open) = (true, true);
+        loop {
+            let now = recorded(self);
+            // Each segment complete in that view was offered to the observer before it.
+            while let Some(e) = observer.try_recv() {
+                self.handle_unless_done(e, &done);
+            }
+            let waiting = open && tokio::time::Instant::now() < deadline;
+            let mut behind = false;
+            for r in now {
+                if done.contains(&r.name) {
+                    continue;
+                }
+                match self.reach(&r, waiting.then_some(mark), at_stop) {
+                    Reach::Behind => behind = true,
+                    Reach::Recorded => {
+                        done.insert(r.name);
+                    }
+                    Reach::InProgress(segment) => {
+                        self.send_in_progress(&r.name, segment);
+                        done.insert(r.name);
+                    }
+                }
+            }
+            if !behind {
+                return;
+            }
+            at_stop = false;
+            let wake = deadline.min(tokio::time::Instant::now() + CATCH_UP_POLL);
+            match tokio::time::timeout_at(wake, observer.recv()).await {
+                Ok(Some(e)) => self.handle_unless_done(e, &done),
+                // The package is gone: nothing more comes.
+                Ok(None) => open = false,
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn handle_unless_done(&mut self, e: PackageEvent, done: &std::collections::BTreeSet<String>) {
+        let rendition = match &e {
+            PackageEvent::Init { rendition, .. } => rendition,
+            PackageEvent::Segment(s) => &s.key.rendition,
+        };
+        if !done.contains(rendition) {
+            self.handle(e);
+        }
+    }
+
+    /// Whether `r` reached `mark`, and with which of its segment in progress: all of it at
+    /// the stop (`at_stop`) or with no mark (the wait is over), as it was taken before there
+    /// was a mark; later, its parts up to the first that reaches the mark.
+    fn reach(&self, r: &Progress, mark: Option<OffsetDateTime>, at_stop: bool) -> Reach {
+        let recorded = self.recorded.get(&r.name);
+        let open = r
+            .open
+            .as_ref()
+            .filter(|s| recorded.is_none_or(|m| s.msn > *m));
+        let as_is = || open.map_or(Reach::Recorded, |s| Reach::InProgress(s.clone()));
+        let Some(mark) = mark else { return as_is() };
+        let recorded_end = recorded.and_then(|m| r.ends.iter().find(|(n, _)| n == m));
+        let recorded_reaches = recorded_end.is_some_and(|(_, end)| *end >= mark);
+        // The first of the open segment's parts that reaches the mark.
+        let first = open.and_then(|s| {
+            let mut end = s.pdt;
+            s.parts.iter().position(|p| {
+                end += p.duration;
+                end >= mark
+            })
+        });
+        match (open, first) {
+            _ if at_stop && (recorded_reaches || first.is_some()) => as_is(),
+            _ if recorded_reaches => Reach::Recorded,
+            (Some(s), Some(first)) => {
+                let mut s = s.clone();
+                s.parts.truncate(first + 1);
+                Reach::InProgress(s)
+            }
+            _ => Reach::Behind,
+        }
+    }
+
+    fn send_in_progress(&mut self, rendition: &str, s: Segment) {
+        if let Some(track) = self.tracks.current(rendition) {
+            self.send(Job::Fragment {
+                track,
+                chunks: s.parts.iter().map(|p| p.data.clone()).collect(),
+                duration: s.duration(),
+                pdt: s.pdt,
+                discontinuity: s.discontinuity,
+            });
+        }
+    }
+
     /// stop_recording: the segment in progress up to now (its parts are whole CMAF chunks)
     /// ends the video, so it holds everything until the request.
     fn in_progress(&mut self, package: &Package) {
         for (rendition, s) in in_progress(package, self.output, &self.recorded) {
-            if let Some(track) = self.tracks.current(&rendition) {
-                self.send(Job::Fragment {
-                    track,
-                    chunks: s.parts.iter().map(|p| p.data.clone()).collect(),
-                    duration: s.duration(),
-                    pdt: s.pdt,
-                    discontinuity: s.discontinuity,
-                });
-            }
+            self.send_in_progress(&rendition, s);
         }
     }
 }
@@ -379,12 +496,46 @@ fn current_inits(package: &Package, output: Output) -> Vec<PackageEvent> {
     current.into_iter().map(init).collect()
 }
 
+/// One encoded rendition as a stop while live sees it: where each of its segments ends (by
+/// number, the newest last) and its segment in progress.
+struct Progress {
+    name: String,
+    ends: Vec<(u64, OffsetDateTime)>,
+    open: Option<Segment>,
+}
+
+/// Where a rendition is against a stop's mark.
+enum Reach {
+    Behind,
+    /// What is recorded reaches it.
+    Recorded,
+    /// Its segment in progress reaches it.
+    InProgress(Segment),
+}
+
+fn progress(package: &Package, output: Output) -> Vec<Progress> {
+    package.read(|p| {
+        p.list(output)
+            .iter()
+            .map(|r| Progress {
+                name: r.name.clone(),
+                ends: (r.segments().iter())
+                    .map(|s| (s.msn, s.pdt + s.duration()))
+                    .collect(),
+                open: (r.segments().back())
+                    .filter(|s| !s.complete && !s.parts.is_empty())
+                    .cloned(),
+            })
+            .collect()
+    })
+}
+
 /// Each rendition's segment in progress, newer than what was recorded, with parts.
 fn in_progress(
     package: &Package,
     output: Output,
     recorded: &BTreeMap<String, u64>,
-) -> Vec<(String, crate::package::state::Segment)> {
+) -> Vec<(String, Segment)> {
     package.read(|p| {
         p.list(output)
             .iter()
@@ -520,8 +671,140 @@ mod tests {
         sound.fragment("a", s(11.0), two);
         assert!(!sound.pending(at));
     }
-    use crate::package::state::tests::video_720p;
-    use crate::package::{PackageState, PackagingConfig, PartIn};
+    use crate::package::state::tests::{stereo_audio, video_720p};
+    use crate::package::{PackageState, PackagingConfig, PartIn, RenditionSink};
+
+    /// Pushes `fragments[range]` to `sink` as a pipeline would (one part per fragment), each
+    /// at its time from `t0`.
+    fn push_fragments(
+        sink: &RenditionSink,
+        t0: OffsetDateTime,
+        fragments: &[(Vec<Bytes>, Duration)],
+        range: std::ops::Range<usize>,
+    ) {
+        let before: Duration = fragments[..range.start].iter().map(|f| f.1).sum();
+        let mut at = t0 + before;
+        for (chunks, d) in &fragments[range] {
+            sink.part(PartIn {
+                starts_segment: true,
+                independent: true,
+                duration: *d,
+                pdt: at,
+                data: Bytes::from(chunks.concat()),
+            });
+            at += *d;
+        }
+    }
+
+    /// Encoders behind real time: at a stop while live the sound has reached 12 s and the
+    /// picture 6 s. The picture is awaited until it reaches where the sound was, and the
+    /// sound that comes meanwhile is not taken: the video ends with its sound, not 6 s before.
+    /// (Real fragments, one part each.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_while_live_waits_for_the_renditions_behind_to_where_the_furthest_was() {
+        let (vinit, video) = fragments::tests::cmaf(12);
+        let (ainit, audio) = fragments::tests::cmaf_audio(16);
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000), stereo_audio(128_000)],
+        )));
+        let picture = package.sink(Output::Cmaf, "720p").unwrap();
+        let sound = package.sink(Output::Cmaf, "audio").unwrap();
+        picture.init(vinit, None);
+        sound.init(ainit, None);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("v1");
+        let recorder = Recorder::start(
+            &package,
+            dir.clone(),
+            Output::Cmaf,
+            Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
+            Since::SessionStart,
+        )
+        .unwrap();
+        let t0 = OffsetDateTime::now_utc();
+        // Six fragments of sound (the sixth in progress), three of picture.
+        push_fragments(&sound, t0, &audio, 0..6);
+        push_fragments(&picture, t0, &video, 0..3);
+        let stop = tokio::spawn(recorder.stop(Stop::Live));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The picture catches up; the sound goes on.
+        push_fragments(&sound, t0, &audio, 6..8);
+        for n in 3..6 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            push_fragments(&picture, t0, &video, n..n + 1);
+        }
+        let finished = stop.await.unwrap().unwrap();
+        assert!(finished.error.is_none(), "{:?}", finished.error);
+        let length = |track: &str| finished.summary.tracks[track].duration();
+        let sound_end: Duration = audio[..6].iter().map(|f| f.1).sum();
+        assert_eq!(
+            length("audio"),
+            sound_end,
+            "the sound as it was at the stop"
+        );
+        // The picture up to its first fragment that reaches there.
+        let picture_end: Duration = video[..6].iter().map(|f| f.1).sum();
+        assert!(video[..5].iter().map(|f| f.1).sum::<Duration>() < sound_end);
+        assert_eq!(length("720p"), picture_end);
+        let probed = fragments::tests::probed_secs(&fragments::media_path(&dir, "720p"));
+        assert!((probed - picture_end.as_secs_f64()).abs() < 0.1, "{probed}");
+    }
+
+    /// A rendition that catches up in a burst (parts of half a second, four to a segment)
+    /// ends at its first part within a part of where the furthest was, not at the last part
+    /// it has by then; the furthest ends as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rendition_caught_up_in_a_burst_ends_at_its_first_part_past_the_mark() {
+        let (vinit, _) = fragments::tests::cmaf(1);
+        let (ainit, _) = fragments::tests::cmaf_audio(1);
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000), stereo_audio(128_000)],
+        )));
+        let picture = package.sink(Output::Cmaf, "720p").unwrap();
+        let sound = package.sink(Output::Cmaf, "audio").unwrap();
+        picture.init(vinit, None);
+        sound.init(ainit, None);
+        let tmp = tempfile::tempdir().unwrap();
+        let recorder = Recorder::start(
+            &package,
+            tmp.path().join("v1"),
+            Output::Cmaf,
+            Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
+            Since::SessionStart,
+        )
+        .unwrap();
+        let t0 = OffsetDateTime::now_utc();
+        // Parts `from..to` of `length` each, a segment every four.
+        let parts = |sink: &RenditionSink, length: Duration, from: u32, to: u32| {
+            for n in from..to {
+                sink.part(PartIn {
+                    starts_segment: n % 4 == 0,
+                    independent: n % 4 == 0,
+                    duration: length,
+                    pdt: t0 + length * n,
+                    data: Bytes::from(vec![n as u8; 64]),
+                });
+            }
+        };
+        let (half, sound_part) = (Duration::from_millis(500), Duration::from_millis(750));
+        // The sound at 9 s, the picture at 6 s.
+        parts(&sound, sound_part, 0, 12);
+        parts(&picture, half, 0, 12);
+        let stop = tokio::spawn(recorder.stop(Stop::Live));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        parts(&sound, sound_part, 12, 16);
+        parts(&picture, half, 12, 19);
+        let finished = stop.await.unwrap().unwrap();
+        let length = |track: &str| finished.summary.tracks[track].duration();
+        assert_eq!(length("audio"), sound_part * 12);
+        assert_eq!(
+            length("720p"),
+            half * 17,
+            "8.5 s (9 s less a part), not 9.5 s"
+        );
+    }
 
     /// Feeds real cmafmux fragments to a package as a pipeline would (one part per fragment):
     /// the recorder started in the middle records from its next fragment, with the init the
