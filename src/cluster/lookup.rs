@@ -26,6 +26,9 @@ pub const TTL: Duration = Duration::from_secs(1);
 /// for this long holds no viewer; past it, requests wait for the store again (a deleted
 /// stream or a changed playback setting is not honoured forever on an old answer).
 pub const STALE: Duration = Duration::from_secs(60);
+/// How long a request waits for a refresh before it takes the older answer: far above a
+/// healthy store's answer, so a change made through the API is seen by the next request.
+const FRESH_WAIT: Duration = Duration::from_millis(300);
 /// Stream rows (or their absence) remembered at most; past it the expired ones go, then all.
 const MAX_STREAMS: usize = 4096;
 /// Store reads of stream rows in flight at once for cache misses (the pool has 4 connections).
@@ -62,10 +65,11 @@ struct Shared {
     /// The last snapshot; the lock is held across a cold fetch, so requests arriving meanwhile
     /// wait for its answer instead of asking the store too (one query in flight).
     leases: tokio::sync::Mutex<Option<(Instant, Leases)>>,
-    leases_refreshing: std::sync::atomic::AtomicBool,
+    /// When the background refresh of the leases began, while one runs.
+    leases_refreshing: Mutex<Option<Instant>>,
     streams: Mutex<HashMap<i64, StreamAnswer>>,
     /// Stream rows being refreshed in the background.
-    streams_refreshing: Mutex<std::collections::HashSet<i64>>,
+    streams_refreshing: Mutex<HashMap<i64, Instant>>,
 }
 
 impl Lookups {
@@ -75,7 +79,7 @@ impl Lookups {
                 store,
                 dead_after,
                 leases: tokio::sync::Mutex::new(None),
-                leases_refreshing: std::sync::atomic::AtomicBool::new(false),
+                leases_refreshing: Mutex::new(None),
                 streams: Mutex::new(HashMap::new()),
                 streams_refreshing: Mutex::new(Default::default()),
             }),
@@ -84,51 +88,72 @@ impl Lookups {
         }
     }
 
-    /// Every live lease, at most [`TTL`] old — or up to [`STALE`] old while a fresh one is
-    /// fetched in the background: a viewer's request never waits for a slow store when an
-    /// answer is at hand.
+    /// Every live lease, at most [`TTL`] old. Past that, a fresh snapshot is fetched; a store
+    /// that has not answered within [`FRESH_WAIT`] gets the last snapshot served instead (up to
+    /// [`STALE`] old) while the fetch goes on: a viewer's request never waits long for a stuck
+    /// store when an answer is at hand, and a healthy store's change is seen at once.
     pub async fn live_leases(&self) -> Result<Leases, LookupError> {
         ASKED.fetch_add(1, Ordering::Relaxed);
-        let mut slot = self.shared.leases.lock().await;
-        if let Some((at, leases)) = &*slot {
-            if at.elapsed() < TTL {
-                return Ok(leases.clone());
-            }
-            if at.elapsed() < STALE {
-                let leases = leases.clone();
-                drop(slot);
-                if !self.shared.leases_refreshing.swap(true, Ordering::SeqCst) {
-                    let shared = self.shared.clone();
-                    self.spawn(async move {
-                        let fetched = shared.fetch_leases().await;
-                        if let Ok(leases) = fetched {
-                            *shared.leases.lock().await = Some((Instant::now(), leases));
-                        }
-                        shared.leases_refreshing.store(false, Ordering::SeqCst);
-                    });
-                }
+        let slot = self.shared.leases.lock().await;
+        let stale = match &*slot {
+            Some((at, leases)) if at.elapsed() < TTL => return Ok(leases.clone()),
+            Some((at, leases)) if at.elapsed() < STALE => leases.clone(),
+            _ => {
+                let mut slot = slot;
+                let leases = self.shared.fetch_leases().await?;
+                *slot = Some((Instant::now(), leases.clone()));
                 return Ok(leases);
             }
-        }
-        let leases = self.shared.fetch_leases().await?;
-        *slot = Some((Instant::now(), leases.clone()));
-        Ok(leases)
+        };
+        drop(slot);
+        let began = {
+            let mut refreshing = lock(&self.shared.leases_refreshing);
+            if refreshing.is_none() {
+                *refreshing = Some(Instant::now());
+                let shared = self.shared.clone();
+                self.spawn(async move {
+                    if let Ok(leases) = shared.fetch_leases().await {
+                        *shared.leases.lock().await = Some((Instant::now(), leases));
+                    }
+                    *lock(&shared.leases_refreshing) = None;
+                });
+            }
+            refreshing.unwrap_or_else(Instant::now)
+        };
+        let fresh = fresh_within(began, || {
+            let slot = self.shared.leases.try_lock().ok()?;
+            let (at, leases) = slot.as_ref()?;
+            (at.elapsed() < TTL).then(|| leases.clone())
+        })
+        .await;
+        Ok(fresh.unwrap_or(stale))
     }
 
-    /// Stream `id`'s row (`None`: no such stream), at most [`TTL`] old — or up to [`STALE`]
-    /// old while a fresh one is fetched in the background.
+    /// Stream `id`'s row (`None`: no such stream), at most [`TTL`] old; past that, as for
+    /// [`Lookups::live_leases`], an answer up to [`STALE`] old when the store is slow.
     pub async fn stream(&self, id: i64) -> Result<Option<Arc<StreamRow>>, LookupError> {
         ASKED.fetch_add(1, Ordering::Relaxed);
         if let Some((fresh, row)) = self.shared.cached(id) {
-            if !fresh && lock(&self.shared.streams_refreshing).insert(id) {
-                let (shared, misses) = (self.shared.clone(), self.misses.clone());
-                self.spawn(async move {
-                    let _turn = misses.acquire().await.ok();
-                    let _ = shared.fetch_stream(id).await;
-                    lock(&shared.streams_refreshing).remove(&id);
-                });
+            if fresh {
+                return Ok(row);
             }
-            return Ok(row);
+            let began = *lock(&self.shared.streams_refreshing)
+                .entry(id)
+                .or_insert_with(|| {
+                    let (shared, misses) = (self.shared.clone(), self.misses.clone());
+                    self.spawn(async move {
+                        let _turn = misses.acquire().await.ok();
+                        let _ = shared.fetch_stream(id).await;
+                        lock(&shared.streams_refreshing).remove(&id);
+                    });
+                    Instant::now()
+                });
+            let fresh = fresh_within(began, || match self.shared.cached(id) {
+                Some((true, row)) => Some(row),
+                _ => None,
+            })
+            .await;
+            return Ok(fresh.unwrap_or(row));
         }
         // The semaphore is never closed.
         let _turn = self.misses.acquire().await.ok();
@@ -195,6 +220,21 @@ pub fn metrics() -> String {
         LEASE_QUERIES.load(Ordering::Relaxed),
         STREAM_QUERIES.load(Ordering::Relaxed),
     )
+}
+
+/// What `fresh` finds before [`FRESH_WAIT`] has passed since `began` (a refresh's start), checked
+/// every few milliseconds; `None` once it has passed, at once for a refresh already that late.
+async fn fresh_within<T>(began: Instant, mut fresh: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = began + FRESH_WAIT;
+    loop {
+        if let Some(t) = fresh() {
+            return Some(t);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
