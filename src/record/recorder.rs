@@ -70,7 +70,7 @@ pub enum Stop {
     Now,
     /// Stopped by request while the inputs are live: as `Now`, and each source track's
     /// fragment in progress is awaited (the source remux emits whole GOPs; without it the
-    /// picture of an origin recording ended up to a GOP before its sound: issue 37); each
+    /// picture of an origin recording ended up to a GOP before its sound); each
     /// encoded rendition ends within a part of where the furthest one was at the stop.
     Live,
 }
@@ -81,7 +81,7 @@ pub enum Since {
     /// The next segment completed (`start_recording` mid-stream).
     Now,
     /// The start of the stream's current session (`auto_record` on going live): the segments
-    /// completed while the video row was being created belong to it (issue 37).
+    /// completed while the video row was being created belong to it.
     SessionStart,
     /// After the segments the previous video ended with, per rendition ([`Finished::recorded`]):
     /// a split's next video holds what completed while its row was being created.

@@ -126,8 +126,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
 /// Whether players take their start position from `r`'s playlist: a video rendition, or the
 /// audio of a stream without video. The audio playlist of a stream with video is answered at
 /// once: held for its own next part, it delayed the player's start by up to a part after the
-/// start position was chosen (hls.js waits for both playlists), and that delay became latency
-/// (issue 37: 0.16–0.46 s in joins of one stream).
+/// start position was chosen (hls.js waits for both playlists), and that delay became latency.
 fn leads_start(p: &PackageState, r: &crate::package::state::Rendition) -> bool {
     matches!(r.kind, RenditionKind::Video { .. })
         || !p

@@ -1,4 +1,4 @@
-// The player page's own controls (issue 37), inlined into the page by the daemon: play/pause,
+// The player page's own controls, inlined into the page by the daemon: play/pause,
 // mute, a quality menu, a timeline of the DVR window (or of a video), a LIVE control with the
 // latency, full screen; keys (space, arrows, f, m) and touch. Hand-written, not a UI library:
 // nothing more to serve or to trust, and what hls.js, dash.js and native HLS differ in fits in
