@@ -1,4 +1,4 @@
-//! Restream records (issue 41): a live stream sent on to another server — the target's URI
+//! Restream records: a live stream sent on to another server — the target's URI
 //! (its secret inside), the source (`origin` or a rung's name), whether it is active. What a
 //! restream is doing now (live, bytes sent, last error) is the serving node's, not stored.
 

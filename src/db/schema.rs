@@ -164,7 +164,7 @@ CREATE INDEX webhook_deliveries_heads ON webhook_deliveries (status, webhook_id,
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, id);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
 "#,
-    // 8: restreams — a live stream sent on to other servers (issue 41). The target URI holds
+    // 8: restreams — a live stream sent on to other servers. The target URI holds
     // the target's secret (a stream key, an SRT passphrase): the API never returns it whole.
     r#"
 CREATE TABLE restreams (

@@ -198,7 +198,7 @@ pub fn render_master(pkg: &PackageState) -> String {
 /// times"). A player never starts where it aims: hls.js (which never catches up by default)
 /// spends 0.3–0.6 s between the playlist and its first frame — fetching from the GOP's
 /// keyframe, decoding to the start — and keeps that as latency for the session; at 2.5 parts
-/// the 90th percentile of joins at random instants was above 2 s (issue 37). That start-up
+/// the 90th percentile of joins at random instants was above 2 s. That start-up
 /// time is also margin: a part here is fetchable within 150 ms of its last frame (p99,
 /// `scripts/bench-latency`), so a player 1 s + its start-up behind the edge keeps at least
 /// 0.6 s buffered before each part lands (no stall in `scripts/bench-player-latency`).

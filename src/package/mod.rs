@@ -465,7 +465,7 @@ impl Package {
             *d = true;
         }
         // The open segment ends here: it is complete like any other, so it goes to observers
-        // (a recording would otherwise end a segment short: issue 37) and to storage.
+        // (a recording would otherwise end a segment short) and to storage.
         let puts = self.update(|p| {
             let mut puts = Vec::new();
             for output in [Output::Cmaf, Output::Ts] {

@@ -215,7 +215,7 @@ impl Rendition {
     /// leaves mid-segment, so one rendition may have opened a segment that another had not;
     /// the next epoch starts after the highest number any used (`continue_after`), and the
     /// others skip one. Indexing by the offset from the front answered for the skipped number
-    /// with its successor, and for the newest with nothing (issue 37: dash.js's `seg_8` 404s).
+    /// with its successor, and for the newest with nothing (dash.js's next segment 404s).
     pub fn segment(&self, msn: u64) -> Option<&Segment> {
         let i = self.segments.binary_search_by_key(&msn, |s| s.msn).ok()?;
         self.segments.get(i)

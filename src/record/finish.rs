@@ -72,7 +72,7 @@ pub(super) fn finished_state(
         .map(|t| (t.name.as_str(), size_of(t)))
         .collect();
     // The picture's length, as the HLS variants (video) and players show it: the audio's own
-    // fragment boundaries may end it a few frames later (issue 37). Audio-only: the audio's.
+    // fragment boundaries may end it a few frames later. Audio-only: the audio's.
     let is_video =
         |t: &super::fragments::Track| sizes.get(t.name.as_str()).is_some_and(|s| s.1 > 0);
     let duration = match summary.duration_of(is_video) {
