@@ -15,9 +15,12 @@ use time::OffsetDateTime;
 use tokio::sync::{oneshot, watch};
 
 use super::budget::Budget;
-use super::fragments::{self, FragmentsError, Summary, Writer};
+
+mod write;
+use super::fragments::{FragmentsError, Summary, Writer};
 use crate::package::state::Segment;
 use crate::package::{Output, Package, PackageEvent};
+use write::{write_all, Job, Tracks};
 
 /// Segments queued between the observer and the writer thread (a minute of 2 s segments of a
 /// four-rung ladder with audio).
@@ -33,20 +36,6 @@ const SLACK: Duration = Duration::from_secs(1);
 const CATCH_UP_WAIT: Duration = Duration::from_secs(15);
 /// …looking at their parts this often (the package tells complete segments only).
 const CATCH_UP_POLL: Duration = Duration::from_millis(100);
-
-enum Job {
-    Init {
-        track: String,
-        init: Bytes,
-    },
-    Fragment {
-        track: String,
-        chunks: Vec<Bytes>,
-        duration: Duration,
-        pdt: OffsetDateTime,
-        discontinuity: bool,
-    },
-}
 
 /// How a recording ended.
 #[derive(Debug)]
@@ -548,101 +537,10 @@ fn in_progress(
     })
 }
 
-/// Track names per rendition: the rendition's name, then `-2`, `-3`… when a rebuilt pipeline
-/// brings a different init segment (a new file, as its fragments need that init). A rebuilt
-/// pipeline with the same init (a reconnect with the same source) continues the same file.
-#[derive(Default)]
-struct Tracks {
-    names: BTreeMap<String, (String, u32, Bytes)>,
-}
-
-impl Tracks {
-    /// The track for `init`, and whether it is new (its init must be written).
-    fn open(&mut self, rendition: &str, init: &Bytes) -> (String, bool) {
-        match self.names.get_mut(rendition) {
-            Some((name, _, current)) if current == init => (name.clone(), false),
-            Some((name, n, current)) => {
-                *n += 1;
-                *name = track_name(rendition, *n);
-                *current = init.clone();
-                (name.clone(), true)
-            }
-            None => {
-                let name = track_name(rendition, 1);
-                self.names
-                    .insert(rendition.to_owned(), (name.clone(), 1, init.clone()));
-                (name, true)
-            }
-        }
-    }
-
-    fn current(&self, rendition: &str) -> Option<String> {
-        self.names.get(rendition).map(|(name, _, _)| name.clone())
-    }
-}
-
-/// `720p`, then `720p-2`, `720p-3`… (see [`super::fragments::rendition_of`]).
-fn track_name(rendition: &str, generation: u32) -> String {
-    if generation == 1 {
-        rendition.to_owned()
-    } else {
-        format!("{rendition}-{generation}")
-    }
-}
-
-/// The writer thread: every job in order, each within the disk budget; after the first
-/// failure it only drains (the video keeps what was written), then finalises what is there.
-fn write_all(
-    mut writer: Writer,
-    jobs: std_mpsc::Receiver<Job>,
-    dir: PathBuf,
-    budget: &Budget,
-    failed: &AtomicBool,
-) -> (Summary, Option<FragmentsError>) {
-    let mut error = None;
-    for job in jobs {
-        if error.is_some() {
-            continue;
-        }
-        let size = match &job {
-            Job::Init { init, .. } => init.len() as u64,
-            Job::Fragment { chunks, .. } => chunks.iter().map(|c| c.len() as u64).sum(),
-        };
-        if let Err(e) = budget.reserve(size) {
-            tracing::warn!(dir = %dir.display(), error = %e, "recording stopped: no space");
-            error = Some(FragmentsError::NoSpace(e));
-            failed.store(true, Ordering::Relaxed);
-            continue;
-        }
-        let result = match job {
-            Job::Init { track, init } => writer.init(&track, &init),
-            Job::Fragment {
-                track,
-                chunks,
-                duration,
-                pdt,
-                discontinuity,
-            } => writer
-                .fragment(&track, &chunks, duration, pdt, discontinuity)
-                .map(|_| ()),
-        };
-        if let Err(e) = result {
-            tracing::error!(dir = %dir.display(), error = %e, "recording stopped writing");
-            error = Some(e);
-            failed.store(true, Ordering::Relaxed);
-        }
-    }
-    let summary = writer.summary().clone();
-    if let Err(e) = fragments::finalize(&dir, &summary) {
-        tracing::error!(dir = %dir.display(), error = %e, "cannot finalise the recording");
-        error.get_or_insert(e);
-    }
-    (summary, error)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::fragments;
 
     /// A stop while live at t = 10.5: the picture (2 s GOPs, ends at 10) waits for its GOP in
     /// progress; then the sound (2 s fragments) goes on while it ends more than half a
