@@ -111,16 +111,16 @@ pub(super) fn a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the
     let id = hook(store, Some(&["publish_started", "live_ended"]), true);
     for stream in [1, 2] {
         store
-            .append_event(&started(stream), Some("node-a"))
+            .append_events(&[(&started(stream), Some("node-a"))])
             .unwrap();
         store
-            .append_event(&Event::LiveEnded { stream_id: stream }, None)
+            .append_events(&[(&Event::LiveEnded { stream_id: stream }, None)])
             .unwrap();
     }
     // Unwanted: nothing written.
     assert_eq!(
         store
-            .append_event(&Event::InputsGone { stream_id: 1 }, None)
+            .append_events(&[(&Event::InputsGone { stream_id: 1 }, None)])
             .unwrap(),
         0
     );
@@ -192,7 +192,7 @@ pub(super) fn of_nodes_claiming_at_once_each_delivery_goes_to_one(store: &Backen
     let store: &dyn Store = &**store;
     hook(store, None, true);
     for stream in 1..=40 {
-        store.append_event(&started(stream), None).unwrap();
+        store.append_events(&[(&started(stream), None)]).unwrap();
     }
     // Each node claims until nothing is left for it; a claim that lost every row to another
     // node comes back empty, so the last node standing picks up the rest.

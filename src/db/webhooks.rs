@@ -163,13 +163,10 @@ pub trait WebhookStore {
         offset: u64,
         limit: u32,
     ) -> Result<(Vec<DeliveryRow>, u64), StoreError>;
-    /// Writes `event` for every active webhook that wants it (nothing when none does): a live
-    /// fact, which has no transaction of its own. `node`: where it happened. Returns the
-    /// deliveries written.
-    fn append_event(&self, event: &Event, node: Option<&str>) -> Result<usize, StoreError>;
-    /// [`Store::append_event`] for each of `events` (with the node that saw it), in one
-    /// transaction: all are written or none.
-    fn append_events(&self, events: &[(&Event, &str)]) -> Result<usize, StoreError>;
+    /// Writes each of `events` for every active webhook that wants it (nothing when none does),
+    /// all in one transaction: live facts, which have no transaction of their own. The node
+    /// beside each: where it happened. Returns the deliveries written.
+    fn append_events(&self, events: &[(&Event, Option<&str>)]) -> Result<usize, StoreError>;
     /// Claims up to `max` deliveries that are due for `lease`: per webhook and stream only the
     /// oldest pending one, so a stream's events arrive in order; none of an inactive webhook;
     /// none another node holds.
@@ -439,16 +436,11 @@ impl<B: Backend> WebhookStore for SqlStore<B> {
         })
     }
 
-    fn append_event(&self, event: &Event, node: Option<&str>) -> Result<usize, StoreError> {
-        self.backend()
-            .transaction(Pool::Main, Tx::Plain, |c| append_in(c, event, node))
-    }
-
-    fn append_events(&self, events: &[(&Event, &str)]) -> Result<usize, StoreError> {
+    fn append_events(&self, events: &[(&Event, Option<&str>)]) -> Result<usize, StoreError> {
         self.backend().transaction(Pool::Main, Tx::Plain, |c| {
             let mut deliveries = 0;
             for (event, node) in events {
-                deliveries += append_in(c, event, Some(node))?;
+                deliveries += append_in(c, event, *node)?;
             }
             Ok(deliveries)
         })

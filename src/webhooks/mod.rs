@@ -138,10 +138,10 @@ async fn write_live_facts(store: Arc<dyn Store>, ledger: Arc<Ledger>, wake: Arc<
         };
         let s = store.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let facts: Vec<(&crate::events::Event, &str)> = batch
+            let facts: Vec<(&crate::events::Event, Option<&str>)> = batch
                 .iter()
                 .filter(|e| !e.event.written_by_store())
-                .map(|e| (&e.event, &*e.node))
+                .map(|e| (&e.event, Some(&*e.node)))
                 .collect();
             if facts.is_empty() {
                 return Ok(0);
