@@ -572,6 +572,32 @@ mod tests {
     use crate::package::state::tests::{stereo_audio, video_720p};
     use crate::package::{PackageState, PackagingConfig, PartIn, RenditionSink};
 
+    /// A live package of 720p picture and stereo sound (their inits given) and a recorder of
+    /// both into `root/v1` from the session's start: the package, its two sinks, the recorder.
+    fn picture_and_sound(
+        vinit: Bytes,
+        ainit: Bytes,
+        root: &std::path::Path,
+    ) -> (Arc<Package>, RenditionSink, RenditionSink, Recorder) {
+        let package = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000), stereo_audio(128_000)],
+        )));
+        let picture = package.sink(Output::Cmaf, "720p").unwrap();
+        let sound = package.sink(Output::Cmaf, "audio").unwrap();
+        picture.init(vinit, None);
+        sound.init(ainit, None);
+        let recorder = Recorder::start(
+            &package,
+            root.join("v1"),
+            Output::Cmaf,
+            Arc::new(Budget::new(root.to_owned(), None, 0)),
+            Since::SessionStart,
+        )
+        .unwrap();
+        (package, picture, sound, recorder)
+    }
+
     /// Pushes `fragments[range]` to `sink` as a pipeline would (one part per fragment), each
     /// at its time from `t0`.
     fn push_fragments(
@@ -602,24 +628,9 @@ mod tests {
     async fn a_stop_while_live_waits_for_the_renditions_behind_to_where_the_furthest_was() {
         let (vinit, video) = fragments::tests::cmaf(12);
         let (ainit, audio) = fragments::tests::cmaf_audio(16);
-        let package = Arc::new(Package::new(PackageState::new(
-            PackagingConfig::default(),
-            vec![video_720p(1_000_000), stereo_audio(128_000)],
-        )));
-        let picture = package.sink(Output::Cmaf, "720p").unwrap();
-        let sound = package.sink(Output::Cmaf, "audio").unwrap();
-        picture.init(vinit, None);
-        sound.init(ainit, None);
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("v1");
-        let recorder = Recorder::start(
-            &package,
-            dir.clone(),
-            Output::Cmaf,
-            Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
-            Since::SessionStart,
-        )
-        .unwrap();
+        let (_package, picture, sound, recorder) = picture_and_sound(vinit, ainit, tmp.path());
         let t0 = OffsetDateTime::now_utc();
         // Six fragments of sound (the sixth in progress), three of picture.
         push_fragments(&sound, t0, &audio, 0..6);
@@ -656,23 +667,8 @@ mod tests {
     async fn a_rendition_caught_up_in_a_burst_ends_at_its_first_part_past_the_mark() {
         let (vinit, _) = fragments::tests::cmaf(1);
         let (ainit, _) = fragments::tests::cmaf_audio(1);
-        let package = Arc::new(Package::new(PackageState::new(
-            PackagingConfig::default(),
-            vec![video_720p(1_000_000), stereo_audio(128_000)],
-        )));
-        let picture = package.sink(Output::Cmaf, "720p").unwrap();
-        let sound = package.sink(Output::Cmaf, "audio").unwrap();
-        picture.init(vinit, None);
-        sound.init(ainit, None);
         let tmp = tempfile::tempdir().unwrap();
-        let recorder = Recorder::start(
-            &package,
-            tmp.path().join("v1"),
-            Output::Cmaf,
-            Arc::new(Budget::new(tmp.path().to_owned(), None, 0)),
-            Since::SessionStart,
-        )
-        .unwrap();
+        let (_package, picture, sound, recorder) = picture_and_sound(vinit, ainit, tmp.path());
         let t0 = OffsetDateTime::now_utc();
         // Parts `from..to` of `length` each, a segment every four.
         let parts = |sink: &RenditionSink, length: Duration, from: u32, to: u32| {
