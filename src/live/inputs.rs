@@ -1,133 +1,146 @@
-//! A session's input task: it feeds the main and backup publishers' media through the input
-//! switch ([`super::switch`]) into the one pipeline, and keeps `live`/`backup_live` current.
+//! A session's inputs, run by the stream's owner: the main and backup publishers' media through
+//! the input switch ([`super::switch`]) into the one pipeline, `live`/`backup_live` kept current.
 //! Never blocks a publisher: a full pipeline queue drops and counts.
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use super::publisher::Slot;
 use super::sessions::{Attach, Control};
 use super::stats::SourceStats;
+use super::status::SharedStatus;
+use super::stream::stopped;
 use super::switch::{Switch, SwitchEvent};
-use super::{Registry, StreamHandles, SWITCH_TICK};
+use super::{PipelineFailure, Registry, StreamHandles, SWITCH_TICK};
 use crate::db::SourceSample;
 use crate::hub::{Feed, Hub};
 use crate::media::MediaMessage;
 use time::OffsetDateTime;
 
-impl Registry {
+/// How a session's pipeline task ended.
+pub(super) type PipelineEnd = Result<Result<(), PipelineFailure>, tokio::task::JoinError>;
+
+/// A session's inputs: its publishers' queues and the switch between them.
+pub(super) struct Inputs<'a> {
+    registry: &'a Registry,
+    id: i64,
+    status: SharedStatus,
+    hub: Arc<Hub>,
+    switch: Switch,
+    queues: [Option<mpsc::Receiver<MediaMessage>>; 2],
+    stats: SourceStats,
+    /// Deliveries lost to a full reader queue other than the pipeline's.
+    dropped: u64,
+}
+
+impl<'a> Inputs<'a> {
+    pub(super) fn new(registry: &'a Registry, stream: &StreamHandles, first: Attach) -> Inputs<'a> {
+        let mut inputs = Inputs {
+            registry,
+            id: stream.id,
+            status: stream.status.clone(),
+            hub: stream.hub.clone(),
+            switch: Switch::new(registry.config.switch_timeout),
+            queues: [None, None],
+            stats: SourceStats::new(OffsetDateTime::now_utc(), registry.config.stats_period),
+            dropped: 0,
+        };
+        let (slot, _, media) = first;
+        inputs.queues[slot.index()] = Some(media);
+        inputs.switch.attach(slot, tokio::time::Instant::now());
+        inputs
+    }
+
     /// Runs until both publishers have left, the session is told to stop (its publishers are
     /// cut at once, not after the pipeline has drained: a kicked or fenced stream stops taking
-    /// media now), or the pipeline ends.
-    pub(super) async fn run_inputs(
-        self: Arc<Self>,
-        stream: StreamHandles,
-        epoch: u64,
-        first: Attach,
-        mut control_rx: mpsc::Receiver<Control>,
-        mut pipeline_gone: oneshot::Receiver<()>,
+    /// media now), or the pipeline ends (how, returned).
+    pub(super) async fn run(
+        &mut self,
+        control: &mut mpsc::Receiver<Control>,
+        pipeline: &mut tokio::task::JoinHandle<Result<(), PipelineFailure>>,
         mut stop: watch::Receiver<bool>,
-    ) {
-        let StreamHandles {
-            id, status, hub, ..
-        } = stream;
-        let mut switch = Switch::new(self.config.switch_timeout);
-        let mut inputs: [Option<mpsc::Receiver<MediaMessage>>; 2] = [None, None];
+    ) -> Option<PipelineEnd> {
+        let (id, registry) = (self.id, self.registry);
         let mut tick = tokio::time::interval(SWITCH_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut out = Vec::new();
-        let mut dropped = 0u64;
         let mut shown = (false, false);
-        let mut stats = SourceStats::new(OffsetDateTime::now_utc(), self.config.stats_period);
-        inputs[first.0.index()] = Some(first.1);
-        switch.attach(first.0, tokio::time::Instant::now());
         loop {
             let now = tokio::time::Instant::now();
             enum Got {
                 Control(Control),
                 Media(Slot, Option<MediaMessage>),
                 Tick,
-                PipelineGone,
+                PipelineEnded(PipelineEnd),
                 Stopped,
             }
-            let [main_rx, backup_rx] = &mut inputs;
+            let [main_rx, backup_rx] = &mut self.queues;
             let got = tokio::select! {
-                Some(c) = control_rx.recv() => Got::Control(c),
+                Some(c) = control.recv() => Got::Control(c),
                 m = recv(main_rx) => Got::Media(Slot::Main, m),
                 m = recv(backup_rx) => Got::Media(Slot::Backup, m),
                 _ = tick.tick() => Got::Tick,
-                _ = &mut pipeline_gone => Got::PipelineGone,
+                ended = &mut *pipeline => Got::PipelineEnded(ended),
                 _ = stopped(&mut stop) => Got::Stopped,
             };
             match got {
-                Got::Control(Control::Attach((slot, rx))) => {
-                    inputs[slot.index()] = Some(rx);
-                    switch.attach(slot, now);
-                }
-                Got::Media(slot, Some(m)) => switch.media(slot, m, now, &mut out),
+                Got::Control(Control::Attach(attach)) => self.attach(attach, now),
+                // A start is only sent while no session runs.
+                Got::Control(Control::Start(_)) => {}
+                Got::Media(slot, Some(m)) => self.switch.media(slot, m, now, &mut out),
                 // Dropping the receiver ends the evicted publisher's sends and its `closed()`.
                 Got::Control(Control::Evict(slot)) | Got::Media(slot, None) => {
-                    inputs[slot.index()] = None;
-                    switch.detach(slot, now, &mut out);
-                    self.slot_left(id, epoch, slot);
+                    self.queues[slot.index()] = None;
+                    self.switch.detach(slot, now, &mut out);
+                    let protocol = registry.sessions.slot_left(id, slot);
+                    registry.slot_left(id, slot, protocol);
                 }
                 Got::Tick => {
-                    switch.tick(now, &mut out);
+                    self.switch.tick(now, &mut out);
                     let wall = OffsetDateTime::now_utc();
-                    if stats.due(wall) {
-                        self.save_sample(id, stats.cut(wall));
+                    if self.stats.due(wall) {
+                        registry.save_sample(id, self.stats.cut(wall));
                     }
                 }
-                Got::PipelineGone => break,
-                Got::Stopped => {
-                    self.sessions.close(id, epoch);
-                    for slot in [Slot::Main, Slot::Backup] {
-                        if inputs[slot.index()].take().is_some() {
-                            self.slot_left(id, epoch, slot);
-                        }
-                    }
-                    break;
-                }
+                Got::PipelineEnded(ended) => return Some(ended),
+                Got::Stopped => return None,
             }
-            dropped += self.forward(id, &mut out, &hub, &mut stats);
+            self.forward(&mut out);
             let receiving = (
-                switch.receiving(Slot::Main, now),
-                switch.receiving(Slot::Backup, now),
+                self.switch.receiving(Slot::Main, now),
+                self.switch.receiving(Slot::Backup, now),
             );
             if receiving != shown {
                 shown = receiving;
-                let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+                let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 s.set_receiving(receiving.0, receiving.1);
             }
-            if switch.is_empty() {
-                match self
-                    .sessions
-                    .close_unless_attaching(id, epoch, &mut control_rx)
-                {
-                    Some((slot, rx)) => {
-                        inputs[slot.index()] = Some(rx);
-                        switch.attach(slot, now);
-                    }
-                    None => break,
+            if self.switch.is_empty() {
+                match registry.sessions.close_unless_attaching(id, control) {
+                    Some(attach) => self.attach(attach, now),
+                    None => return None,
                 }
             }
         }
-        self.inputs_ended(id, &hub, stats, dropped, switch.overlapped());
     }
 
-    /// The input task's last words: the source's readers (the pipeline first) see the end of
-    /// their media, the last statistics window is saved, losses are logged.
-    fn inputs_ended(
-        &self,
-        id: i64,
-        hub: &Hub,
-        mut stats: SourceStats,
-        dropped: u64,
-        overlapped: u64,
-    ) {
-        hub.end(&Feed::Source);
-        self.save_sample(id, stats.cut(OffsetDateTime::now_utc()));
+    fn attach(&mut self, (slot, protocol, media): Attach, now: tokio::time::Instant) {
+        self.queues[slot.index()] = Some(media);
+        self.switch.attach(slot, now);
+        self.registry.slot_started(self.id, slot, protocol);
+    }
+
+    /// The inputs' last words: the publishers' queues close, the source's readers (the
+    /// pipeline first) see the end of their media, the last statistics window is saved, losses
+    /// are logged.
+    pub(super) fn end(mut self) {
+        let id = self.id;
+        self.queues = [None, None];
+        self.hub.end(&Feed::Source);
+        self.registry
+            .save_sample(id, self.stats.cut(OffsetDateTime::now_utc()));
+        let (dropped, overlapped) = (self.dropped, self.switch.overlapped());
         if dropped > 0 || overlapped > 0 {
             tracing::warn!(
                 stream = id,
@@ -138,16 +151,10 @@ impl Registry {
         }
     }
 
-    /// Hands the switch's output to the source's readers; how many deliveries were lost to a
+    /// Hands the switch's output to the source's readers, counting the deliveries lost to a
     /// full reader queue (the pipeline's are counted in `frames_dropped` by its reader).
-    fn forward(
-        &self,
-        id: i64,
-        out: &mut Vec<SwitchEvent>,
-        hub: &Hub,
-        stats: &mut SourceStats,
-    ) -> u64 {
-        let mut dropped = 0;
+    fn forward(&mut self, out: &mut Vec<SwitchEvent>) {
+        let id = self.id;
         for event in out.drain(..) {
             let msg = match event {
                 SwitchEvent::Media(m) => m,
@@ -169,20 +176,23 @@ impl Registry {
                         at_ms = at / 1_000_000,
                         "outputs switched"
                     );
-                    self.events.emit(crate::events::Event::InputSwitched {
-                        stream_id: id,
-                        from,
-                        to,
-                    });
+                    self.registry
+                        .events
+                        .emit(crate::events::Event::InputSwitched {
+                            stream_id: id,
+                            from,
+                            to,
+                        });
                     MediaMessage::Discontinuity { at }
                 }
             };
-            stats.observe(&msg);
-            dropped += hub.publish(&Feed::Source, msg).dropped as u64;
+            self.stats.observe(&msg);
+            self.dropped += self.hub.publish(&Feed::Source, msg).dropped as u64;
         }
-        dropped
     }
+}
 
+impl Registry {
     /// Stores a window's source statistics, off the input task (a slow disk never holds media).
     fn save_sample(&self, id: i64, sample: Option<SourceSample>) {
         let Some(sample) = sample else { return };
@@ -192,13 +202,6 @@ impl Registry {
                 tracing::warn!(stream = id, error = %e, "cannot store source statistics");
             }
         });
-    }
-}
-
-/// Resolves once the session is told to stop (never, if its stop signal is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 

@@ -4,19 +4,18 @@
 //! and the API read from it. Pipelines come from a [`PipelineFactory`], so this module does not
 //! depend on GStreamer and its lifecycle is unit-tested with a fake one.
 //!
-//! - [`sessions`]: the table of streams, slots, epochs, eviction; waits for released slots.
-//! - [`inputs`] + [`switch`]: a session's input task and the sans-IO main/backup switch.
-//! - [`lifecycle`]: grace period and linger after the inputs are gone.
-//! - [`changes`]: the record-change feed for the PULL fetcher.
+//! - [`stream`]: each stream's owner task: its sessions, their facts, the grace period and the
+//!   linger after the end.
+//! - [`sessions`]: the table of streams and their slots, read by publishes and the API;
+//!   eviction; waits for released slots.
+//! - [`inputs`] + [`switch`]: a session's inputs and the sans-IO main/backup switch.
 //! - [`records`]: what a publish reads of the stream's record (its quality set, the renderers'
 //!   options).
 //! - [`status`]: the live status and counters shared with the pipeline and the API.
 //! - [`stats`]: the source's statistics, sampled into the store.
 //! - [`times`]: the record's publish times, stored off the media path.
 
-mod changes;
 mod inputs;
-mod lifecycle;
 mod publish_auth;
 mod publisher;
 mod records;
@@ -24,6 +23,7 @@ mod seams;
 mod sessions;
 pub mod stats;
 pub mod status;
+mod stream;
 pub mod switch;
 mod times;
 
@@ -34,20 +34,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use crate::db::{Store, StreamSettings};
-use crate::events::{Event, Events};
-use crate::hub::{Feed, ReaderOptions};
-use crate::media::MediaMessage;
-use crate::package::{DiskStorage, Package, PackagingConfig};
+use crate::events::Events;
+use crate::package::{Package, PackagingConfig};
 use crate::quality::QualitySets;
 pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
 use publisher::LeaseHold;
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use records::session_options;
-use sessions::{lock, Opened};
+use sessions::{lock, Opened, SessionStart};
 pub use status::{Counters, LiveStatus, PipelinePart, RestreamStatus, SharedStatus, StreamMetrics};
 pub use times::Times;
 
@@ -88,8 +85,10 @@ pub struct Registry {
     quality_sets: Arc<QualitySets>,
     factory: Arc<dyn PipelineFactory>,
     config: LiveConfig,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    changes: changes::Changes,
+    /// The streams' owner tasks.
+    owners: Mutex<tokio::task::JoinSet<()>>,
+    /// Set at shutdown: owners between sessions end at once.
+    closing: tokio::sync::watch::Sender<bool>,
     events: Events,
     leases: std::sync::OnceLock<Arc<dyn Leases>>,
     /// Weak: the outputs hold the registry.
@@ -116,8 +115,8 @@ impl Registry {
             quality_sets,
             factory,
             config,
-            tasks: Mutex::new(Vec::new()),
-            changes: changes::Changes::default(),
+            owners: Mutex::new(tokio::task::JoinSet::new()),
+            closing: tokio::sync::watch::Sender::new(false),
             events,
             leases: std::sync::OnceLock::new(),
             outputs: std::sync::OnceLock::new(),
@@ -207,33 +206,19 @@ impl Registry {
         self.publishing(id) || lock(&self.holds).contains_key(&id)
     }
 
-    /// A stream record was created, changed or deleted: its PULL fetcher (if any) follows.
-    /// Returns `false` when the queue is full (the fetcher then rescans everything).
-    pub fn stream_changed(&self, id: i64) -> bool {
-        self.changes.changed(id)
-    }
-
     /// The domain events' bus this registry emits on (publish, switch, live start and end).
     pub fn events(&self) -> &Events {
         &self.events
     }
 
-    /// The change feed, taken once by the PULL fetcher.
-    pub fn take_changes(&self) -> Option<mpsc::Receiver<i64>> {
-        self.changes.take()
-    }
-
     /// Stops every pipeline (each flushes its last parts and goes to NULL), bounded in time.
     pub async fn shutdown(&self, within: Duration) {
+        self.closing.send_replace(true);
         self.sessions.stop_all();
-        let handles = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        let all = async {
-            for h in handles {
-                // A panicked or cancelled task counts as done.
-                let _ = h.await;
-            }
-        };
+        let mut owners = std::mem::take(&mut *lock(&self.owners));
         let deadline = tokio::time::Instant::now() + within;
+        // A panicked task counts as done.
+        let all = async { while owners.join_next().await.is_some() {} };
         if tokio::time::timeout_at(deadline, all).await.is_err() {
             tracing::warn!("pipelines still running after {within:?}; exiting anyway");
         }
@@ -441,136 +426,24 @@ impl Registry {
         let id = row.id;
         let quality_set = self.quality_set(&row).await;
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        let opened = self
-            .sessions
-            .open(id, slot, protocol, rx, self.config.packaging)?;
-        hold.used();
-        let (handles, epoch, control, stop, media) = match opened {
-            Opened::Joined(counters) => {
-                self.slot_started(id, slot, protocol);
-                return Ok(Publisher::new(id, tx, counters));
-            }
-            Opened::Started {
-                handles,
-                epoch,
-                control,
-                stop,
-                media,
-            } => (handles, epoch, control, stop, media),
-        };
-        let storage = DiskStorage::new(self.config.media_root.join(id.to_string()));
-        handles
-            .package
-            .start_session(session_options(&row.settings), Arc::new(storage));
-        self.slot_started(id, slot, protocol);
-        tracing::info!(stream = id, epoch, "session started");
-        self.events.emit(Event::LiveStarted {
-            stream_id: id,
-            resumed: epoch > 1,
-        });
-
-        let publisher = Publisher::new(id, tx, handles.counters.clone());
-        // Attached before the input task publishes anything: the pipeline sees the start.
-        let counters = handles.counters.clone();
-        let pipe = handles.hub.subscribe(
-            Feed::Source,
-            ReaderOptions::new("pipeline", PUBLISH_QUEUE).on_drop(move |m| {
-                if matches!(m, MediaMessage::Frame(_)) {
-                    Counters::add(&counters.frames_dropped, 1);
-                }
-            }),
-        );
-        // Dropped when the pipeline has ended: the input task then stops taking media.
-        let (pipeline_alive, pipeline_gone) = tokio::sync::oneshot::channel::<()>();
-        // Dropped when the input task has ended (and ended the hub's source feed).
-        let (inputs_alive, inputs_ended) = tokio::sync::oneshot::channel::<()>();
-        let inputs = {
-            let run = self.clone().run_inputs(
-                handles.clone(),
-                epoch,
-                (slot, media),
-                control,
-                pipeline_gone,
-                stop.clone(),
-            );
-            tokio::spawn(async move {
-                run.await;
-                drop(inputs_alive);
-            })
-        };
-        let pipeline = self.factory.run(PipelineJob {
-            stream: handles,
+        let start = SessionStart {
+            first: (slot, protocol, rx),
             quality_set,
-            media: pipe,
-            stop,
-        });
-        let registry = self.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = pipeline.await {
-                tracing::error!(stream = id, error = %e, "pipeline failed; stream ended");
+            options: session_options(&row.settings),
+        };
+        let counters = match self.sessions.open(id, start, self.config.packaging)? {
+            Opened::Told(counters) => counters,
+            Opened::New { handles, control } => {
+                let counters = handles.counters.clone();
+                let mut owners = lock(&self.owners);
+                // Owners of forgotten streams are done: their results go now.
+                while owners.try_join_next().is_some() {}
+                owners.spawn(self.clone().own(handles, control));
+                counters
             }
-            drop(pipeline_alive);
-            // A pipeline that failed ends before its input task: the next session may open
-            // only once that task has ended the source feed, or the end would reach the next
-            // session's pipeline.
-            let _ = inputs_ended.await;
-            registry.inputs_gone(id, epoch);
-        });
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task);
-        tasks.push(inputs);
-        Ok(publisher)
-    }
-
-    /// Bookkeeping for a publisher that got a slot: its start time and the receiving flag.
-    fn slot_started(&self, id: i64, slot: Slot, protocol: Protocol) {
-        self.sessions.slot_started(id, slot);
-        self.lease_state_changed(id);
-        self.events.emit(Event::PublishStarted {
-            stream_id: id,
-            slot,
-            protocol,
-        });
-        let now = Some(OffsetDateTime::now_utc());
-        self.times.set(
-            id,
-            match slot {
-                Slot::Main => Times {
-                    started_primary: now,
-                    ..Times::default()
-                },
-                Slot::Backup => Times {
-                    started_backup: now,
-                    ..Times::default()
-                },
-            },
-        );
-        tracing::info!(stream = id, ?slot, ?protocol, "publish started");
-    }
-
-    /// A publisher left its slot: the slot is free for a new publish; for the main slot, its
-    /// finish time goes to the record (stated, never awaited: the backup takes over meanwhile).
-    fn slot_left(&self, id: i64, epoch: u64, slot: Slot) {
-        let protocol = self.sessions.slot_left(id, epoch, slot);
-        self.lease_state_changed(id);
-        if let Some(protocol) = protocol {
-            self.events.emit(Event::PublishStopped {
-                stream_id: id,
-                slot,
-                protocol,
-            });
-        }
-        tracing::info!(stream = id, ?slot, "publisher left");
-        if slot == Slot::Main {
-            self.times.set(
-                id,
-                Times {
-                    finished_primary: Some(OffsetDateTime::now_utc()),
-                    ..Times::default()
-                },
-            );
-        }
+        };
+        hold.used();
+        Ok(Publisher::new(id, tx, counters))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The table of streams the registry knows (live, in their grace period, or lingering after
-//! the end): per stream its package, status, counters, and the publishing session's slots and
-//! epoch. Every change that can let a waiting publish in wakes the waiters.
+//! the end): per stream its package, status, counters, the publishing session's slots, and the
+//! queue to the stream's owner task. Publishes and the API read and change it under one lock;
+//! only the owner ends a session or removes its stream. Every change that can let a waiting
+//! publish in wakes the waiters.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,25 +14,39 @@ use super::publisher::{Protocol, PublishError, Slot};
 use super::status::{Counters, LiveStatus, SharedStatus, StreamMetrics};
 use super::StreamHandles;
 use crate::media::MediaMessage;
-use crate::package::{Package, PackageState, PackagingConfig};
+use crate::package::{Package, PackageState, PackagingConfig, SessionOptions};
+use crate::quality::QualitySet;
 
 /// Longest wait for a slot whose publisher is just leaving before a publish to it is refused.
 pub(super) const SLOT_RELEASE_WAIT: Duration = Duration::from_millis(1500);
 
-/// A new publisher for a running session: its slot and the media it will send.
-pub(super) type Attach = (Slot, mpsc::Receiver<MediaMessage>);
+/// Commands queued for a stream's owner: a start, an attach and an eviction or two at most.
+const CONTROL_QUEUE: usize = 4;
 
-/// What the registry tells a session's input task.
+/// A new publisher for a running session: its slot, protocol and the media it will send.
+pub(super) type Attach = (Slot, Protocol, mpsc::Receiver<MediaMessage>);
+
+/// What a session starts from: its first publisher, the ladder, and the record's options for
+/// the package, as checked at the publish.
+pub(super) struct SessionStart {
+    pub first: Attach,
+    pub quality_set: QualitySet,
+    pub options: SessionOptions,
+}
+
+/// What the registry tells a stream's owner task ([`super::stream`]).
 pub(super) enum Control {
+    /// A publish while the stream has no session (new, in its grace period, or ended and
+    /// lingering): start one.
+    Start(SessionStart),
+    /// A publish to the free slot of the running session.
     Attach(Attach),
     /// Drop the slot's publisher: it has gone silent and a new one wants the slot.
     Evict(Slot),
 }
 
-/// The inputs of a live stream: one task switches between its main and backup publishers and
-/// feeds the one pipeline.
+/// The publishing session of a live stream, as far as publishes and the API need to see it.
 struct Session {
-    control: mpsc::Sender<Control>,
     /// Which slots have a publisher, by what protocol (a second publish to a taken slot is
     /// refused).
     slots: [Option<Protocol>; 2],
@@ -38,28 +54,37 @@ struct Session {
     closing: bool,
 }
 
+impl Session {
+    fn new(slot: Slot, protocol: Protocol) -> Session {
+        let mut slots = [None; 2];
+        slots[slot.index()] = Some(protocol);
+        Session {
+            slots,
+            closing: false,
+        }
+    }
+}
+
 struct Entry {
     handles: StreamHandles,
+    /// The stream's owner task: it alone starts and ends sessions and forgets the stream.
+    control: mpsc::Sender<Control>,
     /// The publishing session; `None` while in the grace period or ended.
     session: Option<Session>,
-    /// Bumped on every publish, so a stale timer or pipeline end cannot touch a newer session.
-    epoch: u64,
-    /// Tells the current pipeline to drain and stop (deactivation, deletion, shutdown).
+    /// Tells the current session's pipeline to drain and stop (deactivation, deletion,
+    /// shutdown); reset when a session opens.
     stop: watch::Sender<bool>,
 }
 
 /// How a publish got its slot.
 pub(super) enum Opened {
-    /// The session was running (the other slot publishes): the media goes to its input task.
-    Joined(Arc<Counters>),
-    /// A new session (first publish, or a reconnect within the grace period on the same
-    /// package): its input task and pipeline are to be started.
-    Started {
+    /// The stream had an owner: it was told to start a session or to attach the publisher.
+    Told(Arc<Counters>),
+    /// A new stream: its owner task is to be started with this feed (the session's start is
+    /// already queued on it).
+    New {
         handles: StreamHandles,
-        epoch: u64,
         control: mpsc::Receiver<Control>,
-        stop: watch::Receiver<bool>,
-        media: mpsc::Receiver<MediaMessage>,
     },
 }
 
@@ -150,50 +175,38 @@ impl Table {
         true
     }
 
-    /// Gives `slot` to a publisher whose media arrives on `media`: joins the running session,
-    /// or starts one (on the package kept through the grace period, or a new one). Everything
-    /// happens under one lock, so a main and a backup publishing at the same moment end up in
-    /// one session.
+    /// Gives the first slot of `start` to its publisher: tells the stream's owner to attach it
+    /// to the running session or to start one (on the package kept through the grace period),
+    /// or makes a new stream whose owner the caller starts. Everything happens under one lock,
+    /// so a main and a backup publishing at the same moment end up in one session.
     pub fn open(
         &self,
         id: i64,
-        slot: Slot,
-        protocol: Protocol,
-        media: mpsc::Receiver<MediaMessage>,
+        start: SessionStart,
         packaging: PackagingConfig,
     ) -> Result<Opened, PublishError> {
-        let (control_tx, control) = mpsc::channel(4);
-        let (stop_tx, stop) = watch::channel(false);
-        let mut slots = [None; 2];
-        slots[slot.index()] = Some(protocol);
-        let session = Session {
-            control: control_tx,
-            slots,
-            closing: false,
-        };
+        let (slot, protocol) = (start.first.0, start.first.1);
         let mut streams = self.streams();
-        let (handles, epoch) = match streams.get_mut(&id) {
-            Some(Entry {
-                session: Some(running),
-                handles,
-                ..
-            }) => {
-                if running.closing || running.slots[slot.index()].is_some() {
-                    return Err(PublishError::AlreadyLive(id));
-                }
-                running
-                    .control
-                    .try_send(Control::Attach((slot, media)))
-                    .map_err(|_| PublishError::AlreadyLive(id))?;
-                running.slots[slot.index()] = Some(protocol);
-                return Ok(Opened::Joined(handles.counters.clone()));
-            }
+        let opened = match streams.get_mut(&id) {
             Some(e) => {
-                // A reconnect within the grace period: same package, new epoch.
-                e.session = Some(session);
-                e.epoch += 1;
-                e.stop = stop_tx;
-                (e.handles.clone(), e.epoch)
+                let control = match &mut e.session {
+                    Some(running) if running.closing || running.slots[slot.index()].is_some() => {
+                        return Err(PublishError::AlreadyLive(id));
+                    }
+                    Some(_) => Control::Attach(start.first),
+                    None => Control::Start(start),
+                };
+                e.control
+                    .try_send(control)
+                    .map_err(|_| PublishError::AlreadyLive(id))?;
+                match &mut e.session {
+                    Some(running) => running.slots[slot.index()] = Some(protocol),
+                    None => {
+                        e.session = Some(Session::new(slot, protocol));
+                        e.stop.send_replace(false);
+                    }
+                }
+                Opened::Told(e.handles.counters.clone())
             }
             None => {
                 let handles = StreamHandles {
@@ -203,30 +216,23 @@ impl Table {
                     status: SharedStatus::default(),
                     counters: Arc::default(),
                 };
+                let (control_tx, control) = mpsc::channel(CONTROL_QUEUE);
+                // Cannot fail: the queue is new and empty.
+                let _ = control_tx.try_send(Control::Start(start));
                 streams.insert(
                     id,
                     Entry {
                         handles: handles.clone(),
-                        session: Some(session),
-                        epoch: 1,
-                        stop: stop_tx,
+                        control: control_tx,
+                        session: Some(Session::new(slot, protocol)),
+                        stop: watch::Sender::new(false),
                     },
                 );
-                (handles, 1)
+                Opened::New { handles, control }
             }
         };
-        Ok(Opened::Started {
-            handles,
-            epoch,
-            control,
-            stop,
-            media,
-        })
-    }
-
-    /// Marks the slot receiving in the status as soon as it is taken.
-    pub fn slot_started(&self, id: i64, slot: Slot) {
-        if let Some(e) = self.streams().get(&id) {
+        // Receiving as soon as the slot is taken: the status never says off air meanwhile.
+        if let Some(e) = streams.get(&id) {
             let mut s = lock(&e.handles.status);
             let (main, backup) = (s.live(), s.backup_live());
             match slot {
@@ -234,28 +240,19 @@ impl Table {
                 Slot::Backup => s.set_receiving(main, true),
             }
         }
+        Ok(opened)
     }
 
     /// A publisher left its slot: the slot is free for a new publish. The protocol it
     /// published with, if it still held the slot.
-    pub fn slot_left(&self, id: i64, epoch: u64, slot: Slot) -> Option<Protocol> {
+    pub fn slot_left(&self, id: i64, slot: Slot) -> Option<Protocol> {
         let left = self
-            .session_mut(&mut self.streams(), id, epoch)
+            .streams()
+            .get_mut(&id)
+            .and_then(|e| e.session.as_mut())
             .and_then(|s| s.slots[slot.index()].take());
         self.released.send_replace(());
         left
-    }
-
-    fn session_mut<'a>(
-        &self,
-        streams: &'a mut HashMap<i64, Entry>,
-        id: i64,
-        epoch: u64,
-    ) -> Option<&'a mut Session> {
-        streams
-            .get_mut(&id)
-            .filter(|e| e.epoch == epoch)
-            .and_then(|e| e.session.as_mut())
     }
 
     /// Both publishers have left: the session closes, unless a publisher is attaching right
@@ -263,14 +260,13 @@ impl Table {
     pub fn close_unless_attaching(
         &self,
         id: i64,
-        epoch: u64,
         control: &mut mpsc::Receiver<Control>,
     ) -> Option<Attach> {
         let mut streams = self.streams();
         match control.try_recv() {
             Ok(Control::Attach(attach)) => Some(attach),
             _ => {
-                if let Some(s) = self.session_mut(&mut streams, id, epoch) {
+                if let Some(s) = streams.get_mut(&id).and_then(|e| e.session.as_mut()) {
                     s.closing = true;
                 }
                 None
@@ -278,59 +274,64 @@ impl Table {
         }
     }
 
-    /// The session was told to stop: no publisher joins it while its pipeline drains (a new
-    /// one waits for the drain and starts the next session).
-    pub fn close(&self, id: i64, epoch: u64) {
-        if let Some(s) = self.session_mut(&mut self.streams(), id, epoch) {
-            s.closing = true;
-        }
+    /// The session's inputs are done (told to stop, or its pipeline ended): no publisher joins
+    /// it while its pipeline drains (a new one waits for the drain and starts the next session).
+    /// Returns the slots that still had a publisher.
+    pub fn close(&self, id: i64) -> Vec<(Slot, Protocol)> {
+        let mut streams = self.streams();
+        let Some(s) = streams.get_mut(&id).and_then(|e| e.session.as_mut()) else {
+            return Vec::new();
+        };
+        s.closing = true;
+        let held = [Slot::Main, Slot::Backup]
+            .into_iter()
+            .filter_map(|slot| s.slots[slot.index()].take().map(|p| (slot, p)))
+            .collect();
+        drop(streams);
+        self.released.send_replace(());
+        held
     }
 
-    /// The pipeline of `epoch` has drained: the session ends, the stream's outputs stay for
-    /// the grace period. `None` when a newer session has taken over.
-    pub fn session_ended(&self, id: i64, epoch: u64) -> Option<Arc<Package>> {
-        let package = {
-            let mut streams = self.streams();
-            let e = streams.get_mut(&id).filter(|e| e.epoch == epoch)?;
+    /// The session's pipeline has drained: the session ends, the stream's outputs stay for
+    /// the grace period.
+    pub fn session_ended(&self, id: i64) {
+        if let Some(e) = self.streams().get_mut(&id) {
             e.session = None;
             *lock(&e.handles.status) = LiveStatus::default();
-            e.handles.package.clone()
-        };
-        self.released.send_replace(());
-        Some(package)
-    }
-
-    /// The package of `epoch` if no session has started since it ended.
-    pub fn idle_package(&self, id: i64, epoch: u64) -> Option<Arc<Package>> {
-        self.streams()
-            .get(&id)
-            .filter(|e| e.epoch == epoch && e.session.is_none())
-            .map(|e| e.handles.package.clone())
-    }
-
-    /// Forgets the stream if no session has started since `epoch` ended.
-    /// Forgets an idle stream of `epoch`; `true` if it did.
-    pub fn remove_idle(&self, id: i64, epoch: u64) -> bool {
-        let mut streams = self.streams();
-        let idle = streams
-            .get(&id)
-            .is_some_and(|e| e.epoch == epoch && e.session.is_none());
-        if idle {
-            streams.remove(&id);
         }
-        idle
+        self.released.send_replace(());
     }
 
-    /// Tells the stream's pipeline to drain and stop; `false` when it has no session.
+    /// The owner's last act: forgets the stream, unless a publish has just told it to start a
+    /// session (under the same lock), whose start is returned.
+    pub fn remove_unless_starting(
+        &self,
+        id: i64,
+        control: &mut mpsc::Receiver<Control>,
+    ) -> Option<SessionStart> {
+        let mut streams = self.streams();
+        loop {
+            match control.try_recv() {
+                Ok(Control::Start(start)) => return Some(start),
+                // Only a session's publishers are attached or evicted: none is running.
+                Ok(Control::Attach(_) | Control::Evict(_)) => continue,
+                Err(_) => {
+                    streams.remove(&id);
+                    return None;
+                }
+            }
+        }
+    }
+
     /// Tells the input task to drop the publishers of `slots` that have one; returns those
     /// slots. The session goes on: a slot left alone is a publisher that went away (the other
     /// slot takes over, or the grace period starts and a reconnect resumes the stream).
     pub fn cut(&self, id: i64, slots: &[Slot]) -> Vec<Slot> {
         let streams = self.streams();
-        let Some(session) = streams
+        let Some((e, session)) = streams
             .get(&id)
-            .and_then(|e| e.session.as_ref())
-            .filter(|s| !s.closing)
+            .and_then(|e| Some((e, e.session.as_ref()?)))
+            .filter(|(_, s)| !s.closing)
         else {
             return Vec::new();
         };
@@ -338,10 +339,11 @@ impl Table {
             .iter()
             .copied()
             .filter(|slot| session.slots[slot.index()].is_some())
-            .filter(|slot| session.control.try_send(Control::Evict(*slot)).is_ok())
+            .filter(|slot| e.control.try_send(Control::Evict(*slot)).is_ok())
             .collect()
     }
 
+    /// Tells the stream's pipeline to drain and stop; `false` when it has no session.
     pub fn stop(&self, id: i64) -> bool {
         match self.streams().get(&id).filter(|e| e.session.is_some()) {
             Some(e) => {
@@ -349,6 +351,14 @@ impl Table {
                 true
             }
             None => false,
+        }
+    }
+
+    /// The stop signal of the stream's current session.
+    pub fn stop_signal(&self, id: i64) -> watch::Receiver<bool> {
+        match self.streams().get(&id) {
+            Some(e) => e.stop.subscribe(),
+            None => watch::Sender::new(true).subscribe(),
         }
     }
 

@@ -7,11 +7,12 @@ use std::pin::Pin;
 use std::sync::Mutex as StdMutex;
 
 use bytes::Bytes;
+use time::OffsetDateTime;
 use tokio::time::Instant;
 
 use super::*;
 use crate::db::{SqliteStore, StreamStore};
-use crate::media::{Frame, TrackKind, VideoCodec, VideoConfig};
+use crate::media::{Frame, MediaMessage, TrackKind, VideoCodec, VideoConfig};
 
 const GRACE: Duration = Duration::from_secs(60);
 const LINGER: Duration = Duration::from_secs(30);
@@ -114,10 +115,17 @@ impl Harness {
             .id
     }
 
+    /// A publish, and the owner's turn to act on it (it starts the session after the publish
+    /// is answered), without letting time pass.
     async fn publish(&self, id: i64, slot: Slot) -> Result<Publisher, PublishError> {
-        self.registry
+        let publisher = self
+            .registry
             .publish(id, slot, "tok", (Protocol::Rtmp, &Caller::default()))
-            .await
+            .await;
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        publisher
     }
 
     fn jobs(&self) -> usize {

@@ -147,7 +147,6 @@ fn array(body: Value) -> Result<Vec<Value>, ApiError> {
 
 /// Applies a change to what is rendered (in the background: starting a page takes a moment).
 pub fn changed(api: &Arc<Api>, stream: i64) {
-    api.registry.stream_changed(stream);
     if let Some(hub) = api.overlays.clone() {
         tokio::spawn(async move { hub.changed(stream).await });
     }

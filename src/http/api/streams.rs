@@ -474,7 +474,6 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .db(move |s| s.create_stream(&settings, &token, now))
         .await?;
     tracing::info!(stream = row.id, name = %row.settings.name, "stream created");
-    api.registry.stream_changed(row.id);
     api.registry
         .events()
         .emit(Event::StreamCreated { stream_id: row.id });
@@ -576,7 +575,6 @@ pub async fn delete(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError>
         return Err(ApiError::not_found("stream"));
     }
     api.registry.kick(id);
-    api.registry.stream_changed(id);
     tracing::info!(stream = id, "stream deleted");
     api.registry
         .events()

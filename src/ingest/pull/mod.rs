@@ -1,8 +1,9 @@
 //! PULL streams: for every record with `pull=true` and `active=true` the daemon fetches the
 //! stream itself from the record's `uri` (one or more space-separated source URLs), cycling
 //! through them round-robin (`task`), each through GStreamer (`source`) after the outbound-URL
-//! policy's check ([`crate::url_policy`]). This manager follows the records: started at boot, restarted when `uri` changes,
-//! stopped when the stream is deactivated, turned into a push stream or deleted.
+//! policy's check ([`crate::url_policy`]). This manager follows the records' changes on the
+//! events bus: started at boot, restarted when `uri` changes, stopped when the stream is
+//! deactivated, turned into a push stream or deleted.
 
 pub mod gateway;
 pub mod rewrite;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::db::Store;
+use crate::events::{Event, Next};
 use crate::live::Registry;
 
 /// A source that has delivered nothing this long after being opened is skipped.
@@ -106,23 +108,32 @@ impl Puller {
             gateway,
             running: Mutex::new(HashMap::new()),
         });
-        let mut changes = registry.take_changes();
+        // Subscribed before the first scan: a change made during it is seen afterwards.
+        let mut changes = registry.events().subscribe();
         Ok(tokio::spawn(async move {
             puller.rescan().await;
             let mut rescan = tokio::time::interval(RESCAN);
             rescan.tick().await;
+            let mut following = true;
             loop {
                 tokio::select! {
                     _ = async { drop(shutdown.wait_for(|s| *s).await) } => break,
                     _ = rescan.tick() => puller.rescan().await,
-                    id = async {
-                        match changes.as_mut() {
-                            Some(rx) => rx.recv().await,
-                            None => std::future::pending().await,
+                    next = async {
+                        match following {
+                            true => changes.next().await,
+                            false => std::future::pending().await,
                         }
-                    } => match id {
-                        Some(id) => puller.reconcile(id).await,
-                        None => changes = None,
+                    } => match next {
+                        Some(Next::Event(e)) => match e.event {
+                            Event::StreamCreated { stream_id }
+                            | Event::StreamUpdated { stream_id }
+                            | Event::StreamDeleted { stream_id } => puller.reconcile(stream_id).await,
+                            _ => {}
+                        },
+                        // Changes were missed: every record is looked at again.
+                        Some(Next::Lost(_)) => puller.rescan().await,
+                        None => following = false,
                     },
                 }
             }

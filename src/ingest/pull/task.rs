@@ -576,7 +576,6 @@ async fn deactivate(registry: &Arc<Registry>, store: Arc<dyn Store>, id: i64) {
     match result {
         Ok(Ok(true)) => {
             registry.kick(id);
-            registry.stream_changed(id);
             let events = registry.events();
             events.emit(crate::events::Event::StreamUpdated { stream_id: id });
             events.emit(crate::events::Event::PullDeactivated { stream_id: id });
