@@ -624,3 +624,22 @@ async fn a_kicked_publisher_is_cut_before_the_pipeline_has_drained() {
     assert_eq!(h.jobs(), 2);
     drop(again);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_live_and_idle_streams_without_waiting_for_their_grace() {
+    let h = Harness::new(Duration::from_millis(500));
+    let (live, idle) = (h.stream(|_| {}), h.stream(|_| {}));
+    let _on_air = h.publish(live, Slot::Main).await.unwrap();
+    drop(h.publish(idle, Slot::Main).await.unwrap());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(h.registry.package(idle).is_some(), "in its grace period");
+    let start = Instant::now();
+    h.registry.shutdown(Duration::from_secs(20)).await;
+    // The live one's pipeline drains (its 500 ms); the idle one's owner does not sit out the
+    // grace period.
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    assert!(
+        h.seen(0).lock().unwrap().stopped,
+        "the live pipeline was told to stop"
+    );
+}
