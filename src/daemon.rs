@@ -285,6 +285,7 @@ async fn registry(
     store: &Arc<dyn Store>,
     quality_sets: &Arc<QualitySets>,
     overlays: &Option<Arc<OverlayHub>>,
+    cluster: &Arc<Cluster>,
 ) -> Result<Arc<Registry>, DaemonError> {
     let media_root = config.data_dir.join("media");
     {
@@ -307,6 +308,7 @@ async fn registry(
             publish_auth: publish_auth(config)?,
         },
         crate::events::Events::with_capacity(&node_id(config), config.events_bus_capacity),
+        Some(cluster.clone()),
     ))
 }
 
@@ -321,13 +323,8 @@ fn publish_auth(config: &Config) -> Result<Option<Arc<crate::live::PublishAuth>>
 
 /// This node among the daemons sharing the store, registered (first heartbeat) before any
 /// publish is accepted, so its leases are never those of a node the others think dead.
-async fn cluster(
-    config: &Config,
-    store: &Arc<dyn Store>,
-    registry: &Arc<Registry>,
-    http_addr: SocketAddr,
-) -> Result<Arc<Cluster>, DaemonError> {
-    let cluster = Cluster::new(
+fn cluster(config: &Config, store: &Arc<dyn Store>, http_addr: SocketAddr) -> Arc<Cluster> {
+    Cluster::new(
         ClusterConfig {
             node_id: node_id(config),
             node_url: node_url(config, http_addr),
@@ -335,13 +332,7 @@ async fn cluster(
             shared_store: config.database_url.is_some(),
         },
         store.clone(),
-    );
-    registry.set_leases(cluster.clone());
-    cluster
-        .start(registry)
-        .await
-        .map_err(DaemonError::Cluster)?;
-    Ok(cluster)
+    )
 }
 
 /// The restreams of the streams served here; their states join the streams' status.
@@ -352,11 +343,12 @@ fn restreams(
 ) -> Result<Arc<crate::egress::manager::Restreams>, DaemonError> {
     let tls = crate::egress::tls::client_config(config.restream_ca_file.as_deref())?;
     let max = config.restreams_max_per_stream;
-    let restreams =
-        crate::egress::manager::Restreams::new(registry.clone(), store.clone(), Some(tls), max);
-    let outputs: Arc<dyn crate::live::Outputs> = restreams.clone();
-    registry.set_outputs(Arc::downgrade(&outputs));
-    Ok(restreams)
+    Ok(crate::egress::manager::Restreams::new(
+        registry.clone(),
+        store.clone(),
+        Some(tls),
+        max,
+    ))
 }
 
 fn node_id(config: &Config) -> String {
@@ -446,10 +438,11 @@ pub async fn start(
     let quality_sets = Arc::new(QualitySets::load(config.quality_sets_file.as_deref())?);
     check_gstreamer().await?;
     let overlays = overlays(&store, page_proxy)?;
-    let registry = registry(&config, &store, &quality_sets, &overlays).await?;
+    let http = bind_http(config.http_addr).await?;
+    let cluster = cluster(&config, &store, http.addr);
+    let registry = registry(&config, &store, &quality_sets, &overlays, &cluster).await?;
     let webhooks = crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
-    let http = bind_http(config.http_addr).await?;
     let (rtmp, rtmps, srt, ice_tcp) = (gates.rtmp, gates.rtmps, gates.srt, gates.ice_tcp);
     let ingest_gates = IngestGates {
         rtmp,
@@ -459,7 +452,11 @@ pub async fn start(
     };
     let ingest = Ingest::bind(&config, ingest_gates).await?;
     let public_url = public_url(&config, http.addr);
-    let cluster = cluster(&config, &store, &registry, http.addr).await?;
+    let restreams = restreams(&config, &store, &registry)?;
+    cluster
+        .start(&registry, &restreams)
+        .await
+        .map_err(DaemonError::Cluster)?;
     let node_auth = node_auth(&config, &store).await?;
     let recordings = recordings(&config, &store, &registry).await?;
     spawn_statistics_pruning(store.clone(), config.statistics_retention);
@@ -467,7 +464,6 @@ pub async fn start(
         hub.spawn(registry.events());
     }
     let spectators = Arc::new(crate::broadcast::Spectators::default());
-    let restreams = restreams(&config, &store, &registry)?;
     let api = Arc::new(Api {
         store: store.clone(),
         keys,

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use time::OffsetDateTime;
 
 use crate::db::{LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
+use crate::egress::manager::Restreams;
 use crate::live::{LiveStatus, PublishError, Registry};
 
 /// A node silent this long is dead: its streams show `live: false` and their leases are free.
@@ -51,7 +52,8 @@ pub struct Cluster {
     /// Orders lease changes (take, release, heartbeat) as the node made them: a release that
     /// runs after a new take of the same stream must see it and keep the lease.
     ops: tokio::sync::Mutex<()>,
-    registry: Mutex<Weak<Registry>>,
+    /// Asks the heartbeat task for a beat now (a publisher came or left).
+    wake: tokio::sync::Notify,
     /// When the last heartbeat that reached the store was sent (it committed after that).
     last_beat: Mutex<Option<Instant>>,
     /// Signed off ([`Cluster::leave`]): no more heartbeats.
@@ -72,7 +74,7 @@ impl Cluster {
             started_at: OffsetDateTime::now_utc(),
             held: Mutex::new(HashSet::new()),
             ops: tokio::sync::Mutex::new(()),
-            registry: Mutex::new(Weak::new()),
+            wake: tokio::sync::Notify::new(),
             last_beat: Mutex::new(None),
             left: AtomicBool::new(false),
             peers: AtomicBool::new(false),
@@ -140,10 +142,15 @@ impl Cluster {
     }
 
     /// Registers the node (first heartbeat) before anything is accepted, then beats every
-    /// `dead_after / 5` for as long as `registry` lives: each beat writes the state of the
-    /// streams it serves, stops the ones whose lease another node took, and gives up leases
-    /// it holds without serving the stream (left by an earlier run under the same node id).
-    pub async fn start(self: &Arc<Self>, registry: &Arc<Registry>) -> Result<(), ClusterError> {
+    /// `dead_after / 5` (and when a stream's publisher comes or leaves) for as long as
+    /// `registry` lives: each beat writes the state of the streams it serves (with their
+    /// restreams'), stops the ones whose lease another node took, and gives up leases it holds
+    /// without serving the stream (left by an earlier run under the same node id).
+    pub async fn start(
+        self: &Arc<Self>,
+        registry: &Arc<Registry>,
+        restreams: &Arc<Restreams>,
+    ) -> Result<(), ClusterError> {
         // Two daemons under one id would each take the other's leases for its own. A node
         // restarting (same id, same URL) is itself; another URL heard from recently is not.
         let store = self.store.clone();
@@ -160,24 +167,27 @@ impl Cluster {
                 });
             }
         }
-        *lock(&self.registry) = Arc::downgrade(registry);
-        self.beat(registry).await?;
+        self.beat(registry, restreams).await?;
         let period = self.config.dead_after / BEATS_PER_DEAD_AFTER;
         let this = self.clone();
-        let weak = Arc::downgrade(registry);
+        let (weak, restreams) = (Arc::downgrade(registry), Arc::downgrade(restreams));
         tokio::spawn(async move {
             let mut every = tokio::time::interval(period);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             every.tick().await;
             loop {
-                every.tick().await;
-                let Some(registry) = weak.upgrade() else {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    _ = this.wake.notified() => {}
+                }
+                let (Some(registry), Some(restreams)) = (weak.upgrade(), restreams.upgrade())
+                else {
                     return;
                 };
                 if this.left.load(Ordering::Acquire) {
                     return;
                 }
-                if let Err(e) = this.beat(&registry).await {
+                if let Err(e) = this.beat(&registry, &restreams).await {
                     tracing::warn!(error = %e, "cluster heartbeat failed; retrying");
                 }
             }
@@ -237,7 +247,11 @@ impl Cluster {
         self.config.dead_after - 2 * (self.config.dead_after / BEATS_PER_DEAD_AFTER)
     }
 
-    async fn beat(&self, registry: &Arc<Registry>) -> Result<(), ClusterError> {
+    async fn beat(
+        &self,
+        registry: &Arc<Registry>,
+        restreams: &Restreams,
+    ) -> Result<(), ClusterError> {
         let _order = self.ops.lock().await;
         let sent = Instant::now();
         let ours: Vec<i64> = lock(&self.held).iter().copied().collect();
@@ -246,7 +260,7 @@ impl Cluster {
             .map(|&id| LeaseState {
                 stream_id: id,
                 publishing: registry.claimed(id),
-                status: encode_status(&registry.status(id)),
+                status: encode_status(&registry.status(id).with_restreams(restreams.states(id))),
             })
             .collect();
         let store = self.store.clone();
@@ -362,19 +376,10 @@ impl Cluster {
     }
 
     /// Writes a stream's state at once (its publisher left, or came back), not at the next beat.
-    pub fn state_changed(self: &Arc<Self>, id: i64) {
-        if !self.holds(id) {
-            return;
+    pub fn state_changed(&self, id: i64) {
+        if self.holds(id) {
+            self.wake.notify_one();
         }
-        let this = self.clone();
-        tokio::spawn(async move {
-            let Some(registry) = lock(&this.registry).upgrade() else {
-                return;
-            };
-            if let Err(e) = this.beat(&registry).await {
-                tracing::warn!(stream = id, error = %e, "cannot write the stream's state");
-            }
-        });
     }
 }
 
@@ -433,12 +438,17 @@ impl crate::live::Leases for Cluster {
 }
 
 impl Cluster {
-    /// A stream's live state as every node shows it: this node's own while it serves the
-    /// stream, else what the serving node wrote in its lease (`leases`: the live ones, from
+    /// A stream's live state as every node shows it: this node's own (`here`) while it serves
+    /// the stream, else what the serving node wrote in its lease (`leases`: the live ones, from
     /// [`crate::db::ClusterStore::live_leases`]).
-    pub fn status(&self, registry: &Registry, id: i64, leases: &[LeaseRow]) -> LiveStatus {
+    pub fn status(
+        &self,
+        here: impl FnOnce() -> LiveStatus,
+        id: i64,
+        leases: &[LeaseRow],
+    ) -> LiveStatus {
         if self.holds(id) {
-            return registry.status(id);
+            return here();
         }
         leases
             .iter()

@@ -12,7 +12,7 @@ use super::runner::{Restream, Source};
 use super::target::Target;
 use crate::db::{RestreamRow, RestreamSpec, Store};
 use crate::events::{Event, Events, Next};
-use crate::live::{Outputs, Registry, RestreamStatus};
+use crate::live::{Registry, RestreamStatus};
 
 /// Restreams one stream may have by default (`restreams_max_per_stream`): each is a copy of
 /// the stream's bits going out.
@@ -231,8 +231,10 @@ impl Restreams {
     }
 }
 
-impl Outputs for Restreams {
-    fn restreams(&self, stream: i64) -> std::collections::BTreeMap<i64, RestreamStatus> {
+impl Restreams {
+    /// The states of `stream`'s restreams running here, by restream id: they join the stream's
+    /// live status wherever it is shown (the API, the lease every node reads).
+    pub fn states(&self, stream: i64) -> std::collections::BTreeMap<i64, RestreamStatus> {
         self.running()
             .iter()
             .filter(|(_, r)| r.stream_id == stream)

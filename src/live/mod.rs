@@ -27,7 +27,7 @@ mod stream;
 pub mod switch;
 mod times;
 
-pub use seams::{Leases, Outputs, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
+pub use seams::{Leases, PipelineFactory, PipelineFailure, PipelineJob, StreamHandles};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -90,9 +90,8 @@ pub struct Registry {
     /// Set at shutdown: owners between sessions end at once.
     closing: tokio::sync::watch::Sender<bool>,
     events: Events,
-    leases: std::sync::OnceLock<Arc<dyn Leases>>,
-    /// Weak: the outputs hold the registry.
-    outputs: std::sync::OnceLock<std::sync::Weak<dyn Outputs>>,
+    /// With several nodes, the streams' leases: taken before a publish is accepted.
+    leases: Option<Arc<dyn Leases>>,
     /// Publish checks per stream whose session has not opened yet ([`publisher::LeaseHold`]).
     holds: Mutex<HashMap<i64, usize>>,
     times: Arc<times::TimesWriter>,
@@ -106,6 +105,7 @@ impl Registry {
         factory: Arc<dyn PipelineFactory>,
         config: LiveConfig,
         events: Events,
+        leases: Option<Arc<dyn Leases>>,
     ) -> Arc<Registry> {
         let times = Arc::new(times::TimesWriter::default());
         let times_task = tokio::spawn(times.clone().run(store.clone()));
@@ -118,33 +118,22 @@ impl Registry {
             owners: Mutex::new(tokio::task::JoinSet::new()),
             closing: tokio::sync::watch::Sender::new(false),
             events,
-            leases: std::sync::OnceLock::new(),
-            outputs: std::sync::OnceLock::new(),
+            leases,
             holds: Mutex::new(HashMap::new()),
             times,
             times_task: Mutex::new(Some(times_task)),
         })
     }
 
-    /// Makes every publish and PULL take the stream's lease first (set once, before any).
-    pub fn set_leases(&self, leases: Arc<dyn Leases>) {
-        let _ = self.leases.set(leases);
-    }
-
-    /// Adds the restreams' states to the streams' status (set once).
-    pub fn set_outputs(&self, outputs: std::sync::Weak<dyn Outputs>) {
-        let _ = self.outputs.set(outputs);
-    }
-
     async fn take_lease(&self, id: i64, from_idle: bool) -> Result<(), PublishError> {
-        match self.leases.get() {
+        match &self.leases {
             Some(leases) => leases.clone().take(id, from_idle).await,
             None => Ok(()),
         }
     }
 
     fn lease_state_changed(&self, id: i64) {
-        if let Some(leases) = self.leases.get() {
+        if let Some(leases) = &self.leases {
             leases.clone().state_changed(id);
         }
     }
@@ -155,7 +144,7 @@ impl Registry {
         if lock(&self.holds).contains_key(&id) {
             return;
         }
-        if let Some(leases) = self.leases.get() {
+        if let Some(leases) = &self.leases {
             leases.clone().release(id);
         }
     }
@@ -247,19 +236,15 @@ impl Registry {
         self.sessions.metrics()
     }
 
+    /// The stream's live status here (its restreams' states are the restreams' to add).
     pub fn status(&self, id: i64) -> LiveStatus {
-        let status = self
-            .sessions
+        self.sessions
             .handles(id)
             .map(|h| {
                 let s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 s.with_storage_error(h.package.storage_error())
             })
-            .unwrap_or_default();
-        match self.outputs.get().and_then(|o| o.upgrade()) {
-            Some(outputs) => status.with_restreams(outputs.restreams(id)),
-            None => status,
-        }
+            .unwrap_or_default()
     }
 
     /// Ends a live publish (the stream was deactivated or deleted): its pipeline drains, the

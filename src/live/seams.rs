@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::publisher::PublishError;
-use super::status::{Counters, RestreamStatus, SharedStatus};
+use super::status::{Counters, SharedStatus};
 use crate::hub::{self, Hub};
 use crate::package::Package;
 use crate::quality::QualitySet;
@@ -44,13 +44,6 @@ pub trait PipelineFactory: Send + Sync + 'static {
         &self,
         job: PipelineJob,
     ) -> Pin<Box<dyn Future<Output = Result<(), PipelineFailure>> + Send>>;
-}
-
-/// What runs from a stream's outputs besides the packages (the restreams): its state joins
-/// the stream's status, and so the lease every node reads.
-pub trait Outputs: Send + Sync + 'static {
-    /// The states of `stream`'s restreams running here, by restream id.
-    fn restreams(&self, stream: i64) -> std::collections::BTreeMap<i64, RestreamStatus>;
 }
 
 /// Where streams are served when several daemons share the store (`cluster`): a stream's lease

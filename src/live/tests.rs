@@ -74,6 +74,10 @@ struct Harness {
 
 impl Harness {
     fn new(drain: Duration) -> Harness {
+        Harness::with(drain, None)
+    }
+
+    fn with(drain: Duration, leases: Option<Arc<dyn Leases>>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
         let pipelines = Arc::new(FakePipelines {
@@ -94,6 +98,7 @@ impl Harness {
                 publish_auth: None,
             },
             crate::events::Events::new("node-a"),
+            leases,
         );
         Harness {
             registry,
@@ -504,10 +509,8 @@ impl Leases for FakeLeases {
 
 impl Harness {
     fn with_leases(drain: Duration) -> (Harness, Arc<FakeLeases>) {
-        let h = Harness::new(drain);
         let leases = Arc::new(FakeLeases::default());
-        h.registry.set_leases(leases.clone());
-        (h, leases)
+        (Harness::with(drain, Some(leases.clone())), leases)
     }
 }
 

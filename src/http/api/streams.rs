@@ -237,7 +237,12 @@ impl Api {
     }
 
     pub(crate) fn live_status(&self, id: i64, leases: &[crate::db::LeaseRow]) -> LiveStatus {
-        self.cluster.status(&self.registry, id, leases)
+        let here = || {
+            self.registry
+                .status(id)
+                .with_restreams(self.restreams.states(id))
+        };
+        self.cluster.status(here, id, leases)
     }
 }
 

@@ -177,7 +177,10 @@ impl Player {
         let Ok(leases) = lookups.live_leases().await else {
             return text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n");
         };
-        let live = self.cluster.status(&self.registry, id, &leases).live();
+        let live = self
+            .cluster
+            .status(|| self.registry.status(id), id, &leases)
+            .live();
         if status {
             let mut r = json_response(StatusCode::OK, &json!({ "live": live }));
             crate::http::cors::any_origin(&mut r);
@@ -354,7 +357,7 @@ fn compute_state(
         streams.push(json!({
             "id": sid,
             "name": row.settings.name,
-            "live": cluster.status(registry, sid, &leases).live(),
+            "live": cluster.status(|| registry.status(sid), sid, &leases).live(),
             "hls": format!("/cmaf/{sid}/master.m3u8"),
             "dash": format!("/cmaf/{sid}/index.mpd"),
             "dvr": row.settings.dvr_enabled,
