@@ -36,6 +36,10 @@ pub struct Uploader {
     keep_local: Duration,
     /// The videos whose upload runs now.
     running: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// The uploads and the later removals of local copies.
+    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// Set at shutdown: no upload starts, none is retried, no removal waits on.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Uploader {
@@ -55,7 +59,34 @@ impl Uploader {
             node_id,
             keep_local,
             running: Default::default(),
+            tasks: Default::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Adds a task to the uploader's own, reaping the finished ones.
+    fn own(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    /// Resolves once shutdown has begun.
+    async fn stopping(&self) {
+        let _ = self.stopping.subscribe().wait_for(|s| *s).await;
+    }
+
+    /// Shutdown: the uploads under way stop (a multipart upload is aborted; the journal lets
+    /// the next run resume past the files the store confirmed, the video stays `uploading`),
+    /// the removals of local copies wait for the next run; all within `within`.
+    pub async fn shutdown(&self, within: Duration) {
+        self.stopping.send_replace(true);
+        self.storage.stop_uploads();
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let all = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::warn!("uploads still running at shutdown; cut");
+        }
     }
 
     /// Uploads video `id` (its state `uploading`), retrying until the store has it or the
@@ -65,12 +96,14 @@ impl Uploader {
             return;
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        self.own(async move {
             let mut wait = FIRST_RETRY;
-            loop {
+            while !*me.stopping.borrow() {
                 match me.attempt(id).await {
                     // Uploaded, or deleted meanwhile.
                     Ok(_) => break,
+                    // Resumed by the next run: the video stays `uploading`.
+                    Err(_) if *me.stopping.borrow() => break,
                     Err(e) => {
                         tracing::warn!(video = id, error = %e, retry_in = ?wait, "video upload failed");
                         if !me.set_upload_failed(id, e).await {
@@ -78,7 +111,10 @@ impl Uploader {
                         }
                     }
                 }
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = me.stopping() => break,
+                }
                 wait = (wait * 2).min(MAX_RETRY);
             }
             me.running().remove(&id);
@@ -209,14 +245,20 @@ impl Uploader {
         matches!(set, Ok(Ok(true)))
     }
 
+    /// Removes the uploaded video's local copy after `storage_local_retention_secs`; one that
+    /// shutdown interrupts is removed by the next run ([`Uploader::resume_unfinished`]).
     fn remove_local_later(&self, id: i64) {
         let (dir, budget, keep) = (
             self.root.join(id.to_string()),
             self.budget.clone(),
             self.keep_local,
         );
-        tokio::spawn(async move {
-            tokio::time::sleep(keep).await;
+        let mut stopping = self.stopping.subscribe();
+        self.own(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(keep) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
             let removed =
                 tokio::task::spawn_blocking(move || super::budget::remove_dir(&budget, &dir)).await;
             if !matches!(removed, Ok(Ok(()))) {

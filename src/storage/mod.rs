@@ -70,6 +70,8 @@ pub enum StorageError {
         got: String,
         want: String,
     },
+    #[error("the daemon is shutting down")]
+    Stopped,
 }
 
 impl StorageError {
@@ -89,6 +91,8 @@ pub struct Storage {
     /// `s3://bucket/prefix`, for logs.
     shown: String,
     sizes: Mutex<std::collections::HashMap<(i64, String), u64>>,
+    /// Set at shutdown: a multipart upload under way is aborted, not left open in the bucket.
+    stopped: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -119,6 +123,7 @@ impl Storage {
             prefix: Path::from(prefix),
             shown: format!("s3://{bucket}/{prefix}"),
             sizes: Mutex::new(Default::default()),
+            stopped: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -155,14 +160,22 @@ impl Storage {
         len: u64,
     ) -> Result<u64, StorageError> {
         let path = self.path(video, name);
+        let mut stopped = self.stopped.subscribe();
         let first = read_part(&mut reader).await?;
         let (etag, want) = if (first.len() as u64) == len && first.len() < PART {
             let want = hex(&Md5::digest(&first));
-            let put = self.store.put(&path, first.into()).await?;
+            let put = tokio::select! {
+                put = self.store.put(&path, first.into()) => put?,
+                _ = stopped.wait_for(|s| *s) => return Err(StorageError::Stopped),
+            };
             (put.e_tag, want)
         } else {
             let mut upload = self.store.put_multipart(&path).await?;
-            match send_parts(&mut *upload, &mut reader, first).await {
+            let sent = tokio::select! {
+                sent = send_parts(&mut *upload, &mut reader, first) => sent,
+                _ = stopped.wait_for(|s| *s) => Err(StorageError::Stopped),
+            };
+            match sent {
                 Ok((put, want)) => (put.e_tag, want),
                 Err(e) => {
                     if let Err(abort) = upload.abort().await {
@@ -184,6 +197,12 @@ impl Storage {
         }
         self.remember(video, name, len);
         Ok(len)
+    }
+
+    /// Shutdown: uploads under way end with [`StorageError::Stopped`], their multipart uploads
+    /// aborted (the upload's journal lets the next run resume past the files confirmed).
+    pub fn stop_uploads(&self) {
+        self.stopped.send_replace(true);
     }
 
     fn remember(&self, video: i64, name: &str, size: u64) {
@@ -557,6 +576,58 @@ mod tests {
         assert_eq!(store.upload(1, "big.mp4", &file).await.unwrap(), len64);
         assert_eq!(open_uploads(moto.1).await, 0);
         assert_eq!(store.size(1, "big.mp4").await.unwrap(), len64);
+    }
+
+    /// Gives `n` bytes, then nothing, ever: a file read that hangs.
+    struct StallingReader(u64);
+
+    impl AsyncRead for StallingReader {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.0 == 0 {
+                return std::task::Poll::Pending;
+            }
+            let n = (buf.remaining() as u64).min(self.0) as usize;
+            buf.put_slice(&vec![5u8; n]);
+            self.0 -= n as u64;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Shutdown in the middle of a multipart upload: it ends at once and is aborted, so the
+    /// bucket lists no open upload.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shutdown_aborts_the_multipart_upload_under_way() {
+        let moto = moto().await;
+        let store = Arc::new(Storage::new(&settings(moto.1)).unwrap());
+        let len = 3 * PART as u64;
+        let upload = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .upload_from(1, "big.mp4", StallingReader(PART as u64 + 10), len)
+                    .await
+            }
+        });
+        let mut open = 0;
+        for _ in 0..100 {
+            open = open_uploads(moto.1).await;
+            if open == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(open, 1, "the multipart upload is under way");
+        store.stop_uploads();
+        let ended = tokio::time::timeout(Duration::from_secs(10), upload)
+            .await
+            .expect("the upload ends at the stop")
+            .unwrap();
+        assert!(matches!(ended, Err(StorageError::Stopped)), "{ended:?}");
+        assert_eq!(open_uploads(moto.1).await, 0, "aborted, not left open");
     }
 
     #[test]

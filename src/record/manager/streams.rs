@@ -266,7 +266,8 @@ impl Recordings {
     }
 
     /// Finalises every open video (each holds everything recorded up to now) and ends the
-    /// streams' tasks, within `within`; what did not end is named in the log.
+    /// streams' tasks, then stops the uploads (the next run resumes them), within `within`;
+    /// what did not end is named in the log.
     pub async fn shutdown(&self, within: Duration) {
         // No new stream task from here on: the follower never ends while the bus lives.
         if let Some(follower) = lock(&self.follower).take() {
@@ -282,6 +283,11 @@ impl Recordings {
             if tokio::time::timeout_at(deadline, task).await.is_err() {
                 tracing::warn!(stream = id, "recording not finalised at shutdown");
             }
+        }
+        if let Some(uploader) = &self.uploader {
+            uploader
+                .shutdown(deadline.saturating_duration_since(Instant::now()))
+                .await;
         }
     }
 }
