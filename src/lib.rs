@@ -87,6 +87,8 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+#[doc(hidden)]
+pub mod benching;
 pub(crate) mod broadcast;
 pub(crate) mod cluster;
 pub mod config;

@@ -332,8 +332,6 @@ async fn post(client: &OutboundClient, d: &DueDelivery) -> Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{SqliteStore, WebhookSpec};
-    use crate::events::Event;
 
     /// A burst of live facts far larger than the bus holds: the outbox gets every one, and the
     /// receiver (a real HTTP server) gets each exactly once.
@@ -341,77 +339,13 @@ mod tests {
     async fn a_burst_of_facts_is_delivered_exactly_once_each() {
         const N: i64 = 20_000;
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
-        let received = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let server = {
-            let received = received.clone();
-            tokio::spawn(async move {
-                loop {
-                    let (socket, _) = listener.accept().await.unwrap();
-                    let received = received.clone();
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(
-                            move |req: hyper::Request<hyper::body::Incoming>| {
-                                let received = received.clone();
-                                async move {
-                                    use http_body_util::BodyExt;
-                                    let body = req.into_body().collect().await?.to_bytes();
-                                    let v: serde_json::Value =
-                                        serde_json::from_slice(&body).unwrap();
-                                    let video = v["data"]["video_id"].as_i64().unwrap();
-                                    received.lock().unwrap().push(video);
-                                    Ok::<_, hyper::Error>(hyper::Response::new(
-                                        http_body_util::Empty::<Bytes>::new(),
-                                    ))
-                                }
-                            },
-                        );
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(socket), service)
-                            .await;
-                    });
-                }
-            })
-        };
-        let spec = WebhookSpec {
-            url,
-            events: Some(vec!["recording_started".into()]),
-            active: true,
-        };
-        store
-            .create_webhook(&spec, "secret-0123456789", OffsetDateTime::now_utc())
-            .unwrap();
-        let events = Events::with_capacity("node-a", 16);
-        let _webhooks = spawn(store.clone(), &events, "node-a".into());
-        let t0 = std::time::Instant::now();
-        for video_id in 0..N {
-            events.emit(Event::RecordingStarted {
-                stream_id: video_id % 64,
-                video_id,
-            });
-        }
-        let deadline = t0 + Duration::from_secs(240);
-        while (received.lock().unwrap().len() as i64) < N {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} of {N} delivered",
-                received.lock().unwrap().len()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let took = t0.elapsed();
-        // Nothing more arrives: no event twice.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut got = received.lock().unwrap().clone();
-        got.sort_unstable();
-        assert_eq!(got, (0..N).collect::<Vec<_>>());
+        let burst =
+            crate::benching::webhook_burst(dir.path(), N, 16, Duration::from_secs(240)).await;
+        assert_eq!(burst.received, (0..N).collect::<Vec<_>>());
         eprintln!(
-            "{N} facts delivered in {took:?}: {:.0} events/s",
-            N as f64 / took.as_secs_f64()
+            "{N} facts written in {:?}, delivered in {:?}",
+            burst.written, burst.delivered
         );
-        server.abort();
     }
 
     #[test]
