@@ -122,18 +122,29 @@ pub struct Running {
     webhooks: crate::webhooks::Webhooks,
 }
 
+/// How long the stop waits for the store to take its stream leases back before it goes on
+/// (the leases then go at the cluster leave, or when the node counts as dead).
+const LEASES_GIVEN_UP: Duration = Duration::from_secs(2);
+
 impl Running {
     /// Stops in order. First newcomers are refused (HTTP 503 for media and new WHIP/WHEP
     /// sessions, `/readyz` 503; RTMP and SRT refusals), connected publishers are told and
     /// closed (their encoders reconnect, to another node behind a load balancer), WHIP and WHEP
-    /// sessions end, while requests in flight go on. Then the streams end, their recordings
-    /// are finalised, their webhooks flushed, the node signs off the cluster; last the
-    /// listeners close, in-flight requests finish, and the store closes.
+    /// sessions end, the streams' leases go (another node takes them at once), while requests
+    /// in flight go on. Then the streams end, their recordings are finalised, their webhooks
+    /// flushed, the node signs off the cluster; last the listeners close, in-flight requests
+    /// finish, and the store closes.
     pub async fn shutdown(self) {
         self.shutdown.refuse();
         self.whip.stop_all();
         self.whep.stop_all();
         self.restreams.stop_all();
+        if tokio::time::timeout(LEASES_GIVEN_UP, self.cluster.give_up_streams())
+            .await
+            .is_err()
+        {
+            tracing::warn!("stream leases not given up in time; they go with the node");
+        }
         self.registry.shutdown(Duration::from_secs(8)).await;
         // After the pipelines' last parts: each open video holds everything up to the stop.
         self.recordings

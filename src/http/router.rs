@@ -41,21 +41,38 @@ fn refused_while_stopping(req: &Request<Incoming>) -> bool {
 
 /// 503 with `Retry-After`, the connection closed after it so that a load balancer's pooled
 /// connections to this node go too. Media delivery answers in plain text, WHIP and WHEP in
-/// the JSON error shape.
-fn stopping_refusal(path: &str) -> Response<Body> {
+/// the JSON error shape; each readable from any origin, as their usual answers are.
+///
+/// A stream's media asked by another node on a viewer's behalf is answered 404 instead: the
+/// stream's lease is given up, and that node, whose view of the leases may be a second old,
+/// would pass a 503 on, which its load balancer would then hold against it.
+fn stopping_refusal(req: &Request<Incoming>) -> Response<Body> {
+    const WHY: &str = "this node is shutting down: ask again";
+    let path = req.uri().path();
+    if delivery::owns(path) && crate::http::relay::is_relayed(req) {
+        return delivery::with_common(
+            Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(listener::full(
+                    "not served here: this node is shutting down\n",
+                ))
+                .expect("static response is valid"),
+        );
+    }
     let mut resp = if delivery::owns(path) || delivery::videos::owns(path) {
-        Response::builder()
-            .status(StatusCode::SERVICE_UNAVAILABLE)
-            .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .header(hyper::header::CACHE_CONTROL, "no-store")
-            .body(listener::full("this node is shutting down: ask again\n"))
-            .expect("static response is valid")
+        delivery::with_common(
+            Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(listener::full(format!("{WHY}\n")))
+                .expect("static response is valid"),
+        )
     } else {
-        error_response(&ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "this node is shutting down: ask again",
-        ))
+        let code = StatusCode::SERVICE_UNAVAILABLE;
+        crate::ingest::whip::signalling::refuse(code, "shutting_down", WHY)
     };
     let headers = resp.headers_mut();
     headers.insert(
@@ -146,7 +163,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
         Err(e) => return crate::http::relay::refused(&e),
     };
     if stopping.refusing() && refused_while_stopping(&req) {
-        return stopping_refusal(req.uri().path());
+        return stopping_refusal(&req);
     }
     // Signed playback: the grant taken out of media, video and player paths, checked.
     let gated = crate::http::delivery::owns(req.uri().path())
