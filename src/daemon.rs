@@ -135,6 +135,12 @@ impl Running {
     /// flushed, the node signs off the cluster; last the listeners close, in-flight requests
     /// finish, and the store closes.
     pub async fn shutdown(self) {
+        // Each step's end is logged with the time since the signal: where a slow stop spends it.
+        let began = tokio::time::Instant::now();
+        let done = |step: &str| {
+            let ms = began.elapsed().as_millis() as u64;
+            tracing::info!(step, ms, "stopping");
+        };
         self.shutdown.refuse();
         self.whip.stop_all();
         self.whep.stop_all();
@@ -145,20 +151,26 @@ impl Running {
         {
             tracing::warn!("stream leases not given up in time; they go with the node");
         }
+        done("refusing; leases given up");
         self.registry.shutdown(Duration::from_secs(8)).await;
+        done("pipelines drained");
         // After the pipelines' last parts: each open video holds everything up to the stop.
         self.recordings
             .shutdown(crate::record::manager::SHUTDOWN_WAIT)
             .await;
+        done("recordings finalised");
         // After the recordings: their last facts (recording stopped, video ready) go out too.
         self.webhooks.shutdown(Duration::from_secs(10)).await;
+        done("webhook outbox flushed");
         self.cluster.leave().await;
         self.shutdown.close();
         let _ = self.http.await;
+        done("http requests finished");
         for listener in self.listeners {
             // Each waits for its connections, bounded, after the close.
             let _ = listener.await;
         }
+        done("ingest connections closed");
         drop(self.store);
     }
 }

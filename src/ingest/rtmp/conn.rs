@@ -30,8 +30,8 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_BUFFER: usize = 64 * 1024;
 /// Per-frame adapter errors tolerated before the publisher is cut off as broken.
 const MAX_MEDIA_ERRORS: u64 = 1000;
-/// The chunk size we send at, announced when the session starts; every client in use reads
-/// this size (ffmpeg and OBS send 4096 themselves).
+/// The chunk size we send at, announced to the peer when the session starts: the peer reads
+/// every chunk we send at this size, the shutdown notice's too.
 const CHUNK_SIZE: u32 = 4096;
 /// What a publish refused, or a publisher cut, by the server's stop is told: publishing again
 /// is the remedy (behind a load balancer, to another node).
