@@ -181,7 +181,7 @@ fn blocking_reload(c: &mut Criterion) {
                                     ready.wait().await;
                                     package
                                         .wait_for(Duration::from_secs(6), |p| {
-                                            media_playlist_now(p, "720p", &q)
+                                            media_playlist_now(p, "720p", &q, false)
                                         })
                                         .await
                                         .expect("answered")

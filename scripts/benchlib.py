@@ -57,8 +57,9 @@ def children_cpu_seconds():
 class Daemon:
     """The release daemon on loopback ports, its data in a fresh temporary directory."""
 
-    def __init__(self, binary=None, prefix=(), **env):
-        """`prefix`: a command the daemon runs under (e.g. `prlimit --nofile=1024:4096 --`)."""
+    def __init__(self, binary=None, prefix=(), log=None, **env):
+        """`prefix`: a command the daemon runs under (e.g. `prlimit --nofile=1024:4096 --`);
+        `log`: a file its log (stderr) goes to, else this process's stderr."""
         self.data = tempfile.mkdtemp(prefix="livepack-bench-")
         full = dict(os.environ, LIVEPACK_HTTP_ADDR="127.0.0.1:0", LIVEPACK_RTMP_ADDR="127.0.0.1:0",
                     LIVEPACK_RTMPS_ADDR="127.0.0.1:0", LIVEPACK_SRT_ADDR="127.0.0.1:0",
@@ -66,8 +67,9 @@ class Daemon:
                     LIVEPACK_WHIP_TCP_MUX_ADDR="127.0.0.1:0", LIVEPACK_DATA_DIR=self.data,
                     LIVEPACK_API_KEYS=KEY, RUST_LOG="warn")
         full.update(env)
+        self.log = open(log, "a") if log else None
         self.proc = subprocess.Popen([*prefix, binary or os.path.join(ROOT, "target/release/livepack")],
-                                     env=full,
+                                     env=full, stderr=self.log,
                                      stdout=subprocess.PIPE, text=True)
         banner = {}
         for line in self.proc.stdout:

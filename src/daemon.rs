@@ -1,13 +1,13 @@
 //! Assembles a running daemon from a [`Config`], part by part (store, registry, cluster,
 //! recorder, ingest, HTTP), each built by its own constructor; serves until told to stop, then
-//! drains. `main.rs` and the tests both use it.
+//! stops in order (newcomers refused and publishers told first, the listeners closed last).
+//! `main.rs` and the tests both use it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use url::Url;
 
 use crate::admission::Gates;
@@ -28,6 +28,7 @@ use crate::pipeline::overlay::OverlayHub;
 use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
 use crate::record::manager::{RecordConfig, Recordings};
+use crate::shutdown::Shutdown;
 
 /// GStreamer elements the pipelines need, checked at start so a missing plugin package is an
 /// immediate, named error rather than a failure at the first publish.
@@ -106,10 +107,11 @@ pub struct Running {
     pub whip_tcp_addr: Option<SocketAddr>,
     pub public_url: Url,
     pub key_source: KeySource,
-    shutdown: watch::Sender<bool>,
+    shutdown: Shutdown,
     http: tokio::task::JoinHandle<()>,
-    /// Awaited at shutdown: srt-tokio's `close` panics if the runtime cancels its task first.
-    srt: tokio::task::JoinHandle<()>,
+    /// The ingest listeners' tasks, awaited at shutdown (srt-tokio's `close` panics if the
+    /// runtime cancels its task first).
+    listeners: Vec<tokio::task::JoinHandle<()>>,
     store: Arc<dyn Store>,
     pub registry: Arc<Registry>,
     cluster: Arc<Cluster>,
@@ -120,23 +122,55 @@ pub struct Running {
     webhooks: crate::webhooks::Webhooks,
 }
 
+/// How long the stop waits for the store to take its stream leases back before it goes on
+/// (the leases then go at the cluster leave, or when the node counts as dead).
+const LEASES_GIVEN_UP: Duration = Duration::from_secs(2);
+
 impl Running {
-    /// Stops accepting, lets in-flight requests finish, and closes the store.
+    /// Stops in order. First newcomers are refused (HTTP 503 for media and new WHIP/WHEP
+    /// sessions, `/readyz` 503; RTMP and SRT refusals), connected publishers are told and
+    /// closed (their encoders reconnect, to another node behind a load balancer), WHIP and WHEP
+    /// sessions end, the streams' leases go (another node takes them at once), while requests
+    /// in flight go on. Then the streams end, their recordings are finalised, their webhooks
+    /// flushed, the node signs off the cluster; last the listeners close, in-flight requests
+    /// finish, and the store closes.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        // Each step's end is logged with the time since the signal: where a slow stop spends it.
+        let began = tokio::time::Instant::now();
+        let done = |step: &str| {
+            let ms = began.elapsed().as_millis() as u64;
+            tracing::info!(step, ms, "stopping");
+        };
+        self.shutdown.refuse();
         self.whip.stop_all();
         self.whep.stop_all();
         self.restreams.stop_all();
+        if tokio::time::timeout(LEASES_GIVEN_UP, self.cluster.give_up_streams())
+            .await
+            .is_err()
+        {
+            tracing::warn!("stream leases not given up in time; they go with the node");
+        }
+        done("refusing; leases given up");
         self.registry.shutdown(Duration::from_secs(8)).await;
+        done("pipelines drained");
         // After the pipelines' last parts: each open video holds everything up to the stop.
         self.recordings
             .shutdown(crate::record::manager::SHUTDOWN_WAIT)
             .await;
+        done("recordings finalised");
         // After the recordings: their last facts (recording stopped, video ready) go out too.
         self.webhooks.shutdown(Duration::from_secs(10)).await;
+        done("webhook outbox flushed");
         self.cluster.leave().await;
+        self.shutdown.close();
         let _ = self.http.await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.srt).await;
+        done("http requests finished");
+        for listener in self.listeners {
+            // Each waits for its connections, bounded, after the close.
+            let _ = listener.await;
+        }
+        done("ingest connections closed");
         drop(self.store);
     }
 }
@@ -487,14 +521,14 @@ pub async fn start(
         config.player_assets_dir.clone(),
         spectators,
     );
-    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (shutdown, stopping) = Shutdown::new();
     let srt_readers = Arc::new(crate::realtime::srt_read::SrtReads::new(
         registry.clone(),
         store.clone(),
         config.playback.clone(),
         secure_cdns(&config),
     ));
-    let ingest = ingest.serve(&config, (&registry, &store), srt_readers, &shutdown_rx)?;
+    let ingest = ingest.serve(&config, (&registry, &store), srt_readers, &stopping)?;
     let http_addr = http.addr;
     let whep = crate::realtime::whep::Whep::new(
         registry.clone(),
@@ -507,8 +541,9 @@ pub async fn start(
         whip: ingest.whip.clone(),
         whep: whep.clone(),
         player,
+        stopping: stopping.clone(),
     };
-    let http = http.serve(routes, http_limits(&config), gates.http, shutdown_rx);
+    let http = http.serve(routes, http_limits(&config), gates.http, stopping);
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     Ok(Running {
         http_addr,
@@ -528,7 +563,7 @@ pub async fn start(
         recordings,
         webhooks,
         http,
-        srt: ingest.srt,
+        listeners: ingest.listeners,
         store,
     })
 }

@@ -81,6 +81,8 @@
 //! - [`daemon`]: assembles the parts, each built by its own constructor (the store, the
 //!   registry with its GStreamer pipeline factory, the cluster, the recorder, ingest, HTTP),
 //!   and runs until shutdown.
+//! - `shutdown`: the stop as the listeners see it — refusing newcomers and telling publishers,
+//!   then closed.
 //!
 //! Modules are `pub(crate)` unless a bench, test or fuzz target needs them, so rustc reports
 //! dead code.
@@ -115,6 +117,7 @@ pub(crate) mod quality;
 pub(crate) mod realtime;
 pub(crate) mod record;
 pub(crate) mod secret;
+pub(crate) mod shutdown;
 pub(crate) mod storage;
 pub(crate) mod url_policy;
 pub(crate) mod webhooks;

@@ -310,6 +310,31 @@ impl Cluster {
         Ok(())
     }
 
+    /// The daemon is stopping (its publishers told, new ones refused): every stream's lease
+    /// goes now, while the pipelines here still drain, so a publisher reconnecting to another
+    /// node is taken there at once, and the other nodes stop passing the streams' viewers to
+    /// this one, which refuses them. The heartbeat goes on until [`Cluster::leave`].
+    pub async fn give_up_streams(&self) {
+        let _order = self.ops.lock().await;
+        let ids: Vec<i64> = lock(&self.held).drain().collect();
+        if ids.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let node = self.config.node_id.clone();
+        let released = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|&id| store.release_lease(id, &node).map(|_| id))
+                .collect::<Result<Vec<i64>, _>>()
+        })
+        .await;
+        match released {
+            Ok(Ok(ids)) => tracing::info!(streams = ?ids, "stopping: stream leases given up"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "stopping: cannot give up the stream leases"),
+            Err(_) => {}
+        }
+    }
+
     /// The daemon stops cleanly (its streams have ended): the leases go at once, so other
     /// nodes take the streams over without waiting for the silence bound, and the node id is
     /// free for its next start.

@@ -14,10 +14,10 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::admission::Admission;
 use crate::http::body::BodyDeadline;
+use crate::shutdown::Stopping;
 
 /// The TCP peer of a request (its client, or the proxy in front); put in the request's
 /// extensions here, read where the address matters (WHIP's authorization hook).
@@ -93,14 +93,15 @@ pub struct HttpLimits {
     pub stall_timeout: Duration,
 }
 
-/// Serves `listener` until `shutdown` turns true, then lets in-flight requests finish (up to
-/// [`SHUTDOWN_GRACE`]) and returns.
+/// Serves `listener` until the stop closes the listeners, then lets in-flight requests finish
+/// (up to [`SHUTDOWN_GRACE`]) and returns. While the stop only refuses, requests are still
+/// read: the router answers what a stopping node no longer serves.
 pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     limits: HttpLimits,
     admission: Admission,
-    mut shutdown: watch::Receiver<bool>,
+    mut stopping: Stopping,
 ) where
     H: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
@@ -123,8 +124,7 @@ pub async fn serve<H, F>(
                     continue;
                 }
             },
-            // The guard wait_for returns is not Send: drop it inside the future.
-            _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => break,
+            _ = stopping.until_closed() => break,
         };
         // The gate logs refusals, rate-limited; a refused peer gets a 503 it need not read.
         let Ok(ticket) = admission.admit(peer.ip()) else {

@@ -1,6 +1,7 @@
-//! Top-level HTTP routing: which part of the daemon answers a request (health, the clock,
-//! OpenAPI, metrics, the control API, media delivery, videos, WHIP, the player pages), and the
-//! hand-off of a request about a stream to the node serving it.
+//! Top-level HTTP routing: which part of the daemon answers a request (health, readiness, the
+//! clock, OpenAPI, metrics, the control API, media delivery, videos, WHIP, the player pages),
+//! the hand-off of a request about a stream to the node serving it, and what a stopping node
+//! refuses.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use crate::http::delivery;
 use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{self, json_response, Body};
 use crate::realtime::whep;
+use crate::shutdown::Stopping;
 
 /// Who answers the requests the router hands out besides media delivery.
 pub struct Routes {
@@ -20,6 +22,85 @@ pub struct Routes {
     pub whip: Arc<crate::ingest::whip::Whip>,
     pub whep: Arc<crate::realtime::whep::Whep>,
     pub player: Arc<crate::http::delivery::player::Player>,
+    pub stopping: Stopping,
+}
+
+/// How soon a client refused by a stopping node should ask again: behind a load balancer the
+/// next attempt lands on another node, and a lone node is back after its restart.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// Whether a stopping node refuses `req`: a new viewer or publisher (media, videos, a new WHIP
+/// or WHEP session), which another node serves; the API, health, and the requests of sessions
+/// already here are answered.
+fn refused_while_stopping(req: &Request<Incoming>) -> bool {
+    let path = req.uri().path();
+    delivery::owns(path)
+        || delivery::videos::owns(path)
+        || (*req.method() == Method::POST && (crate::ingest::whip::owns(path) || whep::owns(path)))
+}
+
+/// 503 with `Retry-After`, the connection closed after it so that a load balancer's pooled
+/// connections to this node go too. Media delivery answers in plain text, WHIP and WHEP in
+/// the JSON error shape; each readable from any origin, as their usual answers are.
+///
+/// A stream's media asked by another node on a viewer's behalf is answered 404 instead: the
+/// stream's lease is given up, and that node, whose view of the leases may be a second old,
+/// would pass a 503 on, which its load balancer would then hold against it.
+fn stopping_refusal(req: &Request<Incoming>) -> Response<Body> {
+    const WHY: &str = "this node is shutting down: ask again";
+    let path = req.uri().path();
+    if delivery::owns(path) && crate::http::relay::is_relayed(req) {
+        return delivery::with_common(
+            Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(listener::full(
+                    "not served here: this node is shutting down\n",
+                ))
+                .expect("static response is valid"),
+        );
+    }
+    let mut resp = if delivery::owns(path) || delivery::videos::owns(path) {
+        delivery::with_common(
+            Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .body(listener::full(format!("{WHY}\n")))
+                .expect("static response is valid"),
+        )
+    } else {
+        let code = StatusCode::SERVICE_UNAVAILABLE;
+        crate::ingest::whip::signalling::refuse(code, "shutting_down", WHY)
+    };
+    let headers = resp.headers_mut();
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// `/readyz`: whether this node takes new publishers and viewers (200), or is stopping (503),
+/// for a load balancer's health check; `/healthz` answers 200 until the process exits.
+fn readiness(stopping: &Stopping) -> Response<Body> {
+    if !stopping.refusing() {
+        return json_response(StatusCode::OK, &json!({"status": "ready"}));
+    }
+    let mut resp = json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"status": "shutting_down"}),
+    );
+    resp.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    resp
 }
 
 /// `req`, about stream `id`, answered by the node serving that stream when it is another one
@@ -66,20 +147,24 @@ async fn whep_route(api: &Api, whep: &Arc<whep::Whep>, req: Request<Incoming>) -
     here_or_serving_node(api, id, req, |req| whep.handle(req)).await
 }
 
-/// Top-level HTTP routing: health and OpenAPI are public; the API prefixes and `/metrics` need a
-/// key.
+/// Top-level HTTP routing: health, readiness and OpenAPI are public; the API prefixes and
+/// `/metrics` need a key.
 pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
     let Routes {
         api,
         whip,
         whep,
         player,
+        stopping,
     } = routes;
     // A request that claims to come from another node proves it before anything else.
     let req = match api.relay.admit(req) {
         Ok(req) => req,
         Err(e) => return crate::http::relay::refused(&e),
     };
+    if stopping.refusing() && refused_while_stopping(&req) {
+        return stopping_refusal(&req);
+    }
     // Signed playback: the grant taken out of media, video and player paths, checked.
     let gated = crate::http::delivery::owns(req.uri().path())
         || delivery::videos::owns(req.uri().path())
@@ -107,6 +192,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
     };
     match path {
         "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        "/readyz" => public(readiness(stopping)),
         "/time" => public(delivery::time_response()),
         "/openapi.json" => public(
             Response::builder()
@@ -126,7 +212,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
         p if delivery::owns(p) => {
             let id = delivery::parse_path(p).map(|(id, _)| id);
             here_or_serving_node(api, id, req, |req| {
-                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req)
+                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req, stopping)
             })
             .await
         }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::Request;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::listener::{self, HttpLimits};
 use crate::admission::Admission;
+use crate::shutdown::Stopping;
 
 /// The HTTP port, bound and not yet accepting.
 pub struct Http {
@@ -27,13 +27,14 @@ impl Http {
         Ok(Http { listener, addr })
     }
 
-    /// Serves until `shutdown`, then lets in-flight requests finish (the task ends then).
+    /// Serves until the stop closes the listeners, then lets in-flight requests finish (the
+    /// task ends then).
     pub fn serve(
         self,
         routes: super::router::Routes,
         limits: HttpLimits,
         admission: Admission,
-        shutdown: watch::Receiver<bool>,
+        stopping: Stopping,
     ) -> JoinHandle<()> {
         let routes = Arc::new(routes);
         let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
@@ -45,7 +46,7 @@ impl Http {
             handler,
             limits,
             admission,
-            shutdown,
+            stopping,
         ))
     }
 }

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -18,6 +17,7 @@ use crate::admission::Admission;
 use crate::config::Config;
 use crate::db::Store;
 use crate::live::Registry;
+use crate::shutdown::Stopping;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -70,8 +70,10 @@ pub struct Ingest {
     pub whip: Arc<Whip>,
     /// The ICE ports, which WHEP viewers share with WHIP publishers.
     pub muxes: Muxes,
-    /// Awaited at shutdown: srt-tokio's `close` panics if the runtime cancels its task first.
-    pub srt: JoinHandle<()>,
+    /// The listeners' tasks, which end (their connections with them) once the server's stop
+    /// closes the listeners: awaited at shutdown (srt-tokio's `close` panics if the runtime
+    /// cancels its task first).
+    pub listeners: Vec<JoinHandle<()>>,
 }
 
 async fn bind_tcp(
@@ -123,14 +125,14 @@ impl Ingest {
 }
 
 impl Bound {
-    /// Starts accepting publishers on every port and the PULL fetcher, until `shutdown`.
-    /// Readers on the SRT port go to `srt_readers`.
+    /// Starts accepting publishers on every port and the PULL fetcher, until the server's stop
+    /// (`stopping`). Readers on the SRT port go to `srt_readers`.
     pub fn serve(
         self,
         config: &Config,
         (registry, store): (&Arc<Registry>, &Arc<dyn Store>),
         srt_readers: Arc<dyn srt::Readers>,
-        shutdown: &watch::Receiver<bool>,
+        stopping: &Stopping,
     ) -> Result<Ingest, IngestError> {
         let whip_udp_addrs = self
             .muxes
@@ -141,21 +143,21 @@ impl Bound {
         let whip_tcp_addr = self.muxes.tcp.as_ref().map(|m| m.local_addr());
         let muxes = self.muxes.clone();
         let whip = Whip::new(registry.clone(), config.whip.clone(), self.muxes);
-        tokio::spawn(rtmp::serve(
+        let rtmp = tokio::spawn(rtmp::serve(
             self.rtmp,
             None,
             self.gates.rtmp,
             registry.clone(),
             config.rtmp,
-            shutdown.clone(),
+            stopping.clone(),
         ));
-        tokio::spawn(rtmp::serve(
+        let rtmps = tokio::spawn(rtmp::serve(
             self.rtmps,
             Some(self.tls),
             self.gates.rtmps,
             registry.clone(),
             config.rtmp,
-            shutdown.clone(),
+            stopping.clone(),
         ));
         let srt = tokio::spawn(srt::listener::serve(
             self.srt,
@@ -164,13 +166,13 @@ impl Bound {
             config.srt,
             self.gates.srt,
             srt_readers,
-            shutdown.clone(),
+            stopping.clone(),
         ));
         pull::Puller::spawn(
             registry.clone(),
             store.clone(),
             config.pull,
-            shutdown.clone(),
+            stopping.clone(),
         )?;
         tracing::info!(rtmp = %self.rtmp_addr, rtmps = %self.rtmps_addr, srt = %self.srt_addr, "ingest listening");
         tracing::info!(udp = ?whip_udp_addrs, tcp = ?whip_tcp_addr, "WHIP ICE ports");
@@ -182,7 +184,7 @@ impl Bound {
             whip_tcp_addr,
             whip,
             muxes,
-            srt,
+            listeners: vec![rtmp, rtmps, srt],
         })
     }
 }

@@ -27,6 +27,7 @@ use crate::ingest::srt::streamid::{PlayTarget, Rendition};
 use crate::live::Registry;
 use crate::media::{MediaMessage, TrackKind};
 use crate::playback_auth::{Resource, Signing};
+use crate::shutdown::Stopping;
 
 /// Messages queued per hub reader: a few seconds of video or audio frames. A reader that falls
 /// further behind loses frames (counted) and resumes at the next keyframe.
@@ -70,9 +71,14 @@ impl SrtReads {
 }
 
 impl crate::ingest::srt::Readers for SrtReads {
-    fn read(&self, request: ConnectionRequest, target: PlayTarget) -> BoxFuture<'static, ()> {
+    fn read(
+        &self,
+        request: ConnectionRequest,
+        target: PlayTarget,
+        stopping: Stopping,
+    ) -> BoxFuture<'static, ()> {
         let this = self.clone();
-        Box::pin(async move { this.run(request, target).await })
+        Box::pin(async move { this.run(request, target, stopping).await })
     }
 }
 
@@ -91,7 +97,7 @@ struct Admitted {
 }
 
 impl SrtReads {
-    async fn run(self, request: ConnectionRequest, target: PlayTarget) {
+    async fn run(self, request: ConnectionRequest, target: PlayTarget, stopping: Stopping) {
         let peer = request.remote();
         let id = target.stream_id;
         let admitted = match self.admit(&request, &target).await {
@@ -111,7 +117,7 @@ impl SrtReads {
         };
         tracing::info!(%peer, stream = id, feed = ?admitted.feed, encrypted, "SRT reader connected");
         let mut sending = Sending::new(socket, admitted, peer);
-        let reason = sending.run().await;
+        let reason = sending.run(stopping).await;
         sending.finish(id, &reason).await;
     }
 
@@ -289,8 +295,9 @@ impl Sending {
         }
     }
 
-    /// Sends until the stream ends, the caller leaves or cannot keep up; returns why.
-    async fn run(&mut self) -> String {
+    /// Sends until the stream ends, the caller leaves or cannot keep up, or the server stops
+    /// (the reader calls again, another node behind a load balancer); returns why.
+    async fn run(&mut self, mut stopping: Stopping) -> String {
         for m in std::mem::take(&mut self.early) {
             if let Err(why) = self.message(m) {
                 return why;
@@ -299,6 +306,7 @@ impl Sending {
         loop {
             let (first, rest) = self.readers.split_at_mut(1);
             let message = tokio::select! {
+                _ = stopping.until_refusing() => return "the server is shutting down".to_owned(),
                 m = first[0].recv() => m,
                 m = async { rest.first_mut()?.recv().await }, if !rest.is_empty() => m,
                 incoming = self.socket.next() => match incoming {

@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod nginx;
 pub mod pg;
 pub mod proc;
+pub mod rtmp;
 pub mod s3;
 pub mod srt;
 pub mod webhooks;
@@ -232,6 +233,17 @@ impl Daemon {
         self.child
             .wait_within(Duration::from_secs(15))
             .expect("daemon did not exit within 15 s of SIGTERM")
+    }
+
+    /// SIGTERM, without waiting: the test watches what the stopping daemon does.
+    pub fn sigterm(&mut self) {
+        self.child.signal(Signal::SIGTERM);
+    }
+
+    /// Waits up to `within` for the exit (after [`Daemon::sigterm`]); `None`: it did not come
+    /// (the daemon is killed then).
+    pub fn wait_exit(mut self, within: Duration) -> Option<ExitStatus> {
+        self.child.wait_within(within)
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -101,3 +101,42 @@ fn rtmp_with_front(dir: &Path, port: u16, live: &str, front: &str) -> Proc {
     super::wait_listening(port, "nginx-rtmp");
     p
 }
+
+/// nginx with the repo's `deploy/nginx-livepack-ingest.conf` (its stream module as the TCP load
+/// balancer for encoders) in front of the RTMP addresses `nodes` (`host:port`); returns it and
+/// its `host:port`.
+pub fn ingest_in_front(dir: &Path, nodes: &[&str]) -> (Proc, String) {
+    let conf =
+        std::fs::read_to_string(super::root().join("deploy/nginx-livepack-ingest.conf")).unwrap();
+    let port = super::free_port(false);
+    let servers: String = nodes
+        .iter()
+        .map(|n| format!("server {n} max_fails=1 fail_timeout=5s;\n"))
+        .collect();
+    let shipped = "server 127.0.0.1:1935 max_fails=1 fail_timeout=5s;\n        server 127.0.0.1:1937 max_fails=1 fail_timeout=5s;\n";
+    assert!(conf.contains(shipped) && conf.contains("listen 1934;"));
+    let conf = conf
+        .replace(shipped, &servers)
+        .replace("listen 1934;", &format!("listen 127.0.0.1:{port};"))
+        .replace("worker_processes auto;", "");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let path = dir.join("nginx-ingest.conf");
+    std::fs::write(&path, conf).unwrap();
+    let p = Proc::spawn(
+        std::process::Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&path)
+            .arg("-g")
+            .arg(format!(
+                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
+                dir.join("nginx-ingest.pid").display(),
+                dir.join("error-ingest.log").display()
+            ))
+            .stdin(std::process::Stdio::null()),
+        "nginx (libnginx-mod-stream, installed by scripts/test)",
+    );
+    super::wait_listening(port, "nginx's stream balancer");
+    (p, format!("127.0.0.1:{port}"))
+}

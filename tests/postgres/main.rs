@@ -10,6 +10,7 @@ mod flood;
 mod media;
 mod node_auth;
 mod restream;
+mod rolling;
 mod storage;
 mod tls;
 mod webhooks;

@@ -5,6 +5,7 @@
 mod common;
 #[path = "../common/media.rs"]
 mod media;
+mod shutdown;
 mod signed;
 
 use std::process::{Command, Stdio};

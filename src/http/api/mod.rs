@@ -724,7 +724,8 @@ mod tests {
         for (path, item) in paths {
             for method in ["get", "put", "post", "delete", "patch", "head", "options"] {
                 if item.get(method).is_some()
-                    && !["/healthz", "/openapi.json", "/metrics"].contains(&path.as_str())
+                    && !["/healthz", "/readyz", "/openapi.json", "/metrics"]
+                        .contains(&path.as_str())
                 {
                     documented.push((path.clone(), method.to_uppercase()));
                 }
@@ -737,7 +738,7 @@ mod tests {
         served.sort();
         assert_eq!(documented, served);
         // Served by the top-level router, outside the API prefixes.
-        for path in ["/healthz", "/openapi.json", "/metrics"] {
+        for path in ["/healthz", "/readyz", "/openapi.json", "/metrics"] {
             assert!(paths.contains_key(path), "{path}");
         }
     }

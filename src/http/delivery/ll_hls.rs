@@ -11,8 +11,9 @@ use super::{
 };
 use crate::http::listener::{full, Body};
 use crate::package::hls::{self, Readiness};
-use crate::package::state::RenditionKind;
+use crate::package::state::{Rendition, RenditionKind};
 use crate::package::{Package, PackageState};
+use crate::shutdown::Stopping;
 
 pub(super) fn playlist_response(text: impl Into<Bytes>) -> Response<Body> {
     with_common(
@@ -37,30 +38,47 @@ pub(super) async fn master(package: &Package) -> Response<Body> {
     }
 }
 
+/// Whether an ended stream's playlist says so (EXT-X-ENDLIST): not when `moving`, the node
+/// stopping, as the stream then goes on at another node and a player told it ended would stop
+/// asking for it.
+pub fn endlist(p: &PackageState, moving: bool) -> bool {
+    p.ended() && p.endlist_tag() && !moving
+}
+
+/// Whether `r` gets no more parts at this node: its stream ended, or the node is stopping
+/// (`moving`) and the stream's pipeline here is done. A request held for a part answers then
+/// with what there is, as for an ended stream; the player asks for the part again, at the node
+/// the stream moves to.
+fn over_here(p: &PackageState, r: &Rendition, moving: bool) -> bool {
+    p.ended() || (moving && r.awaiting_epoch())
+}
+
 /// A blocking media playlist request's answer if it can be given now: the playlist, or a
 /// refusal of a request too far ahead; `None` while it must wait for the store to change.
+/// `moving`: as for [`endlist`].
 pub fn media_playlist_now(
     p: &PackageState,
     name: &str,
     q: &hls::MediaQuery,
+    moving: bool,
 ) -> Option<Result<Bytes, StatusCode>> {
     let r = p.rendition(name)?;
     // Parts per segment; `part` is the longest part (whole frames), so round up.
     let part = p.config().part.as_nanos().max(1);
     let pps = p.config().segment.as_nanos().div_ceil(part) as u64;
-    match hls::readiness(r, p.ended(), q, pps.max(1)) {
-        Readiness::Ready => Some(Ok(hls::media_playlist(
-            p,
-            r,
-            q.skip,
-            p.ended() && p.endlist_tag(),
-        ))),
+    match hls::readiness(r, over_here(p, r, moving), q, pps.max(1)) {
+        Readiness::Ready => Some(Ok(hls::media_playlist(p, r, q.skip, endlist(p, moving)))),
         Readiness::Wait => None,
         Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
     }
 }
 
-pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>) -> Response<Body> {
+pub(super) async fn playlist(
+    package: &Package,
+    name: &str,
+    query: Option<&str>,
+    moving: &Stopping,
+) -> Response<Body> {
     let q = match hls::parse_query(query) {
         Ok(q) => q,
         Err(hls::BadRequest(reason)) => {
@@ -90,7 +108,9 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
             .await;
     }
     match package
-        .wait_for(timeout(package), |p| media_playlist_now(p, name, &q))
+        .wait_for(timeout(package), |p| {
+            media_playlist_now(p, name, &q, moving.refusing())
+        })
         .await
     {
         Some(Ok(text)) if q.msn.is_some() => {
@@ -110,7 +130,7 @@ pub(super) async fn playlist(package: &Package, name: &str, query: Option<&str>)
         // passthrough source with long GOPs): the parts there are beat a 503.
         None if q.msn.is_none() => match package.read(|p| {
             p.rendition(name)
-                .map(|r| hls::media_playlist(p, r, q.skip, p.ended() && p.endlist_tag()))
+                .map(|r| hls::media_playlist(p, r, q.skip, endlist(p, moving.refusing())))
         }) {
             Some(text) => playlist_response(text),
             None => not_found(),
@@ -135,8 +155,13 @@ fn leads_start(p: &PackageState, r: &crate::package::state::Rendition) -> bool {
             .any(|r| matches!(r.kind, RenditionKind::Video { .. }))
 }
 
-/// A part, waiting for it when it is the next one to be produced (the preload hint).
-pub(super) async fn part(package: &Package, name: &str, msn: u64, idx: usize) -> Option<Bytes> {
+/// A part, waiting for it when it is the next one to be produced (the preload hint) and will
+/// be produced here (`moving`: as for [`endlist`]).
+pub(super) async fn part(
+    package: &Package,
+    (name, msn, idx): (&str, u64, usize),
+    moving: &Stopping,
+) -> Option<Bytes> {
     let timeout = timeout(package);
     package
         .wait_for(timeout, |p| {
@@ -147,7 +172,7 @@ pub(super) async fn part(package: &Package, name: &str, msn: u64, idx: usize) ->
             let (last_msn, last_idx) = r.last_part()?;
             let upcoming =
                 (msn == last_msn && idx == last_idx + 1) || (msn == last_msn + 1 && idx == 0);
-            if upcoming && !p.ended() {
+            if upcoming && !over_here(p, r, moving.refusing()) {
                 None
             } else {
                 Some(None)

@@ -19,7 +19,8 @@ use crate::http::listener::{empty, full, Body};
 use crate::live::Registry;
 use crate::package::hls;
 use crate::package::{Output, Package, PackageState, SegmentKey};
-pub use ll_hls::media_playlist_now;
+use crate::shutdown::Stopping;
+pub use ll_hls::{endlist, media_playlist_now};
 use ll_hls::{master, part, playlist, playlist_response};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
@@ -177,10 +178,13 @@ fn not_found() -> Response<Body> {
 /// `time_url`: the absolute URL of `/time` on `public_url`, for the MPD's `UTCTiming`. Never
 /// built from the request's `Host`: a hostile one would be written into the MPD that a cache
 /// in front then serves to every viewer, and behind an HTTPS front `http://` is mixed content.
+/// `stopping`: the node's stop; a request answered while it stops (one in flight when it
+/// began) does not end the stream's playlists, since the stream moves to another node.
 pub async fn handle(
     registry: Arc<Registry>,
     time_url: &str,
     req: Request<hyper::body::Incoming>,
+    stopping: &Stopping,
 ) -> Response<Body> {
     if req.method() == Method::OPTIONS {
         // CORS preflight: any origin may read the media.
@@ -206,7 +210,8 @@ pub async fn handle(
     let Some(package) = registry.package(id) else {
         return not_found();
     };
-    let resp = answer(&package, target, req.headers(), req.uri().query(), time_url).await;
+    let asked = (req.headers(), req.uri().query());
+    let resp = answer(&package, target, asked, time_url, stopping).await;
     if head {
         let (parts, _) = resp.into_parts();
         return Response::from_parts(parts, empty());
@@ -219,14 +224,14 @@ pub async fn handle(
 async fn answer(
     package: &Arc<Package>,
     target: Target,
-    headers: &hyper::HeaderMap,
-    query: Option<&str>,
+    (headers, query): (&hyper::HeaderMap, Option<&str>),
     time_url: &str,
+    stopping: &Stopping,
 ) -> Response<Body> {
     let range = headers.get(header::RANGE);
     match target {
         Target::Master => master(package).await,
-        Target::Playlist(name) => playlist(package, &name, query).await,
+        Target::Playlist(name) => playlist(package, &name, query, stopping).await,
         Target::Init(name, v) => {
             let init = package.read(|p| p.rendition(&name).and_then(|r| r.init(v).cloned()));
             // Init versions restart with each session of the stream (its encoder may differ):
@@ -239,14 +244,14 @@ async fn answer(
         }
         Target::Segment(name, msn) => segment(package, &name, msn, range).await,
         Target::TsMaster => ts_master(package, query).await,
-        Target::TsPlaylist(name) => ts_playlist(package, &name, query).await,
+        Target::TsPlaylist(name) => ts_playlist(package, &name, query, stopping).await,
         Target::TsSegment(name, msn) => ts_segment(package, &name, msn, range).await,
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot().cloned());
             // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
             media_body(jpeg, "image/jpeg", "public, max-age=5", range)
         }
-        Target::Part(name, msn, idx) => part(package, &name, msn, idx)
+        Target::Part(name, msn, idx) => part(package, (&name, msn, idx), stopping)
             .await
             .map_or_else(not_found, |data| {
                 media_body(Some(data), "video/iso.segment", IMMUTABLE, range)
@@ -326,7 +331,12 @@ async fn ts_master(package: &Arc<Package>, query: Option<&str>) -> Response<Body
 
 /// A TS variant's playlist. TS is muxed on demand: the first request waits for its first
 /// segment.
-async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) -> Response<Body> {
+async fn ts_playlist(
+    package: &Arc<Package>,
+    name: &str,
+    query: Option<&str>,
+    stopping: &Stopping,
+) -> Response<Body> {
     let _demand = package.request_ts();
     let with_duration = duration_requested(query);
     let render = |p: &PackageState| {
@@ -338,12 +348,8 @@ async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) ->
         };
         let ready = p.ended() || (package.ts_live() && r.last_complete_msn().is_some());
         ready.then(|| {
-            Some(crate::package::ts::render_media(
-                p,
-                r,
-                with_duration,
-                p.ended() && p.endlist_tag(),
-            ))
+            let ends = endlist(p, stopping.refusing());
+            Some(crate::package::ts::render_media(p, r, with_duration, ends))
         })
     };
     match package.wait_for(ts_timeout(package), render).await {

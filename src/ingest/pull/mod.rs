@@ -94,7 +94,7 @@ impl Puller {
         registry: Arc<Registry>,
         store: Arc<dyn Store>,
         config: PullConfig,
-        mut shutdown: watch::Receiver<bool>,
+        mut stopping: crate::shutdown::Stopping,
     ) -> Result<tokio::task::JoinHandle<()>, PullError> {
         let gateway = gateway::Gateway::new(gateway::GatewayLimits {
             max_playlist_bytes: config.max_playlist_bytes,
@@ -117,7 +117,8 @@ impl Puller {
             let mut following = true;
             loop {
                 tokio::select! {
-                    _ = async { drop(shutdown.wait_for(|s| *s).await) } => break,
+                    // A stopping node pulls nothing more: another node takes its PULLs over.
+                    _ = stopping.until_refusing() => break,
                     _ = rescan.tick() => puller.rescan().await,
                     next = async {
                         match following {

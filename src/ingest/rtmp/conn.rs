@@ -1,5 +1,6 @@
 //! One RTMP(S) connection: handshake, session (rml_rtmp behind the [`ChunkGuard`]), publish
-//! authorisation through the registry, and FLV → media forwarding. The I/O shell around the
+//! authorisation through the registry, FLV → media forwarding, and the server's stop (a new
+//! publish refused, a publisher told before its connection closes). The I/O shell around the
 //! sans-IO parts.
 
 use std::net::SocketAddr;
@@ -13,10 +14,12 @@ use rml_rtmp::sessions::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::key;
+use super::status;
 use super::to_media::FlvToMedia;
 use super::vet::ChunkGuard;
 use super::RtmpConfig;
 use crate::live::{Caller, Protocol, Publisher, Registry};
+use crate::shutdown::Stopping;
 use crate::url_policy::redact;
 
 /// A peer that has not started publishing within this time is closed (slow handshakes, idle
@@ -27,6 +30,14 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_BUFFER: usize = 64 * 1024;
 /// Per-frame adapter errors tolerated before the publisher is cut off as broken.
 const MAX_MEDIA_ERRORS: u64 = 1000;
+/// The chunk size we send at, announced to the peer when the session starts: the peer reads
+/// every chunk we send at this size, the shutdown notice's too.
+const CHUNK_SIZE: u32 = 4096;
+/// What a publish refused, or a publisher cut, by the server's stop is told: publishing again
+/// is the remedy (behind a load balancer, to another node).
+const SHUTTING_DOWN: &str = "the server is shutting down: publish again";
+/// A publisher that does not take the shutdown notice within this long is closed without it.
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
@@ -46,13 +57,15 @@ pub enum ConnError {
     BadMedia,
 }
 
-/// Drives one connection to its end; every error is logged by the caller with the peer.
+/// Drives one connection to its end; every error is logged by the caller with the peer. Once
+/// `stopping` refuses, a publisher is told and closed; a connection still to publish is
+/// refused when it asks, and closed when the listeners close.
 pub async fn run<S>(
     mut sock: S,
     peer: SocketAddr,
     registry: Arc<Registry>,
     config: &RtmpConfig,
-    started: tokio::time::Instant,
+    (started, stopping): (tokio::time::Instant, &Stopping),
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -61,34 +74,12 @@ where
     let deadline = started + config.handshake_timeout;
     let no_publish = || format!("no publish within {:?}", config.handshake_timeout);
 
-    // Handshake (C0/C1/C2 ↔ S0/S1/S2).
-    let mut handshake = Handshake::new(PeerType::Server);
-    let rest = loop {
-        let n = read_until(&mut sock, &mut buf, deadline)
-            .await?
-            .ok_or_else(|| ConnError::Timeout(no_publish()))?;
-        if n == 0 {
-            return Ok(());
-        }
-        match handshake
-            .process_bytes(&buf[..n])
-            .map_err(ConnError::Handshake)?
-        {
-            HandshakeProcessResult::InProgress { response_bytes } => {
-                sock.write_all(&response_bytes).await?
-            }
-            HandshakeProcessResult::Completed {
-                response_bytes,
-                remaining_bytes,
-            } => {
-                sock.write_all(&response_bytes).await?;
-                break remaining_bytes;
-            }
-        }
+    let Some(rest) = handshake(&mut sock, &mut buf, deadline, no_publish).await? else {
+        return Ok(());
     };
 
     let mut session_config = ServerSessionConfig::new();
-    session_config.chunk_size = 4096;
+    session_config.chunk_size = CHUNK_SIZE;
     let (mut session, initial) = ServerSession::new(session_config).map_err(ConnError::Session)?;
     let mut guard = ChunkGuard::with_limits(config.guard);
     let mut state = State {
@@ -99,6 +90,7 @@ where
     };
     let mut pending = initial;
     let mut input = rest;
+    let (mut refusing, mut closed) = (stopping.clone(), stopping.clone());
     loop {
         if !input.is_empty() {
             guard.check(&input)?;
@@ -109,9 +101,14 @@ where
                 match result {
                     Res::OutboundResponse(packet) => sock.write_all(&packet.bytes).await?,
                     Res::RaisedEvent(event) => {
-                        pending.extend(
-                            handle_event(event, &mut session, &mut state, &registry, peer).await?,
-                        );
+                        let on = (&registry, stopping.refusing());
+                        match handle_event(event, &mut session, &mut state, on, peer).await {
+                            // The stop ended the stream before this connection saw it begin.
+                            Err(ConnError::Refused(_)) if stopping.refusing() => {
+                                return tell_shutting_down(sock, &mut state, peer, &mut buf).await
+                            }
+                            handled => pending.extend(handled?),
+                        }
                     }
                     Res::UnhandleableMessageReceived(_) => {}
                 }
@@ -130,14 +127,109 @@ where
         } else {
             (deadline, no_publish())
         };
-        let n = read_until(&mut sock, &mut buf, wait_until)
-            .await?
-            .ok_or(ConnError::Timeout(why))?;
+        let woke = tokio::select! {
+            // The stop first: a publisher sending without pause must still be told.
+            biased;
+            _ = refusing.until_refusing(), if state.publisher.is_some() => Woke::Refusing,
+            _ = closed.until_closed() => Woke::Closed,
+            read = read_until(&mut sock, &mut buf, wait_until) => Woke::Read(read?),
+        };
+        let n = match woke {
+            Woke::Read(n) => n.ok_or(ConnError::Timeout(why))?,
+            Woke::Refusing => return tell_shutting_down(sock, &mut state, peer, &mut buf).await,
+            Woke::Closed => {
+                let _ = tokio::time::timeout(NOTICE_TIMEOUT, sock.shutdown()).await;
+                return Ok(());
+            }
+        };
         if n == 0 {
             return Ok(());
         }
         input = buf[..n].to_vec();
     }
+}
+
+/// The RTMP handshake (C0/C1/C2 ↔ S0/S1/S2), by `deadline`; the bytes read past it, or `None`
+/// when the peer hung up.
+async fn handshake<S>(
+    sock: &mut S,
+    buf: &mut [u8],
+    deadline: tokio::time::Instant,
+    no_publish: impl Fn() -> String,
+) -> Result<Option<Vec<u8>>, ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut handshake = Handshake::new(PeerType::Server);
+    loop {
+        let n = read_until(sock, buf, deadline)
+            .await?
+            .ok_or_else(|| ConnError::Timeout(no_publish()))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        match handshake
+            .process_bytes(&buf[..n])
+            .map_err(ConnError::Handshake)?
+        {
+            HandshakeProcessResult::InProgress { response_bytes } => {
+                sock.write_all(&response_bytes).await?
+            }
+            HandshakeProcessResult::Completed {
+                response_bytes,
+                remaining_bytes,
+            } => {
+                sock.write_all(&response_bytes).await?;
+                return Ok(Some(remaining_bytes));
+            }
+        }
+    }
+}
+
+/// What ended a connection's wait for its peer.
+enum Woke {
+    /// Bytes read (`None`: the deadline passed).
+    Read(Option<usize>),
+    /// The server stops: a publisher is to be told and closed.
+    Refusing,
+    /// The listeners close: whatever still waits goes.
+    Closed,
+}
+
+/// The server stops: the publisher is told (an `error` status its client reports) and its
+/// connection closed, so its encoder publishes again — to another node behind a load balancer.
+/// Its publisher handle goes first: the stream's slot is free at once. The socket is read (and
+/// the media dropped) until the client hangs up, for at most [`NOTICE_TIMEOUT`]: a socket closed
+/// with unread media resets the connection, and the client would lose the notice with it (an
+/// encoder reads what the server sent only between its writes).
+async fn tell_shutting_down<S>(
+    mut sock: S,
+    state: &mut State,
+    peer: SocketAddr,
+    buf: &mut [u8],
+) -> Result<(), ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let stream = state.publisher.take().map(|p| p.stream_id);
+    let notice = match status::error_status(CHUNK_SIZE, status::APP_SHUTDOWN, SHUTTING_DOWN) {
+        Ok(notice) => notice,
+        Err(e) => {
+            tracing::warn!(%peer, ?stream, error = %e, "rtmp shutdown notice not made");
+            Vec::new()
+        }
+    };
+    let told = tokio::time::timeout(NOTICE_TIMEOUT, async {
+        sock.write_all(&notice).await?;
+        sock.flush().await?;
+        sock.shutdown().await?;
+        while sock.read(buf).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    let hung_up = matches!(told, Ok(Ok(())));
+    tracing::info!(%peer, ?stream, hung_up, "rtmp publisher told the server is shutting down");
+    Ok(())
 }
 
 struct State {
@@ -170,13 +262,15 @@ async fn read_until<S: AsyncRead + Unpin>(
     }
 }
 
+/// `on`: the registry, and whether the server's stop refuses new publishes.
 async fn handle_event(
     event: Event,
     session: &mut ServerSession,
     state: &mut State,
-    registry: &Arc<Registry>,
+    on: (&Arc<Registry>, bool),
     peer: SocketAddr,
 ) -> Result<Vec<Res>, ConnError> {
+    let (registry, refusing) = on;
     let session_err = ConnError::Session;
     match event {
         Event::ConnectionRequested {
@@ -189,6 +283,13 @@ async fn handle_event(
             stream_key,
             ..
         } => {
+            if refusing {
+                tracing::info!(%peer, "rtmp publish refused: the server is shutting down");
+                state.close = true;
+                return session
+                    .reject_request(request_id, "NetStream.Publish.Rejected", SHUTTING_DOWN)
+                    .map_err(session_err);
+            }
             let names = (app_name.as_str(), stream_key.as_str());
             publish(session, state, registry, request_id, names, peer).await
         }

@@ -1,19 +1,21 @@
 //! RTMP and RTMPS listeners: accept loop with a connection cap, TLS termination for RTMPS
 //! (configured certificate or a self-signed one generated into the data dir), one task per
-//! connection so a failing peer affects nobody else.
+//! connection so a failing peer affects nobody else, owned by the listener, which waits for
+//! them (bounded) when the server stops.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use super::{conn, RtmpConfig};
 use crate::admission::Admission;
 use crate::live::Registry;
+use crate::shutdown::Stopping;
 
 /// Concurrent connections per listener; the excess is closed at accept.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -22,6 +24,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 32;
 pub const SELF_SIGNED_CERT: &str = "rtmps-cert.pem";
 pub const SELF_SIGNED_KEY: &str = "rtmps-key.pem";
+/// How long the connections left when the listener closes get to end (each closes its socket
+/// when it sees the close) before they are cut.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -105,17 +110,21 @@ fn ensure_self_signed(data_dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
     Ok((cert, key))
 }
 
-/// Serves RTMP (or RTMPS with `tls`) until `shutdown` turns true; `admission` holds the
-/// listener's caps (built from `config` by the daemon with the shared file budget).
+/// Serves RTMP (or RTMPS with `tls`) until the server's stop closes the listeners, then waits
+/// (bounded) for its connections; `admission` holds the listener's caps (built from `config` by
+/// the daemon with the shared file budget). While the stop refuses, connections are still
+/// taken: a new publish is refused with a status its encoder reports.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     admission: Admission,
     registry: Arc<Registry>,
     config: RtmpConfig,
-    mut shutdown: watch::Receiver<bool>,
+    stopping: Stopping,
 ) {
     let scheme = if tls.is_some() { "rtmps" } else { "rtmp" };
+    let mut conns = JoinSet::new();
+    let mut closed = stopping.clone();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -126,7 +135,8 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => return,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            _ = closed.until_closed() => break,
         };
         // Closed at once, nothing read; the gate logs the refusal, rate-limited.
         let Ok(ticket) = admission.admit(peer.ip()) else {
@@ -135,9 +145,10 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let registry = registry.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        let stopping = stopping.clone();
+        conns.spawn(async move {
             // One deadline from accept: TLS, RTMP handshake and publish all fit in it.
-            let started = tokio::time::Instant::now();
+            let started = (tokio::time::Instant::now(), &stopping);
             let result = match tls {
                 None => conn::run(stream, peer, registry, &config, started).await,
                 Some(acceptor) => {
@@ -159,5 +170,18 @@ pub async fn serve(
             }
             drop(ticket);
         });
+    }
+    drop(listener);
+    let ended = tokio::time::timeout(CLOSE_WAIT, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::warn!(
+            scheme,
+            left = conns.len(),
+            "connections still open at shutdown; cut"
+        );
+        conns.shutdown().await;
     }
 }

@@ -1,10 +1,11 @@
-//! RTMP and RTMPS ingest (rml_rtmp): listener, connection shell, chunk guard, publish keys and
-//! the FLV → media adapter.
+//! RTMP and RTMPS ingest (rml_rtmp): listener, connection shell, chunk guard, publish keys, the
+//! server's own status messages and the FLV → media adapter.
 
 pub mod conn;
 pub mod flv;
 pub mod key;
 pub mod listener;
+pub mod status;
 pub mod to_media;
 pub mod vet;
 

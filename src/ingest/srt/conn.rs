@@ -1,7 +1,9 @@
 //! One SRT caller: stream id → authorisation before the handshake is answered (refusals carry
 //! an SRT reject reason and allocate nothing), the stream's passphrase as the encryption key,
-//! then MPEG-TS payloads → media → registry until the caller leaves, goes idle or is cut off.
-//! A reader's stream id (`play:…`, `m=request`) is handed to the [`super::Readers`] given.
+//! then MPEG-TS payloads → media → registry until the caller leaves, goes idle, is cut off or
+//! the server stops (the socket closed, so the encoder calls again — another node behind a
+//! load balancer). A reader's stream id (`play:…`, `m=request`) is handed to the
+//! [`super::Readers`] given.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use crate::ingest::mpegts::to_media::TsToMedia;
 use crate::live::{
     Caller, HookRefusal, Protocol, PublishError, PublishPermit, Publisher, Registry,
 };
+use crate::shutdown::Stopping;
 
 /// A publisher that sends no payload for this long is gone (SRT keepalives do not count).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,17 +51,18 @@ pub async fn reject(request: ConnectionRequest, reason: ServerRejectReason) {
     let _ = request.reject(RejectReason::Server(reason)).await;
 }
 
-/// Drives one caller to its end; everything worth knowing is logged with the peer.
+/// Drives one caller to its end; everything worth knowing is logged with the peer. A
+/// publisher's connection is closed once `stopping` refuses.
 pub async fn run(
     request: ConnectionRequest,
     registry: Arc<Registry>,
-    idle_timeout: Duration,
+    (idle_timeout, stopping): (Duration, Stopping),
     readers: Arc<dyn Readers>,
 ) {
     let peer = request.remote();
     let target = match streamid::parse(request.stream_id().map(|s| s.as_str())) {
         Ok(Request::Publish(target)) => target,
-        Ok(Request::Play(target)) => return readers.read(request, target).await,
+        Ok(Request::Play(target)) => return readers.read(request, target, stopping).await,
         Err(e) => {
             tracing::info!(%peer, error = %e, "SRT caller rejected");
             return reject(request, ServerRejectReason::BadRequest).await;
@@ -93,7 +97,7 @@ pub async fn run(
         adapter: &mut adapter,
         publisher: &mut publisher,
     };
-    let (reason, bytes) = receiving.run(idle_timeout, (peer, id)).await;
+    let (reason, bytes) = receiving.run((idle_timeout, stopping), (peer, id)).await;
     drop(publisher);
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close()).await;
     let stats = adapter.stats();
@@ -171,14 +175,25 @@ struct Receiving<'a> {
 
 impl Receiving<'_> {
     /// MPEG-TS payloads → media → the publisher until the caller leaves, goes idle for
-    /// `idle_timeout`, sends what is not MPEG-TS or the server ends the publish. Returns why,
-    /// and the bytes received (`who`: the peer and the stream, for the log).
-    async fn run(self, idle_timeout: Duration, who: (std::net::SocketAddr, i64)) -> (String, u64) {
+    /// `idle_timeout`, sends what is not MPEG-TS, the server ends the publish or `stopping`
+    /// refuses. Returns why, and the bytes received (`who`: the peer and the stream, for the
+    /// log).
+    async fn run(
+        self,
+        (idle_timeout, mut stopping): (Duration, Stopping),
+        who: (std::net::SocketAddr, i64),
+    ) -> (String, u64) {
         let (peer, id) = who;
         let mut out = Vec::new();
         let mut bytes = 0u64;
         let reason = loop {
-            let payload = match tokio::time::timeout(idle_timeout, self.socket.next()).await {
+            let next = tokio::select! {
+                // The stop first: a caller sending without pause must still be closed.
+                biased;
+                _ = stopping.until_refusing() => break "the server is shutting down".to_owned(),
+                next = tokio::time::timeout(idle_timeout, self.socket.next()) => next,
+            };
+            let payload = match next {
                 Err(_) => break format!("no data for {idle_timeout:?}"),
                 Ok(None) => break "caller closed".to_owned(),
                 Ok(Some(Err(e))) => break format!("receive error: {e}"),

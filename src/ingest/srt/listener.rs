@@ -1,7 +1,9 @@
 //! The SRT listener: binds the UDP socket (so `:0` works and the bound port is known), runs
 //! srt-tokio's multiplexing listener on it, caps concurrent callers, and hands each handshake
 //! to [`conn::run`] in its own task so a slow caller never stalls the others. Publishers and
-//! readers share the port and its caps.
+//! readers share the port and its caps. Once the server stops, every new caller is rejected as
+//! unavailable; the connections it owns end with their streams, waited for (bounded) when the
+//! listener closes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,11 +14,12 @@ use srt_tokio::access::{RejectReason, ServerRejectReason};
 use srt_tokio::options::{ByteCount, SocketAddress, SocketOptions};
 use srt_tokio::SrtListener;
 use tokio::net::UdpSocket;
-use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::conn;
 use crate::admission::Admission;
 use crate::live::Registry;
+use crate::shutdown::Stopping;
 
 /// As for RTMP: one caller per stream an encoder pushes.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 32;
@@ -27,6 +30,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 const UDP_RECV_BUFFER: u64 = 8 * 1024 * 1024;
 /// After srt-tokio's listener task ends unexpectedly, wait this long before binding again.
 const REBIND_PAUSE: Duration = Duration::from_secs(1);
+/// How long the connections left when the listener closes get to end (a publisher's closing
+/// handshake takes at most a second) before they are cut.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 fn options(local: SocketAddr) -> SocketOptions {
     let mut o = SocketOptions::default();
@@ -42,8 +48,9 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, SocketAddr)> 
     Ok((socket, local))
 }
 
-/// Serves SRT callers until `shutdown` turns true. If srt-tokio's listener task ever ends on its
-/// own (its connections end with it), the socket is bound again on the same address.
+/// Serves SRT callers until the server's stop closes the listeners (rejecting every new one as
+/// unavailable from the moment it refuses). If srt-tokio's listener task ever ends on its own
+/// (its connections end with it), the socket is bound again on the same address.
 pub async fn serve(
     socket: UdpSocket,
     local: SocketAddr,
@@ -51,9 +58,11 @@ pub async fn serve(
     config: super::SrtConfig,
     admission: Admission,
     readers: Arc<dyn super::Readers>,
-    mut shutdown: watch::Receiver<bool>,
+    stopping: Stopping,
 ) {
     let mut socket = Some(socket);
+    let mut conns = JoinSet::new();
+    let mut closed = stopping.clone();
     loop {
         let sock = match socket.take() {
             Some(s) => s,
@@ -82,7 +91,9 @@ pub async fn serve(
         loop {
             let request = tokio::select! {
                 r = incoming.incoming().next() => r,
-                _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => {
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+                _ = closed.until_closed() => {
+                    close(conns).await;
                     listener.close().await;
                     return;
                 }
@@ -91,16 +102,39 @@ pub async fn serve(
                 tracing::error!(addr = %local, "SRT listener task ended; binding again");
                 break;
             };
+            // SRT_REJX_DOWN, "service unavailable": the caller tries again, elsewhere.
+            if stopping.refusing() {
+                let reason = RejectReason::Server(ServerRejectReason::Down);
+                conns.spawn(async move { drop(request.reject(reason).await) });
+                continue;
+            }
             let Ok(ticket) = admission.admit(request.remote().ip()) else {
-                tokio::spawn(request.reject(RejectReason::Server(ServerRejectReason::Overload)));
+                let reason = RejectReason::Server(ServerRejectReason::Overload);
+                conns.spawn(async move { drop(request.reject(reason).await) });
                 continue;
             };
-            let (registry, readers) = (registry.clone(), readers.clone());
-            tokio::spawn(async move {
-                conn::run(request, registry, config.idle_timeout, readers).await;
+            let (registry, readers, stopping) =
+                (registry.clone(), readers.clone(), stopping.clone());
+            conns.spawn(async move {
+                conn::run(request, registry, (config.idle_timeout, stopping), readers).await;
                 drop(ticket);
             });
         }
         tokio::time::sleep(REBIND_PAUSE).await;
+    }
+}
+
+/// Waits (bounded) for the listener's connections to end, then cuts the rest.
+async fn close(mut conns: JoinSet<()>) {
+    let ended = tokio::time::timeout(CLOSE_WAIT, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::warn!(
+            left = conns.len(),
+            "SRT connections still open at shutdown; cut"
+        );
+        conns.shutdown().await;
     }
 }

@@ -16,10 +16,12 @@ use srt_tokio::ConnectionRequest;
 /// Serves SRT callers that read (`play:{id}`, `m=request`): answers their handshake and sends
 /// them the stream. Implemented by `realtime::srt_read`.
 pub trait Readers: Send + Sync {
+    /// Serves the reader until it leaves, its stream ends or `stopping` refuses.
     fn read(
         &self,
         request: ConnectionRequest,
         target: streamid::PlayTarget,
+        stopping: crate::shutdown::Stopping,
     ) -> BoxFuture<'static, ()>;
 }
 

@@ -20,10 +20,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::shutdown::{Shutdown, Stopping};
 use bytes::BytesMut;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
-use tokio::sync::watch;
 use url::Url;
 
 mod answer;
@@ -155,7 +155,7 @@ impl Gateway {
         stream: i64,
         source: &Url,
     ) -> Result<(Session, Url), GatewayError> {
-        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (shutdown, closed) = Shutdown::new();
         let inner = Arc::new(Inner {
             gateway: self.clone(),
             stream,
@@ -163,7 +163,7 @@ impl Gateway {
             source_chain: Mutex::new(vec![source.clone()]),
             playlist_reads: tokio::sync::Semaphore::new(PLAYLIST_READS),
             origins: Mutex::new(HashMap::new()),
-            shutdown_rx,
+            closed,
         });
         let local = inner.local_url(source)?;
         Ok((Session { inner, shutdown }, local))
@@ -182,12 +182,12 @@ fn check_target(url: &Url, allow_link_local: bool) -> Result<(), GatewayError> {
 /// One attempt's gateway; dropping it closes its loopback ports and their connections.
 pub struct Session {
     inner: Arc<Inner>,
-    shutdown: watch::Sender<bool>,
+    shutdown: Shutdown,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.close();
     }
 }
 
@@ -252,7 +252,7 @@ struct Inner {
     /// Playlists being read into memory at once (each up to `max_playlist_bytes`).
     playlist_reads: tokio::sync::Semaphore,
     origins: Mutex<HashMap<String, u16>>,
-    shutdown_rx: watch::Receiver<bool>,
+    closed: Stopping,
 }
 
 impl Inner {
@@ -324,7 +324,7 @@ impl Inner {
             handler,
             limits,
             gate,
-            self.shutdown_rx.clone(),
+            self.closed.clone(),
         ));
         Ok(port)
     }
@@ -547,12 +547,12 @@ impl Inner {
         let cap = self.segment_cap(upstream);
         let (tx, body) = server::channel_body(4);
         let (stream, url) = (self.stream, redact(upstream.as_str()));
-        let mut shutdown = self.shutdown_rx.clone();
+        let mut closed = self.closed.clone();
         let pump = answer::pump(resp, first, cap, tx, (stream, url));
         tokio::spawn(async move {
             tokio::select! {
                 _ = pump => {}
-                _ = shutdown.wait_for(|s| *s) => {}
+                _ = closed.until_closed() => {}
             }
         });
         body

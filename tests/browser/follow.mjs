@@ -1,0 +1,62 @@
+// Follows a live LL-HLS stream with hls.js (low-latency mode) in headless Debian Chromium for
+// SECONDS, as a viewer whose page recovers the way livepack's player page does (after a fatal
+// error, a new player a second later), and prints one JSON line: the stalls (wall time with the
+// picture not advancing, once it first played), the longest, fatal errors, recoveries and one
+// sample a second.
+// Usage: node tests/browser/follow.mjs URL SECONDS
+import { launch, videoPage } from './chromium.mjs';
+
+const [url, seconds = '40'] = process.argv.slice(2);
+const browser = await launch();
+try {
+  const page = await videoPage(browser, 'hls.js/dist/hls.min.js');
+  const result = await page.evaluate(async ({ url, seconds }) => {
+    const v = document.getElementById('v');
+    const t0 = performance.now();
+    const now = () => (performance.now() - t0) / 1000;
+    const errors = [];
+    let recoveries = 0;
+    let hls;
+    const start = () => {
+      hls = new Hls({ lowLatencyMode: true });
+      hls.on(Hls.Events.ERROR, (_e, d) => {
+        const status = d.response && d.response.code;
+        const url = d.context && d.context.url;
+        if (errors.length < 40) errors.push({ at: now(), fatal: d.fatal, what: `${d.type}:${d.details}`, status, url });
+        if (!d.fatal) return;
+        hls.destroy();
+        setTimeout(() => { recoveries += 1; start(); }, 1000);
+      });
+      hls.loadSource(url);
+      hls.attachMedia(v);
+      v.play().catch(() => {});
+    };
+    start();
+    const stalls = [];
+    const samples = [];
+    let prev = null;
+    let moved = null; // wall time the picture last advanced
+    while (now() < seconds) {
+      await new Promise((r) => setTimeout(r, 100));
+      const wall = now();
+      const t = v.currentTime;
+      if (prev !== null && t > prev + 0.01) {
+        if (moved !== null && wall - moved > 0.5) stalls.push({ from: moved, to: wall, secs: wall - moved });
+        moved = wall;
+      }
+      prev = t;
+      if (samples.length === 0 || wall - samples[samples.length - 1].wall >= 1) {
+        samples.push({ wall, t, latency: hls.latency, level: hls.currentLevel });
+      }
+    }
+    // A stall still going on at the end counts too.
+    if (moved !== null && now() - moved > 0.5) stalls.push({ from: moved, to: now(), secs: now() - moved, open: true });
+    const longest = stalls.reduce((m, s) => Math.max(m, s.secs), 0);
+    return { longestStall: longest, stalls, firstPlayed: samples.find((s) => s.t > 0)?.wall ?? null,
+      playedUntil: moved, errors, recoveries, samples,
+      width: v.videoWidth, height: v.videoHeight };
+  }, { url, seconds: Number(seconds) });
+  console.log(JSON.stringify(result));
+} finally {
+  await browser.close();
+}
