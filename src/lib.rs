@@ -36,7 +36,8 @@
 //!   writer of the real-time readers.
 //! - `ingest`: RTMP/RTMPS, SRT and WHIP listeners and the PULL fetcher; each turns what it
 //!   receives into `media` messages for `live`. Never imports `pipeline` or `package`.
-//!   `ingest::listeners` is the daemon's ingest part: every port bound, then served.
+//!   `ingest::listeners` is the daemon's ingest part: every port bound, then served. Each PULL
+//!   source is fetched by GStreamer in a process of its own ([`pull_source`]), killed to stop.
 //! - `live`: who publishes what — the sessions table and slots, publish permits, the input
 //!   switch, the grace lifecycle, the record-change feed, live status and counters. Gets its
 //!   pipelines from a `PipelineFactory`; imports neither `pipeline` nor `http`.
@@ -121,6 +122,13 @@ pub(crate) mod shutdown;
 pub(crate) mod storage;
 pub(crate) mod url_policy;
 pub(crate) mod webhooks;
+
+/// A PULL source's process (`livepack pull-source`, started by the daemon): the binary's entry
+/// into `ingest::pull::source`.
+#[doc(hidden)]
+pub mod pull_source {
+    pub use crate::ingest::pull::source::{run_child as run, COMMAND};
+}
 
 /// The ladder's scaler element, for its bench (`benches/scale.rs`) against GStreamer's.
 #[doc(hidden)]

@@ -38,6 +38,15 @@ struct Args {
     /// Base URL used in returned URLs, e.g. https://live.example.com
     #[arg(long)]
     public_url: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// A PULL source's process, started by the daemon (its request on stdin).
+    #[command(name = livepack::pull_source::COMMAND, hide = true)]
+    PullSource,
 }
 
 impl Args {
@@ -87,20 +96,29 @@ fn log_filter(env: Option<String>) -> String {
     filter
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    reexec_with_malloc_tunables();
-    livepack::heap::on_release(trim_heap);
-    software_gl_for_overlays();
-    // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
-    let page_proxy =
-        livepack::page_proxy::install().context("cannot bind the overlay page proxy")?;
+/// Log lines to stderr, filtered by `RUST_LOG` (and [`QUIET`]).
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
             std::env::var("RUST_LOG").ok(),
         )))
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Command::PullSource) = args.command {
+        init_logging();
+        std::process::exit(livepack::pull_source::run());
+    }
+    reexec_with_malloc_tunables();
+    livepack::heap::on_release(trim_heap);
+    software_gl_for_overlays();
+    // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
+    let page_proxy =
+        livepack::page_proxy::install().context("cannot bind the overlay page proxy")?;
+    init_logging();
 
     let (path, required) = match &args.config {
         Some(p) => (p.clone(), true),

@@ -39,11 +39,13 @@ pub(super) fn srt(s: &Settings) -> srt::SrtConfig {
 pub(super) fn pull(s: &Settings) -> pull::PullConfig {
     pull::PullConfig {
         inactivity: Duration::from_secs(s.pull_inactivity_secs),
+        first_data_timeout: Duration::from_millis(s.pull_first_data_timeout_ms),
+        no_data_timeout: Duration::from_millis(s.pull_no_data_timeout_ms),
+        cycle_pause: Duration::from_millis(s.pull_cycle_pause_ms),
         allow_link_local: s.pull_allow_link_local,
         max_held_bytes: s.pull_max_held_bytes,
         max_playlist_bytes: s.pull_max_playlist_bytes,
         max_segment_bytes: s.pull_max_segment_bytes,
-        ..pull::PullConfig::default()
     }
 }
 

@@ -161,6 +161,14 @@ settings! {
     whip_tcp_mux_addr: String;
     whip_ice_servers: Vec<String>;
     pull_inactivity_secs: u64 = pull::DEFAULT_INACTIVITY.as_secs(), 1..;
+    /// A PULL source that gives nothing this long after it opened is left for the next.
+    pull_first_data_timeout_ms: u64 = pull::DEFAULT_FIRST_DATA_TIMEOUT.as_millis() as u64,
+        200..=600_000;
+    /// A PULL source that stops sending this long is left for the next.
+    pull_no_data_timeout_ms: u64 = pull::DEFAULT_NO_DATA_TIMEOUT.as_millis() as u64,
+        200..=600_000;
+    /// The pause after a cycle through a PULL stream's sources in which none delivered.
+    pull_cycle_pause_ms: u64 = pull::DEFAULT_CYCLE_PAUSE.as_millis() as u64, 0..=600_000;
     /// POSTed `{stream_id, protocol, slot, remote_addr, query}` before each RTMP, SRT and WHIP
     /// publish; only a 2xx within the timeout lets it in. Absent: no hook.
     /// What signed playback URLs are computed from; absent: `secure_playback` cannot be set.
@@ -521,12 +529,17 @@ mod tests {
         assert_eq!(d.pull.max_held_bytes, 32 << 20);
         assert_eq!(d.pull.max_playlist_bytes, 4 << 20);
         assert_eq!(d.pull.max_segment_bytes, 128 << 20);
+        assert_eq!(d.pull.first_data_timeout, Duration::from_secs(10));
+        assert_eq!(d.pull.no_data_timeout, Duration::from_secs(5));
+        assert_eq!(d.pull.cycle_pause, Duration::from_secs(2));
         let layer = Layer::from_env(env(&[
             ("LIVEPACK_RTMP_MAX_CONNECTIONS", "7"),
             ("LIVEPACK_INGEST_IDLE_TIMEOUT_SECS", "30"),
             ("LIVEPACK_INGEST_HANDSHAKE_TIMEOUT_SECS", "3"),
             ("LIVEPACK_WHIP_MAX_SDP_BYTES", "16384"),
             ("LIVEPACK_PULL_MAX_SEGMENT_BYTES", "2097152"),
+            ("LIVEPACK_PULL_FIRST_DATA_TIMEOUT_MS", "1500"),
+            ("LIVEPACK_PULL_CYCLE_PAUSE_MS", "0"),
         ]))
         .unwrap();
         let c = Config::from_layer(layer).unwrap();
@@ -536,6 +549,8 @@ mod tests {
         assert_eq!(c.whip.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.whip.max_sdp_bytes, 16384);
         assert_eq!(c.pull.max_segment_bytes, 2 << 20);
+        assert_eq!(c.pull.first_data_timeout, Duration::from_millis(1500));
+        assert_eq!(c.pull.cycle_pause, Duration::ZERO);
         for (key, value) in [
             ("rtmp_max_amf_depth", "1000"),
             ("ingest_handshake_timeout_secs", "0"),
@@ -544,6 +559,7 @@ mod tests {
             ("whip_max_sdp_bytes", "100000000"),
             ("pull_max_playlist_bytes", "1000"),
             ("pull_max_segment_bytes", "10000000000"),
+            ("pull_no_data_timeout_ms", "100"),
         ] {
             let layer: Layer = toml::from_str(&format!("{key} = {value}")).unwrap();
             let err = Config::from_layer(layer).unwrap_err().to_string();

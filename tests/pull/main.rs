@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod flapping;
 #[path = "../common/media.rs"]
 mod media;
 mod restream;

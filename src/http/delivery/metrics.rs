@@ -14,9 +14,8 @@ pub struct ProcessStats {
     pub cpu_seconds: Option<f64>,
     pub open_fds: Option<u64>,
     pub threads: Option<u64>,
-    /// PULL source pipelines alive, and adaptive demuxers kept undisposed since the start.
-    pub pull_sources: Option<u64>,
-    pub pull_demuxers_kept: Option<u64>,
+    /// PULL source processes and what they hold.
+    pub pull: Option<crate::ingest::pull::source::Counts>,
 }
 
 impl ProcessStats {
@@ -46,8 +45,7 @@ impl ProcessStats {
                 .ok()
                 .map(|d| d.count() as u64),
             threads: field("Threads:"),
-            pull_sources: Some(crate::ingest::pull::source::counts().0),
-            pull_demuxers_kept: Some(crate::ingest::pull::source::counts().1),
+            pull: Some(crate::ingest::pull::source::counts()),
         }
     }
 }
@@ -142,17 +140,30 @@ fn process_families(
         "Tokio tasks alive (connections, sessions, timers).",
         tasks,
     );
+    let pull = process.pull;
     f.single(
         "livepack_pull_sources",
         "gauge",
-        "PULL source pipelines alive (a source being fetched or being stopped).",
-        process.pull_sources,
+        "PULL source processes alive (each fetches one source with GStreamer; stopping a source kills its process).",
+        pull.map(|p| p.alive),
     );
     f.single(
-        "livepack_pull_demuxers_kept_total",
+        "livepack_pull_demuxers",
+        "gauge",
+        "Adaptive (HLS/DASH) demuxers held by PULL source processes alive; each ends with its process.",
+        pull.map(|p| p.demuxers),
+    );
+    f.single(
+        "livepack_pull_source_starts_total",
         "counter",
-        "Adaptive (HLS/DASH) demuxers of sources stopped while silent, kept undisposed: GStreamer 1.22 aborts the process when one in that state is disposed.",
-        process.pull_demuxers_kept,
+        "PULL source processes started (one per attempt on a source).",
+        pull.map(|p| p.started),
+    );
+    f.single(
+        "livepack_pull_source_crashes_total",
+        "counter",
+        "PULL source processes that died by a signal the daemon did not send (a GStreamer crash, contained).",
+        pull.map(|p| p.crashed),
     );
     f.single(
         "livepack_streams",
@@ -296,6 +307,12 @@ mod tests {
             &streams,
             ProcessStats {
                 resident_bytes: Some(4096),
+                pull: Some(crate::ingest::pull::source::Counts {
+                    alive: 1,
+                    demuxers: 1,
+                    started: 40,
+                    crashed: 0,
+                }),
                 ..ProcessStats::default()
             },
             Some(12),
@@ -303,6 +320,10 @@ mod tests {
         for line in [
             "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 4096\n",
             "livepack_tasks 12\n",
+            "# TYPE livepack_pull_sources gauge\nlivepack_pull_sources 1\n",
+            "# TYPE livepack_pull_demuxers gauge\nlivepack_pull_demuxers 1\n",
+            "# TYPE livepack_pull_source_starts_total counter\nlivepack_pull_source_starts_total 40\n",
+            "livepack_pull_source_crashes_total 0\n",
             "livepack_streams 1\n",
             "livepack_stream_live{stream=\"7\"} 1\n",
             "livepack_stream_backup_live{stream=\"7\"} 0\n",

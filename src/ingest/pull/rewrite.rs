@@ -9,7 +9,8 @@ use url::Url;
 
 use crate::url_policy::Purpose;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PlaylistKind {
     Hls,
     Dash,

@@ -91,16 +91,14 @@ enum AttemptEnd {
     Gateway(#[from] GatewayError),
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("source start task: {0}")]
-    StartTask(#[from] tokio::task::JoinError),
     #[error("inactivity limit reached")]
     Inactive,
     #[error("no data for {0:?}")]
     Stalled(Duration),
     #[error("no data within {0:?}")]
     NoFirstData(Duration),
-    #[error("source pipeline gone")]
-    PipelineGone,
+    #[error("source process gone")]
+    ProcessGone,
     #[error("ended before proving live (a stale playlist?)")]
     EndedUnproven,
     #[error("source ended")]
@@ -241,8 +239,7 @@ async fn attempt(
     stop: &mut watch::Receiver<bool>,
 ) -> Flow {
     let Opened {
-        source,
-        mut events,
+        mut source,
         http,
         gateway: _gateway,
     } = match open(id, uri, gateway, config).await {
@@ -267,19 +264,20 @@ async fn attempt(
             config.first_data_timeout
         };
         let event = tokio::select! {
-            _ = stop.changed() => {
-                drop(source);
-                return Flow::Stop;
-            }
+            _ = stop.changed() => None,
             // The inactivity limit can fall inside an attempt (a limit shorter than the
             // timeouts, in tests).
-            e = tokio::time::timeout_at((last + wait).min(*last_data + config.inactivity), events.recv()) => e,
+            e = tokio::time::timeout_at((last + wait).min(*last_data + config.inactivity), source.next()) => Some(e),
+        };
+        let Some(event) = event else {
+            source.stop().await;
+            return Flow::Stop;
         };
         let data = match event {
             Err(_) if last_data.elapsed() >= config.inactivity => break AttemptEnd::Inactive,
             Err(_) if delivered => break AttemptEnd::Stalled(wait),
             Err(_) => break AttemptEnd::NoFirstData(wait),
-            Ok(None) => break AttemptEnd::PipelineGone,
+            Ok(None) => break AttemptEnd::ProcessGone,
             Ok(Some(source::SourceEvent::Error(e))) => break e.into(),
             Ok(Some(source::SourceEvent::Eos)) if intake.proving() => {
                 break AttemptEnd::EndedUnproven
@@ -316,23 +314,23 @@ async fn attempt(
             tracing::info!(stream = id, source = %redact(uri), "PULL source delivering");
         }
         if !deliver(id, registry, publisher, rebase, &mut mapped).await {
+            source.stop().await;
             return Flow::Stop;
         }
     };
-    drop(source);
+    source.stop().await;
     Flow::Continue(Attempt { delivered, reason })
 }
 
-/// A source opened for one attempt: its pipeline and events, whether it is HTTP(S), and the
-/// gateway session it fetches through (HTTP(S) only; it lives as long as the attempt).
+/// A source opened for one attempt: its process, whether it is HTTP(S), and the gateway
+/// session it fetches through (HTTP(S) only; it lives as long as the attempt).
 struct Opened {
     source: source::Source,
-    events: tokio::sync::mpsc::Receiver<source::SourceEvent>,
     http: bool,
     gateway: Option<super::gateway::Session>,
 }
 
-/// Checks the source URL and starts its pipeline; why not, as the attempt's end.
+/// Checks the source URL and starts its process; why not, as the attempt's end.
 async fn open(
     id: i64,
     uri: &str,
@@ -354,13 +352,9 @@ async fn open(
     } else {
         (None, uri.to_owned(), None)
     };
-    // Building a pipeline (and the first `gst::init`, which scans the plugin registry) blocks:
-    // off the async workers.
-    let (source, events) =
-        tokio::task::spawn_blocking(move || source::start(id, &fetch_uri, kind)).await??;
+    let source = source::start(id, &fetch_uri, kind).await?;
     Ok(Opened {
         source,
-        events,
         http,
         gateway: session,
     })

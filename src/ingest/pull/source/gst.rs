@@ -1,17 +1,15 @@
-//! Fetches one source URL with GStreamer and hands out its elementary streams re-muxed as
-//! MPEG-TS, so every PULL source ends in the same TS → media adapter as an SRT push:
+//! The source process's GStreamer pipeline: fetches one source URL and hands out its
+//! elementary streams re-muxed as MPEG-TS, so every PULL source ends in the same TS → media
+//! adapter as an SRT push:
 //!
 //! ```text
 //! urisourcebin (rtmp2src | srtsrc | souphttpsrc + hlsdemux2/dashdemux2, via the gateway) ! parsebin
 //!   ! h264parse|h265parse ! byte-stream ─┐
-//!   ! aacparse  ! ADTS ────────┴─ mpegtsmux ! appsink → [`SourceEvent::Data`]
+//!   ! aacparse  ! ADTS ────────┴─ mpegtsmux ! appsink → [`Frame::Data`]
 //! ```
 //!
-//! Other codecs are dropped with a log line. Blocking GStreamer calls run off the async workers.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+//! Other codecs are dropped with a log line. The pipeline is never stopped or disposed: its
+//! process is killed (see [`super`]).
 
 use bytes::Bytes;
 use gstreamer as gst;
@@ -19,13 +17,15 @@ use gstreamer::prelude::*;
 use gstreamer_app::AppSink;
 use tokio::sync::mpsc;
 
-use super::rewrite::PlaylistKind;
+use super::wire::Frame;
+use super::Container;
+use crate::ingest::pull::rewrite::PlaylistKind;
 use crate::media::TrackKind;
 
-/// Why a source pipeline could not be built or stopped working; the fetcher logs it as the
-/// reason it left the source (the texts are the log's).
+/// Why a source pipeline could not be built or stopped working; sent to the daemon as the
+/// text of a [`Frame::Failed`], the reason its log gives for leaving the source.
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub enum PipelineError {
     #[error("{0}")]
     Init(#[from] gst::glib::Error),
     #[error("{factory}: {error} (is its GStreamer plugin installed?)")]
@@ -46,114 +46,32 @@ pub enum SourceError {
     #[error("{0:?}")]
     PadLink(gst::PadLinkError),
     #[error("linking a stream: {0}")]
-    LinkingStream(Box<SourceError>),
+    LinkingStream(Box<PipelineError>),
     #[error("source pad: {0}")]
-    SourcePad(Box<SourceError>),
+    SourcePad(Box<PipelineError>),
     /// An error message from the pipeline's bus (connect refused, 404, bad data…).
     #[error("{message} ({debug:?})")]
-    Pipeline {
+    Bus {
         message: gst::glib::Error,
         debug: Option<gst::glib::GString>,
     },
 }
 
-/// TS chunks queued between GStreamer and the fetcher task; a full queue drops (counted).
-const DATA_QUEUE: usize = 256;
+/// Frames queued between GStreamer and the writer to the daemon; a full queue drops data.
+const FRAME_QUEUE: usize = 256;
 /// HTTP request timeout for souphttpsrc (manifest and segments), in seconds.
 const HTTP_TIMEOUT_SECS: u32 = 10;
 
-#[derive(Debug)]
-pub enum SourceEvent {
-    /// The demuxer's streams that are taken (H.264/HEVC video, AAC audio), sent when a new one
-    /// appears, before its data: the source's declaration of its tracks. The re-muxed TS's own
-    /// PMT is no declaration: mpegtsmux lists a stream only once its first buffer arrived, which
-    /// for video joined mid-GOP is the next keyframe.
-    Tracks(crate::media::Tracks),
-    Data(Bytes),
-    /// The source failed (connect refused, 404, bad data…); the fetcher moves on.
-    Error(SourceError),
-    /// The source ended (a VOD playlist, the remote closed cleanly).
-    Eos,
+/// Sends a control frame (not data): waits for room rather than lose it. Nothing runs in an
+/// async runtime in the source process, so blocking here is allowed.
+fn tell(frames: &mpsc::Sender<Frame>, frame: Frame) {
+    let _ = frames.blocking_send(frame);
 }
 
-/// A running source pipeline; dropping it stops it.
-pub struct Source {
-    pipeline: gst::Pipeline,
-    /// What its data events carry.
-    pub container: Container,
-    /// When the pipeline last handed out data, in ms after `opened`.
-    last_output_ms: Arc<AtomicU64>,
-    opened: Instant,
-}
-
-/// A source silent this long when stopped may hold an adaptive demuxer that GStreamer cannot
-/// dispose (see [`Source::drop`]).
-const SILENT_AT_STOP: Duration = Duration::from_secs(2);
-/// The demuxers of GStreamer's adaptivedemux2 plugin.
-const ADAPTIVE_DEMUXERS: [&str; 3] = ["hlsdemux2", "dashdemux2", "mssdemux2"];
-
-/// Source pipelines alive now, and adaptive demuxers kept undisposed since the start: in
-/// `/metrics`, so what a flapping source costs is seen, not guessed.
-static SOURCES_ALIVE: AtomicU64 = AtomicU64::new(0);
-static DEMUXERS_KEPT: AtomicU64 = AtomicU64::new(0);
-
-/// (source pipelines alive, adaptive demuxers kept undisposed).
-pub fn counts() -> (u64, u64) {
-    (
-        SOURCES_ALIVE.load(Ordering::Relaxed),
-        DEMUXERS_KEPT.load(Ordering::Relaxed),
-    )
-}
-
-/// The byte stream a source's [`SourceEvent::Data`] carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Container {
-    /// An RTMP server's FLV stream, as received.
-    Flv,
-    /// Everything else, re-muxed as MPEG-TS.
-    Ts,
-}
-
-impl Drop for Source {
-    /// GStreamer 1.22's adaptive demuxers leave their segment lock held when a seek back to the
-    /// live edge fails (their answer to a playlist they lost sync with), and output nothing from
-    /// then on; disposing one then aborts the process (`g_mutex_clear()` on a locked mutex).
-    /// The demuxer of a source stopped while silent is therefore kept, never disposed: the
-    /// element and what it still holds in NULL are leaked once per such stop, rather than the
-    /// whole daemon lost.
-    fn drop(&mut self) {
-        SOURCES_ALIVE.fetch_sub(1, Ordering::Relaxed);
-        let silent = self.opened.elapsed().saturating_sub(Duration::from_millis(
-            self.last_output_ms.load(Ordering::Relaxed),
-        ));
-        if silent >= SILENT_AT_STOP {
-            let kept = self
-                .pipeline
-                .iterate_recurse()
-                .into_iter()
-                .flatten()
-                .filter(|e| {
-                    e.factory()
-                        .is_some_and(|f| ADAPTIVE_DEMUXERS.contains(&f.name().as_str()))
-                });
-            for demuxer in kept {
-                tracing::debug!(element = %demuxer.name(), ?silent, "PULL source stopped silent: its adaptive demuxer is kept, not disposed");
-                DEMUXERS_KEPT.fetch_add(1, Ordering::Relaxed);
-                std::mem::forget(demuxer);
-            }
-        }
-        let pipeline = self.pipeline.clone();
-        // NULL can block on network elements: never on an async worker.
-        std::thread::spawn(move || {
-            let _ = pipeline.set_state(gst::State::Null);
-        });
-    }
-}
-
-fn make(factory: &'static str) -> Result<gst::Element, SourceError> {
+fn make(factory: &'static str) -> Result<gst::Element, PipelineError> {
     gst::ElementFactory::make(factory)
         .build()
-        .map_err(|error| SourceError::Missing { factory, error })
+        .map_err(|error| PipelineError::Missing { factory, error })
 }
 
 /// Whether a stream of these caps is taken: H.264/HEVC video, AAC audio (MPEG-1/2 audio layers
@@ -177,11 +95,11 @@ fn link_stream(
     mux: &gst::Element,
     stream: i64,
     declared: &DeclaredTracks,
-) -> Result<(), SourceError> {
+) -> Result<(), PipelineError> {
     let caps = pad
         .current_caps()
         .or_else(|| Some(pad.query_caps(None)))
-        .ok_or(SourceError::MissingPart("no caps"))?;
+        .ok_or(PipelineError::MissingPart("no caps"))?;
     let name = caps
         .structure(0)
         .map(|s| s.name().to_string())
@@ -230,11 +148,11 @@ fn link_stream(
         let last = chain.last().expect("non-empty");
         let sink = mux
             .request_pad_simple("sink_%d")
-            .ok_or(SourceError::MissingPart("mpegtsmux refused a pad"))?;
+            .ok_or(PipelineError::MissingPart("mpegtsmux refused a pad"))?;
         last.static_pad("src")
-            .ok_or(SourceError::MissingPart("no src pad"))?
+            .ok_or(PipelineError::MissingPart("no src pad"))?
             .link(&sink)
-            .map_err(SourceError::LinkToMux)?;
+            .map_err(PipelineError::LinkToMux)?;
     }
     for e in chain.iter().rev() {
         e.sync_state_with_parent()?;
@@ -249,16 +167,16 @@ fn link_stream(
     pad.link(
         &chain[0]
             .static_pad("sink")
-            .ok_or(SourceError::MissingPart("no sink pad"))?,
+            .ok_or(PipelineError::MissingPart("no sink pad"))?,
     )
-    .map_err(SourceError::Link)?;
+    .map_err(PipelineError::Link)?;
     Ok(())
 }
 
-/// The tracks the source's demuxer has exposed so far, told to the fetcher as they grow.
+/// The tracks the source's demuxer has exposed so far, told to the daemon as they grow.
 struct DeclaredTracks {
     tracks: std::sync::Mutex<crate::media::Tracks>,
-    events: mpsc::Sender<SourceEvent>,
+    events: mpsc::Sender<Frame>,
 }
 
 impl DeclaredTracks {
@@ -270,7 +188,7 @@ impl DeclaredTracks {
             TrackKind::Audio => t.audio = true,
         }
         if *t != before {
-            let _ = self.events.try_send(SourceEvent::Tracks(*t));
+            tell(&self.events, Frame::Tracks(*t));
         }
     }
 }
@@ -283,7 +201,7 @@ const MUX_QUEUE: std::time::Duration = std::time::Duration::from_secs(15);
 /// The same queue's bound in bytes, so a high-bitrate video stream cannot grow it without end.
 const MUX_QUEUE_BYTES: u32 = 64 * 1024 * 1024;
 
-fn mux_queue() -> Result<gst::Element, SourceError> {
+fn mux_queue() -> Result<gst::Element, PipelineError> {
     let queue = make("queue")?;
     queue.set_property("max-size-time", MUX_QUEUE.as_nanos() as u64);
     queue.set_property("max-size-buffers", 0u32);
@@ -291,100 +209,92 @@ fn mux_queue() -> Result<gst::Element, SourceError> {
     Ok(queue)
 }
 
-fn capsfilter(caps: gst::Caps) -> Result<gst::Element, SourceError> {
+fn capsfilter(caps: gst::Caps) -> Result<gst::Element, PipelineError> {
     Ok(gst::ElementFactory::make("capsfilter")
         .property("caps", caps)
         .build()?)
 }
 
 /// Starts fetching `uri` (an HTTP(S) source arrives here as its loopback gateway URL, with
-/// the kind of playlist the gateway found there).
+/// the kind of playlist the gateway found there): the pipeline, which the caller keeps for the
+/// process's life, and what it reports.
 pub fn start(
     stream: i64,
     uri: &str,
     playlist: Option<PlaylistKind>,
-) -> Result<(Source, mpsc::Receiver<SourceEvent>), SourceError> {
+    container: Container,
+) -> Result<(gst::Pipeline, mpsc::Receiver<Frame>), PipelineError> {
     gst::init()?;
-    let (tx, rx) = mpsc::channel(DATA_QUEUE);
+    let (tx, rx) = mpsc::channel(FRAME_QUEUE);
     let pipeline = gst::Pipeline::with_name(&format!("pull-{stream}"));
-    let container = if uri.starts_with("rtmp://") || uri.starts_with("rtmps://") {
-        Container::Flv
-    } else {
-        Container::Ts
-    };
     let sink = match container {
         Container::Flv => flv_branch(&pipeline, uri)?,
         Container::Ts => demuxing_branch(&pipeline, uri, playlist, stream, &tx)?,
     };
+    report_adaptive_demuxers(&pipeline, &tx);
     let data = tx.clone();
-    let opened = Instant::now();
-    let last_output_ms = Arc::new(AtomicU64::new(0));
-    let last_output = last_output_ms.clone();
     sink.set_callbacks(
         gstreamer_app::AppSinkCallbacks::builder()
             .new_sample(move |sink| {
                 let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
                 if let Some(map) = sample.buffer().and_then(|b| b.map_readable().ok()) {
-                    // A full queue means the fetcher is behind: drop rather than stall the
+                    // A full queue means the daemon is behind: drop rather than stall the
                     // source (the TS adapter resynchronises).
                     if data.is_closed() {
                         return Err(gst::FlowError::Flushing);
                     }
-                    let _ = data.try_send(SourceEvent::Data(Bytes::copy_from_slice(&map)));
-                    last_output.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    let _ = data.try_send(Frame::Data(Bytes::copy_from_slice(&map)));
                 }
                 Ok(gst::FlowSuccess::Ok)
             })
             .build(),
     );
-    let bus = pipeline.bus().ok_or(SourceError::MissingPart("no bus"))?;
-    let weak = pipeline.downgrade();
+    let bus = pipeline.bus().ok_or(PipelineError::MissingPart("no bus"))?;
     std::thread::spawn(move || {
-        // Ends when the pipeline is gone (dropped Source) or the fetcher stopped listening.
-        while let Some(pipeline) = weak.upgrade() {
-            drop(pipeline);
-            let Some(msg) = bus.timed_pop(gst::ClockTime::from_mseconds(200)) else {
-                if tx.is_closed() {
-                    break;
-                }
-                continue;
-            };
-            let event = match msg.view() {
-                gst::MessageView::Error(e) => SourceEvent::Error(SourceError::Pipeline {
-                    message: e.error(),
-                    debug: e.debug(),
-                }),
-                gst::MessageView::Eos(_) => SourceEvent::Eos,
+        for msg in bus.iter_timed(gst::ClockTime::NONE) {
+            let frame = match msg.view() {
+                gst::MessageView::Error(e) => Frame::Failed(
+                    PipelineError::Bus {
+                        message: e.error(),
+                        debug: e.debug(),
+                    }
+                    .to_string(),
+                ),
+                gst::MessageView::Eos(_) => Frame::Eos,
                 _ => continue,
             };
-            if tx.blocking_send(event).is_err() {
+            if tx.blocking_send(frame).is_err() {
                 break;
             }
         }
     });
     let pipeline_for_start = pipeline.clone();
+    // Going to PLAYING can block on network elements; meanwhile the caller writes out what the
+    // pipeline reports.
     std::thread::spawn(move || {
         if let Err(e) = pipeline_for_start.set_state(gst::State::Playing) {
             tracing::debug!(error = %e, "PULL source did not start (the bus says why)");
         }
     });
-    SOURCES_ALIVE.fetch_add(1, Ordering::Relaxed);
-    Ok((
-        Source {
-            pipeline,
-            container,
-            last_output_ms,
-            opened,
-        },
-        rx,
-    ))
+    Ok((pipeline, rx))
+}
+
+/// Each adaptive (HLS/DASH) demuxer the pipeline creates is reported, so the daemon counts the
+/// demuxers its source processes hold.
+fn report_adaptive_demuxers(pipeline: &gst::Pipeline, tx: &mpsc::Sender<Frame>) {
+    let tx = tx.clone();
+    pipeline.connect_deep_element_added(move |_, _, element| {
+        if let Some(f) = element.factory().filter(|f| f.klass().contains("Adaptive")) {
+            tell(&tx, Frame::Demuxer(f.name().to_string()));
+        }
+    });
 }
 
 /// `rtmp2src ! appsink`: what the RTMP server plays, as the FLV stream it is. Read by our own
 /// FLV reader and the RTMP push's adapter, so `onMetaData` declares the tracks at once (an RTMP
 /// server such as nginx-rtmp sends no video tag before the encoder's next keyframe, and
 /// GStreamer's flvdemux exposes no pad before one) and Enhanced RTMP codecs come through.
-fn flv_branch(pipeline: &gst::Pipeline, uri: &str) -> Result<AppSink, SourceError> {
+fn flv_branch(pipeline: &gst::Pipeline, uri: &str) -> Result<AppSink, PipelineError> {
     let src = make("rtmp2src")?;
     src.set_property("location", uri);
     // The server sends in real time: no clock sync needed (its buffers carry no timestamps).
@@ -401,8 +311,8 @@ fn demuxing_branch(
     uri: &str,
     playlist: Option<PlaylistKind>,
     stream: i64,
-    tx: &mpsc::Sender<SourceEvent>,
-) -> Result<AppSink, SourceError> {
+    tx: &mpsc::Sender<Frame>,
+) -> Result<AppSink, PipelineError> {
     let src = make("urisourcebin")?;
     src.set_property("uri", uri);
     let mux = make("mpegtsmux")?;
@@ -482,14 +392,14 @@ fn declare_demuxer_pads(pipeline: &gst::Pipeline, declared: std::sync::Arc<Decla
 }
 
 /// Each source pad (one per adaptive stream) gets its own parsebin, whose streams are linked
-/// into `mux`; failures go out as source events.
+/// into `mux`; failures are reported as [`Frame::Failed`].
 fn parse_each_source_pad(
     pipeline: &gst::Pipeline,
     src: &gst::Element,
     mux: &gst::Element,
     stream: i64,
     declared: std::sync::Arc<DeclaredTracks>,
-    tx: &mpsc::Sender<SourceEvent>,
+    tx: &mpsc::Sender<Frame>,
 ) {
     let weak = pipeline.downgrade();
     let mux_for_pads = mux.clone();
@@ -498,7 +408,7 @@ fn parse_each_source_pad(
         let Some(pipeline) = weak.upgrade() else {
             return;
         };
-        let result = (|| -> Result<(), SourceError> {
+        let result = (|| -> Result<(), PipelineError> {
             let parse = make("parsebin")?;
             pipeline.add(&parse)?;
             let weak = pipeline.downgrade();
@@ -510,21 +420,22 @@ fn parse_each_source_pad(
                     return;
                 };
                 if let Err(e) = link_stream(&pipeline, pad, &mux, stream, &declared) {
-                    let _ = errors
-                        .try_send(SourceEvent::Error(SourceError::LinkingStream(Box::new(e))));
+                    let error = PipelineError::LinkingStream(Box::new(e));
+                    tell(&errors, Frame::Failed(error.to_string()));
                 }
             });
             parse.sync_state_with_parent()?;
             pad.link(
                 &parse
                     .static_pad("sink")
-                    .ok_or(SourceError::MissingPart("no sink pad"))?,
+                    .ok_or(PipelineError::MissingPart("no sink pad"))?,
             )
-            .map_err(SourceError::PadLink)?;
+            .map_err(PipelineError::PadLink)?;
             Ok(())
         })();
         if let Err(e) = result {
-            let _ = errors.try_send(SourceEvent::Error(SourceError::SourcePad(Box::new(e))));
+            let error = PipelineError::SourcePad(Box::new(e));
+            tell(&errors, Frame::Failed(error.to_string()));
         }
     });
 }

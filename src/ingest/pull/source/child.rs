@@ -1,0 +1,83 @@
+//! The source process (`livepack pull-source`): reads its [`Request`] from stdin, runs the
+//! GStreamer pipeline ([`super::gst`]) and writes what it reports to stdout as
+//! [`super::wire`] frames, until the daemon kills it. It also ends when stdin closes, which is
+//! how it learns that the daemon is gone, even one killed without a chance to kill it first.
+
+use std::io::{BufRead, Read, Write};
+use std::os::fd::AsFd;
+
+use bytes::BytesMut;
+
+use super::wire::{self, Frame};
+use super::{Container, Request};
+
+/// The request is one line of JSON; the URI in it is at most 4096 characters (the API's limit)
+/// or a gateway URL, so this is ample.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// Runs the source process; returns only when it cannot start (the exit code's reason is on
+/// stderr).
+pub fn run() -> i32 {
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    if let Err(e) = (&mut stdin).take(MAX_REQUEST).read_line(&mut line) {
+        eprintln!("pull-source: cannot read the request: {e}");
+        return 2;
+    }
+    let request: Request = match serde_json::from_str(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pull-source: bad request: {e}");
+            return 2;
+        }
+    };
+    drop(stdin);
+    // stdout is line-buffered in Rust; the frames go through a descriptor of their own.
+    let out = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(e) => {
+            eprintln!("pull-source: cannot write to stdout: {e}");
+            return 2;
+        }
+    };
+    std::thread::spawn(exit_when_stdin_closes);
+    let container = Container::of(&request.uri);
+    match super::gst::start(request.stream, &request.uri, request.playlist, container) {
+        // The pipeline is held, never dropped: the process ends by being killed or by
+        // `exit`, neither of which disposes GStreamer elements.
+        Ok((_pipeline, frames)) => write_frames(frames, out),
+        Err(e) => {
+            let mut buf = BytesMut::new();
+            wire::encode(&Frame::Failed(e.to_string()), &mut buf);
+            let _ = (&out).write_all(&buf);
+        }
+    }
+    std::process::exit(0)
+}
+
+/// Writes each frame to the daemon, several at once when they queued up meanwhile. Returns when
+/// the daemon stops reading.
+fn write_frames(mut frames: tokio::sync::mpsc::Receiver<Frame>, mut out: std::fs::File) {
+    let mut buf = BytesMut::new();
+    while let Some(frame) = frames.blocking_recv() {
+        wire::encode(&frame, &mut buf);
+        while let Ok(more) = frames.try_recv() {
+            wire::encode(&more, &mut buf);
+            if buf.len() >= 64 * 1024 {
+                break;
+            }
+        }
+        if out.write_all(&buf).is_err() {
+            return;
+        }
+        buf.clear();
+    }
+}
+
+/// The daemon holds the other end of stdin open for as long as it wants this source.
+fn exit_when_stdin_closes() {
+    let mut sink = [0u8; 256];
+    let mut stdin = std::io::stdin();
+    while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+    std::process::exit(0);
+}
