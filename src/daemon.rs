@@ -355,7 +355,7 @@ fn publish_auth(config: &Config) -> Result<Option<Arc<crate::live::PublishAuth>>
     Ok(Some(Arc::new(auth)))
 }
 
-/// This node among the daemons sharing the store, registered (first heartbeat) before any
+/// This node among the daemons sharing the store; registered by [`join_cluster`] before any
 /// publish is accepted, so its leases are never those of a node the others think dead.
 fn cluster(config: &Config, store: &Arc<dyn Store>, http_addr: SocketAddr) -> Arc<Cluster> {
     Cluster::new(
@@ -367,6 +367,19 @@ fn cluster(config: &Config, store: &Arc<dyn Store>, http_addr: SocketAddr) -> Ar
         },
         store.clone(),
     )
+}
+
+/// This node joins the daemons sharing the store (its first heartbeat, with the streams' states
+/// and their restreams'), before any publish is accepted.
+async fn join_cluster(
+    cluster: &Arc<Cluster>,
+    registry: &Arc<Registry>,
+    restreams: &Arc<crate::egress::manager::Restreams>,
+) -> Result<(), DaemonError> {
+    cluster
+        .start(registry, restreams)
+        .await
+        .map_err(DaemonError::Cluster)
 }
 
 /// The restreams of the streams served here; their states join the streams' status.
@@ -477,20 +490,16 @@ pub async fn start(
     let registry = registry(&config, &store, &quality_sets, &overlays, &cluster).await?;
     let webhooks = crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
-    let (rtmp, rtmps, srt, ice_tcp) = (gates.rtmp, gates.rtmps, gates.srt, gates.ice_tcp);
     let ingest_gates = IngestGates {
-        rtmp,
-        rtmps,
-        srt,
-        ice_tcp,
+        rtmp: gates.rtmp,
+        rtmps: gates.rtmps,
+        srt: gates.srt,
+        ice_tcp: gates.ice_tcp,
     };
     let ingest = Ingest::bind(&config, ingest_gates).await?;
     let public_url = public_url(&config, http.addr);
     let restreams = restreams(&config, &store, &registry)?;
-    cluster
-        .start(&registry, &restreams)
-        .await
-        .map_err(DaemonError::Cluster)?;
+    join_cluster(&cluster, &registry, &restreams).await?;
     let node_auth = node_auth(&config, &store).await?;
     let recordings = recordings(&config, &store, &registry).await?;
     spawn_statistics_pruning(store.clone(), config.statistics_retention);

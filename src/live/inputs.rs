@@ -10,7 +10,6 @@ use super::publisher::Slot;
 use super::sessions::{Attach, Control};
 use super::stats::SourceStats;
 use super::status::SharedStatus;
-use super::stream::stopped;
 use super::switch::{Switch, SwitchEvent};
 use super::{PipelineFailure, Registry, StreamHandles, SWITCH_TICK};
 use crate::db::SourceSample;
@@ -210,5 +209,12 @@ async fn recv(rx: &mut Option<mpsc::Receiver<MediaMessage>>) -> Option<MediaMess
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Resolves once the session is told to stop (never, if its stop signal is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

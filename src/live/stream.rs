@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::inputs::Inputs;
 use super::publisher::{Protocol, Slot};
@@ -195,12 +195,5 @@ impl Registry {
                 },
             );
         }
-    }
-}
-
-/// Resolves once the session is told to stop (never, if its stop signal is gone).
-pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
