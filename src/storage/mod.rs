@@ -527,21 +527,30 @@ mod tests {
         xml.matches("<Upload>").count()
     }
 
-    /// Gives `n` bytes, then fails: a disk read error in the middle of an upload.
-    struct FailingReader(u64);
+    /// Gives `n` bytes, then fails (`fail`: a disk read error in the middle of an upload) or
+    /// gives nothing, ever (a file read that hangs).
+    struct ShortReader {
+        n: u64,
+        fail: bool,
+    }
 
-    impl AsyncRead for FailingReader {
+    impl AsyncRead for ShortReader {
         fn poll_read(
             mut self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
             buf: &mut tokio::io::ReadBuf<'_>,
         ) -> std::task::Poll<std::io::Result<()>> {
-            if self.0 == 0 {
-                return std::task::Poll::Ready(Err(std::io::Error::other("induced read error")));
+            if self.n == 0 {
+                return match self.fail {
+                    true => {
+                        std::task::Poll::Ready(Err(std::io::Error::other("induced read error")))
+                    }
+                    false => std::task::Poll::Pending,
+                };
             }
-            let n = (buf.remaining() as u64).min(self.0) as usize;
+            let n = (buf.remaining() as u64).min(self.n) as usize;
             buf.put_slice(&vec![7u8; n]);
-            self.0 -= n as u64;
+            self.n -= n as u64;
             std::task::Poll::Ready(Ok(()))
         }
     }
@@ -561,7 +570,15 @@ mod tests {
 
         let len64 = len as u64;
         let read = store
-            .upload_from(1, "big.mp4", FailingReader(PART as u64 + 10), len64)
+            .upload_from(
+                1,
+                "big.mp4",
+                ShortReader {
+                    n: PART as u64 + 10,
+                    fail: true,
+                },
+                len64,
+            )
             .await;
         assert!(matches!(read, Err(StorageError::Io(_))), "{read:?}");
         assert_eq!(open_uploads(moto.1).await, 0, "after a read error");
@@ -578,25 +595,6 @@ mod tests {
         assert_eq!(store.size(1, "big.mp4").await.unwrap(), len64);
     }
 
-    /// Gives `n` bytes, then nothing, ever: a file read that hangs.
-    struct StallingReader(u64);
-
-    impl AsyncRead for StallingReader {
-        fn poll_read(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &mut tokio::io::ReadBuf<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            if self.0 == 0 {
-                return std::task::Poll::Pending;
-            }
-            let n = (buf.remaining() as u64).min(self.0) as usize;
-            buf.put_slice(&vec![5u8; n]);
-            self.0 -= n as u64;
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
     /// Shutdown in the middle of a multipart upload: it ends at once and is aborted, so the
     /// bucket lists no open upload.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -608,7 +606,15 @@ mod tests {
             let store = store.clone();
             async move {
                 store
-                    .upload_from(1, "big.mp4", StallingReader(PART as u64 + 10), len)
+                    .upload_from(
+                        1,
+                        "big.mp4",
+                        ShortReader {
+                            n: PART as u64 + 10,
+                            fail: false,
+                        },
+                        len,
+                    )
                     .await
             }
         });

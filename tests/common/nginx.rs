@@ -33,21 +33,7 @@ pub fn in_front(dir: &Path, nodes: &[&str], playback_key: &str) -> (Proc, String
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
-    let p = Proc::spawn(
-        std::process::Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&path)
-            .arg("-g")
-            .arg(format!(
-                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
-                dir.join("nginx.pid").display(),
-                dir.join("error.log").display()
-            ))
-            .stdin(std::process::Stdio::null()),
-        "nginx (installed by scripts/test)",
-    );
+    let p = run(dir, &path, "nginx", "nginx (installed by scripts/test)");
     super::wait_listening(port, "nginx");
     (p, format!("http://127.0.0.1:{port}"))
 }
@@ -122,21 +108,31 @@ pub fn ingest_in_front(dir: &Path, nodes: &[&str]) -> (Proc, String) {
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     let path = dir.join("nginx-ingest.conf");
     std::fs::write(&path, conf).unwrap();
-    let p = Proc::spawn(
-        std::process::Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&path)
-            .arg("-g")
-            .arg(format!(
-                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
-                dir.join("nginx-ingest.pid").display(),
-                dir.join("error-ingest.log").display()
-            ))
-            .stdin(std::process::Stdio::null()),
+    let p = run(
+        dir,
+        &path,
+        "nginx-ingest",
         "nginx (libnginx-mod-stream, installed by scripts/test)",
     );
     super::wait_listening(port, "nginx's stream balancer");
     (p, format!("127.0.0.1:{port}"))
+}
+
+/// nginx in the foreground on `conf`, its pid file and error log in `dir` under `name`.
+fn run(dir: &Path, conf: &Path, name: &str, what: &str) -> Proc {
+    Proc::spawn(
+        std::process::Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(conf)
+            .arg("-g")
+            .arg(format!(
+                "daemon off; master_process off; worker_processes 1; pid {}; error_log {} warn;",
+                dir.join(format!("{name}.pid")).display(),
+                dir.join(format!("error-{name}.log")).display()
+            ))
+            .stdin(std::process::Stdio::null()),
+        what,
+    )
 }
