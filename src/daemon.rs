@@ -145,9 +145,12 @@ impl Running {
         self.whip.stop_all();
         self.whep.stop_all();
         self.restreams.stop_all();
-        if tokio::time::timeout(LEASES_GIVEN_UP, self.cluster.give_up_streams())
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            LEASES_GIVEN_UP,
+            self.cluster.give_up_streams(&self.registry),
+        )
+        .await
+        .is_err()
         {
             tracing::warn!("stream leases not given up in time; they go with the node");
         }

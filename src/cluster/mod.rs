@@ -21,9 +21,10 @@ use tokio::time::Instant;
 
 use time::OffsetDateTime;
 
-use crate::db::{LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
+use crate::db::{LeaseNumbering, LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
 use crate::egress::manager::Restreams;
 use crate::live::{LiveStatus, PublishError, Registry};
+use crate::package::Numbering;
 
 /// A node silent this long is dead: its streams show `live: false` and their leases are free.
 pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(10);
@@ -261,6 +262,7 @@ impl Cluster {
                 stream_id: id,
                 publishing: registry.claimed(id),
                 status: encode_status(&registry.status(id).with_restreams(restreams.states(id))),
+                numbering: registry.numbering(id).map(lease_numbering),
             })
             .collect();
         let store = self.store.clone();
@@ -305,7 +307,7 @@ impl Cluster {
             );
             let store = self.store.clone();
             let node = self.config.node_id.clone();
-            let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await;
+            let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node, None)).await;
         }
         Ok(())
     }
@@ -314,9 +316,13 @@ impl Cluster {
     /// goes now, while the pipelines here still drain, so a publisher reconnecting to another
     /// node is taken there at once, and the other nodes stop passing the streams' viewers to
     /// this one, which refuses them. The heartbeat goes on until [`Cluster::leave`].
-    pub async fn give_up_streams(&self) {
+    /// Each stream's numbering is left for the node that takes it over.
+    pub async fn give_up_streams(&self, registry: &Registry) {
         let _order = self.ops.lock().await;
-        let ids: Vec<i64> = lock(&self.held).drain().collect();
+        let ids: Vec<(i64, Option<LeaseNumbering>)> = lock(&self.held)
+            .drain()
+            .map(|id| (id, registry.numbering(id).map(lease_numbering)))
+            .collect();
         if ids.is_empty() {
             return;
         }
@@ -324,7 +330,7 @@ impl Cluster {
         let node = self.config.node_id.clone();
         let released = tokio::task::spawn_blocking(move || {
             ids.iter()
-                .map(|&id| store.release_lease(id, &node).map(|_| id))
+                .map(|&(id, numbering)| store.release_lease(id, &node, numbering).map(|_| id))
                 .collect::<Result<Vec<i64>, _>>()
         })
         .await;
@@ -353,7 +359,7 @@ impl Cluster {
 
     /// Takes `id`'s lease for this node, or says which node serves it. A holder whose publisher
     /// left (grace period) gives the stream up to a new publish when `from_idle`.
-    pub async fn take(&self, id: i64, from_idle: bool) -> Result<(), Taken> {
+    pub async fn take(&self, id: i64, from_idle: bool) -> Result<LeaseNumbering, Taken> {
         let _order = self.ops.lock().await;
         let store = self.store.clone();
         let node = self.config.node_id.clone();
@@ -369,9 +375,9 @@ impl Cluster {
                 Taken::Store
             })?;
         match outcome {
-            Ok(()) => {
+            Ok(numbering) => {
                 lock(&self.held).insert(id);
-                Ok(())
+                Ok(numbering)
             }
             Err(holder) => Err(Taken::By(holder)),
         }
@@ -390,7 +396,7 @@ impl Cluster {
             }
             let store = this.store.clone();
             let node = this.config.node_id.clone();
-            match tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await {
+            match tokio::task::spawn_blocking(move || store.release_lease(id, &node, None)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(stream = id, error = %e, "cannot give up the stream's lease")
@@ -425,6 +431,13 @@ pub enum ClusterError {
     },
 }
 
+fn lease_numbering(n: Numbering) -> LeaseNumbering {
+    LeaseNumbering {
+        next_msn: n.next_msn,
+        next_discontinuity: n.next_discontinuity,
+    }
+}
+
 /// Why a lease was not taken.
 #[derive(Debug)]
 pub enum Taken {
@@ -439,10 +452,13 @@ impl crate::live::Leases for Cluster {
         self: Arc<Self>,
         id: i64,
         from_idle: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Numbering, PublishError>> + Send>> {
         Box::pin(async move {
             match Cluster::take(&self, id, from_idle).await {
-                Ok(()) => Ok(()),
+                Ok(n) => Ok(Numbering {
+                    next_msn: n.next_msn,
+                    next_discontinuity: n.next_discontinuity,
+                }),
                 Err(Taken::Store) => Err(PublishError::Store),
                 Err(Taken::By(holder)) => Err(PublishError::LiveElsewhere {
                     id,

@@ -6,29 +6,37 @@
 use std::time::Duration;
 
 use super::codec::{from_ms, to_ms};
-use super::conn::{args, Backend, Pool, Row, Tx};
-use super::{LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError};
+use super::conn::{args, Backend, Conn, Pool, Row, Tx};
+use super::{
+    LeaseNumbering, LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError,
+};
 
 /// Insert-then-read rounds of a lease take before it is reported as contended.
 const LEASE_TAKE_ROUNDS: usize = 3;
 
 pub trait ClusterStore {
-    /// Records `node`'s heartbeat (registering it), writes `leases`' state where `node` still
-    /// holds them, and returns the ids of every stream `node` holds a lease on, ascending.
+    /// Records `node`'s heartbeat (registering it), writes `leases`' state and numbering where
+    /// `node` still holds them, and returns the ids of every stream `node` holds a lease on, ascending.
     fn heartbeat(&self, node: &NodeBeat<'_>, leases: &[LeaseState])
         -> Result<Vec<i64>, StoreError>;
     /// Takes `stream_id`'s lease for `node` (marked publishing, its status reset unless `node`
     /// held it already) when nobody holds it, `node` does, its holder is dead, or (`from_idle`)
-    /// its holder no longer publishes. Otherwise `Ok(Err(holder))`. Atomic: of nodes taking
-    /// one lease at once, one wins.
+    /// its holder no longer publishes, with the numbering the stream's last holder left.
+    /// Otherwise `Ok(Err(holder))`. Atomic: of nodes taking one lease at once, one wins.
     fn take_lease(
         &self,
         stream_id: i64,
         node: &str,
         take: LeaseTake,
-    ) -> Result<Result<(), LeaseRow>, StoreError>;
-    /// Gives up `stream_id`'s lease if `node` holds it; `true` if it did.
-    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError>;
+    ) -> Result<Result<LeaseNumbering, LeaseRow>, StoreError>;
+    /// Gives up `stream_id`'s lease if `node` holds it, leaving `numbering` for the next holder;
+    /// `true` if it did.
+    fn release_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        numbering: Option<LeaseNumbering>,
+    ) -> Result<bool, StoreError>;
     /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
     /// ascending by stream id.
     fn live_leases(
@@ -57,6 +65,22 @@ fn lease_row(r: &Row) -> Result<LeaseRow, StoreError> {
     })
 }
 
+/// Saves where `stream_id`'s numbering goes on (a value that fits: numbers stay far below
+/// `i64::MAX`).
+fn save_numbering(c: &mut dyn Conn, stream_id: i64, n: LeaseNumbering) -> Result<(), StoreError> {
+    let (msn, disc) = (
+        i64::try_from(n.next_msn).unwrap_or(i64::MAX),
+        i64::try_from(n.next_discontinuity).unwrap_or(i64::MAX),
+    );
+    c.execute(
+        "INSERT INTO stream_numbering (stream_id, next_msn, next_discontinuity) \
+         VALUES ($1, $2, $3) ON CONFLICT (stream_id) DO UPDATE SET \
+           next_msn = excluded.next_msn, next_discontinuity = excluded.next_discontinuity",
+        &args![stream_id, msn, disc],
+    )?;
+    Ok(())
+}
+
 fn dead_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
 }
@@ -79,11 +103,14 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                 &args![node.id, node.url, to_ms(node.started_at)],
             )?;
             for l in leases {
-                c.execute(
+                let held = c.execute(
                     "UPDATE leases SET publishing = $1, status = $2 \
                      WHERE stream_id = $3 AND node_id = $4",
                     &args![l.publishing, l.status.as_str(), l.stream_id, node.id],
                 )?;
+                if let (1, Some(n)) = (held, l.numbering) {
+                    save_numbering(c, l.stream_id, n)?;
+                }
             }
             let held = c.query(
                 "SELECT stream_id FROM leases WHERE node_id = $1 ORDER BY stream_id",
@@ -98,7 +125,7 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
         stream_id: i64,
         node: &str,
         take: LeaseTake,
-    ) -> Result<Result<(), LeaseRow>, StoreError> {
+    ) -> Result<Result<LeaseNumbering, LeaseRow>, StoreError> {
         self.backend().with_conn(Pool::Cluster, |c| {
             let now = c.dialect().now_ms();
             // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking
@@ -122,7 +149,19 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
             // a holder went away meanwhile, so a few rounds end it.
             for _ in 0..LEASE_TAKE_ROUNDS {
                 if c.query_opt(&take_sql, &take_args)?.is_some() {
-                    return Ok(Ok(()));
+                    let left = c.query_opt(
+                        "SELECT next_msn, next_discontinuity FROM stream_numbering \
+                         WHERE stream_id = $1",
+                        &args![stream_id],
+                    )?;
+                    let numbering = match left {
+                        Some(r) => LeaseNumbering {
+                            next_msn: u64::try_from(r.i64(0)?).unwrap_or(0),
+                            next_discontinuity: u64::try_from(r.i64(1)?).unwrap_or(0),
+                        },
+                        None => LeaseNumbering::default(),
+                    };
+                    return Ok(Ok(numbering));
                 }
                 if let Some(holder) = c.query_opt(&holder_sql, &args![stream_id])? {
                     return Ok(Err(lease_row(&holder)?));
@@ -134,12 +173,21 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
         })
     }
 
-    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
-        let released = self.backend().with_conn(Pool::Cluster, |c| {
-            c.execute(
+    fn release_lease(
+        &self,
+        stream_id: i64,
+        node: &str,
+        numbering: Option<LeaseNumbering>,
+    ) -> Result<bool, StoreError> {
+        let released = self.backend().transaction(Pool::Cluster, Tx::Plain, |c| {
+            let released = c.execute(
                 "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
                 &args![stream_id, node],
-            )
+            )?;
+            if let (1, Some(n)) = (released, numbering) {
+                save_numbering(c, stream_id, n)?;
+            }
+            Ok::<_, StoreError>(released)
         })?;
         Ok(released == 1)
     }

@@ -179,6 +179,16 @@ CREATE TABLE restreams (
 );
 CREATE INDEX restreams_by_stream ON restreams (stream_id, id);
 "#,
+    // 9: where a live stream's segment and discontinuity numbers go on, written by the node
+    // serving it (heartbeat, giving it up) and read by the node taking it over, so players
+    // follow the stream across nodes as one playlist.
+    r#"
+CREATE TABLE stream_numbering (
+    stream_id {int} PRIMARY KEY REFERENCES streams (id) ON DELETE CASCADE,
+    next_msn {int} NOT NULL,
+    next_discontinuity {int} NOT NULL
+);
+"#,
 ];
 
 /// The schema version this build knows.

@@ -9,9 +9,10 @@ use time::OffsetDateTime;
 
 use super::codec::to_ms;
 use super::{
-    ApiType, AppFilter, AppOrderKey, AppSettings, LeaseState, LeaseTake, NodeBeat, PostgresStore,
-    ProfileTemplate, ProfileTemplateField, Projection, RecordType, SourceSample, SqliteStore,
-    Store, StoreError, StreamSettings, Update, VideoFilter, VideoSettings, VideoState, VideoStatus,
+    ApiType, AppFilter, AppOrderKey, AppSettings, LeaseNumbering, LeaseState, LeaseTake, NodeBeat,
+    PostgresStore, ProfileTemplate, ProfileTemplateField, Projection, RecordType, SourceSample,
+    SqliteStore, Store, StoreError, StreamSettings, Update, VideoFilter, VideoSettings, VideoState,
+    VideoStatus,
 };
 use crate::overlay::OverlaySpec;
 
@@ -1010,21 +1011,30 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     assert_eq!(nodes[0].started_at, beat("a", "").started_at);
     assert!(nodes[0].silent < dead_after);
 
-    // A takes it; B is told who holds it; A taking again keeps it.
-    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    // A takes it, with no numbering left by anyone; B is told who holds it; A taking again
+    // keeps it.
+    assert_eq!(
+        store.take_lease(id, "a", strict).unwrap(),
+        Ok(LeaseNumbering::default())
+    );
     let holder = store.take_lease(id, "b", idle_ok).unwrap().unwrap_err();
     assert_eq!(
         (holder.node_id.as_str(), holder.node_url.as_str()),
         ("a", "http://a")
     );
     assert!(holder.publishing);
-    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    assert!(store.take_lease(id, "a", strict).unwrap().is_ok());
 
-    // A's heartbeat writes its state; the live view shows it.
+    // A's heartbeat writes its state and numbering; the live view shows the state.
+    let left_by_a = LeaseNumbering {
+        next_msn: 1_764_000_100,
+        next_discontinuity: 3,
+    };
     let state = LeaseState {
         stream_id: id,
         publishing: true,
         status: r#"{"live":true}"#.into(),
+        numbering: Some(left_by_a),
     };
     assert_eq!(
         store
@@ -1047,14 +1057,19 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     };
     store.heartbeat(&beat("a", "http://a"), &[idle]).unwrap();
     assert!(store.take_lease(id, "b", strict).unwrap().is_err());
-    assert_eq!(store.take_lease(id, "b", idle_ok).unwrap(), Ok(()));
+    assert_eq!(store.take_lease(id, "b", idle_ok).unwrap(), Ok(left_by_a));
     let live = store.live_leases(Some(id), dead_after).unwrap();
     assert_eq!(live[0].node_id, "b");
     assert!(live[0].publishing);
     assert_eq!(live[0].status, "{}", "a new holder starts with no status");
-    // A learns at its next heartbeat that it no longer holds it; its state is not written.
+    // A learns at its next heartbeat that it no longer holds it; its state and numbering are
+    // not written.
+    let stale = LeaseState {
+        numbering: Some(LeaseNumbering::default()),
+        ..state
+    };
     assert_eq!(
-        store.heartbeat(&beat("a", "http://a"), &[state]).unwrap(),
+        store.heartbeat(&beat("a", "http://a"), &[stale]).unwrap(),
         Vec::<i64>::new()
     );
     assert_eq!(
@@ -1062,18 +1077,24 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
         "{}"
     );
 
-    // Only the holder releases.
-    assert!(!store.release_lease(id, "a").unwrap());
-    assert!(store.release_lease(id, "b").unwrap());
+    // Only the holder releases, leaving its numbering for the next.
+    let left_by_b = LeaseNumbering {
+        next_msn: 1_764_000_200,
+        next_discontinuity: 5,
+    };
+    assert!(!store
+        .release_lease(id, "a", Some(LeaseNumbering::default()))
+        .unwrap());
+    assert!(store.release_lease(id, "b", Some(left_by_b)).unwrap());
     assert!(store.live_leases(None, dead_after).unwrap().is_empty());
 
     // A holder that falls silent is dead: its lease is free, and no longer shown live.
-    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(left_by_b));
     std::thread::sleep(dead_after + std::time::Duration::from_millis(200));
     store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
     assert!(store.live_leases(Some(id), dead_after).unwrap().is_empty());
     assert!(store.nodes().unwrap()[0].silent >= dead_after);
-    assert_eq!(store.take_lease(id, "b", strict).unwrap(), Ok(()));
+    assert!(store.take_lease(id, "b", strict).unwrap().is_ok());
     assert_eq!(store.heartbeat(&beat("b", "http://b"), &[]).unwrap(), [id]);
 
     // A node that leaves cleanly gives its leases up and is dead at once.
@@ -1081,7 +1102,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     store.node_left("b").unwrap();
     assert!(store.live_leases(None, dead_after).unwrap().is_empty());
     assert!(store.nodes().unwrap()[1].silent > dead_after);
-    assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(()));
+    assert!(store.take_lease(id, "a", strict).unwrap().is_ok());
     store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
     assert_eq!(store.heartbeat(&beat("a", "http://a"), &[]).unwrap(), [id]);
 

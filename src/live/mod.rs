@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::db::{Store, StreamSettings};
 use crate::events::Events;
-use crate::package::{Package, PackagingConfig};
+use crate::package::{Numbering, Package, PackagingConfig};
 use crate::quality::QualitySets;
 pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
 use publisher::LeaseHold;
@@ -125,10 +125,16 @@ impl Registry {
         })
     }
 
-    async fn take_lease(&self, id: i64, from_idle: bool) -> Result<(), PublishError> {
+    /// Takes the stream's lease (with several nodes): where the last node that served the
+    /// stream left its numbering, if any.
+    async fn take_lease(
+        &self,
+        id: i64,
+        from_idle: bool,
+    ) -> Result<Option<Numbering>, PublishError> {
         match &self.leases {
-            Some(leases) => leases.clone().take(id, from_idle).await,
-            None => Ok(()),
+            Some(leases) => leases.clone().take(id, from_idle).await.map(Some),
+            None => Ok(None),
         }
     }
 
@@ -173,7 +179,7 @@ impl Registry {
     /// The PULL fetcher's claim before it connects: this node pulls the stream unless another
     /// live node does ([`PublishError::LiveElsewhere`]).
     pub async fn claim_pull(&self, id: i64) -> Result<(), PublishError> {
-        self.take_lease(id, false).await
+        self.take_lease(id, false).await.map(drop)
     }
 
     /// Gives up the stream's lease if this node has no session for it (a PULL that stopped
@@ -234,6 +240,13 @@ impl Registry {
     /// Every stream the registry holds (live or in its grace period), by id.
     pub fn metrics(&self) -> Vec<StreamMetrics> {
         self.sessions.metrics()
+    }
+
+    /// Where the numbering of whoever serves the stream next must start, while it has a
+    /// package here.
+    pub fn numbering(&self, id: i64) -> Option<Numbering> {
+        let handles = self.sessions.handles(id)?;
+        Some(handles.package.read(|p| p.numbering()))
     }
 
     /// The stream's live status here (its restreams' states are the restreams' to add).
@@ -341,12 +354,13 @@ impl Registry {
         }
         // A node whose publisher left (grace period) gives the stream up: behind a load
         // balancer the reconnect may land anywhere.
-        self.take_lease(id, true).await?;
+        let numbering = self.take_lease(id, true).await?;
         Ok(PublishPermit {
             row,
             slot,
             protocol,
             hold,
+            numbering,
         })
     }
 
@@ -368,12 +382,13 @@ impl Registry {
             return Err(PublishError::AlreadyLive(id));
         }
         // One node pulls a stream; its holder keeps it through a source outage.
-        self.take_lease(id, false).await?;
+        let numbering = self.take_lease(id, false).await?;
         Ok(PublishPermit {
             row,
             slot: Slot::Main,
             protocol: Protocol::Pull,
             hold,
+            numbering,
         })
     }
 
@@ -407,6 +422,7 @@ impl Registry {
             slot,
             protocol,
             hold,
+            numbering,
         } = permit;
         let id = row.id;
         let quality_set = self.quality_set(&row).await;
@@ -416,7 +432,10 @@ impl Registry {
             quality_set,
             options: session_options(&row.settings),
         };
-        let counters = match self.sessions.open(id, start, self.config.packaging)? {
+        let counters = match self
+            .sessions
+            .open(id, start, self.config.packaging, numbering)?
+        {
             Opened::Told(counters) => counters,
             Opened::New { handles, control } => {
                 let counters = handles.counters.clone();

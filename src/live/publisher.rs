@@ -45,6 +45,8 @@ pub struct PublishPermit {
     pub(super) slot: Slot,
     pub(super) protocol: Protocol,
     pub(super) hold: LeaseHold,
+    /// Where the node that served the stream last left its numbering (with several nodes).
+    pub(super) numbering: Option<crate::package::Numbering>,
 }
 
 /// A publish check's claim on the stream's lease, from before the lease is taken until the

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::publisher::PublishError;
 use super::status::{Counters, SharedStatus};
 use crate::hub::{self, Hub};
-use crate::package::Package;
+use crate::package::{Numbering, Package};
 use crate::quality::QualitySet;
 
 /// The stream a pipeline works for: where its parts go and what it reports.
@@ -50,12 +50,13 @@ pub trait PipelineFactory: Send + Sync + 'static {
 /// is taken before a publish is accepted and given up when the stream is forgotten here.
 pub trait Leases: Send + Sync + 'static {
     /// Refused with [`PublishError::LiveElsewhere`] while another live node serves the stream
-    /// (unless, with `from_idle`, that node's publisher has left).
+    /// (unless, with `from_idle`, that node's publisher has left); taken, it says where the
+    /// node that served the stream last left its numbering.
     fn take(
         self: Arc<Self>,
         id: i64,
         from_idle: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Numbering, PublishError>> + Send>>;
     fn release(self: Arc<Self>, id: i64);
     /// A publisher came or left: the stream's state is written now, not at the next beat.
     fn state_changed(self: Arc<Self>, id: i64);

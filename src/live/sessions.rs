@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
 
@@ -14,7 +14,7 @@ use super::publisher::{Protocol, PublishError, Slot};
 use super::status::{Counters, LiveStatus, SharedStatus, StreamMetrics};
 use super::StreamHandles;
 use crate::media::MediaMessage;
-use crate::package::{Package, PackageState, PackagingConfig, SessionOptions};
+use crate::package::{Numbering, Package, PackageState, PackagingConfig, SessionOptions};
 use crate::quality::QualitySet;
 
 /// Longest wait for a slot whose publisher is just leaving before a publish to it is refused.
@@ -184,6 +184,7 @@ impl Table {
         id: i64,
         start: SessionStart,
         packaging: PackagingConfig,
+        numbering: Option<Numbering>,
     ) -> Result<Opened, PublishError> {
         let (slot, protocol) = (start.first.0, start.first.1);
         let mut streams = self.streams();
@@ -211,7 +212,13 @@ impl Table {
             None => {
                 let handles = StreamHandles {
                     id,
-                    package: Arc::new(Package::new(PackageState::new(packaging, vec![]))),
+                    package: Arc::new(Package::new(
+                        PackageState::new(packaging, vec![]).numbered_from(Numbering::starting(
+                            SystemTime::now(),
+                            packaging.segment,
+                            numbering,
+                        )),
+                    )),
                     hub: crate::hub::Hub::new(),
                     status: SharedStatus::default(),
                     counters: Arc::default(),

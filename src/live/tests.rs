@@ -484,10 +484,12 @@ async fn followers_see_publish_start_inputs_gone_resume_and_end_in_order() {
     );
 }
 
-/// Records the lease calls the registry makes; every take succeeds.
+/// Records the lease calls the registry makes; every take succeeds, with `left` as where the
+/// stream's last node left its numbering.
 #[derive(Default)]
 struct FakeLeases {
     calls: StdMutex<Vec<(&'static str, i64)>>,
+    left: StdMutex<Numbering>,
 }
 
 impl Leases for FakeLeases {
@@ -495,9 +497,10 @@ impl Leases for FakeLeases {
         self: Arc<Self>,
         id: i64,
         _from_idle: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Numbering, PublishError>> + Send>> {
         self.calls.lock().unwrap().push(("take", id));
-        Box::pin(async { Ok(()) })
+        let left = *self.left.lock().unwrap();
+        Box::pin(async move { Ok(left) })
     }
 
     fn release(self: Arc<Self>, id: i64) {
@@ -645,4 +648,33 @@ async fn shutdown_ends_live_and_idle_streams_without_waiting_for_their_grace() {
         h.seen(0).lock().unwrap().stopped,
         "the live pipeline was told to stop"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_taken_over_numbers_on_from_where_its_last_node_left() {
+    let (h, leases) = Harness::with_leases(Duration::ZERO);
+    let segment = h.registry.packaging().segment;
+    let clock = || Numbering::starting(std::time::SystemTime::now(), segment, None);
+    // Nothing left anywhere: segment numbers count the clock's segments, discontinuities 0.
+    let fresh = h.stream(|_| {});
+    let before = clock().next_msn;
+    let p = h.publish(fresh, Slot::Main).await.unwrap();
+    let n = h.registry.numbering(fresh).unwrap();
+    assert!(
+        n.next_msn >= before && n.next_msn <= clock().next_msn,
+        "{n:?}"
+    );
+    assert_eq!(n.next_discontinuity, 0);
+    drop(p);
+
+    // The last node ran ahead of this one's clock and counted discontinuities: both go on.
+    let left = Numbering {
+        next_msn: clock().next_msn + 1000,
+        next_discontinuity: 7,
+    };
+    *leases.left.lock().unwrap() = left;
+    let moved = h.stream(|_| {});
+    let p = h.publish(moved, Slot::Main).await.unwrap();
+    assert_eq!(h.registry.numbering(moved), Some(left));
+    drop(p);
 }

@@ -537,6 +537,52 @@ impl Package {
 
 /// A UTC time as ISO 8601 with milliseconds and `Z`: EXT-X-PROGRAM-DATE-TIME (RFC 8216bis
 /// §4.4.4.6) and the MPD's xs:dateTime attributes both take this form.
+/// Where a live stream's segment and discontinuity numbers start. A stream that moves to
+/// another node (a rolling restart) or comes back after it ended goes on with higher numbers
+/// than it had, so players follow it as one playlist — hls.js places the new segments where
+/// their numbers say, with a new timestamp mapping from the new discontinuity number — and a
+/// cache in front never confuses one node's parts with another's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Numbering {
+    /// The next media sequence number (segments and their parts).
+    pub next_msn: u64,
+    /// The next discontinuity sequence number. Kept small: hls.js walks an array indexed by it
+    /// on every playlist load, so a clock-derived value would freeze the page.
+    pub next_discontinuity: u64,
+}
+
+impl Numbering {
+    /// A new package's numbering at `now`: segment numbers count the segments of `segment`
+    /// since the Unix epoch, and never fall behind `before` (what the node that served the
+    /// stream last left in the store); discontinuities go on from `before`. The clock alone
+    /// covers a node that died without saying (as long as the segments were no shorter than
+    /// `segment` on average, which the encoder's forced keyframes give).
+    pub fn starting(
+        now: std::time::SystemTime,
+        segment: std::time::Duration,
+        before: Option<Numbering>,
+    ) -> Numbering {
+        let since = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let clock = u64::try_from(since / segment.as_millis().max(1)).unwrap_or(0);
+        let before = before.unwrap_or_default();
+        Numbering {
+            next_msn: clock.max(before.next_msn),
+            next_discontinuity: before.next_discontinuity,
+        }
+    }
+
+    /// The higher of each number.
+    pub fn max(self, other: Numbering) -> Numbering {
+        Numbering {
+            next_msn: self.next_msn.max(other.next_msn),
+            next_discontinuity: self.next_discontinuity.max(other.next_discontinuity),
+        }
+    }
+}
+
 pub fn utc_ms(t: time::OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(
@@ -600,6 +646,57 @@ mod tests {
         assert!(pkg.read(|p| p.storage_error().is_none()));
         let on_disk = std::fs::read_dir(root.join("cmaf/720p")).unwrap().count();
         assert!(on_disk >= 1);
+    }
+
+    /// A package numbered from where another node left the stream: its playlists go on past
+    /// that node's segment and discontinuity numbers (read back with m3u8-rs), and what it
+    /// leaves for the next node is past its own.
+    #[test]
+    fn a_package_numbers_on_from_where_the_last_node_left() {
+        use state::tests::{part, stereo_audio, video_720p};
+        let left = Numbering {
+            next_msn: 1_764_000_000,
+            next_discontinuity: 4,
+        };
+        let config = PackagingConfig::default();
+        let pkg = Arc::new(Package::new(
+            PackageState::new(config, vec![]).numbered_from(left),
+        ));
+        pkg.install(Layout {
+            segment: config.segment,
+            part: config.part,
+            cmaf: vec![video_720p(1_000_000), stereo_audio(128_000)],
+            ts: vec![],
+        });
+        let t0 = time::OffsetDateTime::now_utc();
+        let per_segment = (config.segment.as_millis() / 500) as u64;
+        for i in 0..3 * per_segment {
+            let t = t0 + Duration::from_millis(500 * i);
+            for name in ["720p", "audio"] {
+                pkg.push(Output::Cmaf, name, part(i % per_segment == 0, 500, t), None);
+            }
+        }
+        let text = pkg.read(|p| hls::render_media(p, &p.renditions()[0], false, false));
+        let listed = match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+            Ok(m3u8_rs::Playlist::MediaPlaylist(m)) => m,
+            other => panic!("{other:?}: {text}"),
+        };
+        assert_eq!(listed.media_sequence, left.next_msn, "{text}");
+        assert_eq!(
+            listed.discontinuity_sequence, left.next_discontinuity,
+            "{text}"
+        );
+        assert!(listed.segments.iter().all(|s| !s.discontinuity), "{text}");
+        // A publisher came back within the grace period: one discontinuity more.
+        pkg.update(|p| {
+            for r in p.list_mut(Output::Cmaf).into_iter().flatten() {
+                r.mark_discontinuity();
+            }
+        });
+        pkg.push(Output::Cmaf, "720p", part(true, 500, t0), None);
+        let next = pkg.read(|p| p.numbering());
+        assert_eq!(next.next_msn, left.next_msn + 4, "3 complete, 1 open");
+        assert_eq!(next.next_discontinuity, left.next_discontinuity + 2);
     }
 
     fn ts_package(idle: Option<Duration>) -> (Arc<Package>, Vec<RenditionSink>) {

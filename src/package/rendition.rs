@@ -271,6 +271,24 @@ impl Rendition {
         }
     }
 
+    /// Numbers the first segment and counts discontinuities from `from`: a stream that moved
+    /// from another node goes on past that node's numbers ([`super::Numbering`]). Only before
+    /// the first segment; later, see `continue_after`.
+    pub fn start_numbering_at(&mut self, from: super::Numbering) {
+        if self.segments.is_empty() && self.next_msn == 0 {
+            self.next_msn = from.next_msn;
+            self.epoch_msn = from.next_msn;
+            self.discontinuity_sequence = from.next_discontinuity;
+        }
+    }
+
+    /// The discontinuity sequence number of the newest segment (its EXT-X-DISCONTINUITY-
+    /// SEQUENCE had it been listed first).
+    pub fn last_discontinuity(&self) -> u64 {
+        let held = self.segments.iter().filter(|s| s.discontinuity).count();
+        self.discontinuity_sequence + held as u64
+    }
+
     /// Continues numbering after `msn` (a new epoch must never reuse a sequence number).
     pub fn continue_after(&mut self, msn: u64) {
         self.next_msn = self.next_msn.max(msn + 1);
@@ -295,7 +313,7 @@ impl Rendition {
                 .take_if(|t| part.pdt + DISCONTINUITY_SLACK >= *t)
                 .is_some();
             let new_epoch = std::mem::take(&mut self.pending_discontinuity);
-            if new_epoch || self.segments.is_empty() && self.next_msn == 0 {
+            if new_epoch {
                 self.epoch_msn = self.next_msn;
             }
             let discontinuity = new_epoch || switched;

@@ -99,8 +99,13 @@ impl Package {
         let ts = sinks(Output::Ts, &layout.ts);
         self.update(|p| {
             p.set_durations(layout.segment, layout.part);
-            install(p.list_mut(Output::Cmaf).expect("a list"), layout.cmaf);
-            install(p.list_mut(Output::Ts).expect("a list"), layout.ts);
+            let first = p.first_numbering();
+            install(
+                p.list_mut(Output::Cmaf).expect("a list"),
+                layout.cmaf,
+                first,
+            );
+            install(p.list_mut(Output::Ts).expect("a list"), layout.ts, first);
         });
         (cmaf, ts)
     }
@@ -188,7 +193,7 @@ impl Package {
     }
 }
 
-fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
+fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>, first: super::Numbering) {
     let next = current.iter().map(|r| r.next_msn()).max().unwrap_or(0);
     let mut old = std::mem::take(current);
     for mut r in fresh {
@@ -206,6 +211,8 @@ fn install(current: &mut Vec<Rendition>, fresh: Vec<Rendition>) {
                 if next > 0 {
                     r.continue_after(next - 1);
                     r.mark_discontinuity();
+                } else {
+                    r.start_numbering_at(first);
                 }
                 current.push(r);
             }

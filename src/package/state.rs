@@ -35,6 +35,8 @@ pub struct PackageState {
     /// The first sequence number of the current session ([`super::Package::start_session`]):
     /// a recording started with the session takes its segments from there on.
     session_msn: u64,
+    /// Where each rendition's numbering starts ([`Self::numbered_from`]).
+    first: super::Numbering,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
     version: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
@@ -64,9 +66,33 @@ impl PackageState {
             dvr_window: None,
             storage_error: None,
             session_msn: 0,
+            first: super::Numbering::default(),
             version: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Renditions installed later start their numbering at `first` (a live stream's package
+    /// starts at [`super::Numbering::starting`]; tests and recordings start at 0).
+    pub fn numbered_from(mut self, first: super::Numbering) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// Where a rendition installed now starts its numbering.
+    pub(super) fn first_numbering(&self) -> super::Numbering {
+        self.first
+    }
+
+    /// Where the numbering of whoever serves the stream next must start: past every segment
+    /// and discontinuity number used here.
+    pub fn numbering(&self) -> super::Numbering {
+        let all = || self.renditions.iter().chain(self.ts_renditions.iter());
+        super::Numbering {
+            next_msn: all().map(Rendition::next_msn).max().unwrap_or(0),
+            next_discontinuity: all().map(|r| r.last_discontinuity() + 1).max().unwrap_or(0),
+        }
+        .max(self.first)
     }
 
     /// `render`'s text for `r`, rendered once per package version (the HLS renderer's cache).

@@ -23,10 +23,6 @@ const STALL_BOUND: Duration = Duration::from_secs(15);
 /// How long the viewer watches: through the stop, the move and well past them.
 const VIEWER_SECS: u64 = 50;
 /// The stream runs this long on the first node before the stop, the viewer this long of it.
-/// Segment and part numbers start over on the node the stream moves to, and nginx keeps parts
-/// and answered reloads for 30 s under those numbers: a stream moved sooner after its start
-/// would be served the first node's objects under the new node's numbers (README, "Stopping
-/// and rolling restarts").
 const BEFORE_STOP: Duration = Duration::from_secs(45);
 const WATCHED_BEFORE_STOP: Duration = Duration::from_secs(20);
 
@@ -183,6 +179,9 @@ async fn a_rolling_restart_moves_the_stream_and_loses_nothing() {
     };
     let master = via_host(&rec, "hls_cmaf_url", &edge);
     media::wait_segments(&master, 2).await;
+    // The stream's numbering starts at a clock-derived number (the window has not slid yet).
+    let top = via_host(&rec, "hls_cmaf_url", &first.base).replace("master.m3u8", "720p/index.m3u8");
+    let first_msn = media::hls::first_msn(&media::hls::media(&media::text(&top).await.1));
     tokio::time::sleep((BEFORE_STOP - WATCHED_BEFORE_STOP).saturating_sub(live_since.elapsed()))
         .await;
     let watching = tokio::spawn(viewer(master.clone(), VIEWER_SECS));
@@ -192,16 +191,15 @@ async fn a_rolling_restart_moves_the_stream_and_loses_nothing() {
     // The media the node has packaged by the stop (its complete segments, counted from the
     // stream's first: a machine too loaded to transcode in real time packages less than the
     // time that passed, and records less too).
-    let top = via_host(&rec, "hls_cmaf_url", &first.base).replace("master.m3u8", "720p/index.m3u8");
+    let listed = media::hls::media(&media::text(&top).await.1);
     let packaged = {
-        let listed = media::hls::media(&media::text(&top).await.1);
         let each: f64 = listed
             .segments
             .iter()
             .map(|s| f64::from(s.duration))
             .sum::<f64>()
             / listed.segments.len() as f64;
-        media::hls::next_msn(&listed) as f64 * each
+        (media::hls::next_msn(&listed) - first_msn) as f64 * each
     };
     let mut first = first;
     let stopped_at = Instant::now();
@@ -221,6 +219,22 @@ async fn a_rolling_restart_moves_the_stream_and_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let moved = stopped_at.elapsed();
+    // The other node goes on numbering past the stopped node's segments and discontinuities,
+    // so players follow one playlist and a cache never mixes the two nodes' objects.
+    let there = via_host(&rec, "hls_cmaf_url", &second.base);
+    media::wait_segments(&there, 1).await;
+    let there = there.replace("master.m3u8", "720p/index.m3u8");
+    let continued = media::hls::media(&media::text(&there).await.1);
+    assert!(
+        media::hls::first_msn(&continued) >= media::hls::next_msn(&listed),
+        "numbering went back: {continued:?} after {listed:?}"
+    );
+    assert!(
+        continued.discontinuity_sequence > listed.discontinuity_sequence,
+        "discontinuity sequence {} after {}",
+        continued.discontinuity_sequence,
+        listed.discontinuity_sequence
+    );
     let (status, took) = exited.await.unwrap();
     let status = status.expect("the stopped node did not exit within 30 s");
     assert!(status.success(), "{status:?}");
