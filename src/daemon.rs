@@ -120,6 +120,9 @@ pub struct Running {
     restreams: Arc<crate::egress::manager::Restreams>,
     recordings: Arc<Recordings>,
     webhooks: crate::webhooks::Webhooks,
+    /// The hourly pruning of source statistics.
+    pruning: tokio::task::JoinHandle<()>,
+    overlays: Option<Arc<OverlayHub>>,
 }
 
 /// How long the stop waits for the store to take its stream leases back before it goes on
@@ -142,6 +145,7 @@ impl Running {
             tracing::info!(step, ms, "stopping");
         };
         self.shutdown.refuse();
+        self.pruning.abort();
         self.whip.stop_all();
         self.whep.stop_all();
         self.restreams.stop_all();
@@ -157,6 +161,10 @@ impl Running {
         done("refusing; leases given up");
         self.registry.shutdown(Duration::from_secs(8)).await;
         done("pipelines drained");
+        if let Some(overlays) = &self.overlays {
+            overlays.shutdown(Duration::from_secs(5)).await;
+            done("overlay pages stopped");
+        }
         // After the pipelines' last parts: each open video holds everything up to the stop.
         self.recordings
             .shutdown(crate::record::manager::SHUTDOWN_WAIT)
@@ -230,8 +238,12 @@ async fn node_auth(
     Ok(NodeAuth::new(secret))
 }
 
-/// Prunes source statistics past their retention, at start and then hourly.
-fn spawn_statistics_pruning(store: Arc<dyn crate::db::Store>, retention: Duration) {
+/// Prunes source statistics past their retention, at start and then hourly; the daemon's stop
+/// ends it before the store closes.
+fn spawn_statistics_pruning(
+    store: Arc<dyn crate::db::Store>,
+    retention: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));
         loop {
@@ -246,7 +258,7 @@ fn spawn_statistics_pruning(store: Arc<dyn crate::db::Store>, retention: Duratio
                 Err(_) => {}
             }
         }
-    });
+    })
 }
 
 /// The store, opened in the prepared data directory and seeded with the profile templates, and
@@ -505,10 +517,8 @@ pub async fn start(
     join_cluster(&cluster, &registry, &restreams).await?;
     let node_auth = node_auth(&config, &store).await?;
     let recordings = recordings(&config, &store, &registry).await?;
-    spawn_statistics_pruning(store.clone(), config.statistics_retention);
-    if let Some(hub) = &overlays {
-        hub.spawn(registry.events());
-    }
+    let pruning = spawn_statistics_pruning(store.clone(), config.statistics_retention);
+    overlays.iter().for_each(|hub| hub.spawn(registry.events()));
     let spectators = Arc::new(crate::broadcast::Spectators::default());
     let api = Arc::new(Api {
         store: store.clone(),
@@ -522,7 +532,7 @@ pub async fn start(
         relay: Relay::new(cluster.clone(), node_auth),
         cluster: cluster.clone(),
         recordings: recordings.clone(),
-        overlays,
+        overlays: overlays.clone(),
         spectators: spectators.clone(),
         restreams: restreams.clone(),
     });
@@ -574,6 +584,8 @@ pub async fn start(
         restreams,
         recordings,
         webhooks,
+        pruning,
+        overlays,
         http,
         listeners: ingest.listeners,
         store,

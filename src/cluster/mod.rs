@@ -254,6 +254,10 @@ impl Cluster {
         restreams: &Restreams,
     ) -> Result<(), ClusterError> {
         let _order = self.ops.lock().await;
+        // A beat queued behind `leave` would register the node again after it signed off.
+        if self.left.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let sent = Instant::now();
         let ours: Vec<i64> = lock(&self.held).iter().copied().collect();
         let states: Vec<LeaseState> = ours

@@ -36,6 +36,8 @@ pub struct Restreams {
     running: Mutex<HashMap<i64, Running>>,
     /// The streams whose outputs run here (LiveStarted seen, LiveEnded not yet).
     live: Mutex<std::collections::BTreeSet<i64>>,
+    /// The events follower ([`Restreams::follow`]), ended by [`Restreams::stop_all`].
+    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 fn source(spec: &RestreamSpec) -> Source {
@@ -59,6 +61,7 @@ impl Restreams {
             max_per_stream,
             running: Mutex::new(HashMap::new()),
             live: Mutex::new(Default::default()),
+            follower: Mutex::new(None),
         });
         r.follow(r.registry.events().clone());
         r
@@ -79,7 +82,7 @@ impl Restreams {
     fn follow(self: &Arc<Self>, events: Events) {
         let me = Arc::downgrade(self);
         let mut sub = events.subscribe();
-        tokio::spawn(async move {
+        let follower = tokio::spawn(async move {
             let mut tick = tokio::time::interval(RECONCILE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -115,6 +118,7 @@ impl Restreams {
                 }
             }
         });
+        *self.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(follower);
     }
 
     fn live_set(&self) -> MutexGuard<'_, std::collections::BTreeSet<i64>> {
@@ -225,6 +229,15 @@ impl Restreams {
 
     /// Stops every restream (shutdown).
     pub fn stop_all(&self) {
+        // First the follower, so that no restream starts after the others were told to stop.
+        if let Some(follower) = self
+            .follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            follower.abort();
+        }
         for r in self.running().values() {
             let _ = r.stop.send(true);
         }

@@ -168,7 +168,8 @@ impl Bound {
             srt_readers,
             stopping.clone(),
         ));
-        pull::Puller::spawn(
+        // Ends once the daemon refuses newcomers, its PULLs stopped: awaited with the listeners.
+        let pulls = pull::Puller::spawn(
             registry.clone(),
             store.clone(),
             config.pull,
@@ -184,7 +185,7 @@ impl Bound {
             whip_tcp_addr,
             whip,
             muxes,
-            listeners: vec![rtmp, rtmps, srt],
+            listeners: vec![rtmp, rtmps, srt, pulls],
         })
     }
 }

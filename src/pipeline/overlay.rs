@@ -7,7 +7,7 @@
 //! overlay changes a list, not the pipeline.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gstreamer as gst;
@@ -288,6 +288,11 @@ pub struct OverlayHub {
     running: Arc<AtomicUsize>,
     /// Pages this hub started rendering, ever (logged with each change).
     started: AtomicUsize,
+    /// The events follower, and the changes being applied, until [`OverlayHub::shutdown`].
+    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// Set by [`OverlayHub::shutdown`]: no change starts a page any more.
+    closed: AtomicBool,
 }
 
 impl OverlayHub {
@@ -309,6 +314,9 @@ impl OverlayHub {
             turns: Mutex::default(),
             running: Arc::default(),
             started: AtomicUsize::new(0),
+            follower: Mutex::default(),
+            tasks: Mutex::default(),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -347,7 +355,7 @@ impl OverlayHub {
         let this = self.clone();
         let _ = self.events.set(events.clone());
         let mut events = events.subscribe();
-        tokio::spawn(async move {
+        let follower = tokio::spawn(async move {
             loop {
                 let id = match events.next().await {
                     Some(Next::Event(e)) => match e.event {
@@ -366,10 +374,40 @@ impl OverlayHub {
                 };
                 // Applied in the stream's turn, not here: a page that is slow to answer must
                 // not hold up the events of every stream (a lagging receiver loses some).
-                let hub = this.clone();
-                tokio::spawn(async move { hub.changed(id).await });
+                this.change(id);
             }
         });
+        *lock(&self.follower) = Some(follower);
+    }
+
+    /// Applies a change in the background (starting a page takes a moment), owned by the hub.
+    pub fn change(self: &Arc<Self>, stream: i64) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let hub = self.clone();
+        let mut tasks = lock(&self.tasks);
+        // Changes already applied leave the set here.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(async move { hub.changed(stream).await });
+    }
+
+    /// The daemon is stopping, its pipelines done: no change starts a page any more, those
+    /// under way finish (or are cut at `within`), and every page renderer stops before this
+    /// returns, so no page reports a failure once the webhooks are flushed.
+    pub async fn shutdown(&self, within: std::time::Duration) {
+        self.closed.store(true, Ordering::Release);
+        if let Some(follower) = lock(&self.follower).take() {
+            follower.abort();
+        }
+        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
+        let all = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(within, all).await.is_err() {
+            tasks.abort_all();
+        }
+        let retired: Vec<Rendering> = lock(&self.renderers).drain().map(|(_, r)| r).collect();
+        lock(&self.sets).clear();
+        let _ = tokio::task::spawn_blocking(move || drop(retired)).await;
     }
 
     /// A stream's overlays or its `html_overlay` changed (or it went live or ended): renders

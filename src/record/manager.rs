@@ -105,6 +105,8 @@ pub struct Recordings {
     /// Tasks of ended streams still finalising their video.
     ending: Mutex<Vec<(i64, JoinHandle<()>)>>,
     follower: Mutex<Option<JoinHandle<()>>>,
+    /// The hourly retention pass ([`Recordings::spawn_retention`]) and its stop signal.
+    pub(super) retention: Mutex<Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>>,
     /// Video id and start of each stream's open video (`recording_duration`).
     since: Mutex<HashMap<i64, (i64, Instant)>>,
     uploader: Option<Arc<super::upload::Uploader>>,
@@ -140,6 +142,7 @@ impl Recordings {
             streams: Mutex::new(HashMap::new()),
             ending: Mutex::new(Vec::new()),
             follower: Mutex::new(None),
+            retention: Mutex::new(None),
             since: Mutex::new(HashMap::new()),
             packages: std::sync::OnceLock::new(),
             #[cfg(test)]
@@ -454,7 +457,7 @@ impl Recordings {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

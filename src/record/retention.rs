@@ -50,17 +50,24 @@ impl Recordings {
         Ok(Some(row))
     }
 
-    /// Deletes, every hour, the videos older than `video_retention_days` ([`Self::expire`]).
+    /// Deletes, every hour, the videos older than `video_retention_days` ([`Self::expire`]),
+    /// until [`Self::shutdown`], which lets a pass under way finish (a video is never left
+    /// half deleted).
     pub fn spawn_retention(self: &Arc<Self>, keep: Duration, node_id: String) {
         let me = Arc::downgrade(self);
-        tokio::spawn(async move {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(RETENTION_EVERY);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.wait_for(|s| *s) => return,
+                }
                 let Some(me) = me.upgrade() else { return };
                 me.expire(keep, &node_id).await;
             }
         });
+        *super::manager::lock(&self.retention) = Some((stop, task));
     }
 
     /// Deletes the finished videos created more than `keep` ago: those recorded here, and

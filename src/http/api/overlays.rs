@@ -147,8 +147,8 @@ fn array(body: Value) -> Result<Vec<Value>, ApiError> {
 
 /// Applies a change to what is rendered (in the background: starting a page takes a moment).
 pub fn changed(api: &Arc<Api>, stream: i64) {
-    if let Some(hub) = api.overlays.clone() {
-        tokio::spawn(async move { hub.changed(stream).await });
+    if let Some(hub) = &api.overlays {
+        hub.change(stream);
     }
 }
 

@@ -273,12 +273,22 @@ impl Recordings {
         if let Some(follower) = lock(&self.follower).take() {
             follower.abort();
         }
+        let deadline = Instant::now() + within;
+        // A retention pass under way finishes its deletions; none starts after this.
+        let retention = lock(&self.retention).take();
+        if let Some((stop, task)) = retention {
+            stop.send_replace(true);
+            let abort = task.abort_handle();
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                tracing::warn!("video retention pass still deleting at shutdown; cut");
+                abort.abort();
+            }
+        }
         let mut tasks: Vec<(i64, JoinHandle<()>)> = lock(&self.streams)
             .drain()
             .map(|(id, t)| (id, t.task))
             .collect();
         tasks.append(&mut lock(&self.ending));
-        let deadline = Instant::now() + within;
         for (id, task) in tasks {
             if tokio::time::timeout_at(deadline, task).await.is_err() {
                 tracing::warn!(stream = id, "recording not finalised at shutdown");
