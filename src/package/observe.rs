@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(obs.dropped(), 0);
     }
 
-    /// Issue 37: the inputs leave (or the pipeline is rebuilt) with a segment open. It ends
+    /// The inputs leave (or the pipeline is rebuilt) with a segment open. It ends
     /// there and is complete like any other: an observer gets it, with every part pushed, and
     /// storage holds it — before, it was only marked complete and a recording lost it.
     #[tokio::test]

@@ -744,7 +744,7 @@ mod tests {
         assert_eq!(summary.tracks["720p"].fragments.len(), frags.len());
     }
 
-    /// Issue 37, the end loss: when the inputs leave, the package closes its open segment
+    /// The end loss: when the inputs leave, the package closes its open segment
     /// (`mark_discontinuity`). That segment is complete, so a later stop's flush of the one in
     /// progress does not take it: unless the package hands it over, the video ends a segment
     /// short (28 s of a 30 s stream).
@@ -758,14 +758,15 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         h.recordings.start(id).await.unwrap();
         feed(&package, &frags);
-        // As `live::lifecycle::inputs_gone` does: the package first, then the event.
+        // As the stream's owner does when its inputs leave (`live::stream`): the package first,
+        // then the event.
         package.mark_discontinuity();
         h.events.emit(Event::InputsGone { stream_id: id });
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop_holding_all(&h, id, &frags).await;
     }
 
-    /// Issue 37, the start loss: `auto_record` opens the video (database writes) after the
+    /// The start loss: `auto_record` opens the video (database writes) after the
     /// stream went live, and the package completes segments meanwhile. The recording starts
     /// with the session: those are in the video too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

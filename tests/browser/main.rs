@@ -453,7 +453,7 @@ fn check_controls(r: &Value, player: &str) {
     );
 }
 
-/// The player page's controls (issue 37) on a live stream with DVR and three rungs, driven in
+/// The player page's controls on a live stream with DVR and three rungs, driven in
 /// Chromium as a viewer would, with hls.js then dash.js: see [`check_controls`]; the keys (m,
 /// space, arrow left, f) do what they say, taps show and hide the bar; a player library that
 /// cannot load is an error in words. Screenshots of each state under `target/tmp/controls`.

@@ -18,8 +18,8 @@ try {
   const page = await browser.newPage({ viewport: { width: 960, height: 540 } });
   page.on('pageerror', (e) => process.stderr.write(`page error: ${e}\n`));
   page.on('console', (m) => process.stderr.write(`page: ${m.text()}\n`));
-  // A media request the daemon refused is what a stalled player's report needs first (issue 37:
-  // dash.js asking for one segment again and again): each one, with its status, on stderr.
+  // A media request the daemon refused is what a stalled player's report needs first
+  // (dash.js asking for one segment again and again): each one, with its status, on stderr.
   page.on('response', (r) => {
     if (r.status() >= 400 && /\.(m4s|mp4|mpd|m3u8)(\?|$)/.test(r.url())) {
       process.stderr.write(`media ${r.status()}: ${r.url()}\n`);

@@ -1,4 +1,4 @@
-//! Request bodies at their limits, seen by real clients (issue 36, point 3): a client that
+//! Request bodies at their limits, seen by real clients: a client that
 //! writes its whole oversized body before it reads (Python's urllib) gets the `413` JSON error,
 //! not a reset; curl, which asks `Expect: 100-continue` for large bodies, gets it without
 //! sending the body; a body that stops coming is answered `408` at the body deadline; an idle

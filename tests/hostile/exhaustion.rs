@@ -1,4 +1,4 @@
-//! One host tries to exhaust the daemon (issue 36, point 1): from 127.0.0.2, twice the soft
+//! One host tries to exhaust the daemon: from 127.0.0.2, twice the soft
 //! file limit the daemon was started with (1024, as service managers start daemons) in slow
 //! connections against each TCP listener in turn — HTTP (WHIP offer heads whose body never
 //! comes), RTMP, RTMPS and ICE-TCP (nothing after connect). Meanwhile, from 127.0.0.1, the API

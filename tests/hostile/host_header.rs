@@ -1,4 +1,4 @@
-//! Responses never reflect the request's `Host` or `X-Forwarded-*` (issue 36, point 2): with
+//! Responses never reflect the request's `Host` or `X-Forwarded-*`: with
 //! hostile values, every text output of a live stream — master and media playlists (CMAF and
 //! TS), the MPD, the player and broadcast pages — carries none of them, the MPD stays well-formed
 //! XML (read by roxmltree) and its clock URL is on `public_url`.

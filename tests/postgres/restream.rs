@@ -1,4 +1,4 @@
-//! Restreams on two nodes (issue 41): the node serving a stream runs its restreams, whichever
+//! Restreams on two nodes: the node serving a stream runs its restreams, whichever
 //! node the API calls reach, and every node shows what they are doing; when that node dies,
 //! the node the encoder comes back to takes the restreams over with the stream.
 

@@ -1,4 +1,4 @@
-//! Videos on object storage in a cluster (issue 42): two nodes on one PostgreSQL and one S3
+//! Videos on object storage in a cluster: two nodes on one PostgreSQL and one S3
 //! store (moto's server on loopback). A video recorded on node A plays from node B out of the
 //! store, and still does once A is killed: nothing is relayed to A.
 

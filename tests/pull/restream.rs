@@ -1,4 +1,4 @@
-//! Restreams end to end (issue 41): the daemon sends a live stream on to nginx-rtmp, which
+//! Restreams end to end: the daemon sends a live stream on to nginx-rtmp, which
 //! records what it gets; ffprobe reads the recordings. The origin as received and a rung as
 //! encoded, the target's key never shown, a delete closing the target's connection.
 

@@ -1,4 +1,4 @@
-//! Videos on an S3-compatible object store (issue 42): moto's S3 server on loopback (a store
+//! Videos on an S3-compatible object store: moto's S3 server on loopback (a store
 //! nobody here wrote), the real daemon recording real pushes. What the store holds is read back
 //! over plain HTTP and compared byte for byte with the recording node's files; playback from
 //! the store goes through the same independent readers as every video (m3u8-rs, ffprobe on HLS

@@ -1,5 +1,5 @@
 //! One recorded video, three presentations: its VOD HLS, its DASH MPD and its MP4 download
-//! must present the same media (issue 37). Checked with readers that are not ours: m3u8-rs for
+//! must present the same media. Checked with readers that are not ours: m3u8-rs for
 //! the playlists, ffprobe for the durations and for the top-level boxes of each media file
 //! (its `-v trace` log), the HTTP `Content-Length` for each file's size.
 
@@ -271,7 +271,7 @@ fn daemon(dir: &std::path::Path) -> Daemon {
     )
 }
 
-/// Issue 37's case: a 30 s push recorded `transcoded` from its start to its end. Each
+/// A 30 s push recorded `transcoded` from its start to its end. Each
 /// rendition's playlist addresses every fragment of its file, the first one too, and its
 /// EXTINF sum is the recorded duration; HLS, DASH and the MP4 read the same length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1079,7 +1079,7 @@ async fn gstreamer_dash_client_renders_our_ll_dash() {
 /// once the demuxer's clock reaches start-time + run-time (`src/input/input.c`,
 /// `MainLoopDemux`), and a live DASH demuxer's clock is the MPD timeline — the seconds since the
 /// stream went live — so `--run-time 20` on a stream 14 s old stops after a few seconds of media
-/// (issue 37 counted 6), and on ffmpeg's own LL-DASH output once that is 20 s old, at once.
+/// (6 were counted once), and on ffmpeg's own LL-DASH output once that is 20 s old, at once.
 #[tokio::test]
 async fn vlc_keeps_up_with_the_ll_dash_stream() {
     use std::os::unix::fs::PermissionsExt;

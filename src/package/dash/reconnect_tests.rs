@@ -109,7 +109,7 @@ fn reconnect(pkg: &mut PackageState) {
     }
 }
 
-/// Issue 37's failure: the publisher left just after a segment boundary, so the video opened
+/// A reconnect that lost a segment: the publisher left just after a segment boundary, so the video opened
 /// segment 4 (one part) and the audio, whose last frames ended before it, did not. The new
 /// epoch is numbered from 5; the old Period, with no end, announced `audio/seg_4.m4s` — which
 /// dash.js asked for again and again (404) — and, until the new Period began, numbers of the
