@@ -50,25 +50,15 @@ fn stopping_refusal(req: &Request<Incoming>) -> Response<Body> {
     const WHY: &str = "this node is shutting down: ask again";
     let path = req.uri().path();
     if delivery::owns(path) && crate::http::relay::is_relayed(req) {
-        return delivery::with_common(
-            Response::builder()
-                .status(StatusCode::NOT_FOUND)
-                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .header(hyper::header::CACHE_CONTROL, "no-store")
-                .body(listener::full(
-                    "not served here: this node is shutting down\n",
-                ))
-                .expect("static response is valid"),
+        return delivery::plain(
+            StatusCode::NOT_FOUND,
+            "not served here: this node is shutting down\n",
         );
     }
     let mut resp = if delivery::owns(path) || delivery::videos::owns(path) {
-        delivery::with_common(
-            Response::builder()
-                .status(StatusCode::SERVICE_UNAVAILABLE)
-                .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .header(hyper::header::CACHE_CONTROL, "no-store")
-                .body(listener::full(format!("{WHY}\n")))
-                .expect("static response is valid"),
+        delivery::plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this node is shutting down: ask again\n",
         )
     } else {
         let code = StatusCode::SERVICE_UNAVAILABLE;

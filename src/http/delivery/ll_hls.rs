@@ -38,11 +38,11 @@ pub(super) async fn master(package: &Package) -> Response<Body> {
     }
 }
 
-/// Whether an ended stream's playlist says so (EXT-X-ENDLIST): not when `moving`, the node
-/// stopping, as the stream then goes on at another node and a player told it ended would stop
-/// asking for it.
-pub fn endlist(p: &PackageState, moving: bool) -> bool {
-    p.ended() && p.endlist_tag() && !moving
+/// Whether an ended stream's playlist says so (EXT-X-ENDLIST). A node's stop never ends its
+/// streams' packages (the streams go on elsewhere), so a playlist answered while it stops has
+/// none.
+pub(super) fn endlist(p: &PackageState) -> bool {
+    p.ended() && p.endlist_tag()
 }
 
 /// Whether `r` gets no more parts at this node: its stream ended, or the node is stopping
@@ -55,7 +55,7 @@ fn over_here(p: &PackageState, r: &Rendition, moving: bool) -> bool {
 
 /// A blocking media playlist request's answer if it can be given now: the playlist, or a
 /// refusal of a request too far ahead; `None` while it must wait for the store to change.
-/// `moving`: as for [`endlist`].
+/// `moving`: as for [`over_here`].
 pub fn media_playlist_now(
     p: &PackageState,
     name: &str,
@@ -67,7 +67,7 @@ pub fn media_playlist_now(
     let part = p.config().part.as_nanos().max(1);
     let pps = p.config().segment.as_nanos().div_ceil(part) as u64;
     match hls::readiness(r, over_here(p, r, moving), q, pps.max(1)) {
-        Readiness::Ready => Some(Ok(hls::media_playlist(p, r, q.skip, endlist(p, moving)))),
+        Readiness::Ready => Some(Ok(hls::media_playlist(p, r, q.skip, endlist(p)))),
         Readiness::Wait => None,
         Readiness::Bad(_) => Some(Err(StatusCode::BAD_REQUEST)),
     }
@@ -130,7 +130,7 @@ pub(super) async fn playlist(
         // passthrough source with long GOPs): the parts there are beat a 503.
         None if q.msn.is_none() => match package.read(|p| {
             p.rendition(name)
-                .map(|r| hls::media_playlist(p, r, q.skip, endlist(p, moving.refusing())))
+                .map(|r| hls::media_playlist(p, r, q.skip, endlist(p)))
         }) {
             Some(text) => playlist_response(text),
             None => not_found(),

@@ -20,7 +20,8 @@ use crate::live::Registry;
 use crate::package::hls;
 use crate::package::{Output, Package, PackageState, SegmentKey};
 use crate::shutdown::Stopping;
-pub use ll_hls::{endlist, media_playlist_now};
+use ll_hls::endlist;
+pub use ll_hls::media_playlist_now;
 use ll_hls::{master, part, playlist, playlist_response};
 
 pub const PLAYLIST_TYPE: &str = "application/vnd.apple.mpegurl";
@@ -160,7 +161,7 @@ pub(crate) fn with_common(mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     with_common(
         Response::builder()
             .status(status)
@@ -244,7 +245,7 @@ async fn answer(
         }
         Target::Segment(name, msn) => segment(package, &name, msn, range).await,
         Target::TsMaster => ts_master(package, query).await,
-        Target::TsPlaylist(name) => ts_playlist(package, &name, query, stopping).await,
+        Target::TsPlaylist(name) => ts_playlist(package, &name, query).await,
         Target::TsSegment(name, msn) => ts_segment(package, &name, msn, range).await,
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot().cloned());
@@ -331,12 +332,7 @@ async fn ts_master(package: &Arc<Package>, query: Option<&str>) -> Response<Body
 
 /// A TS variant's playlist. TS is muxed on demand: the first request waits for its first
 /// segment.
-async fn ts_playlist(
-    package: &Arc<Package>,
-    name: &str,
-    query: Option<&str>,
-    stopping: &Stopping,
-) -> Response<Body> {
+async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) -> Response<Body> {
     let _demand = package.request_ts();
     let with_duration = duration_requested(query);
     let render = |p: &PackageState| {
@@ -348,7 +344,7 @@ async fn ts_playlist(
         };
         let ready = p.ended() || (package.ts_live() && r.last_complete_msn().is_some());
         ready.then(|| {
-            let ends = endlist(p, stopping.refusing());
+            let ends = endlist(p);
             Some(crate::package::ts::render_media(p, r, with_duration, ends))
         })
     };
