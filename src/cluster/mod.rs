@@ -10,7 +10,7 @@
 pub mod lookup;
 pub mod node_auth;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use time::OffsetDateTime;
 
-use crate::db::{LeaseNumbering, LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
+use crate::db::{LeaseRow, LeaseState, LeaseTake, NodeBeat, Store};
 use crate::egress::manager::Restreams;
 use crate::live::{LiveStatus, PublishError, Registry};
 use crate::package::Numbering;
@@ -50,6 +50,9 @@ pub struct Cluster {
     started_at: OffsetDateTime,
     /// Streams whose lease this node holds.
     held: Mutex<HashSet<i64>>,
+    /// The numbering each held stream's heartbeat last wrote: written again only when its
+    /// discontinuity number moved (the clock covers the segment numbers of a node that dies).
+    numbered: Mutex<HashMap<i64, Numbering>>,
     /// Orders lease changes (take, release, heartbeat) as the node made them: a release that
     /// runs after a new take of the same stream must see it and keep the lease.
     ops: tokio::sync::Mutex<()>,
@@ -74,6 +77,7 @@ impl Cluster {
             store,
             started_at: OffsetDateTime::now_utc(),
             held: Mutex::new(HashSet::new()),
+            numbered: Mutex::default(),
             ops: tokio::sync::Mutex::new(()),
             wake: tokio::sync::Notify::new(),
             last_beat: Mutex::new(None),
@@ -260,15 +264,29 @@ impl Cluster {
         }
         let sent = Instant::now();
         let ours: Vec<i64> = lock(&self.held).iter().copied().collect();
+        let numbered = std::mem::take(&mut *lock(&self.numbered));
+        let moved = |id: i64| {
+            let now = registry.numbering(id)?;
+            let before = numbered.get(&id);
+            (before.map(|b| b.next_discontinuity) != Some(now.next_discontinuity)).then_some(now)
+        };
         let states: Vec<LeaseState> = ours
             .iter()
             .map(|&id| LeaseState {
                 stream_id: id,
                 publishing: registry.claimed(id),
                 status: encode_status(&registry.status(id).with_restreams(restreams.states(id))),
-                numbering: registry.numbering(id).map(lease_numbering),
+                numbering: moved(id),
             })
             .collect();
+        // What is written now, and what was before for the rest; a failed beat writes it again.
+        let mut written = numbered.clone();
+        for s in &states {
+            if let Some(n) = s.numbering {
+                written.insert(s.stream_id, n);
+            }
+        }
+        written.retain(|id, _| ours.contains(id));
         let store = self.store.clone();
         let (id, url, started_at) = (
             self.config.node_id.clone(),
@@ -294,6 +312,7 @@ impl Cluster {
         })
         .await??;
         *lock(&self.last_beat) = Some(sent);
+        *lock(&self.numbered) = written;
         self.peers.store(peers, Ordering::Release);
         let in_store: HashSet<i64> = in_store.into_iter().collect();
         for id in ours.iter().filter(|id| !in_store.contains(id)) {
@@ -311,7 +330,7 @@ impl Cluster {
             );
             let store = self.store.clone();
             let node = self.config.node_id.clone();
-            let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node, None)).await;
+            let _ = tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await;
         }
         Ok(())
     }
@@ -323,21 +342,17 @@ impl Cluster {
     /// Each stream's numbering is left for the node that takes it over.
     pub async fn give_up_streams(&self, registry: &Registry) {
         let _order = self.ops.lock().await;
-        let ids: Vec<(i64, Option<LeaseNumbering>)> = lock(&self.held)
+        let streams: Vec<(i64, Option<Numbering>)> = lock(&self.held)
             .drain()
-            .map(|id| (id, registry.numbering(id).map(lease_numbering)))
+            .map(|id| (id, registry.numbering(id)))
             .collect();
-        if ids.is_empty() {
+        if streams.is_empty() {
             return;
         }
         let store = self.store.clone();
         let node = self.config.node_id.clone();
-        let released = tokio::task::spawn_blocking(move || {
-            ids.iter()
-                .map(|&(id, numbering)| store.release_lease(id, &node, numbering).map(|_| id))
-                .collect::<Result<Vec<i64>, _>>()
-        })
-        .await;
+        let released =
+            tokio::task::spawn_blocking(move || store.give_up_leases(&node, &streams)).await;
         match released {
             Ok(Ok(ids)) => tracing::info!(streams = ?ids, "stopping: stream leases given up"),
             Ok(Err(e)) => tracing::warn!(error = %e, "stopping: cannot give up the stream leases"),
@@ -363,7 +378,7 @@ impl Cluster {
 
     /// Takes `id`'s lease for this node, or says which node serves it. A holder whose publisher
     /// left (grace period) gives the stream up to a new publish when `from_idle`.
-    pub async fn take(&self, id: i64, from_idle: bool) -> Result<LeaseNumbering, Taken> {
+    pub async fn take(&self, id: i64, from_idle: bool) -> Result<Numbering, Taken> {
         let _order = self.ops.lock().await;
         let store = self.store.clone();
         let node = self.config.node_id.clone();
@@ -400,7 +415,7 @@ impl Cluster {
             }
             let store = this.store.clone();
             let node = this.config.node_id.clone();
-            match tokio::task::spawn_blocking(move || store.release_lease(id, &node, None)).await {
+            match tokio::task::spawn_blocking(move || store.release_lease(id, &node)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(stream = id, error = %e, "cannot give up the stream's lease")
@@ -435,13 +450,6 @@ pub enum ClusterError {
     },
 }
 
-fn lease_numbering(n: Numbering) -> LeaseNumbering {
-    LeaseNumbering {
-        next_msn: n.next_msn,
-        next_discontinuity: n.next_discontinuity,
-    }
-}
-
 /// Why a lease was not taken.
 #[derive(Debug)]
 pub enum Taken {
@@ -459,10 +467,7 @@ impl crate::live::Leases for Cluster {
     ) -> Pin<Box<dyn Future<Output = Result<Numbering, PublishError>> + Send>> {
         Box::pin(async move {
             match Cluster::take(&self, id, from_idle).await {
-                Ok(n) => Ok(Numbering {
-                    next_msn: n.next_msn,
-                    next_discontinuity: n.next_discontinuity,
-                }),
+                Ok(n) => Ok(n),
                 Err(Taken::Store) => Err(PublishError::Store),
                 Err(Taken::By(holder)) => Err(PublishError::LiveElsewhere {
                     id,

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use super::codec::{from_ms, to_ms};
 use super::conn::{args, Backend, Conn, Pool, Row, Tx};
-use super::{
-    LeaseNumbering, LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError,
-};
+use super::{LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError};
+use crate::package::Numbering;
 
 /// Insert-then-read rounds of a lease take before it is reported as contended.
 const LEASE_TAKE_ROUNDS: usize = 3;
@@ -28,15 +27,16 @@ pub trait ClusterStore {
         stream_id: i64,
         node: &str,
         take: LeaseTake,
-    ) -> Result<Result<LeaseNumbering, LeaseRow>, StoreError>;
-    /// Gives up `stream_id`'s lease if `node` holds it, leaving `numbering` for the next holder;
-    /// `true` if it did.
-    fn release_lease(
+    ) -> Result<Result<Numbering, LeaseRow>, StoreError>;
+    /// Gives up `stream_id`'s lease if `node` holds it; `true` if it did.
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError>;
+    /// Gives up the leases `node` holds of `streams` at once (a stopping node), leaving each
+    /// one's numbering for the next holder; returns the streams released.
+    fn give_up_leases(
         &self,
-        stream_id: i64,
         node: &str,
-        numbering: Option<LeaseNumbering>,
-    ) -> Result<bool, StoreError>;
+        streams: &[(i64, Option<Numbering>)],
+    ) -> Result<Vec<i64>, StoreError>;
     /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
     /// ascending by stream id.
     fn live_leases(
@@ -67,7 +67,7 @@ fn lease_row(r: &Row) -> Result<LeaseRow, StoreError> {
 
 /// Saves where `stream_id`'s numbering goes on (a value that fits: numbers stay far below
 /// `i64::MAX`).
-fn save_numbering(c: &mut dyn Conn, stream_id: i64, n: LeaseNumbering) -> Result<(), StoreError> {
+fn save_numbering(c: &mut dyn Conn, stream_id: i64, n: Numbering) -> Result<(), StoreError> {
     let (msn, disc) = (
         i64::try_from(n.next_msn).unwrap_or(i64::MAX),
         i64::try_from(n.next_discontinuity).unwrap_or(i64::MAX),
@@ -125,7 +125,7 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
         stream_id: i64,
         node: &str,
         take: LeaseTake,
-    ) -> Result<Result<LeaseNumbering, LeaseRow>, StoreError> {
+    ) -> Result<Result<Numbering, LeaseRow>, StoreError> {
         self.backend().with_conn(Pool::Cluster, |c| {
             let now = c.dialect().now_ms();
             // ON CONFLICT … DO UPDATE … WHERE decides under the row's lock: of nodes taking
@@ -155,11 +155,11 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                         &args![stream_id],
                     )?;
                     let numbering = match left {
-                        Some(r) => LeaseNumbering {
+                        Some(r) => Numbering {
                             next_msn: u64::try_from(r.i64(0)?).unwrap_or(0),
                             next_discontinuity: u64::try_from(r.i64(1)?).unwrap_or(0),
                         },
-                        None => LeaseNumbering::default(),
+                        None => Numbering::default(),
                     };
                     return Ok(Ok(numbering));
                 }
@@ -173,23 +173,37 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
         })
     }
 
-    fn release_lease(
-        &self,
-        stream_id: i64,
-        node: &str,
-        numbering: Option<LeaseNumbering>,
-    ) -> Result<bool, StoreError> {
-        let released = self.backend().transaction(Pool::Cluster, Tx::Plain, |c| {
-            let released = c.execute(
+    fn release_lease(&self, stream_id: i64, node: &str) -> Result<bool, StoreError> {
+        let released = self.backend().with_conn(Pool::Cluster, |c| {
+            c.execute(
                 "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
                 &args![stream_id, node],
-            )?;
-            if let (1, Some(n)) = (released, numbering) {
-                save_numbering(c, stream_id, n)?;
-            }
-            Ok::<_, StoreError>(released)
+            )
         })?;
         Ok(released == 1)
+    }
+
+    fn give_up_leases(
+        &self,
+        node: &str,
+        streams: &[(i64, Option<Numbering>)],
+    ) -> Result<Vec<i64>, StoreError> {
+        self.backend().transaction(Pool::Cluster, Tx::Plain, |c| {
+            let mut released = Vec::new();
+            for &(stream_id, numbering) in streams {
+                let gone = c.execute(
+                    "DELETE FROM leases WHERE stream_id = $1 AND node_id = $2",
+                    &args![stream_id, node],
+                )?;
+                if gone == 1 {
+                    if let Some(n) = numbering {
+                        save_numbering(c, stream_id, n)?;
+                    }
+                    released.push(stream_id);
+                }
+            }
+            Ok::<_, StoreError>(released)
+        })
     }
 
     fn live_leases(

@@ -589,16 +589,8 @@ pub struct LeaseState {
     pub publishing: bool,
     /// The stream's live status as the API shows it (JSON, written and read by `cluster`).
     pub status: String,
-    /// Where the stream's numbering goes on (`stream_numbering`), once it has a package here.
-    pub numbering: Option<LeaseNumbering>,
-}
-
-/// A live stream's next segment and discontinuity numbers, as the node serving it left them:
-/// the node taking it over goes on from there.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LeaseNumbering {
-    pub next_msn: u64,
-    pub next_discontinuity: u64,
+    /// Where the stream's numbering goes on (`stream_numbering`), when it is to be written.
+    pub numbering: Option<crate::package::Numbering>,
 }
 
 /// Who serves a live stream: the node that took its lease on accepting the publish.

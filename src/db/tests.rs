@@ -9,12 +9,12 @@ use time::OffsetDateTime;
 
 use super::codec::to_ms;
 use super::{
-    ApiType, AppFilter, AppOrderKey, AppSettings, LeaseNumbering, LeaseState, LeaseTake, NodeBeat,
-    PostgresStore, ProfileTemplate, ProfileTemplateField, Projection, RecordType, SourceSample,
-    SqliteStore, Store, StoreError, StreamSettings, Update, VideoFilter, VideoSettings, VideoState,
-    VideoStatus,
+    ApiType, AppFilter, AppOrderKey, AppSettings, LeaseState, LeaseTake, NodeBeat, PostgresStore,
+    ProfileTemplate, ProfileTemplateField, Projection, RecordType, SourceSample, SqliteStore,
+    Store, StoreError, StreamSettings, Update, VideoFilter, VideoSettings, VideoState, VideoStatus,
 };
 use crate::overlay::OverlaySpec;
+use crate::package::Numbering;
 
 #[path = "tests_webhooks.rs"]
 mod webhooks;
@@ -1015,7 +1015,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     // keeps it.
     assert_eq!(
         store.take_lease(id, "a", strict).unwrap(),
-        Ok(LeaseNumbering::default())
+        Ok(Numbering::default())
     );
     let holder = store.take_lease(id, "b", idle_ok).unwrap().unwrap_err();
     assert_eq!(
@@ -1026,7 +1026,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     assert!(store.take_lease(id, "a", strict).unwrap().is_ok());
 
     // A's heartbeat writes its state and numbering; the live view shows the state.
-    let left_by_a = LeaseNumbering {
+    let left_by_a = Numbering {
         next_msn: 1_764_000_100,
         next_discontinuity: 3,
     };
@@ -1065,7 +1065,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     // A learns at its next heartbeat that it no longer holds it; its state and numbering are
     // not written.
     let stale = LeaseState {
-        numbering: Some(LeaseNumbering::default()),
+        numbering: Some(Numbering::default()),
         ..state
     };
     assert_eq!(
@@ -1077,16 +1077,39 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
         "{}"
     );
 
-    // Only the holder releases, leaving its numbering for the next.
-    let left_by_b = LeaseNumbering {
+    // Only the holder releases; a plain release leaves the numbering as it was (A's stale
+    // heartbeat did not overwrite it).
+    assert!(!store.release_lease(id, "a").unwrap());
+    assert!(store.release_lease(id, "b").unwrap());
+    assert!(store.live_leases(None, dead_after).unwrap().is_empty());
+    assert_eq!(store.take_lease(id, "b", strict).unwrap(), Ok(left_by_a));
+
+    // A stopping node gives its leases up at once, leaving each one's numbering; a lease it
+    // does not hold is neither released nor numbered.
+    let left_by_b = Numbering {
         next_msn: 1_764_000_200,
         next_discontinuity: 5,
     };
-    assert!(!store
-        .release_lease(id, "a", Some(LeaseNumbering::default()))
-        .unwrap());
-    assert!(store.release_lease(id, "b", Some(left_by_b)).unwrap());
-    assert!(store.live_leases(None, dead_after).unwrap().is_empty());
+    let other = store
+        .create_stream(&StreamSettings::default(), "u", now)
+        .unwrap()
+        .id;
+    assert!(store.take_lease(other, "a", strict).unwrap().is_ok());
+    assert_eq!(
+        store
+            .give_up_leases(
+                "b",
+                &[(id, Some(left_by_b)), (other, Some(Numbering::default()))]
+            )
+            .unwrap(),
+        [id]
+    );
+    assert!(store.release_lease(other, "a").unwrap());
+    assert_eq!(
+        store.take_lease(other, "a", strict).unwrap(),
+        Ok(Numbering::default())
+    );
+    assert!(store.release_lease(other, "a").unwrap());
 
     // A holder that falls silent is dead: its lease is free, and no longer shown live.
     assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(left_by_b));

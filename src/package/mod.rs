@@ -648,6 +648,30 @@ mod tests {
         assert!(on_disk >= 1);
     }
 
+    #[test]
+    fn numbering_counts_the_clock_s_segments_and_never_falls_behind_what_was_left() {
+        let now = std::time::UNIX_EPOCH + Duration::from_millis(1_000_999);
+        let two = Duration::from_secs(2);
+        let fresh = Numbering::starting(now, two, None);
+        assert_eq!((fresh.next_msn, fresh.next_discontinuity), (500, 0));
+        let behind = Numbering {
+            next_msn: 7,
+            next_discontinuity: 3,
+        };
+        assert_eq!(
+            Numbering::starting(now, two, Some(behind)),
+            Numbering {
+                next_msn: 500,
+                next_discontinuity: 3
+            }
+        );
+        let ahead = Numbering {
+            next_msn: 900,
+            next_discontinuity: 4,
+        };
+        assert_eq!(Numbering::starting(now, two, Some(ahead)), ahead);
+    }
+
     /// A package numbered from where another node left the stream: its playlists go on past
     /// that node's segment and discontinuity numbers (read back with m3u8-rs), and what it
     /// leaves for the next node is past its own.
