@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::common::metrics::{scrape, Metrics};
+use super::common::metrics::scrape;
 use super::common::proc::Proc;
 use super::common::{tempdir, Daemon, KEY};
 use super::media::{self, create};
@@ -157,13 +157,45 @@ fn read(path: &Path) -> String {
 /// Attempts on the flapping source; the soak (`scripts/soak --pull-flaps`) runs hundreds.
 const FLAPS: u64 = 50;
 
-/// What is compared with the baseline: resident memory, open fds, threads, Tokio tasks.
-const READINGS: [&str; 4] = [
-    "process_resident_memory_bytes",
-    "process_open_fds",
-    "process_threads",
-    "livepack_tasks",
-];
+/// What is compared with the baseline: resident memory, open fds and threads, read from
+/// `/proc` (not from the daemon's own figures), and the runtime's tasks (only it can count
+/// them).
+const READINGS: [&str; 4] = ["rss", "fds", "threads", "livepack_tasks"];
+
+/// The process's readings as the kernel shows them, beside its task count.
+async fn readings(d: &Daemon) -> std::collections::BTreeMap<&'static str, f64> {
+    let pid = d.pid();
+    let status = read(Path::new(&format!("/proc/{pid}/status")));
+    let kb = |key: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+    };
+    let count = |dir: String| std::fs::read_dir(dir).map_or(0, |d| d.count()) as f64;
+    [
+        ("rss", kb("VmRSS:") * 1024.0),
+        ("fds", count(format!("/proc/{pid}/fd"))),
+        ("threads", count(format!("/proc/{pid}/task"))),
+        ("livepack_tasks", scrape(d).await.value("livepack_tasks")),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// The daemon's child processes, as the kernel lists them (each source is one).
+fn children(d: &Daemon) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).unwrap();
+    tasks
+        .flat_map(|t| {
+            read(&t.unwrap().path().join("children"))
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
 
 /// A PULL of the flapping source, attempt after attempt, each ending with its demuxer locked
 /// and silent: the daemon lives on, counts the demuxers while their processes run, and once the
@@ -193,6 +225,7 @@ async fn a_source_that_flaps_costs_nothing_once_it_stops() {
     // arenas) is not what a flap costs.
     wait_starts(&d, 2, Duration::from_secs(30)).await;
     let baseline = quiet(&d, id, false).await;
+    assert!(children(&d).is_empty());
     let own_threads = threads_but_the_runtimes(&d);
 
     let started = Instant::now();
@@ -212,7 +245,7 @@ async fn a_source_that_flaps_costs_nothing_once_it_stops() {
         "{FLAPS} attempts on the flapping source in {:?}",
         started.elapsed()
     );
-    let after = quiet(&d, id, true).await;
+    let (after, metrics) = (quiet(&d, id, true).await, scrape(&d).await);
     assert_eq!(threads_but_the_runtimes(&d), own_threads);
 
     let lost = read(&Daemon::log_file(dir.path()))
@@ -223,12 +256,12 @@ async fn a_source_that_flaps_costs_nothing_once_it_stops() {
         "the seek to the live edge failed {lost} times in {FLAPS} attempts"
     );
     assert!(demuxers_seen >= 1.0, "no demuxer counted while flapping");
-    assert_eq!(after.value("livepack_pull_demuxers"), 0.0);
-    assert_eq!(after.value("livepack_pull_source_crashes_total"), 0.0);
+    assert_eq!(metrics.value("livepack_pull_demuxers"), 0.0);
+    assert_eq!(metrics.value("livepack_pull_source_crashes_total"), 0.0);
     for name in READINGS {
-        let (b, a) = (baseline.value(name), after.value(name));
+        let (b, a) = (baseline[name], after[name]);
         println!("{name}: {b} before, {a} after {FLAPS} attempts");
-        let slack = if name == "process_threads" {
+        let slack = if name == "threads" {
             RUNTIME_IDLE_SLACK
         } else {
             0.0
@@ -269,10 +302,10 @@ fn threads_but_the_runtimes(d: &Daemon) -> std::collections::BTreeMap<String, u3
 /// many it keeps depends on what ran last, not on how many attempts there were.
 const RUNTIME_IDLE_SLACK: f64 = 3.0;
 
-/// Stops the pull (`active=false`), waits until no source process is left and the runtime has
-/// had time to end idle blocking threads, and returns the reading then; unless `last`, starts
-/// the pull again.
-async fn quiet(d: &Daemon, id: i64, last: bool) -> Metrics {
+/// Stops the pull (`active=false`), waits until no source process is left (none counted, none
+/// a child of the daemon) and the runtime has had time to end idle blocking threads, and
+/// returns the readings then; unless `last`, starts the pull again.
+async fn quiet(d: &Daemon, id: i64, last: bool) -> std::collections::BTreeMap<&'static str, f64> {
     let r = d
         .patch(
             &format!("/streaming/streams/{id}"),
@@ -281,12 +314,16 @@ async fn quiet(d: &Daemon, id: i64, last: bool) -> Metrics {
         .await;
     assert!(r.status.is_success(), "{}", r.body);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while scrape(d).await.value("livepack_pull_sources") > 0.0 {
-        assert!(Instant::now() < deadline, "source processes left running");
+    while scrape(d).await.value("livepack_pull_sources") > 0.0 || !children(d).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "source processes left running: {:?}",
+            children(d)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(11)).await;
-    let m = scrape(d).await;
+    let m = readings(d).await;
     if !last {
         let r = d
             .patch(
