@@ -84,6 +84,7 @@
 //!   and runs until shutdown.
 //! - `shutdown`: the stop as the listeners see it — refusing newcomers and telling publishers,
 //!   then closed.
+//! - `tasks`: the set of tasks a subsystem owns, and its bounded drain at the stop.
 //!
 //! Modules are `pub(crate)` unless a bench, test or fuzz target needs them, so rustc reports
 //! dead code.
@@ -120,6 +121,7 @@ pub(crate) mod record;
 pub(crate) mod secret;
 pub(crate) mod shutdown;
 pub(crate) mod storage;
+pub(crate) mod tasks;
 pub(crate) mod url_policy;
 pub(crate) mod webhooks;
 

@@ -54,7 +54,7 @@ pub enum LookupError {
 pub struct Lookups {
     shared: Arc<Shared>,
     /// The refreshes running in the background (owned here: dropped with the lookups).
-    refreshes: Mutex<tokio::task::JoinSet<()>>,
+    refreshes: crate::tasks::Owned,
     misses: Arc<tokio::sync::Semaphore>,
 }
 
@@ -83,7 +83,7 @@ impl Lookups {
                 streams: Mutex::new(HashMap::new()),
                 streams_refreshing: Mutex::new(Default::default()),
             }),
-            refreshes: Mutex::new(tokio::task::JoinSet::new()),
+            refreshes: crate::tasks::Owned::default(),
             misses: Arc::new(tokio::sync::Semaphore::new(MISS_QUERIES)),
         }
     }
@@ -165,9 +165,7 @@ impl Lookups {
     }
 
     fn spawn(&self, refresh: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut refreshes = lock(&self.refreshes);
-        while refreshes.try_join_next().is_some() {}
-        refreshes.spawn(refresh);
+        self.refreshes.spawn(refresh);
     }
 }
 

@@ -86,7 +86,7 @@ pub struct Registry {
     factory: Arc<dyn PipelineFactory>,
     config: LiveConfig,
     /// The streams' owner tasks.
-    owners: Mutex<tokio::task::JoinSet<()>>,
+    owners: crate::tasks::Owned,
     /// Set at shutdown: owners between sessions end at once.
     closing: tokio::sync::watch::Sender<bool>,
     events: Events,
@@ -115,7 +115,7 @@ impl Registry {
             quality_sets,
             factory,
             config,
-            owners: Mutex::new(tokio::task::JoinSet::new()),
+            owners: crate::tasks::Owned::default(),
             closing: tokio::sync::watch::Sender::new(false),
             events,
             leases,
@@ -210,11 +210,8 @@ impl Registry {
     pub async fn shutdown(&self, within: Duration) {
         self.closing.send_replace(true);
         self.sessions.stop_all();
-        let mut owners = std::mem::take(&mut *lock(&self.owners));
         let deadline = tokio::time::Instant::now() + within;
-        // A panicked task counts as done.
-        let all = async { while owners.join_next().await.is_some() {} };
-        if tokio::time::timeout_at(deadline, all).await.is_err() {
+        if crate::tasks::drain(self.owners.take(), within).await > 0 {
             tracing::warn!("pipelines still running after {within:?}; exiting anyway");
         }
         // The publish times the ended sessions stated, stored before the store closes.
@@ -439,10 +436,7 @@ impl Registry {
             Opened::Told(counters) => counters,
             Opened::New { handles, control } => {
                 let counters = handles.counters.clone();
-                let mut owners = lock(&self.owners);
-                // Owners of forgotten streams are done: their results go now.
-                while owners.try_join_next().is_some() {}
-                owners.spawn(self.clone().own(handles, control));
+                self.owners.spawn(self.clone().own(handles, control));
                 counters
             }
         };

@@ -290,7 +290,7 @@ pub struct OverlayHub {
     started: AtomicUsize,
     /// The events follower, and the changes being applied, until [`OverlayHub::shutdown`].
     follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    tasks: Mutex<tokio::task::JoinSet<()>>,
+    tasks: crate::tasks::Owned,
     /// Set by [`OverlayHub::shutdown`]: no change starts a page any more.
     closed: AtomicBool,
 }
@@ -315,7 +315,7 @@ impl OverlayHub {
             running: Arc::default(),
             started: AtomicUsize::new(0),
             follower: Mutex::default(),
-            tasks: Mutex::default(),
+            tasks: Default::default(),
             closed: AtomicBool::new(false),
         })
     }
@@ -386,10 +386,7 @@ impl OverlayHub {
             return;
         }
         let hub = self.clone();
-        let mut tasks = lock(&self.tasks);
-        // Changes already applied leave the set here.
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(async move { hub.changed(stream).await });
+        self.tasks.spawn(async move { hub.changed(stream).await });
     }
 
     /// The daemon is stopping, its pipelines done: no change starts a page any more, those
@@ -400,11 +397,7 @@ impl OverlayHub {
         if let Some(follower) = lock(&self.follower).take() {
             follower.abort();
         }
-        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
-        let all = async { while tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(within, all).await.is_err() {
-            tasks.abort_all();
-        }
+        crate::tasks::drain(self.tasks.take(), within).await;
         let retired: Vec<Rendering> = lock(&self.renderers).drain().map(|(_, r)| r).collect();
         lock(&self.sets).clear();
         let _ = tokio::task::spawn_blocking(move || drop(retired)).await;

@@ -37,7 +37,7 @@ pub struct Uploader {
     /// The videos whose upload runs now.
     running: std::sync::Mutex<std::collections::HashSet<i64>>,
     /// The uploads and the later removals of local copies.
-    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    tasks: crate::tasks::Owned,
     /// Set at shutdown: no upload starts, none is retried, no removal waits on.
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -64,13 +64,6 @@ impl Uploader {
         })
     }
 
-    /// Adds a task to the uploader's own, reaping the finished ones.
-    fn own(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(task);
-    }
-
     /// Resolves once shutdown has begun.
     async fn stopping(&self) {
         let _ = self.stopping.subscribe().wait_for(|s| *s).await;
@@ -82,10 +75,9 @@ impl Uploader {
     pub async fn shutdown(&self, within: Duration) {
         self.stopping.send_replace(true);
         self.storage.stop_uploads();
-        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        let all = async { while tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(within, all).await.is_err() {
-            tracing::warn!("uploads still running at shutdown; cut");
+        let left = crate::tasks::drain(self.tasks.take(), within).await;
+        if left > 0 {
+            tracing::warn!(left, "uploads still running at shutdown; cut");
         }
     }
 
@@ -96,7 +88,7 @@ impl Uploader {
             return;
         }
         let me = self.clone();
-        self.own(async move {
+        self.tasks.spawn(async move {
             let mut wait = FIRST_RETRY;
             while !*me.stopping.borrow() {
                 match me.attempt(id).await {
@@ -254,7 +246,7 @@ impl Uploader {
             self.keep_local,
         );
         let mut stopping = self.stopping.subscribe();
-        self.own(async move {
+        self.tasks.spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(keep) => {}
                 _ = stopping.wait_for(|s| *s) => return,

@@ -172,16 +172,8 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let ended = tokio::time::timeout(CLOSE_WAIT, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
-    if ended.is_err() {
-        tracing::warn!(
-            scheme,
-            left = conns.len(),
-            "connections still open at shutdown; cut"
-        );
-        conns.shutdown().await;
+    let left = crate::tasks::drain(conns, CLOSE_WAIT).await;
+    if left > 0 {
+        tracing::warn!(scheme, left, "connections still open at shutdown; cut");
     }
 }

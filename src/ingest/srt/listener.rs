@@ -125,16 +125,9 @@ pub async fn serve(
 }
 
 /// Waits (bounded) for the listener's connections to end, then cuts the rest.
-async fn close(mut conns: JoinSet<()>) {
-    let ended = tokio::time::timeout(CLOSE_WAIT, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
-    if ended.is_err() {
-        tracing::warn!(
-            left = conns.len(),
-            "SRT connections still open at shutdown; cut"
-        );
-        conns.shutdown().await;
+async fn close(conns: JoinSet<()>) {
+    let left = crate::tasks::drain(conns, CLOSE_WAIT).await;
+    if left > 0 {
+        tracing::warn!(left, "SRT connections still open at shutdown; cut");
     }
 }
