@@ -192,6 +192,38 @@ fn media_in_epoch(r: &Rendition, epoch: u64, d: Duration) -> Option<Duration> {
     Some(before + last.duration().min(d))
 }
 
+/// The Periods to announce and every template's segment duration, from the reference track
+/// (the top video rung, else the audio): `None` until it has a complete segment.
+fn timeline(pkg: &PackageState) -> Option<(Vec<PeriodPlan>, Duration)> {
+    let renditions = pkg.renditions();
+    let reference = (renditions.iter())
+        .find(|r| matches!(r.kind, RenditionKind::Video { .. }))
+        .or_else(|| {
+            renditions
+                .iter()
+                .find(|r| matches!(r.kind, RenditionKind::Audio { .. }))
+        })?;
+    reference.last_complete_msn()?;
+    let with_video = matches!(reference.kind, RenditionKind::Video { .. });
+    let d = template_duration(pkg, reference, with_video)?;
+    Some((plan_periods(pkg, reference, d)?, d))
+}
+
+/// The newest `$Number$` of the live Period that the MPD lets a player request at `now`:
+/// segment k of a Period starting at `start` becomes available at `start + (k + 1) × d − ato`
+/// (ISO 23009-1 §5.3.9.5), `ato` being all of it but its first part. `None` between epochs or
+/// once the stream ended. That time comes from the ingest's clock, so an encoder behind real
+/// time has not begun a segment the MPD already announced: the segment handler holds such a
+/// request until it begins rather than refusing what the MPD promised.
+pub fn announced_msn(pkg: &PackageState, now: OffsetDateTime) -> Option<u64> {
+    let (periods, d) = timeline(pkg)?;
+    let live = periods.last().filter(|p| p.length.is_none())?;
+    let since = now - live.start - pkg.config().part;
+    let since = Duration::try_from(since).ok()?;
+    let whole = since.as_nanos() / d.as_nanos().max(1);
+    Some(live.epoch + u64::try_from(whole).ok()?)
+}
+
 /// `s` as the value of a double-quoted XML attribute (XML 1.0 §2.4 and §3.3.3: `<`, `&` and
 /// the quote must be escaped; tabs and line breaks too, or attribute normalisation turns them
 /// into spaces).
@@ -239,10 +271,7 @@ pub fn render_mpd(
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Audio { .. }))
         .collect();
-    let reference = video.first().or(audio.first())?;
-    reference.last_complete_msn()?;
-    let d = template_duration(pkg, reference, !video.is_empty())?;
-    let periods = plan_periods(pkg, reference, d)?;
+    let (periods, d) = timeline(pkg)?;
     // The oldest listed epoch's start: a stream without reconnects has one Period at PT0S,
     // which every client (ffmpeg's dashdec included) handles; later Periods start after it.
     let ast = periods.first()?.start;
@@ -519,6 +548,35 @@ mod tests {
         ] {
             assert_eq!(DashClient::from_user_agent(ua), client, "{ua:?}");
         }
+    }
+
+    /// The numbers the MPD's clock makes requestable follow the wall clock, not the encoder:
+    /// with two segments made since a start 9 s ago (an encoder behind real time), the MPD
+    /// already announces segment 4 (available from 8.5 s: its first part after its start).
+    #[test]
+    fn the_announced_numbers_follow_the_clock_not_the_encoder() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut pkg = PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(3_000_000), stereo_audio(128_000)],
+        );
+        for i in 0..9u64 {
+            let t = t0 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 500, t));
+        }
+        let at = |ms: u64| announced_msn(&pkg, t0 + Duration::from_millis(ms));
+        assert_eq!(at(400), None, "nothing before the first part's end");
+        assert_eq!(at(500), Some(0));
+        assert_eq!(at(2_499), Some(0));
+        assert_eq!(at(2_500), Some(1));
+        assert_eq!(at(9_000), Some(4));
+        assert_eq!(pkg.renditions()[0].next_msn(), 3, "segment 2 is being made");
+        // Between epochs (the publisher left) the MPD announces nothing more.
+        for r in pkg.list_mut(crate::package::Output::Cmaf).unwrap() {
+            r.mark_discontinuity();
+        }
+        assert_eq!(announced_msn(&pkg, t0 + Duration::from_secs(9)), None);
     }
 
     #[test]
