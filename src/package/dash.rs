@@ -684,8 +684,8 @@ mod tests {
     /// An encoder at two thirds of real time: each segment begins a second later than the one
     /// before against the MPD's clock. Segment 3, begun 3 s after it was announced, moves the
     /// numbers not announced yet: the epoch's Period ends after segment 5 and a new one times 6
-    /// on from when the encoder's pace (3 s a segment) has it begin, at 18.5 s; its media time
-    /// goes on from the epoch's. Players refetch
+    /// on from when it begins if the encoder keeps real time from 9.5 s: at 15.5 s; its media
+    /// time goes on from the epoch's. Players refetch
     /// the MPD every segment meanwhile; the held-request bound stays the first Period's.
     #[test]
     fn an_encoder_behind_real_time_gets_a_period_started_where_it_is() {
@@ -709,10 +709,10 @@ mod tests {
         for needle in [
             "minimumUpdatePeriod=\"PT2.000S\"",
             "<Period id=\"0\" start=\"PT0.000S\" duration=\"PT12.000S\">",
-            "<Period id=\"6\" start=\"PT18.000S\">",
+            "<Period id=\"6\" start=\"PT15.000S\">",
             "<SegmentTemplate timescale=\"1000\" duration=\"2000\" presentationTimeOffset=\"12000\" startNumber=\"6\"",
             "<SegmentTemplate timescale=\"48000\" duration=\"96000\" presentationTimeOffset=\"576000\" startNumber=\"6\"",
-            "wallClockTime=\"2027-01-15T08:00:18.000Z\" presentationTime=\"12000\"",
+            "wallClockTime=\"2027-01-15T08:00:15.000Z\" presentationTime=\"12000\"",
         ] {
             assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
         }

@@ -24,9 +24,6 @@ pub struct Anchor {
 #[derive(Debug, Default)]
 pub struct Clock {
     anchors: Vec<Anchor>,
-    /// The first segment seen begin on the clock in force (its epoch, the clock's first
-    /// number, the segment's, when): the encoder's pace since.
-    since: Option<(u64, u64, u64, OffsetDateTime)>,
 }
 
 /// Where segment `msn` of an epoch sits on the clock in force for it.
@@ -67,17 +64,12 @@ impl Clock {
     /// force for it. Began more than a segment after the MPD announced it, the numbers after
     /// those already announced (and the next, which a player refetching the MPD every segment
     /// may see announced before it learns of the change) are timed from a new Period, whose
-    /// first is announced when it should begin at the encoder's pace on this clock so far (never
-    /// faster than real time). Until that Period has begun no other is started.
+    /// first is announced when it begins if the encoder keeps real time from now. Timed any
+    /// later, a player at the old Period's end would wait for media that is already there
+    /// (an encoder working off a backlog runs faster than real time); timed too early, it waits
+    /// no longer than the encoder makes it, and the clock moves again. Until that Period has
+    /// begun no other is started.
     pub fn segment_began(&mut self, epoch: u64, msn: u64, now: OffsetDateTime, timing: Timing) {
-        let run = (epoch, timing.first);
-        let since = match self.since {
-            Some((e, f, m, t)) if (e, f) == run && m <= msn => (m, t),
-            _ => {
-                self.since = Some((epoch, timing.first, msn, now));
-                (msn, now)
-            }
-        };
         if self.of(epoch).any(|a| a.msn > msn) {
             return;
         }
@@ -91,18 +83,13 @@ impl Clock {
             return;
         };
         let first = shown.max(msn) + 2;
-        let (Ok(ahead), Ok(seen)) = (u32::try_from(first - msn), u32::try_from(msn - since.0))
-        else {
+        let Ok(ahead) = u32::try_from(first - msn) else {
             return;
         };
-        // Wall time per segment since the first seen on this clock.
-        let pace = (Duration::try_from(now - since.1).ok())
-            .and_then(|t| t.checked_div(seen))
-            .map_or(timing.d, |p| p.max(timing.d));
         self.anchors.push(Anchor {
             epoch,
             msn: first,
-            start: now + pace * ahead - timing.part,
+            start: now + timing.d * ahead - timing.part,
         });
     }
 
@@ -174,26 +161,6 @@ mod tests {
         assert_eq!(clock.of(0).count(), 1);
     }
 
-    /// Segments 1 to 3 began 3 s apart (two thirds of real time): 3, begun at 9.5 s, is 3 s
-    /// late, and the new Period's first number (6) is announced when that pace has it begin.
-    #[test]
-    fn the_new_period_is_timed_at_the_encoders_pace() {
-        let t0 = OffsetDateTime::UNIX_EPOCH;
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut clock = Clock::default();
-        for (msn, began) in [(1, 3_500), (2, 6_500), (3, 9_500)] {
-            clock.segment_began(0, msn, at(began), timing(t0));
-        }
-        let a = *clock.of(0).next().unwrap();
-        assert_eq!((a.msn, a.start), (6, at(18_000)));
-        let new = Timing {
-            first: a.msn,
-            start: a.start,
-            ..timing(t0)
-        };
-        assert_eq!(new.announced_at(6), Some(at(18_500)));
-    }
-
     #[test]
     fn anchors_go_with_their_epoch_or_once_a_later_one_covers_the_window() {
         let t0 = OffsetDateTime::UNIX_EPOCH;
@@ -204,7 +171,6 @@ mod tests {
         };
         let mut clock = Clock {
             anchors: vec![anchor(0, 6), anchor(0, 12), anchor(20, 26)],
-            since: None,
         };
         clock.retain(&[(0, 8), (20, 20)]);
         assert_eq!(clock.anchors.len(), 3, "8 is still on the anchor at 6");
