@@ -433,7 +433,9 @@ fn check_controls(r: &Value, player: &str) {
     let edge = &r["edge"];
     assert_eq!(edge["edge"], true, "{player}: LIVE lit at the edge: {edge}");
     let at_edge = edge["latency"].as_f64().unwrap();
-    let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let f = |v: &Value, k: &str| {
+        (v[k].as_f64()).unwrap_or_else(|| panic!("{player}: no {k} in {v}; the report: {r}"))
+    };
     // The click lands 20 s before where the edge was read (within a thumb's width on the
     // bar), and the picture may have played on from there before the driver looked.
     let scrubbed = &r["scrubbed"];
