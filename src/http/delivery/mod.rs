@@ -647,7 +647,8 @@ mod tests {
             tokio::spawn(async move {
                 let headers = hyper::HeaderMap::new();
                 let target = Target::Segment("720p".into(), msn);
-                answer(&pkg, target, &headers, None, "http://h/time").await
+                let (_serving, stopping) = crate::shutdown::Shutdown::new();
+                answer(&pkg, target, (&headers, None), "http://h/time", &stopping).await
             })
         };
         let refused = ask(6).await.unwrap();
