@@ -1,6 +1,8 @@
 //! LL-DASH: a dynamic MPD (ISO 23009-1, DASH-IF IOP low-latency) over the same CMAF segments as
 //! LL-HLS. `$Number$` templates with the renditions' own sequence numbers; the segment being
 //! produced is announced early (`availabilityTimeOffset`) and delivered with chunked transfer.
+//! An encoder behind real time gets the numbers not announced yet timed from a new Period
+//! ([`clock`]).
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -9,6 +11,10 @@ use time::OffsetDateTime;
 
 use super::state::{PackageState, Rendition, RenditionKind};
 use super::utc_ms;
+
+pub mod clock;
+
+use clock::Timing;
 
 /// ServiceDescription latency target: three parts. dash.js plays at its target (it catches up), so
 /// unlike LL-HLS's PART-HOLD-BACK (2 parts, `hls::part_hold_back`) this is where it sits.
@@ -116,9 +122,12 @@ fn last_in_epoch(r: &Rendition, epoch: u64) -> Option<u64> {
         .map(|s| s.msn)
 }
 
-/// One Period: a pipeline epoch as the MPD announces it.
+/// One Period: a pipeline epoch as the MPD announces it, or the part of one that the clock
+/// started later because the encoder fell behind ([`clock`]).
 struct PeriodPlan {
     epoch: u64,
+    /// Its first number (`startNumber`): the epoch's, or where the clock moved.
+    first: u64,
     start: OffsetDateTime,
     /// How long an epoch that is over lasts (`None`: the live epoch): up to where the first of
     /// its renditions to stop has media. Its last segment is cut short where the publisher
@@ -139,7 +148,15 @@ struct PeriodPlan {
 /// the media every one of its renditions holds. And a new epoch is announced only once every
 /// rendition has begun it: a Period without audio would make a player start it video-only, or
 /// (while the last Period had no end) look for its audio in the old Period.
-fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Option<Vec<PeriodPlan>> {
+///
+/// The availability start time is the oldest listed epoch's start (returned with the Periods):
+/// it stays while that epoch is listed, even once the part of it before a later Period of the
+/// clock has left the window.
+fn plan_periods(
+    pkg: &PackageState,
+    reference: &Rendition,
+    d: Duration,
+) -> Option<(Vec<PeriodPlan>, OffsetDateTime)> {
     let mut epochs: Vec<u64> = reference.segments().iter().map(|s| s.epoch_msn).collect();
     epochs.dedup();
     let newest = *epochs.last()?;
@@ -154,29 +171,51 @@ fn plan_periods(pkg: &PackageState, reference: &Rendition, d: Duration) -> Optio
     // The live epoch goes on unless the broadcast ended or the publisher left.
     let live_over = pkg.ended() || pkg.renditions().iter().any(Rendition::awaiting_epoch);
     let mut periods: Vec<PeriodPlan> = Vec::with_capacity(epochs.len());
+    let mut ast = None;
     for &epoch in &epochs {
-        let Some(mut start) = epoch_start(reference, epoch, d) else {
+        let Some(start) = epoch_start(reference, epoch, d) else {
             continue;
         };
         // Never before the previous Period's end: announced late is safe, early is not.
-        if let Some(end) = periods.last().and_then(period_end) {
-            start = start.max(end);
-        }
+        let start = (periods.last().and_then(period_end)).map_or(start, |end| start.max(end));
+        ast.get_or_insert(start);
         let over = epoch != newest || live_over;
-        let length = over.then(|| {
+        // Where the media of an epoch that is over ends, from the epoch's start.
+        let media = over.then(|| {
             pkg.renditions()
                 .iter()
                 .filter_map(|r| media_in_epoch(r, epoch, d))
                 .min()
                 .unwrap_or_default()
         });
-        periods.push(PeriodPlan {
-            epoch,
-            start,
-            length,
-        });
+        let offset = |first: u64| d * u32::try_from(first - epoch).unwrap_or(u32::MAX);
+        // The epoch's own clock, then the ones an encoder behind real time started; one past
+        // the media of an epoch that is over never began.
+        let mut runs = vec![(epoch, start)];
+        runs.extend(pkg.dash_clock().of(epoch).map(|a| (a.msn, a.start)));
+        runs.retain(|&(first, _)| first == epoch || media.is_none_or(|m| offset(first) < m));
+        let oldest = (reference.segments().iter())
+            .find(|s| s.epoch_msn == epoch)
+            .map_or(epoch, |s| s.msn);
+        for (i, &(first, start)) in runs.iter().enumerate() {
+            let next = runs.get(i + 1).map(|r| r.0);
+            if next.is_some_and(|n| n <= oldest) {
+                continue; // every number it times has left the window
+            }
+            let length = match next {
+                Some(n) => Some(offset(n) - offset(first)),
+                None => media.map(|m| m.saturating_sub(offset(first))),
+            };
+            let start = (periods.last().and_then(period_end)).map_or(start, |end| start.max(end));
+            periods.push(PeriodPlan {
+                epoch,
+                first,
+                start,
+                length,
+            });
+        }
     }
-    (!periods.is_empty()).then_some(periods)
+    (!periods.is_empty()).then_some((periods, ast?))
 }
 
 fn period_end(p: &PeriodPlan) -> Option<OffsetDateTime> {
@@ -190,6 +229,89 @@ fn media_in_epoch(r: &Rendition, epoch: u64, d: Duration) -> Option<Duration> {
     let last = r.segments().iter().rev().find(|s| s.epoch_msn == epoch)?;
     let before = d * u32::try_from(last.msn - epoch).ok()?;
     Some(before + last.duration().min(d))
+}
+
+/// The track the MPD's timing follows: the top video rung, else the audio.
+fn reference(pkg: &PackageState) -> Option<&Rendition> {
+    let renditions = pkg.renditions();
+    let of = |video: bool| {
+        (renditions.iter()).find(move |r| matches!(r.kind, RenditionKind::Video { .. }) == video)
+    };
+    of(true).or_else(|| of(false))
+}
+
+/// What the MPD announces: its Periods, availability start time and every template's segment
+/// duration, from the reference track: `None` until it has a complete segment.
+struct Timeline {
+    periods: Vec<PeriodPlan>,
+    ast: OffsetDateTime,
+    d: Duration,
+}
+
+fn timeline(pkg: &PackageState) -> Option<Timeline> {
+    let reference = reference(pkg)?;
+    reference.last_complete_msn()?;
+    let with_video = matches!(reference.kind, RenditionKind::Video { .. });
+    let d = template_duration(pkg, reference, with_video)?;
+    let (periods, ast) = plan_periods(pkg, reference, d)?;
+    Some(Timeline { periods, ast, d })
+}
+
+/// The reference track (`name`) began a segment at `now`: the clock hears when, against when
+/// the MPD announced it ([`clock::Clock::segment_began`]).
+pub fn segment_began(pkg: &mut PackageState, name: &str, now: OffsetDateTime) {
+    let Some(r) = reference(pkg).filter(|r| r.name == name) else {
+        return;
+    };
+    let Some((epoch, msn)) = r.open_segment().map(|s| (s.epoch_msn, s.msn)) else {
+        return;
+    };
+    let with_video = matches!(r.kind, RenditionKind::Video { .. });
+    let Some(d) = template_duration(pkg, r, with_video) else {
+        return;
+    };
+    let Some(start) = epoch_start(r, epoch, d) else {
+        return;
+    };
+    // Each epoch the window holds, with its oldest number there.
+    let mut held: Vec<(u64, u64)> = r.segments().iter().map(|s| (s.epoch_msn, s.msn)).collect();
+    held.dedup_by_key(|(e, _)| *e);
+    // The clock in force for `msn`: the epoch's own, or the newest it started before it.
+    let (first, start) = (pkg.dash_clock().of(epoch))
+        .filter(|a| a.msn <= msn)
+        .last()
+        .map_or((epoch, start), |a| (a.msn, a.start));
+    let timing = Timing {
+        first,
+        start,
+        d,
+        part: pkg.config().part,
+    };
+    let clock = pkg.dash_clock_mut();
+    clock.segment_began(epoch, msn, now, timing);
+    clock.retain(&held);
+}
+
+/// The newest `$Number$` of the live Period that the MPD lets a player request at `now`:
+/// segment k of a Period starting at `start` becomes available at `start + (k + 1) × d − ato`
+/// (ISO 23009-1 §5.3.9.5), `ato` being all of it but its first part. `None` between epochs or
+/// once the stream ended. That time comes from the ingest's clock, so an encoder behind real
+/// time has not begun a segment the MPD already announced: the segment handler holds such a
+/// request until it begins rather than refusing what the MPD promised.
+///
+/// A player that has not refetched the MPD since the clock moved ([`clock`]) still times the
+/// live epoch from its first listed Period, which announces the most: that is the bound.
+pub fn announced_msn(pkg: &PackageState, now: OffsetDateTime) -> Option<u64> {
+    let t = timeline(pkg)?;
+    let live = t.periods.last().filter(|p| p.length.is_none())?;
+    let first = t.periods.iter().find(|p| p.epoch == live.epoch)?;
+    let timing = Timing {
+        first: first.first,
+        start: first.start,
+        d: t.d,
+        part: pkg.config().part,
+    };
+    timing.announced(now)
 }
 
 /// `s` as the value of a double-quoted XML attribute (XML 1.0 §2.4 and §3.3.3: `<`, `&` and
@@ -239,17 +361,16 @@ pub fn render_mpd(
         .iter()
         .filter(|r| matches!(r.kind, RenditionKind::Audio { .. }))
         .collect();
-    let reference = video.first().or(audio.first())?;
-    reference.last_complete_msn()?;
-    let d = template_duration(pkg, reference, !video.is_empty())?;
-    let periods = plan_periods(pkg, reference, d)?;
     // The oldest listed epoch's start: a stream without reconnects has one Period at PT0S,
     // which every client (ffmpeg's dashdec included) handles; later Periods start after it.
-    let ast = periods.first()?.start;
+    let Timeline { periods, ast, d } = timeline(pkg)?;
     // Between epochs (the publisher left within its grace period) the last Period has ended:
     // players look for the next one as often as a segment would have come, not every 10 s.
+    // So they do while the encoder is behind real time: the clock may move the numbers after
+    // the next one announced again, and a player must learn of it before it asks for them.
     let waiting = !pkg.ended() && periods.last().is_some_and(|p| p.length.is_some());
-    let update = if waiting {
+    let behind = periods.last().is_some_and(|p| p.first != p.epoch);
+    let update = if waiting || behind {
         pkg.config().segment
     } else {
         MINIMUM_UPDATE_PERIOD
@@ -290,7 +411,8 @@ minBufferTime=\"{}\" timeShiftBufferDepth=\"{}\" {suggested}maxSegmentDuration=\
     );
     for period in &periods {
         let timing = PeriodTiming {
-            epoch: period.epoch,
+            first: period.first,
+            skipped: period.first - period.epoch,
             start: period.start,
             d,
             part,
@@ -322,7 +444,7 @@ fn write_period(
     let _ = writeln!(
         out,
         "  <Period id=\"{}\" start=\"PT{}.{:03}S\"{duration}>",
-        period.epoch,
+        period.first,
         offset.whole_seconds(),
         offset.subsec_milliseconds()
     );
@@ -347,8 +469,10 @@ fn write_period(
 
 /// What every adaptation set of one Period shares.
 struct PeriodTiming<'a> {
-    /// The epoch's first sequence number (the template's startNumber).
-    epoch: u64,
+    /// The Period's first sequence number (the template's startNumber).
+    first: u64,
+    /// The epoch's segments before it: their media time comes before the Period's start.
+    skipped: u64,
     start: OffsetDateTime,
     /// Every template's segment duration ([`template_duration`]).
     d: Duration,
@@ -364,18 +488,25 @@ fn adaptation_set(
     period: &PeriodTiming,
 ) {
     let PeriodTiming {
-        epoch,
+        first: start_number,
+        skipped,
         start,
         d,
         part,
         time_url,
     } = *period;
-    let first = group[0];
-    let timescale: u64 = match first.kind {
+    let timescale: u64 = match group[0].kind {
         RenditionKind::Audio { sample_rate, .. } => u64::from(sample_rate),
         RenditionKind::Video { .. } => 1000,
     };
     let d_ts = (d.as_secs_f64() * timescale as f64).round() as u64;
+    // Media time restarts with the epoch, not with a Period the clock started within it.
+    let pto = d_ts * skipped;
+    let pto_attr = if pto > 0 {
+        format!(" presentationTimeOffset=\"{pto}\"")
+    } else {
+        String::new()
+    };
     // How early the segment being produced can be requested: all but its first part.
     let ato = d.saturating_sub(part);
     let _ = writeln!(
@@ -384,12 +515,12 @@ fn adaptation_set(
     );
     let _ = writeln!(
         out,
-        "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"0\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
+        "      <ProducerReferenceTime id=\"0\" type=\"encoder\" wallClockTime=\"{}\" presentationTime=\"{pto}\">\n        <UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:http-iso:2014\" value=\"{time_url}\"/>\n      </ProducerReferenceTime>",
         utc_ms(start)
     );
     let _ = writeln!(
         out,
-        "      <SegmentTemplate timescale=\"{timescale}\" duration=\"{d_ts}\" startNumber=\"{epoch}\" media=\"$RepresentationID$/seg_$Number$.m4s\" initialization=\"$RepresentationID$/init_{init_version}.mp4\" availabilityTimeOffset=\"{:.3}\" availabilityTimeComplete=\"false\"/>",
+        "      <SegmentTemplate timescale=\"{timescale}\" duration=\"{d_ts}\"{pto_attr} startNumber=\"{start_number}\" media=\"$RepresentationID$/seg_$Number$.m4s\" initialization=\"$RepresentationID$/init_{init_version}.mp4\" availabilityTimeOffset=\"{:.3}\" availabilityTimeComplete=\"false\"/>",
         ato.as_secs_f64()
     );
     for r in group {
@@ -519,6 +650,74 @@ mod tests {
         ] {
             assert_eq!(DashClient::from_user_agent(ua), client, "{ua:?}");
         }
+    }
+
+    /// The numbers the MPD's clock makes requestable follow the wall clock, not the encoder:
+    /// with two segments made since a start 9 s ago (an encoder behind real time), the MPD
+    /// already announces segment 4 (available from 8.5 s: its first part after its start).
+    #[test]
+    fn the_announced_numbers_follow_the_clock_not_the_encoder() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut pkg = PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(3_000_000), stereo_audio(128_000)],
+        );
+        for i in 0..9u64 {
+            let t = t0 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i % 4 == 0, 500, t));
+            pkg.push_part(1, part(i % 4 == 0, 500, t));
+        }
+        let at = |ms: u64| announced_msn(&pkg, t0 + Duration::from_millis(ms));
+        assert_eq!(at(400), None, "nothing before the first part's end");
+        assert_eq!(at(500), Some(0));
+        assert_eq!(at(2_499), Some(0));
+        assert_eq!(at(2_500), Some(1));
+        assert_eq!(at(9_000), Some(4));
+        assert_eq!(pkg.renditions()[0].next_msn(), 3, "segment 2 is being made");
+        // Between epochs (the publisher left) the MPD announces nothing more.
+        for r in pkg.list_mut(crate::package::Output::Cmaf).unwrap() {
+            r.mark_discontinuity();
+        }
+        assert_eq!(announced_msn(&pkg, t0 + Duration::from_secs(9)), None);
+    }
+
+    /// An encoder at two thirds of real time: each segment begins a second later than the one
+    /// before against the MPD's clock. Segment 3, begun 3 s after it was announced, moves the
+    /// numbers not announced yet: the epoch's Period ends after segment 5 and a new one times 6
+    /// on from when it begins if the encoder keeps real time from 9.5 s: at 15.5 s; its media
+    /// time goes on from the epoch's. Players refetch
+    /// the MPD every segment meanwhile; the held-request bound stays the first Period's.
+    #[test]
+    fn an_encoder_behind_real_time_gets_a_period_started_where_it_is() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let mut pkg = PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(3_000_000), stereo_audio(128_000)],
+        );
+        for i in 0..17u64 {
+            let t = t0 + Duration::from_millis(500 * i);
+            pkg.push_part(0, part(i.is_multiple_of(4), 500, t));
+            pkg.push_part(1, part(i.is_multiple_of(4), 500, t));
+            if i.is_multiple_of(4) {
+                // Out of the muxer (first part done) a second later per segment before it.
+                let began = t + Duration::from_millis(500 + 1000 * (i / 4));
+                segment_began(&mut pkg, "720p", began);
+            }
+        }
+        let now = t0 + Duration::from_secs(10);
+        let mpd = render_mpd(&pkg, now, "http://h/time", DashClient::LowLatency).unwrap();
+        for needle in [
+            "minimumUpdatePeriod=\"PT2.000S\"",
+            "<Period id=\"0\" start=\"PT0.000S\" duration=\"PT12.000S\">",
+            "<Period id=\"6\" start=\"PT15.000S\">",
+            "<SegmentTemplate timescale=\"1000\" duration=\"2000\" presentationTimeOffset=\"12000\" startNumber=\"6\"",
+            "<SegmentTemplate timescale=\"48000\" duration=\"96000\" presentationTimeOffset=\"576000\" startNumber=\"6\"",
+            "wallClockTime=\"2027-01-15T08:00:15.000Z\" presentationTime=\"12000\"",
+        ] {
+            assert!(mpd.contains(needle), "missing {needle} in\n{mpd}");
+        }
+        assert_eq!(mpd.matches("<Period ").count(), 2, "{mpd}");
+        assert_eq!(announced_msn(&pkg, now), Some(4));
     }
 
     #[test]

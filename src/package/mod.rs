@@ -324,6 +324,9 @@ impl Package {
         part: PartIn,
         ts_generation: Option<u64>,
     ) {
+        // When the part came out of the muxer: the MPD's clock compares it with the announcement.
+        let now = time::OffsetDateTime::now_utc();
+        let begins = part.starts_segment && output == Output::Cmaf;
         let (evicted, completed) = self.update(|p| {
             if let Some(generation) = ts_generation {
                 // Under the state lock, which `pause_ts` takes after bumping the generation:
@@ -345,6 +348,9 @@ impl Package {
             let completed = outcome
                 .completed
                 .map(|(msn, chunks)| self.completed(output, r, msn, chunks));
+            if begins {
+                dash::segment_began(p, name, now);
+            }
             (outcome.evicted, completed)
         });
         let mut jobs: Vec<storage::Job> = evicted

@@ -37,6 +37,8 @@ pub struct PackageState {
     session_msn: u64,
     /// Where each rendition's numbering starts ([`Self::numbered_from`]).
     first: super::Numbering,
+    /// Where the MPD times the segments of an encoder behind real time.
+    dash_clock: super::dash::clock::Clock,
     /// Bumped by every [`super::Package::update`]: the state the playlist cache was rendered from.
     version: u64,
     /// Media playlists rendered at `version`. A part landing wakes every held blocking request
@@ -67,6 +69,7 @@ impl PackageState {
             storage_error: None,
             session_msn: 0,
             first: super::Numbering::default(),
+            dash_clock: super::dash::clock::Clock::default(),
             version: 0,
             playlist_cache: Mutex::new(Vec::new()),
         }
@@ -127,6 +130,15 @@ impl PackageState {
     /// The settings the renditions are cut with.
     pub fn config(&self) -> PackagingConfig {
         self.config
+    }
+
+    /// Where the MPD times the segments of an encoder behind real time.
+    pub fn dash_clock(&self) -> &super::dash::clock::Clock {
+        &self.dash_clock
+    }
+
+    pub(super) fn dash_clock_mut(&mut self) -> &mut super::dash::clock::Clock {
+        &mut self.dash_clock
     }
 
     /// The CMAF renditions (LL-HLS, LL-DASH).

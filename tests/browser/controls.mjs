@@ -5,7 +5,8 @@
 //     rungs    the quality menu's labels, and for 360p then 720p the video height before and
 //              after
 //     edge     at the live edge: latency readout, LIVE control, the DVR window
-//     dvr      after a click on the timeline 20 s back: latency, LIVE control, picture advancing
+//     scrubbed the first look after a click on the timeline 20 s back
+//     dvr      then: latency, LIVE control, picture advancing
 //     back     after pressing LIVE: latency, LIVE control, how long it took; `after`, the same
 //              once the picture advanced 1 s more
 //   keys       (hls.js) m (mute), space (pause, play), arrow left (5 s back), f (full screen)
@@ -38,6 +39,7 @@ const look = (page) => page.evaluate(() => {
     options: q.hidden ? [] : [...q.options].map((o) => o.textContent),
     timeline: tl.hidden ? null : { min: Number(tl.min), max: Number(tl.max), value: Number(tl.value) },
     full: !!document.fullscreenElement, bar: !$('bar').hidden, idle: $('stage').classList.contains('idle'),
+    wall: Date.now() / 1000,
   };
 });
 
@@ -124,7 +126,8 @@ async function controls(browser, format, between, after) {
   phase(`${format} window`);
 
   await clickTimeline(page, s.t - 20);
-  const t0 = (await until(page, (x) => x.latency >= s.latency + 10, 15000, 'latency growing')).t;
+  r.scrubbed = await until(page, (x) => x.latency >= s.latency + 10, 15000, 'latency growing');
+  const t0 = r.scrubbed.t;
   // Played on from there for a moment: the picture advances, still that far behind.
   r.dvr = await until(page, (x) => x.t >= t0 + 1.5 && !x.paused, 15000, 'the picture advancing');
   await shot(page, `${format}-dvr`);

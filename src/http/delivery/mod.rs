@@ -17,7 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::http::listener::{empty, full, Body};
 use crate::live::Registry;
-use crate::package::hls;
+use crate::package::{dash, hls};
 use crate::package::{Output, Package, PackageState, SegmentKey};
 use crate::shutdown::Stopping;
 use ll_hls::endlist;
@@ -240,7 +240,9 @@ async fn answer(
             media_body(init, mp4_type(package, &name), PLAYLIST_CACHE, range)
         }
         Target::Mpd => mpd(package, headers, time_url).await,
-        Target::Segment(name, msn) if growing(package, &name, msn) => {
+        Target::Segment(name, msn)
+            if growing(package, &name, msn, time::OffsetDateTime::now_utc()) =>
+        {
             grow(package.clone(), name, msn).await
         }
         Target::Segment(name, msn) => segment(package, &name, msn, range).await,
@@ -262,14 +264,14 @@ async fn answer(
 
 /// The MPD, once the stream has something to list.
 async fn mpd(package: &Package, headers: &hyper::HeaderMap, time_url: &str) -> Response<Body> {
-    let client = crate::package::dash::DashClient::from_user_agent(
+    let client = dash::DashClient::from_user_agent(
         headers
             .get(header::USER_AGENT)
             .and_then(|h| h.to_str().ok()),
     );
     let render = |p: &PackageState| {
         let now = time::OffsetDateTime::now_utc();
-        crate::package::dash::render_mpd(p, now, time_url, client)
+        dash::render_mpd(p, now, time_url, client)
     };
     match package.wait_for(timeout(package), render).await {
         Some(mpd) => with_common(
@@ -372,27 +374,56 @@ async fn ts_segment(
     media_body(load(package, source).await, "video/mp2t", IMMUTABLE, range)
 }
 
-/// The segment being produced, or the next one: LL-DASH clients ask for it early
-/// (`availabilityTimeOffset`) and receive its chunks as cmafmux emits them.
-fn growing(package: &Package, name: &str, msn: u64) -> bool {
+/// The segment being produced, or one still to come: LL-DASH clients ask for the next early
+/// (`availabilityTimeOffset`) and receive its chunks as cmafmux emits them; an encoder behind
+/// real time has not begun some the MPD already announced ([`dash::announced_msn`]).
+fn growing(package: &Package, name: &str, msn: u64, now: time::OffsetDateTime) -> bool {
     package.read(|p| {
         p.rendition(name).is_some_and(|r| match r.segment(msn) {
             Some(s) => !s.complete,
-            None => msn == r.next_msn() && !p.ended(),
+            None if p.ended() || msn < r.next_msn() => false,
+            None => msn == r.next_msn() || dash::announced_msn(p, now).is_some_and(|a| msn <= a),
         })
     })
+}
+
+/// What a request for a segment still to come waits on.
+enum Awaited {
+    Started,
+    /// The rendition produced a part (its newest now): the segment is nearer.
+    Progress(Option<(u64, usize)>),
+    /// It can no longer begin: the stream ended or the numbers went past it.
+    Never,
 }
 
 /// Streams a growing segment with chunked transfer: each part (= CMAF chunk, moof+mdat) is
 /// written as soon as it exists; the response ends with the segment.
 async fn grow(package: Arc<Package>, name: String, msn: u64) -> Response<Body> {
     let limit = timeout(&package);
-    // Wait (bounded) for the segment to start before committing to a 200.
-    let started = package
-        .wait_for(limit, |p| p.rendition(&name)?.segment(msn).map(|_| ()))
-        .await;
-    if started.is_none() {
-        return not_found();
+    // Wait for the segment to start before committing to a 200: as long as the rendition keeps
+    // producing (an encoder behind real time may be several segments from one the MPD
+    // announced), and no longer than `limit` without a new part.
+    let mut newest = None;
+    loop {
+        let step = package
+            .wait_for(limit, |p| {
+                let r = p.rendition(&name)?;
+                Some(if r.segment(msn).is_some() {
+                    Awaited::Started
+                } else if p.ended() || r.next_msn() > msn {
+                    Awaited::Never
+                } else if r.last_part() != newest {
+                    Awaited::Progress(r.last_part())
+                } else {
+                    return None;
+                })
+            })
+            .await;
+        match step {
+            Some(Awaited::Started) => break,
+            Some(Awaited::Progress(part)) => newest = part,
+            Some(Awaited::Never) | None => return not_found(),
+        }
     }
     let (tx, body) = crate::http::listener::channel_body(8);
     tokio::spawn(async move {
@@ -434,9 +465,7 @@ pub fn time_response() -> Response<Body> {
         Response::builder()
             .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
             .header(header::CACHE_CONTROL, "no-store")
-            .body(full(crate::package::dash::utc_now_text(
-                time::OffsetDateTime::now_utc(),
-            )))
+            .body(full(dash::utc_now_text(time::OffsetDateTime::now_utc())))
             .expect("valid response"),
     )
 }
@@ -584,6 +613,61 @@ fn ts_timeout(package: &Package) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    /// An encoder behind real time: the MPD's clock, started 9 s ago, already announces segment
+    /// 4 while segment 2 is being made. A request for it is held until the encoder begins it,
+    /// then streamed whole; one for a segment the MPD has not announced is refused at once.
+    #[tokio::test]
+    async fn a_segment_the_mpd_announced_is_held_until_a_late_encoder_begins_it() {
+        use crate::package::state::tests::{part, video_720p};
+        use crate::package::{PackagingConfig, PartIn};
+        use http_body_util::BodyExt;
+        use time::OffsetDateTime;
+
+        let pkg = Arc::new(Package::new(PackageState::new(
+            PackagingConfig::default(),
+            vec![video_720p(1_000_000)],
+        )));
+        let sink = pkg.sink(Output::Cmaf, "720p").unwrap();
+        sink.init(Bytes::from_static(b"ftyp+moov"), None);
+        let t0 = OffsetDateTime::now_utc() - Duration::from_secs(9);
+        let push = |n: u64| {
+            let at = t0 + Duration::from_millis(500 * n);
+            sink.part(PartIn {
+                data: Bytes::from(vec![n as u8; 10]),
+                ..part(n.is_multiple_of(4), 500, at)
+            })
+        };
+        // Segments 0 and 1 complete, 2 begun.
+        (0..9).for_each(push);
+        let now = OffsetDateTime::now_utc();
+        assert!(growing(&pkg, "720p", 4, now), "announced, still to come");
+        assert!(!growing(&pkg, "720p", 6, now), "not announced yet");
+        let ask = |msn: u64| {
+            let pkg = pkg.clone();
+            tokio::spawn(async move {
+                let headers = hyper::HeaderMap::new();
+                let target = Target::Segment("720p".into(), msn);
+                let (_serving, stopping) = crate::shutdown::Shutdown::new();
+                answer(&pkg, target, (&headers, None), "http://h/time", &stopping).await
+            })
+        };
+        let refused = ask(6).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+        let held = ask(4);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!held.is_finished(), "held while the encoder catches up");
+        // The encoder goes on, part by part: segment 4 is parts 16 to 19.
+        for n in 9..21 {
+            push(n);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let resp = held.await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let expected: Vec<u8> = (16..20u8).flat_map(|n| [n; 10]).collect();
+        assert_eq!(body.as_ref(), expected.as_slice());
+    }
+
     #[test]
     fn live_media_is_cached_no_longer_than_a_stream_lingers() {
         let secs = |v: &str| -> u64 {
