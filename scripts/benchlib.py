@@ -5,6 +5,8 @@ import json, os, re, resource, socket, subprocess, tempfile, threading, time, ur
 from datetime import datetime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where `cargo build --release` puts the daemon: CARGO_TARGET_DIR (relative to the checkout) if set.
+RELEASE_BINARY = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "livepack")
 KEY = "bench-key"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +70,7 @@ class Daemon:
                     LIVEPACK_API_KEYS=KEY, RUST_LOG="warn")
         full.update(env)
         self.log = open(log, "a") if log else None
-        self.proc = subprocess.Popen([*prefix, binary or os.path.join(ROOT, "target/release/livepack")],
+        self.proc = subprocess.Popen([*prefix, binary or RELEASE_BINARY],
                                      env=full, stderr=self.log,
                                      stdout=subprocess.PIPE, text=True)
         banner = {}

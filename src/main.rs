@@ -267,8 +267,8 @@ fn reexec_with_malloc_tunables() {
 /// per-thread arenas (the streaming threads' many small and medium blocks, below the mmap
 /// threshold) until asked: 300 publish/unpublish cycles left 461 MiB resident with every
 /// stream gone, 109 MiB after one `malloc_trim(0)` (gdb, same process). A trim walks the
-/// arenas for a few milliseconds, once per pipeline and once per forgotten stream, on a
-/// blocking thread.
+/// arenas for a few milliseconds, once per pipeline, per forgotten stream and per PULL attempt,
+/// on a blocking thread.
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

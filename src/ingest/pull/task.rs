@@ -159,7 +159,7 @@ pub async fn run(
             }
         }
         let uri = &uris[index];
-        let attempt = match attempt(
+        let flow = attempt(
             id,
             uri,
             &registry,
@@ -170,8 +170,11 @@ pub async fn run(
             &mut last_data,
             &mut stop,
         )
-        .await
-        {
+        .await;
+        // What the attempt held while its source proved live (up to `max_held_bytes`) and what
+        // its gateway session buffered are freed: back to the system, as after a pipeline.
+        crate::heap::released();
+        let attempt = match flow {
             Flow::Stop => break,
             Flow::Continue(a) => a,
         };

@@ -1,7 +1,10 @@
 //! The source process (`livepack pull-source`): reads its [`Request`] from stdin, runs the
 //! GStreamer pipeline ([`super::gst`]) and writes what it reports to stdout as
 //! [`super::wire`] frames, until the daemon kills it. It also ends when stdin closes, which is
-//! how it learns that the daemon is gone, even one killed without a chance to kill it first.
+//! how it learns that the daemon is gone, even one killed without a chance to kill it first,
+//! and when the daemon stops reading. It ends as the daemon would end it, by SIGKILL: a normal
+//! exit would run library exit handlers while GStreamer's threads still run, and could hang
+//! there with no one left to kill it.
 
 use std::io::{BufRead, Read, Write};
 use std::os::fd::AsFd;
@@ -15,8 +18,8 @@ use super::{Container, Request};
 /// or a gateway URL, so this is ample.
 const MAX_REQUEST: u64 = 64 * 1024;
 
-/// Runs the source process; returns only when it cannot start (the exit code's reason is on
-/// stderr).
+/// Runs the source process; returns (the exit code) only when it got no usable request (the
+/// reason on stderr) or its pipeline could not be built (the reason sent to the daemon).
 pub fn run() -> i32 {
     let mut stdin = std::io::stdin().lock();
     let mut line = String::new();
@@ -40,20 +43,34 @@ pub fn run() -> i32 {
             return 2;
         }
     };
-    std::thread::spawn(exit_when_stdin_closes);
+    std::thread::spawn(end_when_stdin_closes);
     let container = Container::of(&request.uri);
     match super::gst::start(request.stream, &request.uri, request.playlist, container) {
-        // The pipeline is held, never dropped: the process ends by being killed or by
-        // `exit`, neither of which disposes GStreamer elements.
-        Ok((_pipeline, frames)) => write_frames(frames, out),
+        // The pipeline is held, never dropped: the process ends by being killed, which
+        // disposes no GStreamer element.
+        Ok((_pipeline, frames)) => {
+            write_frames(frames, out);
+            end()
+        }
+        // Nothing runs yet: a normal exit.
         Err(e) => {
             let mut buf = BytesMut::new();
             wire::encode(&Frame::Failed(e.to_string()), &mut buf);
             let _ = (&out).write_all(&buf);
+            0
         }
     }
-    std::process::exit(0)
 }
+
+/// Ends the process at once.
+fn end() -> ! {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    // SIGKILL cannot be caught or ignored: never reached.
+    std::process::abort()
+}
+
+/// Frames that queued up while the last write went out are written together, up to this much.
+const WRITE_BATCH: usize = 64 * 1024;
 
 /// Writes each frame to the daemon, several at once when they queued up meanwhile. Returns when
 /// the daemon stops reading.
@@ -63,7 +80,7 @@ fn write_frames(mut frames: tokio::sync::mpsc::Receiver<Frame>, mut out: std::fs
         wire::encode(&frame, &mut buf);
         while let Ok(more) = frames.try_recv() {
             wire::encode(&more, &mut buf);
-            if buf.len() >= 64 * 1024 {
+            if buf.len() >= WRITE_BATCH {
                 break;
             }
         }
@@ -75,9 +92,9 @@ fn write_frames(mut frames: tokio::sync::mpsc::Receiver<Frame>, mut out: std::fs
 }
 
 /// The daemon holds the other end of stdin open for as long as it wants this source.
-fn exit_when_stdin_closes() {
+fn end_when_stdin_closes() {
     let mut sink = [0u8; 256];
     let mut stdin = std::io::stdin();
     while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-    std::process::exit(0);
+    end()
 }
