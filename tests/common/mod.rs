@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod nginx;
 pub mod pg;
 pub mod proc;
+pub mod raw_http;
 pub mod rtmp;
 pub mod s3;
 pub mod srt;

@@ -5,8 +5,7 @@
 //! the daemon runs each source in a process it kills, and after hundreds of such attempts is
 //! back where it started (the second).
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,6 +16,7 @@ use serde_json::json;
 
 use super::common::metrics::scrape;
 use super::common::proc::Proc;
+use super::common::raw_http;
 use super::common::{tempdir, Daemon, KEY};
 use super::media::{self, create};
 
@@ -46,60 +46,41 @@ fn restarting_hls_source(dir: &Path, restarts: Restarts) -> u16 {
         .status()
         .unwrap();
     assert!(ok.success(), "ffmpeg could not cut the fixture");
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let segment = std::sync::Arc::new(std::fs::read(cut).unwrap());
     let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut s) = conn else { return };
-            let (segment, requests) = (segment.clone(), requests.clone());
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-                let body = if path.ends_with(".m3u8") {
-                    let n = requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let run = match restarts {
-                        Restarts::Once => n.min(1),
-                        Restarts::Always => n,
-                    };
-                    let first = if run % 2 == 0 { 100 } else { 0 };
-                    let mut p = format!(
+    raw_http::serve(move |path, mut s| {
+        let body = if path.ends_with(".m3u8") {
+            let n = requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let run = match restarts {
+                Restarts::Once => n.min(1),
+                Restarts::Always => n,
+            };
+            let first = if run % 2 == 0 { 100 } else { 0 };
+            let mut p = format!(
                         "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:1\n#EXT-X-MEDIA-SEQUENCE:{first}\n"
                     );
-                    for seq in first..first + 2 {
-                        p.push_str(&format!("#EXTINF:0.25,\nrun{run}/{seq}.ts\n"));
-                    }
-                    p.push_str(&format!("#{}\n", "x".repeat(8192)));
-                    p.into_bytes()
-                } else if path.ends_with(".ts") {
-                    segment.to_vec()
-                } else {
-                    let _ = s.write_all(
-                        b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-                    );
-                    return;
-                };
-                let _ = s.write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-                        body.len()
-                    )
-                    .as_bytes(),
-                );
-                let _ = s.write_all(&body);
-            });
-        }
-    });
-    port
+            for seq in first..first + 2 {
+                p.push_str(&format!("#EXTINF:0.25,\nrun{run}/{seq}.ts\n"));
+            }
+            p.push_str(&format!("#{}\n", "x".repeat(8192)));
+            p.into_bytes()
+        } else if path.ends_with(".ts") {
+            segment.to_vec()
+        } else {
+            let _ = s.write_all(
+                b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            );
+            return;
+        };
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let _ = s.write_all(&body);
+    })
 }
 
 /// Why the daemon runs its sources in processes of their own, shown on this machine's

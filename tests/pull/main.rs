@@ -339,51 +339,36 @@ struct Seen {
 /// metadata-class address the guard refuses, which on Linux reaches this machine's loopback —
 /// the canary), and a redirect to the real DASH source on another origin.
 fn hostile_server(canary: u16, good: String) -> (u16, std::sync::Arc<std::sync::Mutex<Seen>>) {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    use std::io::Write;
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
     let state = seen.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut s) = conn else { return };
-            let (seen, good) = (state.clone(), good.clone());
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let path = head.split(' ').nth(1).unwrap_or("/");
-                let path = path.split('?').next().unwrap_or(path).to_owned();
-                *seen
-                    .lock()
-                    .unwrap()
-                    .requests
-                    .entry(path.clone())
-                    .or_default() += 1;
-                let ok = |body: &str| {
-                    format!(
+    let port = common::raw_http::serve(move |path, mut s| {
+        let (seen, good) = (state.clone(), good.clone());
+        let path = path.split('?').next().unwrap_or(&path).to_owned();
+        *seen
+            .lock()
+            .unwrap()
+            .requests
+            .entry(path.clone())
+            .or_default() += 1;
+        let ok = |body: &str| {
+            format!(
                         "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/vnd.apple.mpegurl\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     )
-                };
-                let redirect = |to: &str| {
-                    format!("HTTP/1.1 302 Found\r\nConnection: close\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n")
-                };
-                let live = |segment: &str| {
-                    ok(&format!(
+        };
+        let redirect = |to: &str| {
+            format!("HTTP/1.1 302 Found\r\nConnection: close\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n")
+        };
+        let live = |segment: &str| {
+            ok(&format!(
                         "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:1\n#EXTINF:2.0,\n{segment}\n#EXTINF:2.0,\n{segment}\n"
                     ))
-                };
-                // A null TS packet: valid MPEG-TS that carries nothing, so only a cap ends it.
-                let mut null = vec![0x47, 0x1f, 0xff, 0x10];
-                null.resize(188, 0xff);
-                let (reply, body, limit): (String, Vec<u8>, u64) = match path.as_str() {
+        };
+        // A null TS packet: valid MPEG-TS that carries nothing, so only a cap ends it.
+        let mut null = vec![0x47, 0x1f, 0xff, 0x10];
+        null.resize(188, 0xff);
+        let (reply, body, limit): (String, Vec<u8>, u64) = match path.as_str() {
                     "/big.m3u8" => (
                         "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/vnd.apple.mpegurl\r\n\r\n#EXTM3U\n".into(),
                         b"#EXT-X-PADDING:0123456789abcdef0123456789abcdef0123456789abcdef\n".repeat(1024),
@@ -413,23 +398,21 @@ fn hostile_server(canary: u16, good: String) -> (u16, std::sync::Arc<std::sync::
                         0,
                     ),
                 };
-                if s.write_all(reply.as_bytes()).is_err() {
-                    return;
-                }
-                let mut sent = 0u64;
-                while !body.is_empty() && sent < limit {
-                    if s.write_all(&body).is_err() {
-                        break;
-                    }
-                    sent += body.len() as u64;
-                    *seen
-                        .lock()
-                        .unwrap()
-                        .written
-                        .entry(path.clone())
-                        .or_default() += body.len() as u64;
-                }
-            });
+        if s.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+        let mut sent = 0u64;
+        while !body.is_empty() && sent < limit {
+            if s.write_all(&body).is_err() {
+                break;
+            }
+            sent += body.len() as u64;
+            *seen
+                .lock()
+                .unwrap()
+                .written
+                .entry(path.clone())
+                .or_default() += body.len() as u64;
         }
     });
     (port, seen)
