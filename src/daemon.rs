@@ -137,7 +137,7 @@ impl Running {
     /// in flight go on. Then the streams end, their recordings are finalised, their webhooks
     /// flushed, the node signs off the cluster; last the listeners close, in-flight requests
     /// finish, and the store closes.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         // Each step's end is logged with the time since the signal: where a slow stop spends it.
         let began = tokio::time::Instant::now();
         let done = |step: &str| {
@@ -174,7 +174,8 @@ impl Running {
         self.webhooks.shutdown(Duration::from_secs(10)).await;
         done("webhook outbox flushed");
         self.cluster.leave().await;
-        self.shutdown.close();
+        self.shutdown.close().await;
+        done("accept grace over; listeners closed");
         let _ = self.http.await;
         done("http requests finished");
         for listener in self.listeners {
@@ -543,7 +544,7 @@ pub async fn start(
         config.player_assets_dir.clone(),
         spectators,
     );
-    let (shutdown, stopping) = Shutdown::new();
+    let (shutdown, stopping) = Shutdown::with_accept_grace(config.shutdown_accept_grace);
     let srt_readers = Arc::new(crate::realtime::srt_read::SrtReads::new(
         registry.clone(),
         store.clone(),

@@ -126,6 +126,8 @@ settings! {
     mpegts_idle_secs: u64 = crate::package::state::DEFAULT_MPEGTS_IDLE.as_secs(), 0..=86_400;
     grace_period_secs: u64 = DEFAULT_GRACE_SECS, 0..=3600;
     shutdown_timeout_secs: u64 = DEFAULT_SHUTDOWN_TIMEOUT_SECS, 1..=600;
+    /// The least time a stopping node refuses newcomers before its ports close.
+    shutdown_accept_grace_secs: u64 = 0, 0..=300;
     /// Events each lossy follower of the bus (recordings, console feeds) may lag behind.
     events_bus_capacity: usize = crate::events::EVENTS_QUEUE, 1..=1_000_000;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
@@ -278,6 +280,9 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// SIGTERM's bound: past it the daemon exits with what is not finished named in the log.
     pub shutdown_timeout: std::time::Duration,
+    /// The least time from SIGTERM to the listeners' close (balancers' health checks see
+    /// `/readyz` fail meanwhile); below `shutdown_timeout`.
+    pub shutdown_accept_grace: std::time::Duration,
     pub events_bus_capacity: usize,
     /// A main silent this long is failed over from (to a backup being pushed) or reported off.
     pub backup_switch: std::time::Duration,
@@ -311,6 +316,13 @@ pub struct Config {
 impl Config {
     pub fn from_layer(layer: Layer) -> Result<Config, ConfigError> {
         let s = Settings::resolve(layer)?;
+        if s.shutdown_accept_grace_secs >= s.shutdown_timeout_secs {
+            return Err(invalid(
+                "shutdown_accept_grace_secs",
+                s.shutdown_accept_grace_secs.to_string(),
+                "must be below shutdown_timeout_secs, or the stop never ends in time",
+            ));
+        }
         if s.rtmps_cert_file.is_some() != s.rtmps_key_file.is_some() {
             return Err(invalid(
                 "rtmps_cert_file",
@@ -371,6 +383,7 @@ impl Config {
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),
             shutdown_timeout: Duration::from_secs(s.shutdown_timeout_secs),
+            shutdown_accept_grace: Duration::from_secs(s.shutdown_accept_grace_secs),
             events_bus_capacity: s.events_bus_capacity,
             backup_switch: Duration::from_secs(s.backup_switch_secs),
             record_resume: Duration::from_secs(s.record_resume_secs),
@@ -565,6 +578,26 @@ mod tests {
             let err = Config::from_layer(layer).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains(value), "{err}");
         }
+    }
+
+    #[test]
+    fn the_accept_grace_stays_below_the_shutdown_timeout() {
+        assert_eq!(
+            Config::from_layer(Layer::default())
+                .unwrap()
+                .shutdown_accept_grace,
+            Duration::ZERO
+        );
+        let layer: Layer = toml::from_str("shutdown_accept_grace_secs = 10").unwrap();
+        let c = Config::from_layer(layer).unwrap();
+        assert_eq!(c.shutdown_accept_grace, Duration::from_secs(10));
+        let layer: Layer =
+            toml::from_str("shutdown_accept_grace_secs = 30\nshutdown_timeout_secs = 30").unwrap();
+        let err = Config::from_layer(layer).unwrap_err().to_string();
+        assert!(
+            err.contains("shutdown_accept_grace_secs") && err.contains("below shutdown_timeout"),
+            "{err}"
+        );
     }
 
     #[test]

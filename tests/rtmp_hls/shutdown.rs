@@ -13,17 +13,22 @@ use crate::media::*;
 
 /// Short enough that a stop which does not end is caught here, long enough for a loaded machine.
 const SHUTDOWN_TIMEOUT_SECS: u64 = 20;
+/// The refusing window, at least: this daemon is done with its stream in about 0.1 s, and
+/// without the grace its ports would close before the newcomers below arrive.
+const ACCEPT_GRACE_SECS: u64 = 5;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_tells_publishers_refuses_newcomers_and_lets_requests_finish() {
     let _g = heavy().await;
     let dir = tempdir();
     let timeout = SHUTDOWN_TIMEOUT_SECS.to_string();
+    let grace = ACCEPT_GRACE_SECS.to_string();
     let mut d = Daemon::start_with(
         dir.path(),
         &[
             ("LIVEPACK_API_KEYS", KEY),
             ("LIVEPACK_SHUTDOWN_TIMEOUT_SECS", &timeout),
+            ("LIVEPACK_SHUTDOWN_ACCEPT_GRACE_SECS", &grace),
         ],
     );
     let rec = create(&d, json!({"name": "stopping"})).await;
@@ -117,5 +122,9 @@ async fn sigterm_tells_publishers_refuses_newcomers_and_lets_requests_finish() {
         .expect("no exit within shutdown_timeout_secs");
     let took = stopped_at.elapsed();
     assert!(status.success(), "{status:?}");
+    assert!(
+        took >= Duration::from_secs(ACCEPT_GRACE_SECS),
+        "the ports closed {took:?} after the signal, inside the accept grace"
+    );
     println!("SIGTERM with a publisher, a newcomer and a request in flight: exit 0 after {took:?}");
 }

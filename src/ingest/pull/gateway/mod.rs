@@ -187,7 +187,7 @@ pub struct Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.shutdown.close();
+        self.shutdown.close_now();
     }
 }
 
