@@ -356,6 +356,7 @@ async fn registry(
             media_root,
             stats_period: config.statistics_sample,
             publish_auth: publish_auth(config)?,
+            capacity: Some(Arc::new(crate::capacity::Capacity::start(config.capacity))),
         },
         crate::events::Events::with_capacity(&node_id(config), config.events_bus_capacity),
         Some(cluster.clone()),

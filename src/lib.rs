@@ -79,6 +79,8 @@
 //!   files 0600, looser ones tightened at start).
 //! - [`admission`]: who may connect — the file budget, per-listener and per-address caps
 //!   (stated by [`config::Config::admission`]), trusted proxies.
+//! - `capacity`: whether the node takes one more transcode (a count, its CPU, its running
+//!   transcodes' speed), and the overload policy for a publish that finds it full.
 //! - [`daemon`]: assembles the parts, each built by its own constructor (the store, the
 //!   registry with its GStreamer pipeline factory, the cluster, the recorder, ingest, HTTP),
 //!   and runs until shutdown.
@@ -94,6 +96,7 @@ pub mod admission;
 #[doc(hidden)]
 pub mod benching;
 pub(crate) mod broadcast;
+pub(crate) mod capacity;
 pub(crate) mod cluster;
 pub mod config;
 pub mod daemon;

@@ -128,6 +128,14 @@ settings! {
     shutdown_timeout_secs: u64 = DEFAULT_SHUTDOWN_TIMEOUT_SECS, 1..=600;
     /// The least time a stopping node refuses newcomers before its ports close.
     shutdown_accept_grace_secs: u64 = 0, 0..=300;
+
+    // Capacity: how many transcodes this node takes.
+    /// Absent: no count, the measured check alone.
+    max_transcodes: usize, 1..=10_000;
+    /// The CPU share at which the node is full; 100: the measured check is off.
+    admission_cpu_percent: u64 = crate::capacity::DEFAULT_CPU_PERCENT, 10..=100;
+    /// `refuse` or `shed`.
+    overload_policy: String = "refuse".to_owned();
     /// Events each lossy follower of the bus (recordings, console feeds) may lag behind.
     events_bus_capacity: usize = crate::events::EVENTS_QUEUE, 1..=1_000_000;
     backup_switch_secs: u64 = crate::live::switch::DEFAULT_SWITCH_TIMEOUT.as_secs(),
@@ -280,6 +288,8 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// SIGTERM's bound: past it the daemon exits with what is not finished named in the log.
     pub shutdown_timeout: std::time::Duration,
+    /// How many transcodes the node takes and what a publish past that gets.
+    pub capacity: crate::capacity::CapacityConfig,
     /// The least time from SIGTERM to the listeners' close (balancers' health checks see
     /// `/readyz` fail meanwhile); below `shutdown_timeout`.
     pub shutdown_accept_grace: std::time::Duration,
@@ -342,7 +352,9 @@ impl Config {
             ));
         }
         let storage = storage(&s)?;
+        let capacity = capacity(&s)?;
         Ok(Config {
+            capacity,
             public_url: http::public_url(s.public_url.as_deref())?,
             node_id: http::node_id(s.node_id.as_deref())?,
             node_url: http::base_url("node_url", s.node_url.as_deref())?,
@@ -466,6 +478,22 @@ fn storage(s: &Settings) -> Result<Option<crate::storage::StorageSettings>, Conf
         access_key_id: non_empty(&s.storage_access_key_id),
         secret_access_key: non_empty(&s.storage_secret_access_key),
     }))
+}
+
+fn capacity(s: &Settings) -> Result<crate::capacity::CapacityConfig, ConfigError> {
+    use crate::capacity::OverloadPolicy;
+    let policy = OverloadPolicy::parse(&s.overload_policy).ok_or_else(|| {
+        invalid(
+            "overload_policy",
+            s.overload_policy.clone(),
+            "one of refuse, shed",
+        )
+    })?;
+    Ok(crate::capacity::CapacityConfig {
+        max_transcodes: s.max_transcodes,
+        cpu_percent: s.admission_cpu_percent as u32,
+        policy,
+    })
 }
 
 fn database_url(v: Option<&str>) -> Result<Option<DatabaseUrl>, ConfigError> {
@@ -598,6 +626,33 @@ mod tests {
             err.contains("shutdown_accept_grace_secs") && err.contains("below shutdown_timeout"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn capacity_settings_name_their_key() {
+        use crate::capacity::OverloadPolicy;
+        let d = Config::from_layer(Layer::default()).unwrap().capacity;
+        assert_eq!(d, crate::capacity::CapacityConfig::default());
+        let layer = Layer::from_env(env(&[
+            ("LIVEPACK_MAX_TRANSCODES", "3"),
+            ("LIVEPACK_ADMISSION_CPU_PERCENT", "100"),
+            ("LIVEPACK_OVERLOAD_POLICY", "shed"),
+        ]))
+        .unwrap();
+        let c = Config::from_layer(layer).unwrap().capacity;
+        assert_eq!(
+            (c.max_transcodes, c.cpu_percent, c.policy),
+            (Some(3), 100, OverloadPolicy::Shed)
+        );
+        for (key, value) in [
+            ("overload_policy", "\"drop\""),
+            ("max_transcodes", "0"),
+            ("admission_cpu_percent", "101"),
+        ] {
+            let layer: Layer = toml::from_str(&format!("{key} = {value}")).unwrap();
+            let err = Config::from_layer(layer).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -76,19 +76,23 @@ fn stopping_refusal(req: &Request<Incoming>) -> Response<Body> {
     resp
 }
 
-/// `/readyz`: whether this node takes new publishers and viewers (200), or is stopping (503),
-/// for a load balancer's health check; `/healthz` answers 200 until the process exits.
-fn readiness(stopping: &Stopping) -> Response<Body> {
-    if !stopping.refusing() {
+/// `/readyz`: whether this node takes new publishers (200), or is stopping or full (503), for
+/// a load balancer's health check; `/healthz` answers 200 until the process exits. A full node
+/// still serves its viewers: only publishers should go elsewhere.
+fn readiness(stopping: &Stopping, registry: &crate::live::Registry) -> Response<Body> {
+    let (body, retry) = if stopping.refusing() {
+        (json!({"status": "shutting_down"}), RETRY_AFTER_SECS)
+    } else if let Some(full) = registry.full() {
+        let body =
+            json!({"status": "at_capacity", "reason": full.kind(), "message": full.to_string()});
+        (body, crate::capacity::RETRY_AFTER_SECS)
+    } else {
         return json_response(StatusCode::OK, &json!({"status": "ready"}));
-    }
-    let mut resp = json_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &json!({"status": "shutting_down"}),
-    );
+    };
+    let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
     resp.headers_mut().insert(
         hyper::header::RETRY_AFTER,
-        hyper::header::HeaderValue::from_static(RETRY_AFTER_SECS),
+        hyper::header::HeaderValue::from_static(retry),
     );
     resp
 }
@@ -182,7 +186,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
     };
     match path {
         "/healthz" => public(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        "/readyz" => public(readiness(stopping)),
+        "/readyz" => public(readiness(stopping, &api.registry)),
         "/time" => public(delivery::time_response()),
         "/openapi.json" => public(
             Response::builder()

@@ -41,7 +41,7 @@ use crate::events::Events;
 use crate::package::{Numbering, Package, PackagingConfig};
 use crate::quality::QualitySets;
 pub use publish_auth::{Caller, HookRefusal, PublishAuth, PublishAuthConfig};
-use publisher::LeaseHold;
+use publisher::{Admitted, LeaseHold};
 pub use publisher::{Protocol, PublishError, PublishPermit, Publisher, Slot};
 use records::session_options;
 use sessions::{lock, Opened, SessionStart};
@@ -77,6 +77,8 @@ pub struct LiveConfig {
     pub stats_period: Duration,
     /// The customer's authorization service asked before each publish (`publish_auth_url`).
     pub publish_auth: Option<Arc<PublishAuth>>,
+    /// Whether the node takes one more transcode; `None`: every publish is taken.
+    pub capacity: Option<Arc<crate::capacity::Capacity>>,
 }
 
 pub struct Registry {
@@ -179,6 +181,16 @@ impl Registry {
     /// The PULL fetcher's claim before it connects: this node pulls the stream unless another
     /// live node does ([`PublishError::LiveElsewhere`]).
     pub async fn claim_pull(&self, id: i64) -> Result<(), PublishError> {
+        // A full node leaves the stream to a node with room (or to itself, later).
+        if !self.sessions.in_session(id) {
+            if let Some(full) = self.full() {
+                self.release_unserved(id);
+                return Err(PublishError::AtCapacity {
+                    id,
+                    reason: full.to_string(),
+                });
+            }
+        }
         self.take_lease(id, false).await.map(drop)
     }
 
@@ -349,6 +361,7 @@ impl Registry {
         if self.sessions.slot_taken(id, slot) {
             return Err(PublishError::AlreadyLive(id));
         }
+        let place = self.admit(id)?;
         // A node whose publisher left (grace period) gives the stream up: behind a load
         // balancer the reconnect may land anywhere.
         let numbering = self.take_lease(id, true).await?;
@@ -358,6 +371,7 @@ impl Registry {
             protocol,
             hold,
             numbering,
+            place,
         })
     }
 
@@ -378,6 +392,7 @@ impl Registry {
         if self.sessions.slot_taken(id, Slot::Main) {
             return Err(PublishError::AlreadyLive(id));
         }
+        let place = self.admit(id)?;
         // One node pulls a stream; its holder keeps it through a source outage.
         let numbering = self.take_lease(id, false).await?;
         Ok(PublishPermit {
@@ -386,6 +401,7 @@ impl Registry {
             protocol: Protocol::Pull,
             hold,
             numbering,
+            place,
         })
     }
 
@@ -420,6 +436,7 @@ impl Registry {
             protocol,
             hold,
             numbering,
+            place,
         } = permit;
         let id = row.id;
         let quality_set = self.quality_set(&row).await;
@@ -427,6 +444,7 @@ impl Registry {
         let start = SessionStart {
             first: (slot, protocol, rx),
             quality_set,
+            shed: place.shed.is_some(),
             options: session_options(&row.settings),
         };
         let counters = match self
@@ -441,7 +459,56 @@ impl Registry {
             }
         };
         hold.used();
+        // Counted among the running transcodes from here.
+        drop(place.place);
         Ok(Publisher::new(id, tx, counters))
+    }
+
+    /// The capacity check for a publish: one that joins the stream's running session (a main
+    /// beside its backup) adds no transcode; any other gets the node's verdict, refused here
+    /// before anything is allocated (the lease is not even taken: another node may take it).
+    fn admit(&self, id: i64) -> Result<Admitted, PublishError> {
+        use crate::capacity::Verdict;
+        let Some(capacity) = &self.config.capacity else {
+            return Ok(Admitted::default());
+        };
+        if self.sessions.in_session(id) {
+            return Ok(Admitted::default());
+        }
+        let (verdict, place) = capacity.judge(|| self.sessions.transcodes());
+        match verdict {
+            Verdict::Admit => Ok(Admitted { place, shed: None }),
+            Verdict::Shed(full) => {
+                tracing::warn!(stream = id, reason = %full, "at capacity: the stream is transcoded to its lowest rung only");
+                Ok(Admitted {
+                    place,
+                    shed: Some(full),
+                })
+            }
+            Verdict::Refuse(full) => {
+                tracing::warn!(stream = id, reason = %full, "at capacity: publish refused");
+                Err(PublishError::AtCapacity {
+                    id,
+                    reason: full.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Whether the node is full now (`/readyz`, the cluster's headroom): `None` when it takes
+    /// one more transcode, or has no capacity check.
+    pub fn full(&self) -> Option<crate::capacity::Full> {
+        let capacity = self.config.capacity.as_ref()?;
+        capacity.full_now(&self.sessions.transcodes())
+    }
+
+    /// The streams transcoding here now, with their speeds.
+    pub fn transcodes(&self) -> Vec<crate::capacity::Transcode> {
+        self.sessions.transcodes()
+    }
+
+    pub fn capacity(&self) -> Option<&Arc<crate::capacity::Capacity>> {
+        self.config.capacity.as_ref()
     }
 }
 

@@ -23,6 +23,9 @@ pub enum PublishError {
     PullStream(i64),
     #[error("stream {0} is already live")]
     AlreadyLive(i64),
+    /// The node transcodes all it can ([`crate::capacity`]); another node, or later, may not.
+    #[error("stream {id}: the server is at capacity ({reason}): publish again later or elsewhere")]
+    AtCapacity { id: i64, reason: String },
     /// Another daemon sharing the store serves the stream (`url`: where it is reached).
     #[error("stream {id} is live on node {node}")]
     LiveElsewhere { id: i64, node: String, url: String },
@@ -47,6 +50,16 @@ pub struct PublishPermit {
     pub(super) hold: LeaseHold,
     /// Where the node that served the stream last left its numbering (with several nodes).
     pub(super) numbering: Option<crate::package::Numbering>,
+    /// The transcode's place on the node, held until the session has opened.
+    pub(super) place: Admitted,
+}
+
+/// What the capacity check gave a publish: its place (if it starts a transcode), and why its
+/// top rungs are shed (if they are).
+#[derive(Debug, Default)]
+pub(super) struct Admitted {
+    pub place: Option<crate::capacity::Reservation>,
+    pub shed: Option<crate::capacity::Full>,
 }
 
 /// A publish check's claim on the stream's lease, from before the lease is taken until the

@@ -31,6 +31,8 @@ pub(super) type Attach = (Slot, Protocol, mpsc::Receiver<MediaMessage>);
 pub(super) struct SessionStart {
     pub first: Attach,
     pub quality_set: QualitySet,
+    /// The node was full ([`crate::capacity`]): only the lowest rung is transcoded.
+    pub shed: bool,
     pub options: SessionOptions,
 }
 
@@ -377,6 +379,23 @@ impl Table {
 
     pub fn handles(&self, id: i64) -> Option<StreamHandles> {
         self.streams().get(&id).map(|e| e.handles.clone())
+    }
+
+    /// The streams with a publishing session, each a running transcode, with their speeds.
+    pub fn transcodes(&self) -> Vec<crate::capacity::Transcode> {
+        self.streams()
+            .iter()
+            .filter(|(_, e)| e.session.is_some())
+            .map(|(&stream, e)| crate::capacity::Transcode {
+                stream,
+                speed: lock(&e.handles.status).transcoding_speed(),
+            })
+            .collect()
+    }
+
+    /// Whether the stream has a publishing session (a publish joins its transcode).
+    pub fn in_session(&self, id: i64) -> bool {
+        self.streams().get(&id).is_some_and(|e| e.session.is_some())
     }
 
     pub fn metrics(&self) -> Vec<StreamMetrics> {

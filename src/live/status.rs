@@ -18,6 +18,8 @@ pub struct LiveStatus {
     live: bool,
     backup_live: bool,
     transcoded_qualities: Vec<String>,
+    /// The quality set's rungs left out because the node was full when the session started.
+    shed_qualities: Vec<String>,
     recording_duration: f64,
     transcoding_speed: Option<f64>,
     frame_rate: Option<f64>,
@@ -49,6 +51,7 @@ pub struct RestreamStatus {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PipelinePart {
     pub transcoded_qualities: Vec<String>,
+    pub shed_qualities: Vec<String>,
     pub frame_rate: Option<f64>,
     /// Width and height of the source picture.
     pub video_size: Option<(u32, u32)>,
@@ -67,6 +70,10 @@ impl LiveStatus {
 
     pub fn transcoded_qualities(&self) -> &[String] {
         &self.transcoded_qualities
+    }
+
+    pub fn shed_qualities(&self) -> &[String] {
+        &self.shed_qualities
     }
 
     pub fn recording_duration(&self) -> f64 {
@@ -109,6 +116,7 @@ impl LiveStatus {
             live: self.live,
             backup_live: self.backup_live,
             transcoded_qualities: part.transcoded_qualities,
+            shed_qualities: part.shed_qualities,
             frame_rate: part.frame_rate,
             video_width: part.video_size.map(|(w, _)| w),
             video_height: part.video_size.map(|(_, h)| h),

@@ -52,6 +52,7 @@ impl Registry {
         let SessionStart {
             first,
             quality_set,
+            shed,
             options,
         } = start;
         let storage = DiskStorage::new(self.config.media_root.join(id.to_string()));
@@ -76,6 +77,7 @@ impl Registry {
         let mut pipeline = tokio::spawn(self.factory.run(PipelineJob {
             stream: stream.clone(),
             quality_set,
+            shed,
             media,
             stop: stop.clone(),
         }));

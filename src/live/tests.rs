@@ -78,6 +78,24 @@ impl Harness {
     }
 
     fn with(drain: Duration, leases: Option<Arc<dyn Leases>>) -> Harness {
+        Harness::built(drain, leases, None)
+    }
+
+    /// With a capacity check that takes `max` transcodes (the CPU not measured).
+    fn taking(max: usize) -> Harness {
+        let capacity = crate::capacity::Capacity::fixed(crate::capacity::CapacityConfig {
+            max_transcodes: Some(max),
+            cpu_percent: 100,
+            policy: crate::capacity::OverloadPolicy::Refuse,
+        });
+        Harness::built(Duration::ZERO, None, Some(Arc::new(capacity)))
+    }
+
+    fn built(
+        drain: Duration,
+        leases: Option<Arc<dyn Leases>>,
+        capacity: Option<Arc<crate::capacity::Capacity>>,
+    ) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open_in(dir.path()).unwrap());
         let pipelines = Arc::new(FakePipelines {
@@ -96,6 +114,7 @@ impl Harness {
                 media_root: dir.path().join("media"),
                 stats_period: crate::live::stats::DEFAULT_SAMPLE_PERIOD,
                 publish_auth: None,
+                capacity,
             },
             crate::events::Events::new("node-a"),
             leases,
@@ -206,6 +225,43 @@ async fn refusals_come_before_anything_is_allocated() {
     assert_eq!(h.jobs(), 0);
     assert!(r.package(push).is_none());
     assert!(r.metrics().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_node_refuses_a_new_transcode_but_not_a_backup_or_a_reconnect() {
+    let h = Harness::taking(1);
+    let (on_air, next, pulled) = (h.stream(|_| {}), h.stream(|_| {}), h.stream(|_| {}));
+    let mut main = h.publish(on_air, Slot::Main).await.unwrap();
+    for m in keyframe_with_config(0) {
+        assert!(main.send(m));
+    }
+    settle().await;
+    assert!(h.registry.full().is_some());
+    let refused = h.publish(next, Slot::Main).await.err();
+    assert!(
+        matches!(refused, Some(PublishError::AtCapacity { id, .. }) if id == next),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        h.registry.claim_pull(pulled).await,
+        Err(PublishError::AtCapacity { .. })
+    ));
+    assert!(
+        h.registry.package(next).is_none(),
+        "allocated for a refusal"
+    );
+    // The backup joins the running transcode.
+    let backup = h.publish(on_air, Slot::Backup).await.unwrap();
+    assert_eq!(h.jobs(), 1);
+    // Both leave; the session ends, and the node takes a stream again (a reconnect, or another).
+    drop((main, backup));
+    settle().await;
+    assert!(
+        h.registry.full().is_none(),
+        "still full after the session ended"
+    );
+    let _next = h.publish(next, Slot::Main).await.unwrap();
+    assert_eq!(h.jobs(), 2);
 }
 
 #[tokio::test(start_paused = true)]

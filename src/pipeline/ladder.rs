@@ -19,6 +19,9 @@ pub struct Ladder {
     pub rungs: Vec<Rung>,
     /// Also remux the source without re-encoding (for `origin` recordings).
     pub source: bool,
+    /// Only the lowest rung the source allows is built: the node was full (the others are
+    /// "shed", and reported).
+    pub shed: bool,
 }
 
 impl Ladder {
@@ -37,6 +40,7 @@ impl Ladder {
         Ladder {
             rungs,
             source: false,
+            shed: false,
         }
     }
 

@@ -88,6 +88,7 @@ impl PipelineFactory for GstPipelines {
             // Always built: its gate keeps it idle until an origin recording starts, and the
             // record's `record_type` may change while the stream is live.
             source: true,
+            shed: job.shed,
             ..Ladder::from_set(&job.quality_set)
         };
         let overlays = self.overlays.as_ref().map(|h| h.set_for(job.stream.id));
@@ -188,6 +189,7 @@ async fn run_one(
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
         s.set_pipeline_part(PipelinePart {
             transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
+            shed_qualities: plan.shed.clone(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
             video_size: probe.video.as_ref().map(|v| (v.width, v.height)),
         });

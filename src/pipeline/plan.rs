@@ -48,6 +48,8 @@ pub struct Plan {
     pub video: Option<VideoConfig>,
     pub audio: Option<AudioConfig>,
     pub video_rungs: Vec<VideoRung>,
+    /// The rungs the source allowed and the load did not ([`Ladder::shed`]), highest first.
+    pub shed: Vec<String>,
     pub audio_kbps: u32,
     /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
     pub wall_base: OffsetDateTime,
@@ -69,7 +71,7 @@ impl Plan {
         wall_base: OffsetDateTime,
     ) -> Plan {
         let fps = output_fps(measured_fps);
-        let video_rungs = video
+        let mut video_rungs: Vec<VideoRung> = video
             .map(|v| {
                 ladder
                     .capped(v.height)
@@ -90,6 +92,15 @@ impl Plan {
                     .collect()
             })
             .unwrap_or_default();
+        let shed = if ladder.shed && video_rungs.len() > 1 {
+            let lowest = video_rungs.split_off(video_rungs.len() - 1);
+            std::mem::replace(&mut video_rungs, lowest)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let parts = if video.is_some() {
             part_duration(fps, packaging.segment, packaging.part)
         } else {
@@ -107,6 +118,7 @@ impl Plan {
             video: video.cloned(),
             audio: audio.cloned(),
             video_rungs,
+            shed,
             audio_kbps: ladder.audio_kbps(),
             wall_base,
             source: ladder.source,
@@ -175,5 +187,59 @@ impl Plan {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{VideoCodec, VideoConfig};
+    use crate::quality::QualitySets;
+
+    fn plan(ladder: &Ladder, height: u32) -> Plan {
+        let video = VideoConfig {
+            codec: VideoCodec::H264,
+            record: bytes::Bytes::new(),
+            width: height * 16 / 9,
+            height,
+        };
+        let at = OffsetDateTime::UNIX_EPOCH;
+        Plan::new(
+            1,
+            ladder,
+            Some(&video),
+            None,
+            Some(30.0),
+            PackagingConfig::default(),
+            at,
+        )
+    }
+
+    #[test]
+    fn a_shed_ladder_keeps_the_lowest_rung_the_source_allows() {
+        let set = QualitySets::builtin();
+        let full = Ladder::from_set(set.get(1).unwrap());
+        let shed = Ladder {
+            shed: true,
+            ..full.clone()
+        };
+        let names = |p: &Plan| {
+            p.video_rungs
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let p = plan(&full, 720);
+        assert_eq!(names(&p), ["720p", "480p", "360p"]);
+        assert!(p.shed.is_empty());
+        // 1080p was never in reach of a 720p source: it is not counted as shed.
+        let p = plan(&shed, 720);
+        assert_eq!(names(&p), ["360p"]);
+        assert_eq!(p.shed, ["720p", "480p"]);
+        assert_eq!(p.renditions().len(), 1);
+        // A source with one rung in reach has nothing to shed.
+        let p = plan(&shed, 241);
+        assert_eq!(names(&p), ["240p"]);
+        assert!(p.shed.is_empty());
     }
 }

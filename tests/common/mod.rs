@@ -137,6 +137,10 @@ impl Daemon {
             .env("LIVEPACK_WHIP_UDP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_WHIP_TCP_MUX_ADDR", "127.0.0.1:0")
             .env("LIVEPACK_DATA_DIR", dir.join("data"))
+            // The machine is loaded by the tests themselves (and by the other test binaries):
+            // the measured capacity check would refuse publishes at random. Off, except where a
+            // test sets it.
+            .env("LIVEPACK_ADMISSION_CPU_PERCENT", "100")
             .envs(player_assets())
             .envs(env.iter().copied().filter(|(_, v)| *v != UNSET))
             .args(args)

@@ -1,6 +1,7 @@
 //! End to end: ffmpeg pushes fixtures over RTMP/RTMPS into the real daemon; ffprobe and an
 //! independent m3u8 parser read the LL-HLS output; refusals leave nothing behind.
 
+mod capacity;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../common/media.rs"]

@@ -53,6 +53,7 @@ const READ_ONLY: &[&str] = &[
     "hls_mpegts_url",
     "screenshot",
     "transcoded_qualities",
+    "shed_qualities",
     "recording",
     "recording_duration",
     "transcoding_speed",
@@ -93,6 +94,8 @@ pub struct StreamView {
     hls_mpegts_url: String,
     screenshot: String,
     transcoded_qualities: Vec<String>,
+    /// The set's qualities not transcoded because the node was full (`overload_policy`).
+    shed_qualities: Vec<String>,
     recording: bool,
     recording_duration: f64,
     transcoding_speed: Option<f64>,
@@ -196,6 +199,7 @@ impl Api {
             hls_mpegts_url: format!("{play}/mpegts/{id}{g}/master_mpegts.m3u8"),
             screenshot: format!("{play}/screenshots/{id}{g}/last.jpg"),
             transcoded_qualities: live.transcoded_qualities().to_vec(),
+            shed_qualities: live.shed_qualities().to_vec(),
             recording: self.recordings.recording_duration(id).is_some(),
             recording_duration: self
                 .recordings

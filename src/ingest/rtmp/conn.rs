@@ -386,9 +386,9 @@ async fn publish(
             registry
                 .publish(k.stream_id, k.slot, &k.token, (Protocol::Rtmp, &caller))
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| (rejection_code(&e), e.to_string()))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(("NetStream.Publish.BadName", e.to_string())),
     };
     match verdict {
         Ok(publisher) => {
@@ -398,13 +398,22 @@ async fn publish(
                 .accept_request(request_id)
                 .map_err(ConnError::Session)
         }
-        Err(reason) => {
+        Err((code, reason)) => {
             tracing::warn!(%peer, key = %shown(&redact(stream_key)), %reason, "rtmp publish refused");
             state.close = true;
             session
-                .reject_request(request_id, "NetStream.Publish.BadName", &reason)
+                .reject_request(request_id, code, &reason)
                 .map_err(ConnError::Session)
         }
+    }
+}
+
+/// The status code a refused publish gets: `BadName` for what is wrong with the stream or its
+/// key (as before), `Rejected` for a server that cannot take it now.
+fn rejection_code(e: &crate::live::PublishError) -> &'static str {
+    match e {
+        crate::live::PublishError::AtCapacity { .. } => "NetStream.Publish.Rejected",
+        _ => "NetStream.Publish.BadName",
     }
 }
 

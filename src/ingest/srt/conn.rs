@@ -38,6 +38,7 @@ fn reject_reason(e: &PublishError) -> ServerRejectReason {
             ServerRejectReason::Conflict
         }
         PublishError::Store => ServerRejectReason::InternalServerError,
+        PublishError::AtCapacity { .. } => ServerRejectReason::Overload,
         PublishError::Hook {
             refusal: HookRefusal::Refused(_),
             ..

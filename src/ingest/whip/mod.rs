@@ -153,6 +153,18 @@ fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
             (StatusCode::CONFLICT, "live_elsewhere")
         }
         PublishError::LiveElsewhere { .. } => (StatusCode::CONFLICT, "live_elsewhere"),
+        PublishError::AtCapacity { .. } => {
+            let mut r = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "at_capacity",
+                e.to_string(),
+            );
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(crate::capacity::RETRY_AFTER_SECS),
+            );
+            return r;
+        }
         PublishError::UnknownStream(_) => (StatusCode::NOT_FOUND, "not_found"),
         PublishError::WrongToken(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
         PublishError::Inactive(_) => (StatusCode::FORBIDDEN, "stream_inactive"),

@@ -1,0 +1,212 @@
+//! Admission by capacity: with `max_transcodes = 1` and one stream on air, a second stream's
+//! publish is refused over RTMP, SRT and WHIP with each protocol's "overloaded", `/readyz` says
+//! the node is full and `/metrics` counts the refusals, while the first stream's parts go on;
+//! its backup (no new transcode) is still taken; once it ends the node is ready again. With
+//! `overload_policy = "shed"` the second stream is taken with its lowest rung only, and the
+//! record and the master playlist say so.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::metrics::scrape;
+use crate::common::{rtmp, srt, tempdir, Daemon, KEY};
+use crate::media::*;
+
+fn daemon(dir: &std::path::Path, policy: &str) -> Daemon {
+    Daemon::start_with(
+        dir,
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("LIVEPACK_GRACE_PERIOD_SECS", "2"),
+            ("LIVEPACK_MAX_TRANSCODES", "1"),
+            ("LIVEPACK_OVERLOAD_POLICY", policy),
+        ],
+    )
+}
+
+async fn readyz(d: &Daemon) -> (StatusCode, Option<String>, Value) {
+    let r = reqwest::get(d.url("/readyz")).await.unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status(), retry, r.json().await.unwrap())
+}
+
+/// The newest media sequence number of the stream's top rendition.
+async fn newest_msn(master: &str) -> u64 {
+    let (_, text) = text(&master.replace("master.m3u8", "720p/index.m3u8")).await;
+    hls::last_msn(&hls::media(&text))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_node_refuses_the_next_stream_over_each_protocol_and_keeps_the_running_one() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = daemon(dir.path(), "refuse");
+    let first = create(&d, json!({"name": "on air"})).await;
+    let second = create(&d, json!({"name": "one too many"})).await;
+    let first_id = first["id"].as_i64().unwrap();
+    assert_eq!(readyz(&d).await.0, StatusCode::OK);
+    let pusher = push(first["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    wait_record(&d, first_id, Duration::from_secs(30), |r| {
+        r["live"] == true && r["transcoding_speed"].is_number()
+    })
+    .await;
+    let master = first["hls_cmaf_url"].as_str().unwrap().to_owned();
+    wait_segments(&master, 2).await;
+    let before = newest_msn(&master).await;
+
+    let (status, retry, body) = readyz(&d).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["status"], "at_capacity", "{body}");
+    assert_eq!(body["reason"], "count", "{body}");
+    assert_eq!(retry.as_deref(), Some("5"));
+
+    // RTMP: `_error` NetStream.Publish.Rejected with the reason.
+    let push_url = second["push_url"].as_str().unwrap();
+    let (app, key) = rtmp::app_and_key(push_url);
+    let said = rtmp::connect(&d.rtmp, &app).await.publish(&key).await;
+    let said = String::from_utf8_lossy(&said);
+    assert!(
+        said.contains("NetStream.Publish.Rejected") && said.contains("at capacity"),
+        "RTMP: {said:?}"
+    );
+    // SRT: SRT_REJX_OVERLOAD.
+    let srt_url = second["push_url_srt"].as_str().unwrap();
+    let stream_id = srt_url.split_once("streamid=").unwrap().1;
+    assert_eq!(
+        srt::conclude(&d.srt, stream_id.as_bytes()).await,
+        Some(srt::rejection(1402)),
+        "SRT: SRT_REJX_OVERLOAD"
+    );
+    // WHIP: 503 with Retry-After and a code.
+    let whip = reqwest::Client::new()
+        .post(second["push_url_whip"].as_str().unwrap())
+        .header("content-type", "application/sdp")
+        .body(crate::common::whip_offer_without_client())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(whip.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(whip.headers()["retry-after"], "5");
+    let refusal: Value = whip.json().await.unwrap();
+    assert_eq!(refusal["error"]["code"], "at_capacity", "{refusal}");
+
+    // A backup joins the running transcode: no new one, so it is taken.
+    let backup = push(
+        first["backup_push_url"].as_str().unwrap(),
+        "av-720p.flv",
+        20,
+    );
+    wait_record(&d, first_id, Duration::from_secs(20), |r| {
+        r["backup_live"] == true
+    })
+    .await;
+    let m = scrape(&d).await;
+    assert_eq!(
+        m.value("livepack_publishes_over_capacity_total{outcome=\"refused\"}"),
+        3.0
+    );
+    assert_eq!(m.value("livepack_transcodes"), 1.0);
+    assert_eq!(m.value("livepack_at_capacity"), 1.0);
+    // The running stream went on meanwhile, in real time.
+    let second_id = second["id"].as_i64().unwrap();
+    assert_eq!(record(&d, second_id).await["live"], false);
+    let r = record(&d, first_id).await;
+    assert!(
+        r["transcoding_speed"].as_f64().unwrap() >= 0.9,
+        "the running stream slowed: {r}"
+    );
+    // Two more segments (4 s of media) within 8 s.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while newest_msn(&master).await < before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the running stream stopped making segments"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Both publishers leave: once the session is over the node takes a stream again.
+    drop(backup);
+    drop(pusher);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while readyz(&d).await.0 != StatusCode::OK {
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still 503 after the stream ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let later = push(push_url, "av-720p.flv", 20);
+    wait_record(&d, second_id, Duration::from_secs(30), |r| {
+        r["live"] == true
+    })
+    .await;
+    drop(later);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_shed_the_next_stream_gets_its_lowest_rung_only() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = daemon(dir.path(), "shed");
+    let first = create(&d, json!({"name": "on air"})).await;
+    let second = create(&d, json!({"name": "shed"})).await;
+    let first_pusher = push(first["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let first_id = first["id"].as_i64().unwrap();
+    let full = wait_record(&d, first_id, Duration::from_secs(30), |r| {
+        r["live"] == true
+            && r["transcoded_qualities"]
+                .as_array()
+                .is_some_and(|q| !q.is_empty())
+    })
+    .await;
+    assert_eq!(
+        full["transcoded_qualities"],
+        json!(["720p", "480p", "360p"])
+    );
+    assert_eq!(full["shed_qualities"], json!([]));
+
+    let second_pusher = push(second["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let second_id = second["id"].as_i64().unwrap();
+    let shed = wait_record(&d, second_id, Duration::from_secs(30), |r| {
+        r["live"] == true
+            && r["transcoded_qualities"]
+                .as_array()
+                .is_some_and(|q| !q.is_empty())
+    })
+    .await;
+    assert_eq!(shed["transcoded_qualities"], json!(["360p"]), "{shed}");
+    assert_eq!(shed["shed_qualities"], json!(["720p", "480p"]), "{shed}");
+    // An outside parser sees one video variant, and it plays.
+    let master_url = second["hls_cmaf_url"].as_str().unwrap();
+    wait_segments(master_url, 2).await;
+    let (_, text) = text(master_url).await;
+    let master = hls::master(&text);
+    let heights: Vec<u64> = master
+        .variants
+        .iter()
+        .filter_map(|v| v.resolution.map(|r| r.height))
+        .collect();
+    assert_eq!(heights, vec![360], "{text}");
+    let probe = ffprobe(master_url);
+    let video = probe["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["codec_type"] == "video")
+        .cloned()
+        .unwrap_or_else(|| panic!("no video stream in {probe}"));
+    assert_eq!(video["height"], 360, "{video}");
+    let m = scrape(&d).await;
+    assert_eq!(
+        m.value("livepack_publishes_over_capacity_total{outcome=\"shed\"}"),
+        1.0
+    );
+    drop(second_pusher);
+    drop(first_pusher);
+}
