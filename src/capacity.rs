@@ -170,13 +170,12 @@ impl Drop for Capacity {
 }
 
 impl Capacity {
-    /// With the CPU sampled from `/proc/stat` every second (when the measured check is on).
+    /// With the CPU sampled from `/proc/stat` every second (shown in `/metrics` even when the
+    /// measured check is off).
     pub fn start(config: CapacityConfig) -> Capacity {
         let mut capacity = Capacity::fixed(config);
-        if config.cpu_percent < 100 {
-            let meter = capacity.cpu_permille.clone();
-            capacity.sampler = Some(tokio::spawn(sample_cpu(meter)));
-        }
+        let meter = capacity.cpu_permille.clone();
+        capacity.sampler = Some(tokio::spawn(sample_cpu(meter)));
         capacity
     }
 

@@ -173,6 +173,9 @@ pub struct Counters {
     /// Wall time from the ingest of the last frame of the newest part to its publication, µs;
     /// assumes a publisher sending in real time, as live encoders do.
     pub output_delay_us: AtomicU64,
+    /// Source GOPs not transcoded because the transcode was behind real time
+    /// ([`crate::pipeline`]'s catch-up).
+    pub gops_skipped: AtomicU64,
 }
 
 impl Counters {

@@ -309,6 +309,10 @@ impl Builder<'_> {
         .chain([make("tee")?])
         .collect();
         link(pipeline, &head)?;
+        // On the parser after the source tee: the source remux keeps every frame.
+        if let (Some(meter), Some(pad)) = (&self.meter, head[2].static_pad("sink")) {
+            super::catch_up::install(&pad, &src, plan.stream_id, meter.counters.clone());
+        }
         let tee = head.last().expect("tee").clone();
         let mut grid = None;
         for (i, rung) in plan.video_rungs.iter().enumerate() {

@@ -4,6 +4,7 @@
 //! own stream.
 
 mod build;
+mod catch_up;
 mod elements;
 mod ladder;
 pub(crate) mod overlay;

@@ -210,3 +210,48 @@ async fn with_shed_the_next_stream_gets_its_lowest_rung_only() {
     drop(second_pusher);
     drop(first_pusher);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transcode_behind_its_input_skips_whole_gops_and_plays_on() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = daemon(dir.path(), "refuse");
+    let rec = create(&d, json!({"name": "behind"})).await;
+    let id = rec["id"].as_i64().unwrap();
+    // 60 s of media at 4× real time: no 2-core machine transcodes a 3-rung ladder that fast, so
+    // the backlog ahead of the decoders grows from the first seconds.
+    let pusher = Proc::spawn(
+        std::process::Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-readrate", "4"])
+            .args(["-stream_loop", "9", "-i"])
+            .arg(fixture("av-720p.flv"))
+            .args(["-c", "copy", "-f", "flv"])
+            .arg(rec["push_url"].as_str().unwrap())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped()),
+        "ffmpeg",
+    );
+    let (ok, err) = finish(pusher, Duration::from_secs(60)).await;
+    assert!(ok, "{err}");
+    let top = rec["hls_cmaf_url"]
+        .as_str()
+        .unwrap()
+        .replace("master.m3u8", "720p/index.m3u8");
+    let ended = wait_endlist(&top).await;
+    let m = scrape(&d).await;
+    let skipped = m.stream("livepack_stream_gops_skipped_total", id);
+    // 30 GOPs of 2 s came in; a transcode at even twice real time keeps half of them.
+    assert!(skipped >= 5.0, "{skipped} GOPs skipped");
+    assert_eq!(
+        m.stream("livepack_stream_frames_dropped_total", id),
+        0.0,
+        "frames dropped at random instead of whole GOPs"
+    );
+    // What was kept plays: every segment decodes.
+    let media = hls::media(&ended);
+    assert!(media.segments.len() >= 5, "{ended}");
+    let (codec, _, height, frames) = decoded_video(&top);
+    assert_eq!((codec.as_str(), height), ("h264", 720));
+    assert!(frames > 0);
+}

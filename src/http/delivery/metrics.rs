@@ -255,6 +255,13 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     f.per_stream(
         streams,
+        "livepack_stream_gops_skipped_total",
+        "counter",
+        "Source GOPs not transcoded so that a transcode behind real time catches up (the outputs repeat the last picture over them).",
+        |s| Some(Counters::get(&s.counters.gops_skipped)),
+    );
+    f.per_stream(
+        streams,
         "livepack_stream_output_delay_seconds",
         "gauge",
         "From the ingest of the newest part's last frame to the part's publication.",
