@@ -95,10 +95,14 @@ pub enum DaemonError {
     RestreamTls(#[from] crate::egress::tls::TlsError),
     #[error("overlay page proxy: {0}")]
     PageProxy(std::io::Error),
+    #[error("https certificate: {0}")]
+    HttpsTls(crate::tls::TlsError),
 }
 
 pub struct Running {
     pub http_addr: SocketAddr,
+    /// The HTTPS listener's address, if one is configured.
+    pub https_addr: Option<SocketAddr>,
     pub rtmp_addr: SocketAddr,
     pub rtmps_addr: SocketAddr,
     pub srt_addr: SocketAddr,
@@ -108,7 +112,8 @@ pub struct Running {
     pub public_url: Url,
     pub key_source: KeySource,
     shutdown: Shutdown,
-    http: tokio::task::JoinHandle<()>,
+    /// The HTTP listener's task, and the HTTPS one's if any.
+    http: Vec<tokio::task::JoinHandle<()>>,
     /// The ingest listeners' tasks, awaited at shutdown (srt-tokio's `close` panics if the
     /// runtime cancels its task first).
     listeners: Vec<tokio::task::JoinHandle<()>>,
@@ -176,7 +181,9 @@ impl Running {
         self.cluster.leave().await;
         self.shutdown.close().await;
         done("accept grace over; listeners closed");
-        let _ = self.http.await;
+        for http in self.http {
+            let _ = http.await;
+        }
         done("http requests finished");
         for listener in self.listeners {
             // Each waits for its connections, bounded, after the close.
@@ -494,6 +501,36 @@ async fn bind_http(addr: SocketAddr) -> Result<Http, DaemonError> {
     })
 }
 
+/// The HTTPS port, when `https_addr` is set: its certificate is `https_cert_file`, else the
+/// RTMPS one (configured, or self-signed in the data dir).
+async fn bind_https(config: &Config) -> Result<Option<Http>, DaemonError> {
+    let Some(addr) = config.https_addr else {
+        return Ok(None);
+    };
+    let files = match (&config.https_cert_file, &config.https_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        _ => config
+            .rtmps_cert_file
+            .clone()
+            .zip(config.rtmps_key_file.clone()),
+    };
+    let dir = config.data_dir.clone();
+    let tls = tokio::task::spawn_blocking(move || {
+        let files = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        crate::tls::server_config(files, &dir)
+    })
+    .await?
+    .map_err(DaemonError::HttpsTls)?;
+    let http = Http::bind_tls(addr, tls)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            what: "https",
+            addr,
+            source,
+        })?;
+    Ok(Some(http))
+}
+
 pub async fn start(
     config: Config,
     page_proxy: Option<std::net::TcpListener>,
@@ -503,6 +540,7 @@ pub async fn start(
     check_gstreamer().await?;
     let overlays = overlays(&store, page_proxy)?;
     let http = bind_http(config.http_addr).await?;
+    let https = bind_https(&config).await?;
     let cluster = cluster(&config, &store, http.addr);
     let registry = registry(&config, &store, &quality_sets, &overlays, &cluster).await?;
     let webhooks = crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
@@ -560,17 +598,29 @@ pub async fn start(
         config.whip.clone(),
         ingest.muxes.clone(),
     );
-    let routes = Routes {
+    let routes = Arc::new(Routes {
         api,
         whip: ingest.whip.clone(),
         whep: whep.clone(),
         player,
         stopping: stopping.clone(),
-    };
-    let http = http.serve(routes, http_limits(&config), gates.http, stopping);
+    });
+    let https_addr = https.as_ref().map(|h| h.addr);
+    // One gate for both ports: the caps count a client's connections wherever they land.
+    let mut http = vec![http.serve(
+        routes.clone(),
+        http_limits(&config),
+        gates.http.clone(),
+        stopping.clone(),
+    )];
+    if let Some(https) = https {
+        tracing::info!(addr = %https.addr, "https listening (HTTP/2 and HTTP/1.1)");
+        http.push(https.serve(routes, http_limits(&config), gates.http, stopping));
+    }
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     Ok(Running {
         http_addr,
+        https_addr,
         rtmp_addr: ingest.rtmp_addr,
         rtmps_addr: ingest.rtmps_addr,
         srt_addr: ingest.srt_addr,

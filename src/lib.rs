@@ -86,6 +86,7 @@
 //!   and runs until shutdown.
 //! - `shutdown`: the stop as the listeners see it — refusing newcomers and telling publishers,
 //!   then closed.
+//! - `tls`: the listeners' TLS configuration (RTMPS, HTTPS), configured or self-signed.
 //! - `tasks`: the set of tasks a subsystem owns, and its bounded drain at the stop.
 //!
 //! Modules are `pub(crate)` unless a bench, test or fuzz target needs them, so rustc reports
@@ -125,6 +126,7 @@ pub(crate) mod secret;
 pub(crate) mod shutdown;
 pub(crate) mod storage;
 pub(crate) mod tasks;
+pub(crate) mod tls;
 pub(crate) mod url_policy;
 pub(crate) mod webhooks;
 

@@ -141,6 +141,9 @@ async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyho
     // The banner is the contract with scripts/run and the tests: one `key: value` per line.
     println!("livepack {} ready", env!("CARGO_PKG_VERSION"));
     println!("http: {}", running.http_addr);
+    if let Some(addr) = running.https_addr {
+        println!("https: {addr}");
+    }
     println!("rtmp: {}", running.rtmp_addr);
     println!("rtmps: {}", running.rtmps_addr);
     println!("srt: {}", running.srt_addr);

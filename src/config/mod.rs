@@ -118,6 +118,11 @@ settings! {
     /// Both or neither: without them RTMPS uses a self-signed certificate in the data dir.
     rtmps_cert_file: PathBuf;
     rtmps_key_file: PathBuf;
+    /// The HTTPS listener (HTTP/2 and HTTP/1.1 by ALPN); absent: none.
+    https_addr: SocketAddr;
+    /// Both or neither: without them HTTPS uses the RTMPS certificate.
+    https_cert_file: PathBuf;
+    https_key_file: PathBuf;
 
     // Packaging and the live session.
     segment_duration_ms: u64 = DEFAULT_SEGMENT_MS, packaging::whole_seconds;
@@ -247,6 +252,12 @@ impl Layer {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub http_addr: SocketAddr,
+    /// The HTTPS listener's address, if any.
+    pub https_addr: Option<SocketAddr>,
+    /// Both or neither: without them HTTPS uses the RTMPS certificate (configured or
+    /// self-signed).
+    pub https_cert_file: Option<PathBuf>,
+    pub https_key_file: Option<PathBuf>,
     pub rtmp_addr: SocketAddr,
     pub rtmps_addr: SocketAddr,
     pub srt_addr: SocketAddr,
@@ -333,6 +344,13 @@ impl Config {
                 "must be below shutdown_timeout_secs, or the stop never ends in time",
             ));
         }
+        if s.https_cert_file.is_some() != s.https_key_file.is_some() {
+            return Err(invalid(
+                "https_cert_file",
+                "",
+                "https_cert_file and https_key_file go together",
+            ));
+        }
         if s.rtmps_cert_file.is_some() != s.rtmps_key_file.is_some() {
             return Err(invalid(
                 "rtmps_cert_file",
@@ -374,6 +392,9 @@ impl Config {
             },
             pull: ingest::pull(&s),
             http_addr: s.http_addr,
+            https_addr: s.https_addr,
+            https_cert_file: s.https_cert_file,
+            https_key_file: s.https_key_file,
             rtmp_addr: s.rtmp_addr,
             rtmps_addr: s.rtmps_addr,
             srt_addr: s.srt_addr,

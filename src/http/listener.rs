@@ -11,9 +11,11 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::admission::Admission;
 use crate::http::body::BodyDeadline;
@@ -93,11 +95,33 @@ pub struct HttpLimits {
     pub stall_timeout: Duration,
 }
 
-/// Serves `listener` until the stop closes the listeners, then lets in-flight requests finish
-/// (up to [`SHUTDOWN_GRACE`]) and returns. While the stop only refuses, requests are still
-/// read: the router answers what a stopping node no longer serves.
+/// Concurrent requests one HTTP/2 connection may carry: a player's blocking playlist reloads
+/// and part fetches for every rendition it follows, with room to spare.
+pub const H2_MAX_STREAMS: u32 = 256;
+
+/// The connections' protocol settings: HTTP/1.1 with the head's size and deadline, HTTP/2 (by
+/// ALPN over TLS, or by prior knowledge in the clear) with the same header bound.
+fn builder(limits: HttpLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    builder
+}
+
+/// Serves `listener` (over TLS with `tls`) until the stop closes the listeners, then lets
+/// in-flight requests finish (up to [`SHUTDOWN_GRACE`]) and returns. While the stop only
+/// refuses, requests are still read: the router answers what a stopping node no longer serves.
 pub async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     handler: H,
     limits: HttpLimits,
     admission: Admission,
@@ -107,12 +131,7 @@ pub async fn serve<H, F>(
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEADER_BYTES);
-
+    let builder = builder(limits);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -128,7 +147,7 @@ pub async fn serve<H, F>(
         };
         // The gate logs refusals, rate-limited; a refused peer gets a 503 it need not read.
         let Ok(ticket) = admission.admit(peer.ip()) else {
-            tokio::spawn(refuse_busy(stream));
+            tokio::spawn(refuse_busy(stream, tls.is_none()));
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -142,10 +161,33 @@ pub async fn serve<H, F>(
             async move { Ok::<_, Infallible>(fut.await) }
         });
         let io = PeerIo::new(stream, limits.stall_timeout, ticket);
-        let conn = builder.serve_connection(TokioIo::new(io), service);
-        let conn = graceful.watch(conn);
+        let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let served = match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(io), service);
+                    watcher.watch(conn).await
+                }
+                // The handshake has the head's deadline: a peer that opens and stalls holds
+                // its connection no longer than a slow HTTP/1.1 head would.
+                Some(tls) => {
+                    match tokio::time::timeout(limits.header_timeout, tls.accept(io)).await {
+                        Ok(Ok(io)) => {
+                            let conn = builder.serve_connection(TokioIo::new(io), service);
+                            watcher.watch(conn).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "https handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "https handshake not finished in time");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "http connection ended with an error");
             }
         });
@@ -159,7 +201,13 @@ pub async fn serve<H, F>(
     }
 }
 
-async fn refuse_busy(mut stream: tokio::net::TcpStream) {
+/// A refused peer's answer: a 503 in the clear, or (on the TLS port, where it could not be
+/// read before a handshake) the connection closed.
+async fn refuse_busy(mut stream: tokio::net::TcpStream, clear: bool) {
+    if !clear {
+        let _ = stream.shutdown().await;
+        return;
+    }
     const BUSY: &[u8] =
         b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n";
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;

@@ -16,8 +16,11 @@ export async function launch(extraArgs = []) {
   });
 }
 
-export async function videoPage(browser, script) {
+// `origin`: the page is first opened there, so its requests to that origin are same-origin
+// (their resource timing shows the protocol each used).
+export async function videoPage(browser, script, origin) {
   const page = await browser.newPage();
+  if (origin) await page.goto(`${origin}/time`);
   await page.setContent('<video id="v" muted autoplay playsinline width="640" height="360"></video>');
   await page.addScriptTag({ path: path.join(root, 'node_modules', script) });
   return page;

@@ -1,12 +1,14 @@
 // Plays an LL-HLS URL with hls.js (low-latency mode) in headless Debian Chromium and prints one
 // JSON line: playback samples (currentTime, hls.latency), fatal errors, levels seen.
-// Usage: node tests/browser/hlsjs.mjs URL SECONDS [SCREENSHOT.png]
+// Usage: node tests/browser/hlsjs.mjs URL SECONDS [SCREENSHOT.png|-] [ORIGIN]
+// ORIGIN (e.g. the daemon's https://…): the page is served from there, its certificate taken as
+// is, and the result lists the protocols its requests used (resource timing's nextHopProtocol).
 import { launch, videoPage } from './chromium.mjs';
 
-const [url, seconds = '15', shot] = process.argv.slice(2);
-const browser = await launch();
+const [url, seconds = '15', shot, origin] = process.argv.slice(2);
+const browser = await launch(origin ? ['--ignore-certificate-errors'] : []);
 try {
-  const page = await videoPage(browser, 'hls.js/dist/hls.min.js');
+  const page = await videoPage(browser, 'hls.js/dist/hls.min.js', origin);
   const result = await page.evaluate(async ({ url, seconds }) => {
     const v = document.getElementById('v');
     const errors = [];
@@ -24,9 +26,10 @@ try {
     }
     return { samples, errors, levels: hls.levels.map((l) => l.height),
       lowLatency: hls.lowLatencyMode, targetLatency: hls.targetLatency,
-      width: v.videoWidth, height: v.videoHeight, dropped: v.getVideoPlaybackQuality().droppedVideoFrames };
+      width: v.videoWidth, height: v.videoHeight, dropped: v.getVideoPlaybackQuality().droppedVideoFrames,
+      protocols: [...new Set(performance.getEntriesByType('resource').map((e) => e.nextHopProtocol))] };
   }, { url, seconds: Number(seconds) });
-  if (shot) await page.screenshot({ path: shot });
+  if (shot && shot !== '-') await page.screenshot({ path: shot });
   console.log(JSON.stringify(result));
 } finally {
   await browser.close();

@@ -122,6 +122,40 @@ async fn hlsjs_plays_the_live_stream_in_low_latency_mode() {
 }
 
 #[tokio::test]
+async fn hlsjs_plays_over_https_with_every_request_on_http2() {
+    let _g = ONE_AT_A_TIME.lock().await;
+    let dir = tempdir();
+    let https = format!("127.0.0.1:{}", common::free_port(false));
+    // No certificate configured: the daemon's self-signed one (Chromium is told to take it).
+    let d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", common::KEY),
+            ("LIVEPACK_HTTPS_ADDR", &https),
+        ],
+    );
+    let (rec, ffmpeg) = live_stream(&d).await;
+    let origin = format!("https://{https}");
+    let url = rec["hls_cmaf_url"]
+        .as_str()
+        .unwrap()
+        .replace(d.base.as_str(), &origin);
+    let report = play("tests/browser/hlsjs.mjs", url, vec!["-".into(), origin]).await;
+    drop(ffmpeg);
+    assert_eq!(report["lowLatency"], true);
+    let latencies = check_playback(&report);
+    assert_eq!(
+        report["protocols"],
+        json!(["h2"]),
+        "every request over HTTP/2: {report}"
+    );
+    println!(
+        "hls.js over HTTPS/2 live latency (second half): mean {:.2} s, samples {latencies:?}",
+        mean(&latencies)
+    );
+}
+
+#[tokio::test]
 async fn dashjs_plays_the_ll_dash_stream() {
     let _g = ONE_AT_A_TIME.lock().await;
     let dir = tempdir();

@@ -4,6 +4,7 @@
 mod capacity;
 #[path = "../common/mod.rs"]
 mod common;
+mod https;
 #[path = "../common/media.rs"]
 mod media;
 mod shutdown;

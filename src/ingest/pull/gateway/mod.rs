@@ -321,6 +321,7 @@ impl Inner {
         );
         tokio::spawn(server::serve(
             listener,
+            None,
             handler,
             limits,
             gate,
