@@ -139,7 +139,11 @@ async fn https_serves_ll_hls_over_http2_with_reloads_and_parts_on_one_connection
     // HTTP/1.1 over TLS for the clients that do not speak h2; h2c on the plain port.
     let rows = curl(&["--http1.1", "--cacert", ca], &urls[..1], dir.path());
     assert_eq!((rows[0].0.as_str(), rows[0].1), ("1.1", 200), "{rows:?}");
-    let rows = curl(&["--http2-prior-knowledge"], &[master.clone()], dir.path());
+    let rows = curl(
+        &["--http2-prior-knowledge"],
+        std::slice::from_ref(&master),
+        dir.path(),
+    );
     assert_eq!((rows[0].0.as_str(), rows[0].1), ("2", 200), "{rows:?}");
     // An untrusted client is refused by its own TLS check: the certificate is the configured one.
     let untrusted = run_within(
