@@ -295,6 +295,29 @@ impl Capacity {
         self.full(running, pending)
     }
 
+    /// The spare capacity beside `running`, ‰ of the node's: the smaller of what the count and
+    /// the CPU leave (each when it applies); 0 when full; `None` when neither applies.
+    pub fn headroom(&self, running: &[Transcode]) -> Option<u32> {
+        if self.full_now(running).is_some() {
+            return Some(0);
+        }
+        let count = self
+            .config
+            .max_transcodes
+            .map(|max| (max.saturating_sub(running.len()) * 1000 / max.max(1)) as u32);
+        let cpu = (self.config.cpu_percent < 100)
+            .then(|| self.cpu_percent())
+            .flatten()
+            .map(|cpu| {
+                let max = f64::from(self.config.cpu_percent);
+                ((max - cpu).max(0.0) / max * 1000.0) as u32
+            });
+        match (count, cpu) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// The node's capacity in the Prometheus text format, beside `running`.
     pub fn metrics(&self, running: &[Transcode]) -> String {
         let full = self.full_now(running);
@@ -436,6 +459,14 @@ mod tests {
         assert_eq!(verdict, Verdict::Shed(full));
         assert!(place.is_some(), "a shed publish is admitted");
         assert_eq!(shedding.shed(), 1);
+        // Headroom: what the count leaves (the CPU is not checked here), 0 when full.
+        assert_eq!(capacity.headroom(&running(&[None])), Some(500));
+        assert_eq!(capacity.headroom(&running(&[None, None])), Some(0));
+        let unbounded = Capacity::fixed(CapacityConfig {
+            cpu_percent: 100,
+            ..CapacityConfig::default()
+        });
+        assert_eq!(unbounded.headroom(&running(&[None])), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -474,6 +505,8 @@ mod tests {
                 max: 90
             })
         );
+        capacity.set_cpu_percent(45.0);
+        assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(500));
         capacity.set_cpu_percent(50.0);
         assert_eq!(
             capacity.full_now(&running(&[Some(1.0), Some(0.9)])),

@@ -9,6 +9,7 @@
 
 pub mod lookup;
 pub mod node_auth;
+mod placement;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -67,6 +68,8 @@ pub struct Cluster {
     peers: AtomicBool,
     /// What requests ask the store about streams, answered at most a second old.
     lookups: lookup::Lookups,
+    /// The peers' headroom, for where a PULL stream goes.
+    placement: placement::Placement,
 }
 
 impl Cluster {
@@ -83,6 +86,7 @@ impl Cluster {
             last_beat: Mutex::new(None),
             left: AtomicBool::new(false),
             peers: AtomicBool::new(false),
+            placement: placement::Placement::default(),
         })
     }
 
@@ -294,23 +298,30 @@ impl Cluster {
             self.started_at,
         );
         let (shared, dead_after) = (self.config.shared_store, self.config.dead_after);
-        let (in_store, peers) = own_thread(move || {
+        let headroom = registry.headroom().map(i64::from);
+        let (in_store, nodes) = own_thread(move || {
             let in_store = store.heartbeat(
                 &NodeBeat {
                     id: &id,
                     url: &url,
                     started_at,
+                    headroom,
                 },
                 &states,
             )?;
-            // The heartbeat landed whatever this read says; unread, assume company.
-            let peers = shared
-                && store.nodes().map_or(true, |nodes| {
-                    nodes.iter().any(|n| n.id != id && n.silent < dead_after)
-                });
-            Ok::<_, crate::db::StoreError>((in_store, peers))
+            let nodes = if shared { store.nodes().ok() } else { None };
+            Ok::<_, crate::db::StoreError>((in_store, nodes))
         })
         .await??;
+        let me = &self.config.node_id;
+        // The heartbeat landed whatever the node list says; unread, assume company.
+        let peers = shared
+            && nodes
+                .as_ref()
+                .is_none_or(|nodes| nodes.iter().any(|n| &n.id != me && n.silent < dead_after));
+        if let Some(nodes) = &nodes {
+            self.placement.heard(nodes, me, dead_after);
+        }
         *lock(&self.last_beat) = Some(sent);
         *lock(&self.numbered) = written;
         self.peers.store(peers, Ordering::Release);
@@ -484,6 +495,13 @@ impl crate::live::Leases for Cluster {
 
     fn state_changed(self: Arc<Self>, id: i64) {
         Cluster::state_changed(&self, id)
+    }
+
+    fn better_placed(&self, id: i64, headroom: Option<u32>) -> Option<String> {
+        // Long enough for the roomier peer's PULL to claim it (it tries every few seconds).
+        let patience = 3 * self.config.dead_after / BEATS_PER_DEAD_AFTER + Duration::from_secs(5);
+        self.placement
+            .better_placed(id, headroom.map(i64::from), patience)
     }
 }
 

@@ -95,12 +95,13 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
             let now = c.dialect().now_ms();
             c.execute(
                 &format!(
-                    "INSERT INTO nodes (id, url, started_at_ms, heartbeat_ms) \
-                     VALUES ($1, $2, $3, {now}) \
+                    "INSERT INTO nodes (id, url, started_at_ms, heartbeat_ms, headroom) \
+                     VALUES ($1, $2, $3, {now}, $4) \
                      ON CONFLICT (id) DO UPDATE SET url = excluded.url, \
-                       started_at_ms = excluded.started_at_ms, heartbeat_ms = excluded.heartbeat_ms"
+                       started_at_ms = excluded.started_at_ms, heartbeat_ms = excluded.heartbeat_ms, \
+                       headroom = excluded.headroom"
                 ),
-                &args![node.id, node.url, to_ms(node.started_at)],
+                &args![node.id, node.url, to_ms(node.started_at), node.headroom],
             )?;
             for l in leases {
                 let held = c.execute(
@@ -229,7 +230,8 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
             let now = c.dialect().now_ms();
             c.query(
                 &format!(
-                    "SELECT id, url, started_at_ms, {now} - heartbeat_ms FROM nodes ORDER BY id"
+                    "SELECT id, url, started_at_ms, {now} - heartbeat_ms, headroom FROM nodes \
+                     ORDER BY id"
                 ),
                 &[],
             )
@@ -241,6 +243,7 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                     url: r.string(1)?,
                     started_at: from_ms("node", 0, r.i64(2)?)?,
                     silent: Duration::from_millis(r.i64(3)?.max(0) as u64),
+                    headroom: r.opt_i64(4)?,
                 })
             })
             .collect()

@@ -571,6 +571,9 @@ pub struct NodeRow {
     pub started_at: OffsetDateTime,
     /// Since its last heartbeat, by the store's clock.
     pub silent: std::time::Duration,
+    /// Its spare transcoding capacity at that heartbeat, ‰ ([`crate::capacity`]); `None`:
+    /// not known (a node without the check, or of an older version).
+    pub headroom: Option<i64>,
 }
 
 /// What a node's heartbeat says about itself.
@@ -579,6 +582,8 @@ pub struct NodeBeat<'a> {
     pub id: &'a str,
     pub url: &'a str,
     pub started_at: OffsetDateTime,
+    /// Spare transcoding capacity now, ‰.
+    pub headroom: Option<i64>,
 }
 
 /// The state a node writes on a lease it holds at each heartbeat.

@@ -189,6 +189,11 @@ CREATE TABLE stream_numbering (
     next_discontinuity {int} NOT NULL
 );
 "#,
+    // 10: each node's spare transcoding capacity (‰, absent: not known), in its heartbeat:
+    // a PULL stream is taken by the node with the most.
+    r#"
+ALTER TABLE nodes ADD COLUMN headroom {int};
+"#,
 ];
 
 /// The schema version this build knows.

@@ -974,6 +974,7 @@ fn concurrent_updates_of_different_fields_all_land(store: &Backend) {
 
 fn beat<'a>(id: &'a str, url: &'a str) -> NodeBeat<'a> {
     NodeBeat {
+        headroom: None,
         id,
         url,
         started_at: OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_700_000_000),

@@ -190,6 +190,13 @@ impl Registry {
                     reason: full.to_string(),
                 });
             }
+            if let Some(node) = self
+                .leases
+                .as_ref()
+                .and_then(|l| l.better_placed(id, self.headroom()))
+            {
+                return Err(PublishError::BetterPlaced { id, node });
+            }
         }
         self.take_lease(id, false).await.map(drop)
     }
@@ -505,6 +512,12 @@ impl Registry {
     /// The streams transcoding here now, with their speeds.
     pub fn transcodes(&self) -> Vec<crate::capacity::Transcode> {
         self.sessions.transcodes()
+    }
+
+    /// This node's spare transcoding capacity now, ‰ (its heartbeat states it).
+    pub fn headroom(&self) -> Option<u32> {
+        let capacity = self.config.capacity.as_ref()?;
+        capacity.headroom(&self.sessions.transcodes())
     }
 
     pub fn capacity(&self) -> Option<&Arc<crate::capacity::Capacity>> {

@@ -26,6 +26,9 @@ pub enum PublishError {
     /// The node transcodes all it can ([`crate::capacity`]); another node, or later, may not.
     #[error("stream {id}: the server is at capacity ({reason}): publish again later or elsewhere")]
     AtCapacity { id: i64, reason: String },
+    /// A PULL stream left to a node with more room (it claims it).
+    #[error("stream {id}: node {node} has more room and pulls it")]
+    BetterPlaced { id: i64, node: String },
     /// Another daemon sharing the store serves the stream (`url`: where it is reached).
     #[error("stream {id} is live on node {node}")]
     LiveElsewhere { id: i64, node: String, url: String },

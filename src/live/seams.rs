@@ -62,4 +62,9 @@ pub trait Leases: Send + Sync + 'static {
     fn release(self: Arc<Self>, id: i64);
     /// A publisher came or left: the stream's state is written now, not at the next beat.
     fn state_changed(self: Arc<Self>, id: i64);
+    /// The peer a PULL stream is left to (it has clearly more room than this node's
+    /// `headroom`), for a while; `None`: this node claims it.
+    fn better_placed(&self, _id: i64, _headroom: Option<u32>) -> Option<String> {
+        None
+    }
 }

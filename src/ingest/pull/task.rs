@@ -147,8 +147,14 @@ pub async fn run(
         match registry.claim_pull(id).await {
             Ok(()) => {}
             Err(e) => {
-                if !matches!(e, PublishError::LiveElsewhere { .. }) {
-                    tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet");
+                match e {
+                    PublishError::LiveElsewhere { .. } => {}
+                    PublishError::BetterPlaced { .. } => {
+                        tracing::debug!(stream = id, error = %e, "PULL left to another node")
+                    }
+                    _ => {
+                        tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet")
+                    }
                 }
                 last_data = Instant::now();
                 tokio::select! {

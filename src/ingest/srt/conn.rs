@@ -38,7 +38,10 @@ fn reject_reason(e: &PublishError) -> ServerRejectReason {
             ServerRejectReason::Conflict
         }
         PublishError::Store => ServerRejectReason::InternalServerError,
-        PublishError::AtCapacity { .. } => ServerRejectReason::Overload,
+        // Only a PULL claim is left to a roomier node; as a refusal it would be this.
+        PublishError::AtCapacity { .. } | PublishError::BetterPlaced { .. } => {
+            ServerRejectReason::Overload
+        }
         PublishError::Hook {
             refusal: HookRefusal::Refused(_),
             ..

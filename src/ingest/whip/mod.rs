@@ -153,7 +153,7 @@ fn publish_refusal(e: &PublishError, path_and_query: &str) -> Response<Body> {
             (StatusCode::CONFLICT, "live_elsewhere")
         }
         PublishError::LiveElsewhere { .. } => (StatusCode::CONFLICT, "live_elsewhere"),
-        PublishError::AtCapacity { .. } => {
+        PublishError::AtCapacity { .. } | PublishError::BetterPlaced { .. } => {
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "at_capacity",
