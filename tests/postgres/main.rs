@@ -600,21 +600,8 @@ async fn a_pull_stream_is_pulled_by_one_node_and_taken_over_when_it_dies() {
     let _heavy = media::heavy().await;
     let server = PgServer::start();
     let url = server.create_database();
-    // The source: a live HLS presentation (ffmpeg writing segments, a static HTTP server).
     let src = tempdir();
-    let _writer = media::hls_writer(&src.path().join("www/live"));
-    let http_port = free_port(false);
-    let _http = media::http_server(&src.path().join("www"), http_port);
-    let source = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
-    // A live source, not one starting: hlsdemux2 waits for three segments before it delivers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while media::text(&source).await.1.matches("#EXTINF").count() < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "the HLS source never held 4 segments"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let (source, _writer, _http) = live_hls_source(src.path()).await;
 
     let (dir_a, dir_b) = (tempdir(), tempdir());
     let a = node(dir_a.path(), &url, "node-a");
@@ -651,6 +638,76 @@ async fn a_pull_stream_is_pulled_by_one_node_and_taken_over_when_it_dies() {
         other.base.trim_start_matches("http://"),
     );
     media::wait_segments(&master, 2).await;
+}
+
+/// A live HLS presentation (ffmpeg writing segments, a static HTTP server) holding at least 4
+/// segments: a live source, not one starting (hlsdemux2 waits for three before it delivers).
+async fn live_hls_source(dir: &std::path::Path) -> (String, media::Proc, media::Proc) {
+    let writer = media::hls_writer(&dir.join("www/live"));
+    let http_port = free_port(false);
+    let http = media::http_server(&dir.join("www"), http_port);
+    let source = format!("http://127.0.0.1:{http_port}/live/index.m3u8");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while media::text(&source).await.1.matches("#EXTINF").count() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the HLS source never held 4 segments"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    (source, writer, http)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_stream_goes_to_the_node_with_the_most_room() {
+    let _heavy = media::heavy().await;
+    let server = PgServer::start();
+    let url = server.create_database();
+    let src = tempdir();
+    let (source, _writer, _http) = live_hls_source(src.path()).await;
+    let (dir_a, dir_b) = (tempdir(), tempdir());
+    let dead = DEAD_SECS.to_string();
+    let roomy = |dir: &std::path::Path, id: &str| {
+        Daemon::start_with(
+            dir,
+            &[
+                ("LIVEPACK_API_KEYS", KEY),
+                ("LIVEPACK_DATABASE_URL", &url),
+                ("LIVEPACK_NODE_ID", id),
+                ("LIVEPACK_NODE_DEAD_SECS", &dead),
+                ("LIVEPACK_MAX_TRANSCODES", "2"),
+            ],
+        )
+    };
+    let (a, b) = (roomy(dir_a.path(), "node-a"), roomy(dir_b.path(), "node-b"));
+    // A transcodes one stream of its two: half its room left, B all of its.
+    let pushed = media::create(&a, json!({"name": "on a"})).await;
+    let push_url = at(pushed["push_url"].as_str().unwrap(), &a.rtmp);
+    let _pusher = media::push(&push_url, "av-720p.flv", 30);
+    media::wait_record(
+        &a,
+        pushed["id"].as_i64().unwrap(),
+        Duration::from_secs(30),
+        |r| r["live"] == true,
+    )
+    .await;
+    // A few heartbeats: each node has read the other's headroom.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Created on A, whose PULL manager hears of it first: without placement A would pull it.
+    let rec = media::create(&a, json!({"name": "pulled", "pull": true, "uri": source})).await;
+    let id = rec["id"].as_i64().unwrap();
+    media::wait_record(&a, id, Duration::from_secs(40), |r| r["live"] == true).await;
+    let serves = |m: &common::metrics::Metrics| {
+        m.0.contains_key(&format!("livepack_stream_live{{stream=\"{id}\"}}"))
+    };
+    assert!(
+        serves(&common::metrics::scrape(&b).await),
+        "B, the roomier node, does not pull it"
+    );
+    assert!(
+        !serves(&common::metrics::scrape(&a).await),
+        "A pulls it too"
+    );
 }
 
 /// A TCP forwarder to `target` on loopback that can be cut: sending `true` closes every
