@@ -16,9 +16,10 @@ APT_PACKAGES=(ca-certificates gcc libc6-dev pkg-config python3
 # browser drivers comes with ensure_node_modules), srt-live-transmit, gst-launch-1.0, nginx
 # with its RTMP module as an RTMP server for the PULL tests and as a restream target (its stream
 # module terminating TLS in front for RTMPS), and VLC as a DASH player (cvlc
-# from vlc-bin; its adaptive/DASH demuxer, HTTP access and TS muxer are in vlc-plugin-base).
+# from vlc-bin; its adaptive/DASH demuxer, HTTP access and TS muxer are in vlc-plugin-base),
+# and HAProxy as the encoders' balancer that checks the nodes' /readyz.
 TEST_APT_PACKAGES=(ffmpeg chromium srt-tools gstreamer1.0-tools nginx-core libnginx-mod-rtmp
-  libnginx-mod-stream vlc-bin vlc-plugin-base)
+  libnginx-mod-stream vlc-bin vlc-plugin-base haproxy)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

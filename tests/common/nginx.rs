@@ -136,3 +136,35 @@ fn run(dir: &Path, conf: &Path, name: &str, what: &str) -> Proc {
         what,
     )
 }
+
+/// HAProxy with the repo's `deploy/haproxy-livepack-ingest.cfg` in front of `nodes` (each its
+/// RTMP `host:port` and its HTTP port, where `/readyz` is checked); returns it and its
+/// `host:port`.
+pub fn haproxy_ingest_in_front(dir: &Path, nodes: &[(&str, u16)]) -> (Proc, String) {
+    let conf =
+        std::fs::read_to_string(super::root().join("deploy/haproxy-livepack-ingest.cfg")).unwrap();
+    let port = super::free_port(false);
+    let shipped = "    server node-a 127.0.0.1:19351 check port 18081\n    server node-b 127.0.0.1:19352 check port 18082\n";
+    assert!(conf.contains(shipped) && conf.contains("    bind :1935\n"));
+    let servers: String = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (rtmp, http))| format!("    server node-{i} {rtmp} check port {http}\n"))
+        .collect();
+    let conf = conf
+        .replace(shipped, &servers)
+        .replace("    bind :1935\n", &format!("    bind 127.0.0.1:{port}\n"));
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, conf).unwrap();
+    let p = Proc::spawn(
+        std::process::Command::new("/usr/sbin/haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null()),
+        "haproxy (installed by scripts/test)",
+    );
+    super::wait_listening(port, "haproxy");
+    (p, format!("127.0.0.1:{port}"))
+}

@@ -3,6 +3,7 @@
 //! concurrent PATCHes through both all land, a live stream has one node, and it moves when that
 //! node dies.
 
+mod balancer;
 #[path = "../common/mod.rs"]
 mod common;
 mod flood;
