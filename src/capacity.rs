@@ -1,7 +1,7 @@
 //! Transcoding capacity: whether this node takes one more transcode. A count (`max_transcodes`)
-//! and a measured check — the node's CPU over the last seconds, with the transcodes admitted
-//! too recently to show in it counted at the running ones' average, and the real-time factor
-//! of every running transcode — decide whether the node is full; the overload policy says what
+//! and a measured check — the node's CPU over the last seconds with one more transcode (and
+//! those admitted too recently to show) at the running ones' average cost, and the real-time
+//! factor of every running transcode — decide whether the node is full; the overload policy says what
 //! a publish that finds it full gets. Inputs: the running transcodes' speeds (from the live
 //! registry) and `/proc/stat`; outputs: a [`Verdict`], `/readyz`'s answer and the counters
 //! behind `/metrics`.
@@ -16,10 +16,12 @@ use tokio::time::Instant;
 /// The CPU share is measured over this window, sampled every second.
 pub const CPU_WINDOW: Duration = Duration::from_secs(5);
 const CPU_SAMPLE: Duration = Duration::from_secs(1);
-/// The node is full when its CPU, counting the transcodes too young to show, reaches this: past
-/// it x264 on a 2-core machine cannot keep three 720p ladders in real time, and the next stream
-/// would slow every running one (measured: benches/README "Capacity").
+/// The node is full when its CPU with one more transcode would reach this: the rest leaves
+/// room for the viewers' requests and the measure's noise (benches/README "Capacity").
 pub const DEFAULT_CPU_PERCENT: u64 = 90;
+/// What a transcode is assumed to cost until the node has measured one: three quarters of a
+/// core (a 720p ladder of real content takes 0.7–0.9 of one here, benches/README).
+pub const ASSUMED_CORES_PER_TRANSCODE: f64 = 0.75;
 /// A running transcode slower than this (media time over wall time, over its last 10 s) means
 /// the node already carries more than it can.
 pub const MIN_SPEED: f64 = 0.97;
@@ -136,6 +138,8 @@ pub struct Capacity {
     /// Publishes admitted whose session has not opened yet: counted beside the running ones,
     /// so two publishes judged at once cannot both take the last place.
     pending: Mutex<usize>,
+    /// [`ASSUMED_CORES_PER_TRANSCODE`] as a share of the node's CPU, in percent.
+    assumed_cost: f64,
     refused: AtomicU64,
     shed: AtomicU64,
     sampler: Option<tokio::task::JoinHandle<()>>,
@@ -186,6 +190,8 @@ impl Capacity {
             cpu_permille: Arc::new(AtomicU32::new(u32::MAX)),
             admitted: Mutex::new(VecDeque::new()),
             pending: Mutex::new(0),
+            assumed_cost: 100.0 * ASSUMED_CORES_PER_TRANSCODE
+                / std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
             refused: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             sampler: None,
@@ -246,12 +252,16 @@ impl Capacity {
             });
         }
         let cpu = self.cpu_percent()?;
+        // What one transcode costs: the running ones' average (the whole node's load counted
+        // as theirs, which errs on the safe side), or, before any has settled, an assumption.
         let settled = count - young;
-        let projected = if settled > 0 {
-            cpu + cpu / settled as f64 * young as f64
+        let each = if settled > 0 {
+            cpu / settled as f64
         } else {
-            cpu
+            self.assumed_cost
         };
+        // The young ones and this one, at that cost, on top of what the CPU shows.
+        let projected = cpu + each * (young + 1) as f64;
         (projected >= f64::from(self.config.cpu_percent)).then(|| Full::Cpu {
             percent: projected.round() as u32,
             max: self.config.cpu_percent,
@@ -470,44 +480,42 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_cpu_counts_young_transcodes_and_a_slow_one_means_full() {
-        let capacity = Arc::new(Capacity::fixed(CapacityConfig::default()));
+    async fn the_cpu_projects_one_more_and_a_slow_one_means_full() {
+        let mut capacity = Capacity::fixed(CapacityConfig::default());
+        // As on two cores.
+        capacity.assumed_cost = 37.5;
+        let capacity = Arc::new(capacity);
         // Not measured yet: no CPU verdict.
+        assert_eq!(capacity.full_now(&[]), None);
+        capacity.set_cpu_percent(5.0);
+        // Nothing settled: each new one at the assumed cost. 5 + 37.5, then 5 + 2 × 37.5.
         assert_eq!(capacity.judge(Vec::new).0, Verdict::Admit);
-        capacity.set_cpu_percent(40.0);
+        assert_eq!(capacity.judge(|| running(&[None])).0, Verdict::Admit);
+        assert_eq!(
+            capacity.full_now(&running(&[None, None])),
+            Some(Full::Cpu {
+                percent: 118,
+                max: 90
+            }),
+            "two young and one more at 37.5 % each"
+        );
         tokio::time::sleep(CPU_WINDOW * 2).await;
-        // One settled at 40 %: a second fits (40 < 90).
-        assert_eq!(capacity.judge(|| running(&[Some(1.0)])).0, Verdict::Admit);
-        // Just admitted, the second does not show yet: counted at the first's 40 %.
+        // Settled, the running ones' average is the cost: one at 40 % leaves room for another.
+        capacity.set_cpu_percent(40.0);
+        assert_eq!(capacity.full_now(&running(&[Some(1.0)])), None);
+        // Two at 80 %: a third would bring 120 %.
+        capacity.set_cpu_percent(80.0);
         assert_eq!(
-            capacity.full(&running(&[Some(1.0), None]), 0),
-            None,
-            "80 % projected"
-        );
-        assert_eq!(
-            capacity.judge(|| running(&[Some(1.0), None])).0,
-            Verdict::Admit
-        );
-        // Two young, one settled at 40 %: 120 % projected.
-        assert_eq!(
-            capacity.full_now(&running(&[Some(1.0), None, None])),
+            capacity.full_now(&running(&[Some(1.0), Some(1.0)])),
             Some(Full::Cpu {
                 percent: 120,
                 max: 90
             })
         );
-        tokio::time::sleep(CPU_WINDOW * 2).await;
-        capacity.set_cpu_percent(91.0);
-        assert_eq!(
-            capacity.full_now(&running(&[Some(1.0), Some(1.0)])),
-            Some(Full::Cpu {
-                percent: 91,
-                max: 90
-            })
-        );
         capacity.set_cpu_percent(45.0);
-        assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(500));
-        capacity.set_cpu_percent(50.0);
+        assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(0), "45 + 45 ≥ 90");
+        capacity.set_cpu_percent(30.0);
+        assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(666));
         assert_eq!(
             capacity.full_now(&running(&[Some(1.0), Some(0.9)])),
             Some(Full::Behind {
