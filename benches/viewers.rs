@@ -10,11 +10,11 @@
 //!   ingest (the segment's PROGRAM-DATE-TIME, the daemon's wall clock at ingest, plus the parts
 //!   before it and its own duration) — p50 and p99;
 //! - requests answered per second, errors (failed requests and connections);
-//! - the daemon's CPU (% of one core, and per 100 viewers) and RSS (and per viewer, over the
-//!   daemon's with the stream and no viewer).
+//! - the daemon's CPU (% of one core; per 100 viewers over its CPU with the stream and no
+//!   viewer, measured first in the same run) and RSS (per viewer over the same baseline).
 //!
 //! Usage: cargo bench --bench viewers -- [--clients 500,1000,2000] [--protocols 1,2]
-//!        [--seconds 20] [--fixture motion-720p] [--binary target/release/livepack]
+//!        [--seconds 20] [--fixture av-720p] [--binary target/release/livepack]
 //! (needs the release build: `cargo build --release`; ffmpeg)
 
 use std::io::{BufRead, BufReader};
@@ -46,7 +46,8 @@ fn args() -> Args {
         clients: vec![500, 1000, 2000],
         protocols: vec![1, 2],
         seconds: 20,
-        fixture: "motion-720p".into(),
+        // The test card: its transcode leaves the most of the two cores to the viewers.
+        fixture: "av-720p".into(),
         binary: "target/release/livepack".into(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -191,7 +192,9 @@ impl Conn {
             Conn::H2(s) => {
                 // h2 wants the full URI.
                 let (mut parts, body) = req.into_parts();
-                parts.uri = format!("http://{addr}{path}").parse().map_err(|e| format!("{e}"))?;
+                parts.uri = format!("http://{addr}{path}")
+                    .parse()
+                    .map_err(|e| format!("{e}"))?;
                 s.ready().await.map_err(|e| e.to_string())?;
                 s.send_request(Request::from_parts(parts, body)).await
             }
@@ -269,7 +272,14 @@ struct Tally {
 
 /// One viewer: its own connection, reloads and parts, until `until`; delays counted after
 /// `from`.
-async fn viewer(addr: SocketAddr, protocol: u8, playlist: String, from: Instant, until: Instant, t: Arc<Tally>) {
+async fn viewer(
+    addr: SocketAddr,
+    protocol: u8,
+    playlist: String,
+    from: Instant,
+    until: Instant,
+    t: Arc<Tally>,
+) {
     let dir = playlist.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
     let mut conn = match Conn::open(addr, protocol).await {
         Ok(c) => c,
@@ -305,10 +315,7 @@ async fn viewer(addr: SocketAddr, protocol: u8, playlist: String, from: Instant,
                 .map_or(listed.next, |(m, p, _, _)| (*m, *p))
         });
         // The part asked for, or the first after it (a segment that ended at that part).
-        if let Some((_, _, uri, end)) = listed
-            .parts
-            .iter()
-            .find(|(m, p, _, _)| (*m, *p) >= wanted)
+        if let Some((_, _, uri, end)) = listed.parts.iter().find(|(m, p, _, _)| (*m, *p) >= wanted)
         {
             let got = conn.get(addr, &format!("{dir}/{uri}")).await;
             t.requests.fetch_add(1, Ordering::Relaxed);
@@ -354,12 +361,30 @@ async fn api(addr: SocketAddr, method: &str, path: &str, body: &str) -> serde_js
 
 async fn run(args: &Args, protocol: u8, clients: usize) {
     let daemon = Daemon::start(&args.binary);
-    let rec = api(daemon.http, "POST", "/streaming/streams", r#"{"name":"viewers"}"#).await;
+    let rec = api(
+        daemon.http,
+        "POST",
+        "/streaming/streams",
+        r#"{"name":"viewers"}"#,
+    )
+    .await;
     let id = rec["id"].as_i64().unwrap();
     let token = rec["token"].as_str().unwrap();
-    let fixture = format!("{}/fixtures/{}.flv", env!("CARGO_MANIFEST_DIR"), args.fixture);
+    let fixture = format!(
+        "{}/fixtures/{}.flv",
+        env!("CARGO_MANIFEST_DIR"),
+        args.fixture
+    );
     let mut pusher = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i"])
+        .args([
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-stream_loop",
+            "-1",
+            "-i",
+        ])
         .arg(&fixture)
         .args(["-c", "copy", "-f", "flv"])
         .arg(format!("rtmp://{}/in/{id}?{token}", daemon.rtmp))
@@ -376,8 +401,13 @@ async fn run(args: &Args, protocol: u8, clients: usize) {
         assert!(Instant::now() < deadline, "the stream never went live");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The baseline: the stream and no viewer.
+    let (base0, _) = daemon.usage();
+    let b0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (_, rss0) = daemon.usage();
+    let (base1, rss0) = daemon.usage();
+    let baseline = 100.0 * (base1 - base0) / b0.elapsed().as_secs_f64();
     let tally = Arc::new(Tally::default());
     let warmup = Duration::from_secs(5);
     let start = Instant::now();
@@ -420,7 +450,7 @@ async fn run(args: &Args, protocol: u8, clients: usize) {
         percentile(&delays, 0.99),
         tally.errors.load(Ordering::Relaxed),
         cpu,
-        cpu * 100.0 / clients as f64,
+        (cpu - baseline).max(0.0) * 100.0 / clients as f64,
         rss,
         (rss - rss0).max(0.0) * 1024.0 / clients as f64,
     );
@@ -434,7 +464,7 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "| protocol | viewers | requests/s | parts | part p50 ms | part p99 ms | errors | daemon CPU % | CPU % per 100 viewers | RSS MiB | RSS KiB per viewer |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| protocol | viewers | requests/s | parts | part p50 ms | part p99 ms | errors | daemon CPU % | viewers' CPU % per 100 | RSS MiB | RSS KiB per viewer |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for &protocol in &args.protocols {
         for &clients in &args.clients {

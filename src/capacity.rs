@@ -513,7 +513,11 @@ mod tests {
             })
         );
         capacity.set_cpu_percent(45.0);
-        assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(0), "45 + 45 ≥ 90");
+        assert_eq!(
+            capacity.headroom(&running(&[Some(1.0)])),
+            Some(0),
+            "45 + 45 ≥ 90"
+        );
         capacity.set_cpu_percent(30.0);
         assert_eq!(capacity.headroom(&running(&[Some(1.0)])), Some(666));
         assert_eq!(

@@ -327,7 +327,8 @@ fn overlays(
     }
     let hub = OverlayHub::new(store.clone());
     if let Some(listener) = page_proxy {
-        crate::page_proxy::serve(listener).map_err(DaemonError::PageProxy)?;
+        let proxy = crate::page_proxy::serve(listener).map_err(DaemonError::PageProxy)?;
+        hub.serve_pages_with(proxy);
     } else {
         tracing::warn!("overlay pages fetch through the operator's proxy (http_proxy is set): the URL policy does not check what they load");
     }
@@ -501,6 +502,39 @@ async fn bind_http(addr: SocketAddr) -> Result<Http, DaemonError> {
     })
 }
 
+/// The ingest listeners' gates.
+fn ingest_gates(gates: &Gates) -> IngestGates {
+    IngestGates {
+        rtmp: gates.rtmp.clone(),
+        rtmps: gates.rtmps.clone(),
+        srt: gates.srt.clone(),
+        ice_tcp: gates.ice_tcp.clone(),
+    }
+}
+
+/// Serves the HTTP port and the HTTPS one (if any) with the same routes. One gate for both: the
+/// caps count a client's connections wherever they land.
+fn serve_http(
+    ports: [Option<Http>; 2],
+    routes: Arc<Routes>,
+    config: &Config,
+    gate: crate::admission::Admission,
+    stopping: crate::shutdown::Stopping,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    ports
+        .into_iter()
+        .flatten()
+        .map(|port| {
+            port.serve(
+                routes.clone(),
+                http_limits(config),
+                gate.clone(),
+                stopping.clone(),
+            )
+        })
+        .collect()
+}
+
 /// The HTTPS port, when `https_addr` is set: its certificate is `https_cert_file`, else the
 /// RTMPS one (configured, or self-signed in the data dir).
 async fn bind_https(config: &Config) -> Result<Option<Http>, DaemonError> {
@@ -528,6 +562,7 @@ async fn bind_https(config: &Config) -> Result<Option<Http>, DaemonError> {
             addr,
             source,
         })?;
+    tracing::info!(addr = %http.addr, "https listening (HTTP/2 and HTTP/1.1)");
     Ok(Some(http))
 }
 
@@ -545,13 +580,7 @@ pub async fn start(
     let registry = registry(&config, &store, &quality_sets, &overlays, &cluster).await?;
     let webhooks = crate::webhooks::spawn(store.clone(), registry.events(), node_id(&config));
     let gates = Gates::new(config.admission());
-    let ingest_gates = IngestGates {
-        rtmp: gates.rtmp,
-        rtmps: gates.rtmps,
-        srt: gates.srt,
-        ice_tcp: gates.ice_tcp,
-    };
-    let ingest = Ingest::bind(&config, ingest_gates).await?;
+    let ingest = Ingest::bind(&config, ingest_gates(&gates)).await?;
     let public_url = public_url(&config, http.addr);
     let restreams = restreams(&config, &store, &registry)?;
     join_cluster(&cluster, &registry, &restreams).await?;
@@ -606,17 +635,7 @@ pub async fn start(
         stopping: stopping.clone(),
     });
     let https_addr = https.as_ref().map(|h| h.addr);
-    // One gate for both ports: the caps count a client's connections wherever they land.
-    let mut http = vec![http.serve(
-        routes.clone(),
-        http_limits(&config),
-        gates.http.clone(),
-        stopping.clone(),
-    )];
-    if let Some(https) = https {
-        tracing::info!(addr = %https.addr, "https listening (HTTP/2 and HTTP/1.1)");
-        http.push(https.serve(routes, http_limits(&config), gates.http, stopping));
-    }
+    let http = serve_http([Some(http), https], routes, &config, gates.http, stopping);
     tracing::info!(addr = %http_addr, public_url = %public_url, "http listening");
     Ok(Running {
         http_addr,

@@ -61,18 +61,19 @@ pub fn install() -> std::io::Result<Option<std::net::TcpListener>> {
     Ok(Some(listener))
 }
 
-/// Serves the proxy until the runtime stops.
-pub fn serve(listener: std::net::TcpListener) -> std::io::Result<()> {
+/// Serves the proxy until the task returned is aborted; its relays end with it.
+pub fn serve(listener: std::net::TcpListener) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::from_std(listener)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
+        let relays = crate::tasks::Owned::default();
         loop {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
             match listener.accept().await {
                 Ok((conn, _)) => {
-                    tokio::spawn(async move {
+                    relays.spawn(async move {
                         relay(conn).await;
                         drop(slot);
                     });
@@ -83,8 +84,7 @@ pub fn serve(listener: std::net::TcpListener) -> std::io::Result<()> {
                 }
             }
         }
-    });
-    Ok(())
+    }))
 }
 
 /// What a client asked for.

@@ -337,38 +337,7 @@ pub struct Config {
 impl Config {
     pub fn from_layer(layer: Layer) -> Result<Config, ConfigError> {
         let s = Settings::resolve(layer)?;
-        if s.shutdown_accept_grace_secs >= s.shutdown_timeout_secs {
-            return Err(invalid(
-                "shutdown_accept_grace_secs",
-                s.shutdown_accept_grace_secs.to_string(),
-                "must be below shutdown_timeout_secs, or the stop never ends in time",
-            ));
-        }
-        if s.https_cert_file.is_some() != s.https_key_file.is_some() {
-            return Err(invalid(
-                "https_cert_file",
-                "",
-                "https_cert_file and https_key_file go together",
-            ));
-        }
-        if s.rtmps_cert_file.is_some() != s.rtmps_key_file.is_some() {
-            return Err(invalid(
-                "rtmps_cert_file",
-                "",
-                "rtmps_cert_file and rtmps_key_file go together",
-            ));
-        }
-        let has_key = s
-            .playback_signing_key
-            .as_ref()
-            .is_some_and(|k| !k.is_empty());
-        if !has_key && s.cdn_resources.iter().any(|r| r.secure_playback) {
-            return Err(invalid(
-                "cdn_resources",
-                "secure_playback",
-                "a CDN resource with secure_playback needs playback_signing_key",
-            ));
-        }
+        check_together(&s)?;
         let storage = storage(&s)?;
         let capacity = capacity(&s)?;
         Ok(Config {
@@ -499,6 +468,43 @@ fn storage(s: &Settings) -> Result<Option<crate::storage::StorageSettings>, Conf
         access_key_id: non_empty(&s.storage_access_key_id),
         secret_access_key: non_empty(&s.storage_secret_access_key),
     }))
+}
+
+/// The checks that read more than one setting.
+fn check_together(s: &Settings) -> Result<(), ConfigError> {
+    if s.shutdown_accept_grace_secs >= s.shutdown_timeout_secs {
+        return Err(invalid(
+            "shutdown_accept_grace_secs",
+            s.shutdown_accept_grace_secs.to_string(),
+            "must be below shutdown_timeout_secs, or the stop never ends in time",
+        ));
+    }
+    if s.https_cert_file.is_some() != s.https_key_file.is_some() {
+        return Err(invalid(
+            "https_cert_file",
+            "",
+            "https_cert_file and https_key_file go together",
+        ));
+    }
+    if s.rtmps_cert_file.is_some() != s.rtmps_key_file.is_some() {
+        return Err(invalid(
+            "rtmps_cert_file",
+            "",
+            "rtmps_cert_file and rtmps_key_file go together",
+        ));
+    }
+    let has_key = s
+        .playback_signing_key
+        .as_ref()
+        .is_some_and(|k| !k.is_empty());
+    if !has_key && s.cdn_resources.iter().any(|r| r.secure_playback) {
+        return Err(invalid(
+            "cdn_resources",
+            "secure_playback",
+            "a CDN resource with secure_playback needs playback_signing_key",
+        ));
+    }
+    Ok(())
 }
 
 fn capacity(s: &Settings) -> Result<crate::capacity::CapacityConfig, ConfigError> {

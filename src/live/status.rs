@@ -20,6 +20,8 @@ pub struct LiveStatus {
     transcoded_qualities: Vec<String>,
     /// The quality set's rungs left out because the node was full when the session started.
     shed_qualities: Vec<String>,
+    /// x264's preset in use (`veryfast`, or faster after the transcode fell behind).
+    transcoding_preset: Option<String>,
     recording_duration: f64,
     transcoding_speed: Option<f64>,
     frame_rate: Option<f64>,
@@ -52,6 +54,8 @@ pub struct RestreamStatus {
 pub struct PipelinePart {
     pub transcoded_qualities: Vec<String>,
     pub shed_qualities: Vec<String>,
+    /// x264's preset: faster than the default once the transcode fell behind real time.
+    pub transcoding_preset: String,
     pub frame_rate: Option<f64>,
     /// Width and height of the source picture.
     pub video_size: Option<(u32, u32)>,
@@ -70,6 +74,10 @@ impl LiveStatus {
 
     pub fn transcoded_qualities(&self) -> &[String] {
         &self.transcoded_qualities
+    }
+
+    pub fn transcoding_preset(&self) -> Option<&str> {
+        self.transcoding_preset.as_deref()
     }
 
     pub fn shed_qualities(&self) -> &[String] {
@@ -117,6 +125,7 @@ impl LiveStatus {
             backup_live: self.backup_live,
             transcoded_qualities: part.transcoded_qualities,
             shed_qualities: part.shed_qualities,
+            transcoding_preset: Some(part.transcoding_preset),
             frame_rate: part.frame_rate,
             video_width: part.video_size.map(|(w, _)| w),
             video_height: part.video_size.map(|(_, h)| h),

@@ -26,9 +26,7 @@ use super::elements::{
     running_time, video_caps, video_decoder,
 };
 use super::package_reader::PackageReaders;
-use super::plan::{
-    Plan, VideoRung, AUDIO_CHANNELS, AUDIO_RATE, X264_ONE_THREAD_MAX_PIXEL_RATE, X264_PRESET,
-};
+use super::plan::{Plan, VideoRung, AUDIO_CHANNELS, AUDIO_RATE, X264_ONE_THREAD_MAX_PIXEL_RATE};
 use super::sink;
 use super::PipelineError;
 use crate::hub::Feed;
@@ -354,7 +352,7 @@ impl Builder<'_> {
         let enc = make("x264enc")?;
         enc.set_property("bitrate", rung.kbps);
         enc.set_property_from_str("tune", "zerolatency");
-        enc.set_property_from_str("speed-preset", X264_PRESET);
+        enc.set_property_from_str("speed-preset", plan.x264_preset);
         // Keyframes come from cmafmux's force-keyunit requests at fragment starts; the GOP cap
         // is only a fallback, and scene cuts must not add keyframes in one rung only.
         enc.set_property(

@@ -5,6 +5,18 @@ use std::time::Duration;
 
 use crate::quality::QualitySet;
 
+/// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
+pub const X264_PRESET: &str = "veryfast";
+/// The presets a transcode that falls behind real time moves to, one step at a time: each
+/// about halves x264's work, at some quality for the same bitrate.
+const FASTER_PRESETS: [&str; 3] = [X264_PRESET, "superfast", "ultrafast"];
+
+/// The preset after `preset` when a transcode cannot keep up; `None` at the fastest.
+pub fn faster_preset(preset: &str) -> Option<&'static str> {
+    let at = FASTER_PRESETS.iter().position(|p| *p == preset)?;
+    FASTER_PRESETS.get(at + 1).copied()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rung {
     pub name: String,
@@ -22,6 +34,9 @@ pub struct Ladder {
     /// Only the lowest rung the source allows is built: the node was full (the others are
     /// "shed", and reported).
     pub shed: bool,
+    /// x264's preset: [`X264_PRESET`], or a faster one once the stream's
+    /// transcode fell behind real time.
+    pub preset: &'static str,
 }
 
 impl Ladder {
@@ -41,6 +56,7 @@ impl Ladder {
             rungs,
             source: false,
             shed: false,
+            preset: X264_PRESET,
         }
     }
 

@@ -128,11 +128,12 @@ async fn run_pipelines(
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     let mut seed = Vec::new();
+    let mut ladder = ladder.clone();
     loop {
         let Some(probe) = probe(rx, std::mem::take(&mut seed)).await? else {
             return Ok(());
         };
-        let ran = run_one(stream, ladder, overlays.clone(), probe, rx, stop).await;
+        let ran = run_one(stream, &ladder, overlays.clone(), probe, rx, stop).await;
         crate::heap::released();
         match ran? {
             Pumped::Ended => return Ok(()),
@@ -141,10 +142,21 @@ async fn run_pipelines(
                     stream = stream.id,
                     "the input's tracks or codecs changed; rebuilding the pipeline"
                 );
-                stream.package.mark_discontinuity();
+                seed = carried;
+            }
+            Pumped::Faster(carried) => {
+                let preset = plan::faster_preset(ladder.preset).unwrap_or(ladder.preset);
+                tracing::warn!(
+                    stream = stream.id,
+                    from = ladder.preset,
+                    to = preset,
+                    "the transcode is behind real time; rebuilding with a faster x264 preset"
+                );
+                ladder.preset = preset;
                 seed = carried;
             }
         }
+        stream.package.mark_discontinuity();
     }
 }
 
@@ -154,6 +166,9 @@ enum Pumped {
     Ended,
     /// The input now carries what this pipeline cannot take: what to start the next one with.
     Rebuild(Vec<MediaMessage>),
+    /// The transcode stayed behind real time: the next one, with a faster preset, starts with
+    /// this (a keyframe).
+    Faster(Vec<MediaMessage>),
 }
 
 /// One pipeline: built from the probe, fed until it ends, drained.
@@ -191,6 +206,7 @@ async fn run_one(
         s.set_pipeline_part(PipelinePart {
             transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
             shed_qualities: plan.shed.clone(),
+            transcoding_preset: plan.x264_preset.to_owned(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),
             video_size: probe.video.as_ref().map(|v| (v.width, v.height)),
         });
@@ -234,6 +250,8 @@ async fn run_one(
         audio_codec: plan.audio.clone(),
         video_config: plan.video.clone(),
         audio_config: plan.audio.clone(),
+        started: std::time::Instant::now(),
+        faster: plan::faster_preset(plan.x264_preset),
     };
     for f in probe.frames {
         pusher.push(f);
@@ -285,6 +303,9 @@ async fn pump(
         if let Some(seed) = pusher.rebuild_for(&msg) {
             return Ok(Pumped::Rebuild(seed));
         }
+        if let Some(seed) = pusher.too_slow(&msg) {
+            return Ok(Pumped::Faster(seed));
+        }
         match msg {
             MediaMessage::Frame(f) => pusher.push(f),
             MediaMessage::VideoConfig(c) => pusher.video_config(c),
@@ -313,9 +334,38 @@ struct Pusher {
     /// The input's latest configs, carried into a rebuild.
     video_config: Option<VideoConfig>,
     audio_config: Option<AudioConfig>,
+    /// When this pipeline started, and the preset a rebuild would move to.
+    started: std::time::Instant,
+    faster: Option<&'static str>,
 }
 
+/// A transcode slower than this over a whole speed window is rebuilt with a faster preset.
+const SLOW_SPEED: f64 = 0.95;
+/// How long a pipeline runs before its speed can make it rebuild: a full speed window after
+/// its first seconds.
+const SLOW_AFTER: Duration = Duration::from_secs(15);
+
 impl Pusher {
+    /// Whether this pipeline has been below real time for its last speed window and a faster
+    /// preset is left: the next pipeline starts at this video keyframe.
+    fn too_slow(&self, msg: &MediaMessage) -> Option<Vec<MediaMessage>> {
+        let MediaMessage::Frame(f) = msg else {
+            return None;
+        };
+        if f.track != TrackKind::Video || !f.keyframe || self.faster.is_none() {
+            return None;
+        }
+        if self.started.elapsed() < SLOW_AFTER {
+            return None;
+        }
+        let speed = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .transcoding_speed()?;
+        (speed < SLOW_SPEED).then(|| self.seed(msg))
+    }
+
     /// Whether `msg` needs another pipeline, and what that one starts with: a video keyframe
     /// or audio for a branch this pipeline lacks, or a config of another codec.
     fn rebuild_for(&self, msg: &MediaMessage) -> Option<Vec<MediaMessage>> {
@@ -336,7 +386,12 @@ impl Pusher {
         if !needed {
             return None;
         }
-        // The latest configs, less the one `msg` replaces, then `msg` itself.
+        Some(self.seed(msg))
+    }
+
+    /// What the next pipeline starts with: the latest configs, less the one `msg` replaces,
+    /// then `msg` itself.
+    fn seed(&self, msg: &MediaMessage) -> Vec<MediaMessage> {
         let video = self
             .video_config
             .clone()
@@ -345,13 +400,12 @@ impl Pusher {
             .audio_config
             .clone()
             .filter(|_| !matches!(msg, MediaMessage::AudioConfig(_)));
-        let seed = video
+        video
             .map(MediaMessage::VideoConfig)
             .into_iter()
             .chain(audio.map(MediaMessage::AudioConfig))
             .chain(std::iter::once(msg.clone()))
-            .collect();
-        Some(seed)
+            .collect()
     }
 
     fn push(&mut self, f: Frame) {
@@ -500,6 +554,68 @@ mod tests {
     use crate::package::{PackageState, PackagingConfig};
     use crate::quality::QualitySets;
     use gstreamer_app::AppSink;
+
+    /// A transcode below real time for a whole speed window, at a video keyframe, is rebuilt
+    /// with the next faster preset (seeded with its configs and that keyframe); not before the
+    /// window, not between keyframes, not at the fastest preset, not when it keeps up.
+    #[test]
+    fn a_slow_transcode_asks_for_a_faster_preset_at_a_keyframe() {
+        let status = SharedStatus::default();
+        let config = VideoConfig {
+            codec: VideoCodec::H264,
+            record: bytes::Bytes::from_static(b"avcc"),
+            width: 1280,
+            height: 720,
+        };
+        let mut pusher = Pusher {
+            video: None,
+            audio: None,
+            base: 0,
+            fps_window: VecDeque::new(),
+            status: status.clone(),
+            package: Arc::new(Package::new(PackageState::new(
+                PackagingConfig::default(),
+                vec![],
+            ))),
+            wall_base: time::OffsetDateTime::now_utc(),
+            counters: Arc::default(),
+            video_codec: Some(VideoCodec::H264),
+            audio_codec: None,
+            video_config: Some(config),
+            audio_config: None,
+            started: std::time::Instant::now(),
+            faster: plan::faster_preset(ladder::X264_PRESET),
+        };
+        assert_eq!(pusher.faster, Some("superfast"));
+        let frame = |keyframe| {
+            MediaMessage::Frame(Frame {
+                track: TrackKind::Video,
+                dts: 0,
+                pts: 0,
+                keyframe,
+                duration: None,
+                data: bytes::Bytes::from_static(b"x"),
+            })
+        };
+        status.lock().unwrap().set_transcoding_speed(0.8);
+        assert!(
+            pusher.too_slow(&frame(true)).is_none(),
+            "before a whole window"
+        );
+        pusher.started -= SLOW_AFTER;
+        assert!(
+            pusher.too_slow(&frame(false)).is_none(),
+            "between keyframes"
+        );
+        let seed = pusher.too_slow(&frame(true)).expect("rebuilt");
+        assert!(matches!(seed[0], MediaMessage::VideoConfig(_)));
+        assert!(matches!(&seed[1], MediaMessage::Frame(f) if f.keyframe));
+        status.lock().unwrap().set_transcoding_speed(0.97);
+        assert!(pusher.too_slow(&frame(true)).is_none(), "keeps up");
+        status.lock().unwrap().set_transcoding_speed(0.5);
+        pusher.faster = plan::faster_preset("ultrafast");
+        assert!(pusher.too_slow(&frame(true)).is_none(), "no faster preset");
+    }
 
     /// The top rung the source's size allows, as the pipeline built it (once it runs).
     fn top_rung(status: &SharedStatus) -> Option<String> {

@@ -284,6 +284,8 @@ pub struct OverlayHub {
     /// both call `changed`, and two applications at once would each start the page and one
     /// renderer would be lost still running. Entries go when no one holds or waits for them.
     turns: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// The page proxy's task, when the daemon runs one: aborted at the end of the stop.
+    page_proxy: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Renderers whose pipeline has not stopped yet, this hub's (logged with each change).
     running: Arc<AtomicUsize>,
     /// Pages this hub started rendering, ever (logged with each change).
@@ -312,6 +314,7 @@ impl OverlayHub {
             live: Mutex::default(),
             events: std::sync::OnceLock::new(),
             turns: Mutex::default(),
+            page_proxy: Mutex::default(),
             running: Arc::default(),
             started: AtomicUsize::new(0),
             follower: Mutex::default(),
@@ -401,6 +404,16 @@ impl OverlayHub {
         let retired: Vec<Rendering> = lock(&self.renderers).drain().map(|(_, r)| r).collect();
         lock(&self.sets).clear();
         let _ = tokio::task::spawn_blocking(move || drop(retired)).await;
+        // Last: the pages fetched through it until their renderers were gone.
+        if let Some(proxy) = lock(&self.page_proxy).take() {
+            proxy.abort();
+        }
+    }
+
+    /// The page proxy's task ([`crate::page_proxy::serve`]): the hub's pages fetch through it,
+    /// and it ends with the hub's stop.
+    pub fn serve_pages_with(&self, proxy: tokio::task::JoinHandle<()>) {
+        *lock(&self.page_proxy) = Some(proxy);
     }
 
     /// A stream's overlays or its `html_overlay` changed (or it went live or ended): renders

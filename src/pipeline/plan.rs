@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+pub use super::ladder::faster_preset;
 use super::ladder::{output_fps, part_duration, Ladder};
 use crate::media::{AudioConfig, VideoConfig};
 use crate::package::{PackagingConfig, Rendition, RenditionKind};
 
-/// x264 speed/quality trade-off: `veryfast` keeps a 3-rung 720p ladder in real time on two cores.
-pub const X264_PRESET: &str = "veryfast";
 /// Rungs up to this pixel rate (720p at 60 fps) are encoded on one thread. `tune=zerolatency`
 /// makes x264 split each frame into one slice per thread, and a ladder already runs one encoder
 /// per rung on the same cores: the slice threads only added wake-ups (N=2: 148 → 142 % CPU, 90
@@ -50,6 +49,8 @@ pub struct Plan {
     pub video_rungs: Vec<VideoRung>,
     /// The rungs the source allowed and the load did not ([`Ladder::shed`]), highest first.
     pub shed: Vec<String>,
+    /// x264's preset ([`Ladder::preset`]).
+    pub x264_preset: &'static str,
     pub audio_kbps: u32,
     /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
     pub wall_base: OffsetDateTime,
@@ -119,6 +120,7 @@ impl Plan {
             audio: audio.cloned(),
             video_rungs,
             shed,
+            x264_preset: ladder.preset,
             audio_kbps: ladder.audio_kbps(),
             wall_base,
             source: ladder.source,

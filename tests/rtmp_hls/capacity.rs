@@ -170,6 +170,7 @@ async fn with_shed_the_next_stream_gets_its_lowest_rung_only() {
         json!(["720p", "480p", "360p"])
     );
     assert_eq!(full["shed_qualities"], json!([]));
+    assert_eq!(full["transcoding_preset"], "veryfast");
 
     let second_pusher = push(second["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     let second_id = second["id"].as_i64().unwrap();

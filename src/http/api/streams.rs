@@ -54,6 +54,7 @@ const READ_ONLY: &[&str] = &[
     "screenshot",
     "transcoded_qualities",
     "shed_qualities",
+    "transcoding_preset",
     "recording",
     "recording_duration",
     "transcoding_speed",
@@ -96,6 +97,8 @@ pub struct StreamView {
     transcoded_qualities: Vec<String>,
     /// The set's qualities not transcoded because the node was full (`overload_policy`).
     shed_qualities: Vec<String>,
+    /// x264's preset in use: a faster one than `veryfast` says the transcode fell behind.
+    transcoding_preset: Option<String>,
     recording: bool,
     recording_duration: f64,
     transcoding_speed: Option<f64>,
@@ -200,6 +203,7 @@ impl Api {
             screenshot: format!("{play}/screenshots/{id}{g}/last.jpg"),
             transcoded_qualities: live.transcoded_qualities().to_vec(),
             shed_qualities: live.shed_qualities().to_vec(),
+            transcoding_preset: live.transcoding_preset().map(str::to_owned),
             recording: self.recordings.recording_duration(id).is_some(),
             recording_duration: self
                 .recordings

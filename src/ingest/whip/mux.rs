@@ -94,6 +94,9 @@ pub struct UdpMux {
     routes: Mutex<Routes>,
     /// Datagrams from an address no session knows (before any allocation, so free to drop).
     unknown: AtomicU64,
+    /// Each socket's receive loop: they end with the mux (a loop waiting for a datagram would
+    /// not see it go).
+    loops: crate::tasks::Owned,
 }
 
 impl std::fmt::Debug for UdpMux {
@@ -158,9 +161,10 @@ impl UdpMux {
             sockets,
             routes: Mutex::default(),
             unknown: AtomicU64::new(0),
+            loops: crate::tasks::Owned::default(),
         });
         for s in &mux.sockets {
-            tokio::spawn(recv_loop(Arc::downgrade(&mux), s.clone()));
+            mux.loops.spawn(recv_loop(Arc::downgrade(&mux), s.clone()));
         }
         Ok(mux)
     }

@@ -53,6 +53,9 @@ struct Route {
 pub struct TcpMux {
     local: SocketAddr,
     routes: Mutex<HashMap<String, Route>>,
+    /// The accept loop: it ends with the mux (each connection it hands on has its own 5 s
+    /// bound to be routed).
+    accepting: crate::tasks::Owned,
 }
 
 impl TcpMux {
@@ -68,8 +71,10 @@ impl TcpMux {
         let mux = Arc::new(TcpMux {
             local: listener.local_addr().map_err(err)?,
             routes: Mutex::default(),
+            accepting: crate::tasks::Owned::default(),
         });
-        tokio::spawn(accept_loop(Arc::downgrade(&mux), listener, admission));
+        mux.accepting
+            .spawn(accept_loop(Arc::downgrade(&mux), listener, admission));
         Ok(mux)
     }
 
