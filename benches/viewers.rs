@@ -457,6 +457,12 @@ async fn run(args: &Args, protocol: u8, clients: usize) {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench binaries without `--bench`: a smoke run of minutes
+    // against a release build there is not a test.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("viewers: a benchmark; run it with `cargo bench --bench viewers`");
+        return;
+    }
     let args = args();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

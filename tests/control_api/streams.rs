@@ -56,6 +56,8 @@ fn assert_record_shape(rec: &Value) {
         "hls_mpegts_url",
         "screenshot",
         "transcoded_qualities",
+        "shed_qualities",
+        "transcoding_preset",
         "recording",
         "recording_duration",
         "transcoding_speed",

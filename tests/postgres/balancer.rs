@@ -7,26 +7,16 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::common::pg::PgServer;
-use super::common::{metrics, nginx, tempdir, Daemon, KEY};
-use super::{at, media, DEAD_SECS};
+use super::common::{metrics, nginx, tempdir, Daemon};
+use super::{at, media, node_with};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn haproxy_sends_publishers_past_a_full_node() {
     let _heavy = media::heavy().await;
     let server = PgServer::start();
     let url = server.create_database();
-    let dead = DEAD_SECS.to_string();
     let node = |dir: &std::path::Path, id: &str| {
-        Daemon::start_with(
-            dir,
-            &[
-                ("LIVEPACK_API_KEYS", KEY),
-                ("LIVEPACK_DATABASE_URL", &url),
-                ("LIVEPACK_NODE_ID", id),
-                ("LIVEPACK_NODE_DEAD_SECS", &dead),
-                ("LIVEPACK_MAX_TRANSCODES", "1"),
-            ],
-        )
+        node_with(dir, &url, id, &[("LIVEPACK_MAX_TRANSCODES", "1")])
     };
     let (dir_a, dir_b, dir_lb) = (tempdir(), tempdir(), tempdir());
     let (a, b) = (node(dir_a.path(), "node-a"), node(dir_b.path(), "node-b"));

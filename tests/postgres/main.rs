@@ -203,16 +203,20 @@ fn an_unusable_database_stops_the_start_naming_the_setting() {
 const DEAD_SECS: u64 = 3;
 
 fn node(dir: &std::path::Path, url: &str, id: &str) -> Daemon {
+    node_with(dir, url, id, &[])
+}
+
+/// [`node`] with more settings (`env`).
+fn node_with(dir: &std::path::Path, url: &str, id: &str, env: &[(&str, &str)]) -> Daemon {
     let dead = DEAD_SECS.to_string();
-    Daemon::start_with(
-        dir,
-        &[
-            ("LIVEPACK_API_KEYS", KEY),
-            ("LIVEPACK_DATABASE_URL", url),
-            ("LIVEPACK_NODE_ID", id),
-            ("LIVEPACK_NODE_DEAD_SECS", &dead),
-        ],
-    )
+    let mut all = vec![
+        ("LIVEPACK_API_KEYS", KEY),
+        ("LIVEPACK_DATABASE_URL", url),
+        ("LIVEPACK_NODE_ID", id),
+        ("LIVEPACK_NODE_DEAD_SECS", &dead),
+    ];
+    all.extend_from_slice(env);
+    Daemon::start_with(dir, &all)
 }
 
 /// `url` (a record's push URL naming the node that made the record) aimed at `host_port`.
@@ -667,18 +671,8 @@ async fn a_pull_stream_goes_to_the_node_with_the_most_room() {
     let src = tempdir();
     let (source, _writer, _http) = live_hls_source(src.path()).await;
     let (dir_a, dir_b) = (tempdir(), tempdir());
-    let dead = DEAD_SECS.to_string();
     let roomy = |dir: &std::path::Path, id: &str| {
-        Daemon::start_with(
-            dir,
-            &[
-                ("LIVEPACK_API_KEYS", KEY),
-                ("LIVEPACK_DATABASE_URL", &url),
-                ("LIVEPACK_NODE_ID", id),
-                ("LIVEPACK_NODE_DEAD_SECS", &dead),
-                ("LIVEPACK_MAX_TRANSCODES", "2"),
-            ],
-        )
+        node_with(dir, &url, id, &[("LIVEPACK_MAX_TRANSCODES", "2")])
     };
     let (a, b) = (roomy(dir_a.path(), "node-a"), roomy(dir_b.path(), "node-b"));
     // A transcodes one stream of its two: half its room left, B all of its.

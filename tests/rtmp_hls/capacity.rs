@@ -35,6 +35,17 @@ async fn readyz(d: &Daemon) -> (StatusCode, Option<String>, Value) {
     (r.status(), retry, r.json().await.unwrap())
 }
 
+/// The record once the stream is live and its pipeline has said what it transcodes.
+async fn transcoding(d: &Daemon, id: i64) -> Value {
+    wait_record(d, id, Duration::from_secs(30), |r| {
+        r["live"] == true
+            && r["transcoded_qualities"]
+                .as_array()
+                .is_some_and(|q| !q.is_empty())
+    })
+    .await
+}
+
 /// The newest media sequence number of the stream's top rendition.
 async fn newest_msn(master: &str) -> u64 {
     let (_, text) = text(&master.replace("master.m3u8", "720p/index.m3u8")).await;
@@ -158,13 +169,7 @@ async fn with_shed_the_next_stream_gets_its_lowest_rung_only() {
     let second = create(&d, json!({"name": "shed"})).await;
     let first_pusher = push(first["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     let first_id = first["id"].as_i64().unwrap();
-    let full = wait_record(&d, first_id, Duration::from_secs(30), |r| {
-        r["live"] == true
-            && r["transcoded_qualities"]
-                .as_array()
-                .is_some_and(|q| !q.is_empty())
-    })
-    .await;
+    let full = transcoding(&d, first_id).await;
     assert_eq!(
         full["transcoded_qualities"],
         json!(["720p", "480p", "360p"])
@@ -174,13 +179,7 @@ async fn with_shed_the_next_stream_gets_its_lowest_rung_only() {
 
     let second_pusher = push(second["push_url"].as_str().unwrap(), "av-720p.flv", 20);
     let second_id = second["id"].as_i64().unwrap();
-    let shed = wait_record(&d, second_id, Duration::from_secs(30), |r| {
-        r["live"] == true
-            && r["transcoded_qualities"]
-                .as_array()
-                .is_some_and(|q| !q.is_empty())
-    })
-    .await;
+    let shed = transcoding(&d, second_id).await;
     assert_eq!(shed["transcoded_qualities"], json!(["360p"]), "{shed}");
     assert_eq!(shed["shed_qualities"], json!(["720p", "480p"]), "{shed}");
     // An outside parser sees one video variant, and it plays.
