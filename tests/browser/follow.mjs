@@ -2,7 +2,8 @@
 // SECONDS, as a viewer whose page recovers the way livepack's player page does (after a fatal
 // error, a new player a second later), and prints one JSON line: the stalls (wall time with the
 // picture not advancing, once it first played), the longest, fatal errors, recoveries and one
-// sample a second.
+// sample a second; for explaining a stall, the buffered ranges in each sample and the
+// fragments buffered (type, sequence number, discontinuity counter, start, end).
 // Usage: node tests/browser/follow.mjs URL SECONDS
 import { launch, videoPage } from './chromium.mjs';
 
@@ -15,6 +16,7 @@ try {
     const t0 = performance.now();
     const now = () => (performance.now() - t0) / 1000;
     const errors = [];
+    const buffered = [];
     let recoveries = 0;
     let hls;
     const start = () => {
@@ -26,6 +28,11 @@ try {
         if (!d.fatal) return;
         hls.destroy();
         setTimeout(() => { recoveries += 1; start(); }, 1000);
+      });
+      hls.on(Hls.Events.FRAG_BUFFERED, (_e, d) => {
+        const f = d.frag;
+        if (buffered.length < 80) buffered.push({ at: now(), type: f.type, sn: f.sn, cc: f.cc,
+          part: d.part ? d.part.index : null, start: f.start, end: f.end });
       });
       hls.loadSource(url);
       hls.attachMedia(v);
@@ -46,14 +53,16 @@ try {
       }
       prev = t;
       if (samples.length === 0 || wall - samples[samples.length - 1].wall >= 1) {
-        samples.push({ wall, t, latency: hls.latency, level: hls.currentLevel });
+        const ranges = [];
+        for (let i = 0; i < v.buffered.length; i++) ranges.push([v.buffered.start(i), v.buffered.end(i)]);
+        samples.push({ wall, t, latency: hls.latency, level: hls.currentLevel, ranges });
       }
     }
     // A stall still going on at the end counts too.
     if (moved !== null && now() - moved > 0.5) stalls.push({ from: moved, to: now(), secs: now() - moved, open: true });
     const longest = stalls.reduce((m, s) => Math.max(m, s.secs), 0);
     return { longestStall: longest, stalls, firstPlayed: samples.find((s) => s.t > 0)?.wall ?? null,
-      playedUntil: moved, errors, recoveries, samples,
+      playedUntil: moved, errors, recoveries, samples, buffered: buffered.slice(-40),
       width: v.videoWidth, height: v.videoHeight };
   }, { url, seconds: Number(seconds) });
   console.log(JSON.stringify(result));
