@@ -217,7 +217,7 @@ impl Capacity {
 
     /// Whether one more transcode fits beside `running` and `pending` admitted ones not running
     /// yet; `None` when it does.
-    fn full(&self, running: &[Transcode], pending: usize) -> Option<Full> {
+    fn full(&self, running: &[Transcode], pending: usize, measured: bool) -> Option<Full> {
         let now = Instant::now();
         let count = running.len() + pending;
         let young = {
@@ -238,7 +238,7 @@ impl Capacity {
                 });
             }
         }
-        if self.config.cpu_percent >= 100 {
+        if self.config.cpu_percent >= 100 || !measured {
             return None;
         }
         if let Some(slow) = running
@@ -276,8 +276,26 @@ impl Capacity {
         self: &Arc<Self>,
         running: impl FnOnce() -> Vec<Transcode>,
     ) -> (Verdict, Option<Reservation>) {
+        self.judge_with(running, true)
+    }
+
+    /// As [`Capacity::judge`], for a stream back within its grace period (its publisher
+    /// reconnected after a blip): its own load is still in the CPU window the measured check
+    /// reads, which would count it twice and refuse it, so only the count applies.
+    pub fn judge_returning(
+        self: &Arc<Self>,
+        running: impl FnOnce() -> Vec<Transcode>,
+    ) -> (Verdict, Option<Reservation>) {
+        self.judge_with(running, false)
+    }
+
+    fn judge_with(
+        self: &Arc<Self>,
+        running: impl FnOnce() -> Vec<Transcode>,
+        measured: bool,
+    ) -> (Verdict, Option<Reservation>) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let verdict = match self.full(&running(), *pending) {
+        let verdict = match self.full(&running(), *pending, measured) {
             None => Verdict::Admit,
             Some(full) => match self.config.policy {
                 OverloadPolicy::Refuse => {
@@ -302,7 +320,7 @@ impl Capacity {
     /// Whether the node is full now (for `/readyz`), beside `running`.
     pub fn full_now(&self, running: &[Transcode]) -> Option<Full> {
         let pending = *self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        self.full(running, pending)
+        self.full(running, pending, true)
     }
 
     /// The spare capacity beside `running`, ‰ of the node's: the smaller of what the count and
@@ -527,6 +545,11 @@ mod tests {
                 speed: 0.9
             })
         );
+        // A stream back from a blip at 80 %: its own load is in it; only the count applies.
+        capacity.set_cpu_percent(80.0);
+        assert!(capacity.full_now(&running(&[Some(1.0)])).is_some());
+        let (verdict, _back) = capacity.judge_returning(|| running(&[Some(1.0)]));
+        assert_eq!(verdict, Verdict::Admit);
     }
 
     #[tokio::test(start_paused = true)]

@@ -482,7 +482,12 @@ impl Registry {
         if self.sessions.in_session(id) {
             return Ok(Admitted::default());
         }
-        let (verdict, place) = capacity.judge(|| self.sessions.transcodes());
+        // Back within its grace period: its load still shows in the CPU the check reads.
+        let (verdict, place) = if self.sessions.handles(id).is_some() {
+            capacity.judge_returning(|| self.sessions.transcodes())
+        } else {
+            capacity.judge(|| self.sessions.transcodes())
+        };
         match verdict {
             Verdict::Admit => Ok(Admitted { place, shed: None }),
             Verdict::Shed(full) => {
