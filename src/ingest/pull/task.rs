@@ -152,6 +152,10 @@ pub async fn run(
                     PublishError::BetterPlaced { .. } => {
                         tracing::debug!(stream = id, error = %e, "PULL left to another node")
                     }
+                    // Said every few seconds while the node stays full: not a fault of the source.
+                    PublishError::AtCapacity { .. } => {
+                        tracing::info!(stream = id, error = %e, "PULL waits for room")
+                    }
                     _ => {
                         tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet")
                     }
