@@ -147,19 +147,7 @@ pub async fn run(
         match registry.claim_pull(id).await {
             Ok(()) => {}
             Err(e) => {
-                match e {
-                    PublishError::LiveElsewhere { .. } => {}
-                    PublishError::BetterPlaced { .. } => {
-                        tracing::debug!(stream = id, error = %e, "PULL left to another node")
-                    }
-                    // Said every few seconds while the node stays full: not a fault of the source.
-                    PublishError::AtCapacity { .. } => {
-                        tracing::info!(stream = id, error = %e, "PULL waits for room")
-                    }
-                    _ => {
-                        tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet")
-                    }
-                }
+                claim_refused(id, &e);
                 last_data = Instant::now();
                 tokio::select! {
                     _ = tokio::time::sleep(PULL_CLAIM_RETRY) => {}
@@ -237,6 +225,21 @@ fn left_source(registry: &Registry, id: i64, hop: (usize, usize, usize), why: &A
 
 /// How often a node that does not pull a stream checks whether its puller's lease is free: with
 /// the default 10 s dead-node bound, a dead puller's stream is taken over within 15 s.
+/// Logs why this node does not pull the stream now (it asks again in a few seconds).
+fn claim_refused(id: i64, e: &PublishError) {
+    match e {
+        PublishError::LiveElsewhere { .. } => {}
+        PublishError::BetterPlaced { .. } => {
+            tracing::debug!(stream = id, error = %e, "PULL left to another node")
+        }
+        // Said every few seconds while the node stays full: not a fault of the source.
+        PublishError::AtCapacity { .. } => {
+            tracing::info!(stream = id, error = %e, "PULL waits for room")
+        }
+        _ => tracing::warn!(stream = id, error = %e, "PULL cannot claim the stream yet"),
+    }
+}
+
 const PULL_CLAIM_RETRY: Duration = Duration::from_secs(5);
 
 #[allow(clippy::too_many_arguments)]
