@@ -1,0 +1,78 @@
+//! Where a live stream's segment and discontinuity numbers start on the node serving it: from
+//! the clock, and never below what the node that served it last left in the store.
+
+/// Where a live stream's segment and discontinuity numbers start. A stream that moves to
+/// another node (a rolling restart) or comes back after it ended goes on with higher numbers
+/// than it had, so players follow it as one playlist — hls.js places the new segments where
+/// their numbers say, with a new timestamp mapping from the new discontinuity number — and a
+/// cache in front never confuses one node's parts with another's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Numbering {
+    /// The next media sequence number (segments and their parts).
+    pub next_msn: u64,
+    /// The next discontinuity sequence number. Kept small: hls.js walks an array indexed by it
+    /// on every playlist load, so a clock-derived value would freeze the page.
+    pub next_discontinuity: u64,
+}
+
+impl Numbering {
+    /// A new package's numbering at `now`: segment numbers count the segments of `segment`
+    /// since the Unix epoch, and never fall behind `before` (what the node that served the
+    /// stream last left in the store); discontinuities go on from `before`. The clock alone
+    /// covers a node that died without saying (as long as the segments were no shorter than
+    /// `segment` on average, which the encoder's forced keyframes give).
+    pub fn starting(
+        now: std::time::SystemTime,
+        segment: std::time::Duration,
+        before: Option<Numbering>,
+    ) -> Numbering {
+        let since = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let clock = u64::try_from(since / segment.as_millis().max(1)).unwrap_or(0);
+        let before = before.unwrap_or_default();
+        Numbering {
+            next_msn: clock.max(before.next_msn),
+            next_discontinuity: before.next_discontinuity,
+        }
+    }
+
+    /// The higher of each number.
+    pub fn max(self, other: Numbering) -> Numbering {
+        Numbering {
+            next_msn: self.next_msn.max(other.next_msn),
+            next_discontinuity: self.next_discontinuity.max(other.next_discontinuity),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn numbering_counts_the_clock_s_segments_and_never_falls_behind_what_was_left() {
+        let now = std::time::UNIX_EPOCH + Duration::from_millis(1_000_999);
+        let two = Duration::from_secs(2);
+        let fresh = Numbering::starting(now, two, None);
+        assert_eq!((fresh.next_msn, fresh.next_discontinuity), (500, 0));
+        let behind = Numbering {
+            next_msn: 7,
+            next_discontinuity: 3,
+        };
+        assert_eq!(
+            Numbering::starting(now, two, Some(behind)),
+            Numbering {
+                next_msn: 500,
+                next_discontinuity: 3
+            }
+        );
+        let ahead = Numbering {
+            next_msn: 900,
+            next_discontinuity: 4,
+        };
+        assert_eq!(Numbering::starting(now, two, Some(ahead)), ahead);
+    }
+}
