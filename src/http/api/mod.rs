@@ -14,6 +14,7 @@ use outbound_routes::hooks_and_restreams;
 pub mod security;
 pub mod statistics;
 pub mod stream_actions;
+mod stream_view;
 pub mod streams;
 pub mod videos;
 pub mod webhooks;
