@@ -2,9 +2,9 @@
 //! into LL-HLS and MPEG-TS HLS playlists and the LL-DASH MPD. Never imports ingest.
 
 mod config;
-mod numbering;
 pub mod dash;
 pub mod hls;
+mod numbering;
 pub mod observe;
 mod rendition;
 pub mod sink;

@@ -212,7 +212,11 @@ impl Api {
     }
 
     /// The record with its live state and overlays.
-    pub(super) async fn render(&self, status: StatusCode, row: StreamRow) -> Result<Response<Body>, ApiError> {
+    pub(super) async fn render(
+        &self,
+        status: StatusCode,
+        row: StreamRow,
+    ) -> Result<Response<Body>, ApiError> {
         let id = row.id;
         let dead_after = self.cluster.dead_after();
         let (overlays, leases) = self

@@ -3,6 +3,7 @@
 
 mod ll_hls;
 pub mod metrics;
+mod mpegts;
 pub mod player;
 mod ranges;
 mod stored;
@@ -246,9 +247,9 @@ async fn answer(
             grow(package.clone(), name, msn).await
         }
         Target::Segment(name, msn) => segment(package, &name, msn, range).await,
-        Target::TsMaster => ts_master(package, query).await,
-        Target::TsPlaylist(name) => ts_playlist(package, &name, query).await,
-        Target::TsSegment(name, msn) => ts_segment(package, &name, msn, range).await,
+        Target::TsMaster => mpegts::master(package, query).await,
+        Target::TsPlaylist(name) => mpegts::playlist(package, &name, query).await,
+        Target::TsSegment(name, msn) => mpegts::segment(package, &name, msn, range).await,
         Target::Screenshot => {
             let jpeg = package.read(|p| p.screenshot().cloned());
             // Renewed every 10 s: a short cache life keeps posters fresh without hammering.
@@ -312,66 +313,6 @@ async fn segment(
         IMMUTABLE,
         range,
     )
-}
-
-/// The TS master playlist, once every TS variant has a segment.
-async fn ts_master(package: &Arc<Package>, query: Option<&str>) -> Response<Body> {
-    let _demand = package.request_ts();
-    let with_duration = duration_requested(query);
-    let ready = |p: &PackageState| {
-        (!p.ts_renditions().is_empty()
-            && package.ts_live()
-            && p.ts_renditions()
-                .iter()
-                .all(|r| r.last_complete_msn().is_some()))
-        .then(|| crate::package::ts::render_master(p, with_duration))
-    };
-    match package.wait_for(ts_timeout(package), ready).await {
-        Some(text) => playlist_response(text),
-        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
-    }
-}
-
-/// A TS variant's playlist. TS is muxed on demand: the first request waits for its first
-/// segment.
-async fn ts_playlist(package: &Arc<Package>, name: &str, query: Option<&str>) -> Response<Body> {
-    let _demand = package.request_ts();
-    let with_duration = duration_requested(query);
-    let render = |p: &PackageState| {
-        if p.ts_renditions().is_empty() && !p.ended() {
-            return None; // the pipeline is not built yet: the stream is starting
-        }
-        let Some(r) = p.ts_renditions().iter().find(|r| r.name == name) else {
-            return Some(None);
-        };
-        let ready = p.ended() || (package.ts_live() && r.last_complete_msn().is_some());
-        ready.then(|| {
-            let ends = endlist(p);
-            Some(crate::package::ts::render_media(p, r, with_duration, ends))
-        })
-    };
-    match package.wait_for(ts_timeout(package), render).await {
-        Some(Some(text)) => playlist_response(text),
-        Some(None) => not_found(),
-        None => plain(StatusCode::SERVICE_UNAVAILABLE, "stream is starting\n"),
-    }
-}
-
-async fn ts_segment(
-    package: &Arc<Package>,
-    name: &str,
-    msn: u64,
-    range: Option<&HeaderValue>,
-) -> Response<Body> {
-    let _demand = package.request_ts();
-    let source = package.read(|p| {
-        p.ts_renditions()
-            .iter()
-            .find(|r| r.name == name)
-            .and_then(|r| r.segment(msn))
-            .map(|s| locate(Output::Ts, name, s))
-    });
-    media_body(load(package, source).await, "video/mp2t", IMMUTABLE, range)
 }
 
 /// The segment being produced, or one still to come: LL-DASH clients ask for the next early
@@ -603,12 +544,6 @@ pub(crate) fn parse_range(value: &str, len: u64) -> RangeSpec {
 /// How long a blocking request may be held: three target durations (§6.2.5.2).
 fn timeout(package: &Package) -> Duration {
     package.read(hls::block_timeout)
-}
-
-/// How long the first TS-HLS request waits: muxing starts at the next keyframe (up to a
-/// segment away) and the first segment is complete at the one after.
-fn ts_timeout(package: &Package) -> Duration {
-    package.read(|p| p.config().segment * 2 + hls::block_timeout(p))
 }
 
 #[cfg(test)]
