@@ -18,10 +18,8 @@ use crate::http::api::auth::KeyFileError;
 pub use crate::http::api::auth::{KeySource, API_KEY_FILE};
 use crate::http::api::{self, Api, ApiKeys, Endpoints};
 use crate::http::delivery::player::Player;
-use crate::http::listener::HttpLimits;
 use crate::http::relay::Relay;
 use crate::http::router::Routes;
-use crate::http::server::Http;
 use crate::ingest::listeners::{Ingest, IngestError, IngestGates};
 use crate::live::{LiveConfig, Registry};
 use crate::pipeline::overlay::OverlayHub;
@@ -29,6 +27,9 @@ use crate::pipeline::{self, PipelineError};
 use crate::quality::{QualityError, QualitySets};
 use crate::record::manager::{RecordConfig, Recordings};
 use crate::shutdown::Shutdown;
+
+mod http_ports;
+use http_ports::{bind_http, bind_https, node_url, public_url, serve_http};
 
 /// GStreamer elements the pipelines need, checked at start so a missing plugin package is an
 /// immediate, named error rather than a failure at the first publish.
@@ -192,33 +193,6 @@ impl Running {
         done("ingest connections closed");
         drop(self.store);
     }
-}
-
-/// The base URL clients are told to use: configured, or the bound HTTP address (a wildcard
-/// bind is shown as loopback, the only address known to reach it).
-fn public_url(config: &Config, bound: SocketAddr) -> Url {
-    if let Some(url) = &config.public_url {
-        return url.clone();
-    }
-    let ip = match bound.ip() {
-        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".parse().expect("valid"),
-        ip if ip.is_unspecified() => "::1".parse().expect("valid"),
-        ip => ip,
-    };
-    let host = SocketAddr::new(ip, bound.port());
-    Url::parse(&format!("http://{host}")).expect("a socket address makes a valid URL")
-}
-
-/// Where the other nodes reach this one: `node_url`, or the bound address (the host name when
-/// bound to every interface).
-fn node_url(config: &Config, bound: SocketAddr) -> String {
-    if let Some(url) = &config.node_url {
-        return url.as_str().trim_end_matches('/').to_owned();
-    }
-    if bound.ip().is_unspecified() {
-        return format!("http://{}:{}", crate::cluster::host_name(), bound.port());
-    }
-    format!("http://{bound}")
 }
 
 /// What this node signs relayed requests with and checks others' with: `node_secret`; absent, a
@@ -483,25 +457,6 @@ fn secure_cdns(config: &Config) -> std::collections::HashSet<i64> {
         .collect()
 }
 
-fn http_limits(config: &Config) -> HttpLimits {
-    HttpLimits {
-        header_timeout: Duration::from_secs(config.http_header_timeout_secs),
-        body_timeout: config.http_body_timeout,
-        stall_timeout: config.http_stall_timeout,
-    }
-}
-
-/// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
-/// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
-/// to the operator's own proxy, or unguarded.
-async fn bind_http(addr: SocketAddr) -> Result<Http, DaemonError> {
-    Http::bind(addr).await.map_err(|source| DaemonError::Bind {
-        what: "http",
-        addr,
-        source,
-    })
-}
-
 /// The ingest listeners' gates.
 fn ingest_gates(gates: &Gates) -> IngestGates {
     IngestGates {
@@ -512,60 +467,9 @@ fn ingest_gates(gates: &Gates) -> IngestGates {
     }
 }
 
-/// Serves the HTTP port and the HTTPS one (if any) with the same routes. One gate for both: the
-/// caps count a client's connections wherever they land.
-fn serve_http(
-    ports: [Option<Http>; 2],
-    routes: Arc<Routes>,
-    config: &Config,
-    gate: crate::admission::Admission,
-    stopping: crate::shutdown::Stopping,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    ports
-        .into_iter()
-        .flatten()
-        .map(|port| {
-            port.serve(
-                routes.clone(),
-                http_limits(config),
-                gate.clone(),
-                stopping.clone(),
-            )
-        })
-        .collect()
-}
-
-/// The HTTPS port, when `https_addr` is set: its certificate is `https_cert_file`, else the
-/// RTMPS one (configured, or self-signed in the data dir).
-async fn bind_https(config: &Config) -> Result<Option<Http>, DaemonError> {
-    let Some(addr) = config.https_addr else {
-        return Ok(None);
-    };
-    let files = match (&config.https_cert_file, &config.https_key_file) {
-        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-        _ => config
-            .rtmps_cert_file
-            .clone()
-            .zip(config.rtmps_key_file.clone()),
-    };
-    let dir = config.data_dir.clone();
-    let tls = tokio::task::spawn_blocking(move || {
-        let files = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-        crate::tls::server_config(files, &dir)
-    })
-    .await?
-    .map_err(DaemonError::HttpsTls)?;
-    let http = Http::bind_tls(addr, tls)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            what: "https",
-            addr,
-            source,
-        })?;
-    tracing::info!(addr = %http.addr, "https listening (HTTP/2 and HTTP/1.1)");
-    Ok(Some(http))
-}
-
+/// Starts every listener and task. `page_proxy` is the loopback listener the process's proxy
+/// variables point at ([`crate::page_proxy::install`]); `None` leaves overlay pages' requests
+/// to the operator's own proxy, or unguarded.
 pub async fn start(
     config: Config,
     page_proxy: Option<std::net::TcpListener>,
