@@ -64,6 +64,7 @@ async fn connect_from_second_host(addr: SocketAddr) -> Option<TcpStream> {
 
 /// How one slow connection ended: how long the daemon kept it, and what it sent.
 struct Outcome {
+    opened: Instant,
     kept: Duration,
     sent: Vec<u8>,
 }
@@ -82,6 +83,7 @@ async fn flood(addr: SocketAddr, first: Bytes, within: Duration) -> Vec<Outcome>
         let _ = s.write_all(&first).await;
         let sent = closed_within(s, within, "a slow connection").await;
         Some(Outcome {
+            opened,
             kept: opened.elapsed(),
             sent,
         })
@@ -101,6 +103,30 @@ async fn flood(addr: SocketAddr, first: Bytes, within: Duration) -> Vec<Outcome>
         out.len()
     );
     out
+}
+
+/// The most of `held` admitted at the same instant. The daemon closes an admitted connection
+/// `deadline` after its accept, which may come later than the client's connect (the backlog),
+/// so each is counted from `deadline` before its close; and a close frees its place a little
+/// before the client sees it, so a close and an admission within 50 ms count as apart.
+fn most_at_once(held: &[&Outcome], deadline: Duration) -> usize {
+    let apart = Duration::from_millis(50);
+    let mut edges: Vec<(Instant, i32)> = held
+        .iter()
+        .flat_map(|o| {
+            let closed = o.opened + o.kept;
+            let admitted = o.opened.max(closed - deadline);
+            [(admitted, 1), (closed - apart, -1)]
+        })
+        .collect();
+    // Closes before opens at the same instant.
+    edges.sort();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        open += step;
+        most = most.max(open);
+    }
+    most as usize
 }
 
 fn open_fds(pid: u32) -> usize {
@@ -329,17 +355,20 @@ async fn one_host_cannot_exhaust_any_listener() {
         let (held, refused): (Vec<&Outcome>, Vec<&Outcome>) =
             outcomes.iter().partition(|o| o.kept >= deadline / 2);
         let longest = held.iter().map(|o| o.kept).max().unwrap_or_default();
+        // The cap is on connections open at once: a flood that outlasts the deadline (a slow
+        // machine) is rightly let in again when the first ones are closed.
+        let at_once = most_at_once(&held, deadline);
         eprintln!(
-            "{name}: {} connections, {} refused at once, {} held (cap {cap}) for at most {:.1} s",
+            "{name}: {} connections, {} refused at once, {} held (cap {cap}, at most {at_once} \
+             at once) for at most {:.1} s",
             outcomes.len(),
             refused.len(),
             held.len(),
             longest.as_secs_f64()
         );
         assert!(
-            !held.is_empty() && held.len() <= cap,
-            "{name}: {} held from one address, cap {cap}",
-            held.len()
+            !held.is_empty() && at_once <= cap,
+            "{name}: {at_once} held at once from one address, cap {cap}"
         );
         if name == "http" {
             for o in &held {
