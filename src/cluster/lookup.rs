@@ -1,8 +1,9 @@
 //! Short-lived answers to the store questions an unauthenticated media or player request asks
 //! first — which node serves stream `id`, does stream `id` exist — so that a flood of requests
 //! for ids nobody serves costs the store about one query a second, not one or two per request.
-//! Inputs: the store; outputs: the live leases (all of them, one snapshot a second) and stream
-//! rows (per id, positive and negative answers, bounded).
+//! Inputs: the store; outputs: the live leases and the streams moving between nodes (all of
+//! them, one snapshot a second) and stream rows (per id, positive and negative answers,
+//! bounded).
 //!
 //! Why a snapshot of every live lease rather than a per-id cache: a flood of distinct unknown
 //! ids misses any per-id cache, while the live leases are few (one per stream live anywhere in
@@ -39,7 +40,25 @@ static ASKED: AtomicU64 = AtomicU64::new(0);
 static LEASE_QUERIES: AtomicU64 = AtomicU64::new(0);
 static STREAM_QUERIES: AtomicU64 = AtomicU64::new(0);
 
-type Leases = Arc<Vec<LeaseRow>>;
+/// How long after a stopping node gave a stream up it counts as moving (its publisher
+/// reconnects to another node within seconds; past this it is taken to have ended).
+pub const MOVING_FOR: Duration = Duration::from_secs(15);
+
+/// Every live lease, and the streams moving between nodes, as the store said at one instant.
+#[derive(Debug, Default)]
+pub struct LeaseView {
+    pub held: Vec<LeaseRow>,
+    /// Given up by a stopping node within [`MOVING_FOR`], not yet taken by another: ascending.
+    pub moving: Vec<i64>,
+}
+
+impl LeaseView {
+    pub fn moving(&self, id: i64) -> bool {
+        self.moving.binary_search(&id).is_ok()
+    }
+}
+
+type Leases = Arc<LeaseView>;
 /// A stream's row, or `None` for no such stream, and when the store said so.
 type StreamAnswer = (Instant, Option<Arc<StreamRow>>);
 
@@ -173,10 +192,15 @@ impl Shared {
     async fn fetch_leases(&self) -> Result<Leases, LookupError> {
         LEASE_QUERIES.fetch_add(1, Ordering::Relaxed);
         let (store, dead_after) = (self.store.clone(), self.dead_after);
-        let leases = tokio::task::spawn_blocking(move || store.live_leases(None, dead_after))
-            .await
-            .map_err(|_| LookupError::Panicked)??;
-        Ok(Arc::new(leases))
+        let view = tokio::task::spawn_blocking(move || {
+            Ok::<_, StoreError>(LeaseView {
+                held: store.live_leases(None, dead_after)?,
+                moving: store.moving_streams(MOVING_FOR)?,
+            })
+        })
+        .await
+        .map_err(|_| LookupError::Panicked)??;
+        Ok(Arc::new(view))
     }
 
     async fn fetch_stream(&self, id: i64) -> Result<Option<Arc<StreamRow>>, LookupError> {

@@ -120,6 +120,7 @@ impl Cluster {
         if !fresh {
             let leases = self.lookups.live_leases().await.ok()?;
             return leases
+                .held
                 .iter()
                 .find(|l| elsewhere(l))
                 .map(|l| l.node_url.clone());
@@ -131,6 +132,17 @@ impl Cluster {
             .ok()?
             .ok()?;
         leases.into_iter().find(elsewhere).map(|l| l.node_url)
+    }
+
+    /// Whether stream `id` is moving between nodes: a stopping node gave it up moments ago and
+    /// no node has taken it since (the second-old snapshot of [`lookup`] answers).
+    pub async fn moving(&self, id: i64) -> bool {
+        !self.holds(id)
+            && self
+                .lookups
+                .live_leases()
+                .await
+                .is_ok_and(|leases| leases.moving(id))
     }
 
     /// The URL of node `node` when it is another node that announced one.
@@ -355,7 +367,7 @@ impl Cluster {
         let _order = self.ops.lock().await;
         let streams: Vec<(i64, Option<Numbering>)> = lock(&self.held)
             .drain()
-            .map(|id| (id, registry.numbering(id)))
+            .map(|id| (id, registry.numbering(id).map(Numbering::past_drain)))
             .collect();
         if streams.is_empty() {
             return;

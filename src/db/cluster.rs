@@ -37,6 +37,9 @@ pub trait ClusterStore {
         node: &str,
         streams: &[(i64, Option<Numbering>)],
     ) -> Result<Vec<i64>, StoreError>;
+    /// The streams a stopping node gave up within the last `within` that no node has taken
+    /// since: moving between nodes, ascending by id.
+    fn moving_streams(&self, within: Duration) -> Result<Vec<i64>, StoreError>;
     /// The leases held by nodes heard from within `dead_after` (one stream's, or all),
     /// ascending by stream id.
     fn live_leases(
@@ -150,6 +153,11 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
             // a holder went away meanwhile, so a few rounds end it.
             for _ in 0..LEASE_TAKE_ROUNDS {
                 if c.query_opt(&take_sql, &take_args)?.is_some() {
+                    c.execute(
+                        "UPDATE stream_numbering SET given_up_ms = NULL \
+                         WHERE stream_id = $1 AND given_up_ms IS NOT NULL",
+                        &args![stream_id],
+                    )?;
                     let left = c.query_opt(
                         "SELECT next_msn, next_discontinuity FROM stream_numbering \
                          WHERE stream_id = $1",
@@ -200,11 +208,32 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                     if let Some(n) = numbering {
                         save_numbering(c, stream_id, n)?;
                     }
+                    let now = c.dialect().now_ms();
+                    c.execute(
+                        &format!(
+                            "UPDATE stream_numbering SET given_up_ms = {now} WHERE stream_id = $1"
+                        ),
+                        &args![stream_id],
+                    )?;
                     released.push(stream_id);
                 }
             }
             Ok::<_, StoreError>(released)
         })
+    }
+
+    fn moving_streams(&self, within: Duration) -> Result<Vec<i64>, StoreError> {
+        let rows = self.backend().with_conn(Pool::Main, |c| {
+            let now = c.dialect().now_ms();
+            c.query(
+                &format!(
+                    "SELECT stream_id FROM stream_numbering WHERE given_up_ms > {now} - $1 \
+                     ORDER BY stream_id"
+                ),
+                &args![dead_ms(within)],
+            )
+        })?;
+        rows.iter().map(|r| r.i64(0)).collect()
     }
 
     fn live_leases(

@@ -194,6 +194,12 @@ CREATE TABLE stream_numbering (
     r#"
 ALTER TABLE nodes ADD COLUMN headroom {int};
 "#,
+    // 11: when a stopping node gave the stream up (cleared when a node takes it): until another
+    // node serves it, the nodes hold its viewers' requests for it instead of answering 404.
+    r#"
+ALTER TABLE stream_numbering ADD COLUMN given_up_ms {int};
+CREATE INDEX stream_numbering_given_up ON stream_numbering (given_up_ms);
+"#,
 ];
 
 /// The schema version this build knows.

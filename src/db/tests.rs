@@ -1105,6 +1105,12 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
             .unwrap(),
         [id]
     );
+    // The stream it gave up is moving until a node takes it (or for as long as asked).
+    let moving_for = std::time::Duration::from_secs(15);
+    assert_eq!(store.moving_streams(moving_for).unwrap(), [id]);
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let short = std::time::Duration::from_millis(20);
+    assert!(store.moving_streams(short).unwrap().is_empty());
     assert!(store.release_lease(other, "a").unwrap());
     assert_eq!(
         store.take_lease(other, "a", strict).unwrap(),
@@ -1114,6 +1120,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
 
     // A holder that falls silent is dead: its lease is free, and no longer shown live.
     assert_eq!(store.take_lease(id, "a", strict).unwrap(), Ok(left_by_b));
+    assert!(store.moving_streams(moving_for).unwrap().is_empty());
     std::thread::sleep(dead_after + std::time::Duration::from_millis(200));
     store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
     assert!(store.live_leases(Some(id), dead_after).unwrap().is_empty());

@@ -103,7 +103,7 @@ impl Relay {
     /// Where a request for stream `id` goes: `None` to answer it here (this node serves the
     /// stream, nobody does, or the request was relayed already: two nodes that disagree on an
     /// owner for a moment never pass a request around), else the serving node's URL.
-    pub async fn stream_owner(&self, id: i64, req: &Request<Incoming>) -> Option<String> {
+    pub async fn stream_owner<B>(&self, id: i64, req: &Request<B>) -> Option<String> {
         if is_relayed(req) {
             return None;
         }
@@ -113,6 +113,16 @@ impl Relay {
         // on a node that just lost or has not yet seen the stream.
         let read = matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD);
         self.cluster.serving_node(id, !read).await
+    }
+
+    /// Whether this node holds stream `id`'s lease (it serves the stream, or is starting to).
+    pub fn holds(&self, id: i64) -> bool {
+        self.cluster.holds(id)
+    }
+
+    /// Whether stream `id` is moving between nodes (see [`Cluster::moving`]).
+    pub async fn moving(&self, id: i64) -> bool {
+        self.cluster.moving(id).await
     }
 
     /// Where a request for a video recorded on `node` goes: `None` to answer it here.
@@ -126,7 +136,27 @@ impl Relay {
 
     /// Asks `base` (a node's URL) for the same path and query and streams its answer back;
     /// `502 Bad Gateway` (JSON error `node_unreachable`) when that node does not answer.
-    pub async fn forward(&self, req: Request<Incoming>, base: &str) -> Response<Body> {
+    pub async fn forward<B>(&self, req: Request<B>, base: &str) -> Response<Body>
+    where
+        B: hyper::body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.try_forward(req, base)
+            .await
+            .unwrap_or_else(|Unreachable(why)| unreachable_node(&why))
+    }
+
+    /// [`Relay::forward`], saying when `base` could not be reached (or its answer not passed
+    /// on) rather than answering 502 for it.
+    pub async fn try_forward<B>(
+        &self,
+        req: Request<B>,
+        base: &str,
+    ) -> Result<Response<Body>, Unreachable>
+    where
+        B: hyper::body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let path = req
             .uri()
             .path_and_query()
@@ -134,7 +164,7 @@ impl Relay {
             .to_owned();
         let url = format!("{}{path}", base.trim_end_matches('/'));
         let Ok(url) = url::Url::parse(&url) else {
-            return unreachable_node("the node's URL is not a URL");
+            return Err(Unreachable("the node's URL is not a URL".into()));
         };
         let method = match reqwest::Method::from_bytes(req.method().as_str().as_bytes()) {
             Ok(m) => m,
@@ -146,7 +176,7 @@ impl Relay {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(url = %shown, error = %e, "the node serving this is not a URL the relay may call");
-                return unreachable_node(&e.to_string());
+                return Err(Unreachable(e.to_string()));
             }
         };
         for name in &PASSED_ON {
@@ -159,7 +189,7 @@ impl Relay {
             .await
         {
             Ok(b) => b.to_bytes(),
-            Err(_) => return too_large(),
+            Err(_) => return Ok(too_large()),
         };
         // Signed once the body is known (its digest is in the signature).
         let signed = self.auth.sign(
@@ -180,7 +210,7 @@ impl Relay {
             Err(e) => {
                 let e = url_policy::describe(&e);
                 tracing::warn!(url = %shown, error = %e, "the node serving this could not be reached");
-                return unreachable_node(&e);
+                return Err(Unreachable(e));
             }
         };
         let mut resp = Response::builder().status(answer.status().as_u16());
@@ -204,10 +234,22 @@ impl Relay {
             }
         });
         resp.body(BodyExt::boxed(StreamBody::new(chunks)))
-            .unwrap_or_else(|_| {
-                unreachable_node("the serving node's answer could not be passed on")
-            })
+            .map_err(|_| Unreachable("the serving node's answer could not be passed on".into()))
     }
+}
+
+/// Why the node serving a request could not be reached.
+#[derive(Debug)]
+pub struct Unreachable(pub String);
+
+/// The header a stopping node puts on its refusal of a stream's media asked by another node:
+/// the stream is moving, and that node holds its viewer's request for it (see
+/// [`moving_away`]).
+pub const MOVING_HEADER: &str = "livepack-stream-moving";
+
+/// Whether a relayed answer is a stopping node's refusal of a stream it has just given up.
+pub fn moving_away(answer: &Response<Body>) -> bool {
+    answer.status() == hyper::StatusCode::NOT_FOUND && answer.headers().contains_key(MOVING_HEADER)
 }
 
 /// Whether `req` came from another node (its signature checked by [`Relay::admit`]).

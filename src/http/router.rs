@@ -4,6 +4,7 @@
 //! refuses.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -13,6 +14,7 @@ use crate::http::api::{self, Api};
 use crate::http::delivery;
 use crate::http::error::{error_response, ApiError};
 use crate::http::listener::{self, json_response, Body};
+use crate::http::relay::Unreachable;
 use crate::realtime::whep;
 use crate::shutdown::Stopping;
 
@@ -34,7 +36,20 @@ const RETRY_AFTER_SECS: &str = "1";
 /// already here are answered.
 fn refused_while_stopping(req: &Request<Incoming>) -> bool {
     let path = req.uri().path();
-    delivery::owns(path)
+    // The media a player already knows of are still served while they are here: refused, the
+    // player would ask the next node for them in vain (it never had them) and be stuck on a
+    // hole in its buffer. Playlists go elsewhere, to where the stream goes on.
+    let media_object = matches!(
+        delivery::parse_path(path),
+        Some((
+            _,
+            delivery::Target::Part(..)
+                | delivery::Target::Segment(..)
+                | delivery::Target::Init(..)
+                | delivery::Target::TsSegment(..)
+        ))
+    );
+    (delivery::owns(path) && !media_object)
         || delivery::videos::owns(path)
         || (*req.method() == Method::POST && (crate::ingest::whip::owns(path) || whep::owns(path)))
 }
@@ -43,17 +58,23 @@ fn refused_while_stopping(req: &Request<Incoming>) -> bool {
 /// connections to this node go too. Media delivery answers in plain text, WHIP and WHEP in
 /// the JSON error shape; each readable from any origin, as their usual answers are.
 ///
-/// A stream's media asked by another node on a viewer's behalf is answered 404 instead: the
-/// stream's lease is given up, and that node, whose view of the leases may be a second old,
-/// would pass a 503 on, which its load balancer would then hold against it.
+/// A stream's media asked by another node on a viewer's behalf is answered 404 marked as moving
+/// instead: the stream's lease is given up, and that node, whose view of the leases may be a
+/// second old, holds its viewer's request until the stream is served again (a 503 passed on
+/// would be held against it by its load balancer).
 fn stopping_refusal(req: &Request<Incoming>) -> Response<Body> {
     const WHY: &str = "this node is shutting down: ask again";
     let path = req.uri().path();
     if delivery::owns(path) && crate::http::relay::is_relayed(req) {
-        return delivery::plain(
+        let mut resp = delivery::plain(
             StatusCode::NOT_FOUND,
             "not served here: this node is shutting down\n",
         );
+        resp.headers_mut().insert(
+            crate::http::relay::MOVING_HEADER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+        return resp;
     }
     let mut resp = if delivery::owns(path) || delivery::videos::owns(path) {
         delivery::plain(
@@ -117,6 +138,77 @@ where
         Some(node) => api.relay.forward(req, &node).await,
         None => here(req).await,
     }
+}
+
+/// How long a viewer's request for a stream moving between nodes is held for the stream to be
+/// served again: a publisher reconnecting takes about a second; under hls.js's 10 s wait for a
+/// playlist's first byte.
+const MOVE_WAIT: Duration = Duration::from_secs(6);
+/// How often a held request looks again (the snapshot it reads is a second old at most).
+const MOVE_LOOK: Duration = Duration::from_millis(100);
+
+/// A stream's media: answered here when this node serves the stream, else by the node that
+/// does. While the stream moves between nodes (a stopping node gave it up; its publisher is
+/// reconnecting, perhaps here) the request is held until a node serves it, up to
+/// [`MOVE_WAIT`]: a 404 then would end the show for the viewer (hls.js retries no 4xx).
+async fn media_route(api: &Api, stopping: &Stopping, req: Request<Incoming>) -> Response<Body> {
+    let id = delivery::parse_path(req.uri().path()).map(|(id, _)| id);
+    let relayed = crate::http::relay::is_relayed(&req);
+    // Media requests carry no body: their head is all a second try needs.
+    let (head, _) = req.into_parts();
+    let here = |req| delivery::handle(api.registry.clone(), &api.endpoints.time_url, req, stopping);
+    let Some(id) = id.filter(|_| !relayed) else {
+        return here(media_request(&head)).await;
+    };
+    let until = tokio::time::Instant::now() + MOVE_WAIT;
+    loop {
+        let req = media_request(&head);
+        // A stop here ends the wait: the request is answered as the stream is here.
+        let waiting = tokio::time::Instant::now() < until && !stopping.refusing();
+        if let Some(node) = api.relay.stream_owner(id, &req).await {
+            match api.relay.try_forward(req, &node).await {
+                Ok(answer) if !(waiting && crate::http::relay::moving_away(&answer)) => {
+                    return answer
+                }
+                // Gone, or going: the snapshot naming it is up to a second old.
+                Err(_) if waiting => {}
+                Err(Unreachable(_)) => return owner_unreachable(),
+                Ok(_) => {}
+            }
+        } else if api.registry.package(id).is_some()
+            || !(waiting && (api.relay.holds(id) || api.relay.moving(id).await))
+        {
+            return here(req).await;
+        }
+        tokio::time::sleep(MOVE_LOOK).await;
+    }
+}
+
+/// A stream's media whose serving node has not answered for [`MOVE_WAIT`]: 504, which a
+/// player tries again and a load balancer does not hold against this node (a 502 would make
+/// nginx's `proxy_next_upstream http_502` mark it failed, and with every node marked so,
+/// answer "no live upstreams" for every stream). The relay has logged why.
+fn owner_unreachable() -> Response<Body> {
+    let mut resp = delivery::plain(
+        StatusCode::GATEWAY_TIMEOUT,
+        "the node serving this stream did not answer: ask again\n",
+    );
+    resp.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    resp
+}
+
+/// A bodiless request with `head`'s method, URI and headers.
+fn media_request(
+    head: &hyper::http::request::Parts,
+) -> Request<http_body_util::Empty<bytes::Bytes>> {
+    let mut req = Request::new(http_body_util::Empty::new());
+    *req.method_mut() = head.method.clone();
+    *req.uri_mut() = head.uri.clone();
+    *req.headers_mut() = head.headers.clone();
+    req
 }
 
 /// WHEP: a viewer's offer for a stream another node serves is redirected there (307, the
@@ -203,13 +295,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.clone().handle(req).await,
-        p if delivery::owns(p) => {
-            let id = delivery::parse_path(p).map(|(id, _)| id);
-            here_or_serving_node(api, id, req, |req| {
-                delivery::handle(api.registry.clone(), &api.endpoints.time_url, req, stopping)
-            })
-            .await
-        }
+        p if delivery::owns(p) => media_route(api, stopping, req).await,
         p if delivery::videos::owns(p) => {
             delivery::videos::handle(
                 api.store.clone(),

@@ -103,6 +103,11 @@ pub fn readiness(r: &Rendition, ended: bool, q: &MediaQuery, parts_per_segment: 
     if ended {
         return Readiness::Ready;
     }
+    // A player that followed the stream from another node asks for that node's next part; a
+    // playlist of this node's first parts alone would count as empty to it (as above).
+    if r.last_complete_msn().is_none() {
+        return Readiness::Wait;
+    }
     let satisfied = match q.part {
         Some(part) => r.part_settled(msn, usize::try_from(part).unwrap_or(usize::MAX)),
         None => r.last_complete_msn().is_some_and(|done| done >= msn),
@@ -529,13 +534,18 @@ mod tests {
             readiness(r, true, &q(Some(6), Some(0)), 4),
             Readiness::Ready
         );
-        // Parts of the first segment only: a plain request waits for it to complete (hls.js
-        // reads such a playlist as empty), unless the stream has ended.
+        // Parts of the first segment only: a request waits for it to complete (hls.js reads
+        // such a playlist as empty), a blocking one too (a player following the stream from
+        // another node asks for parts this node has), unless the stream has ended.
         let young = package(3);
         let r = &young.renditions()[0];
         assert_eq!(readiness(r, false, &q(None, None), 4), Readiness::Wait);
         assert_eq!(
             readiness(r, false, &q(Some(0), Some(2)), 4),
+            Readiness::Wait
+        );
+        assert_eq!(
+            readiness(r, true, &q(Some(0), Some(2)), 4),
             Readiness::Ready
         );
         assert_eq!(readiness(r, true, &q(None, None), 4), Readiness::Ready);

@@ -38,6 +38,17 @@ impl Numbering {
         }
     }
 
+    /// What a stopping node leaves for the node taking its stream over: past the segment its
+    /// playlists' preload hint announced (players hold it as the next segment, and would see
+    /// another node's segment under its number as a mismatch) and past one more that the
+    /// drain of its pipelines may still begin.
+    pub fn past_drain(self) -> Numbering {
+        Numbering {
+            next_msn: self.next_msn.saturating_add(2),
+            ..self
+        }
+    }
+
     /// The higher of each number.
     pub fn max(self, other: Numbering) -> Numbering {
         Numbering {

@@ -1,6 +1,6 @@
 // Follows a live LL-HLS stream with hls.js (low-latency mode) in headless Debian Chromium for
 // SECONDS, as a viewer whose page recovers the way livepack's player page does (after a fatal
-// error, a new player a second later), and prints one JSON line: the stalls (wall time with the
+// error, or a picture stalled for 10 s, a new player a second later), and prints one JSON line: the stalls (wall time with the
 // picture not advancing, once it first played), the longest, fatal errors, recoveries and one
 // sample a second; for explaining a stall, the buffered ranges in each sample and the
 // fragments buffered (type, sequence number, discontinuity counter, start, end).
@@ -25,9 +25,7 @@ try {
         const status = d.response && d.response.code;
         const url = d.context && d.context.url;
         if (errors.length < 40) errors.push({ at: now(), fatal: d.fatal, what: `${d.type}:${d.details}`, status, url });
-        if (!d.fatal) return;
-        hls.destroy();
-        setTimeout(() => { recoveries += 1; start(); }, 1000);
+        if (d.fatal) restart();
       });
       hls.on(Hls.Events.FRAG_BUFFERED, (_e, d) => {
         const f = d.frag;
@@ -38,8 +36,17 @@ try {
       hls.attachMedia(v);
       v.play().catch(() => {});
     };
+    let restarting = false;
+    const restart = () => {
+      if (restarting) return;
+      restarting = true;
+      hls.destroy();
+      setTimeout(() => { restarting = false; recoveries += 1; start(); }, 1000);
+    };
     start();
     const stalls = [];
+    let watchdogs = 0;
+    let lastWatchdog = 0;
     const samples = [];
     let prev = null;
     let moved = null; // wall time the picture last advanced
@@ -52,6 +59,12 @@ try {
         moved = wall;
       }
       prev = t;
+      // The player page's stall check: a picture stopped for 10 s gets a new player.
+      if (moved !== null && wall - Math.max(moved, lastWatchdog) > 10 && !restarting) {
+        watchdogs += 1;
+        lastWatchdog = wall;
+        restart();
+      }
       if (samples.length === 0 || wall - samples[samples.length - 1].wall >= 1) {
         const ranges = [];
         for (let i = 0; i < v.buffered.length; i++) ranges.push([v.buffered.start(i), v.buffered.end(i)]);
@@ -62,7 +75,7 @@ try {
     if (moved !== null && now() - moved > 0.5) stalls.push({ from: moved, to: now(), secs: now() - moved, open: true });
     const longest = stalls.reduce((m, s) => Math.max(m, s.secs), 0);
     return { longestStall: longest, stalls, firstPlayed: samples.find((s) => s.t > 0)?.wall ?? null,
-      playedUntil: moved, errors, recoveries, samples, buffered: buffered.slice(-40),
+      playedUntil: moved, errors, recoveries, watchdogs, samples, buffered: buffered.slice(-40),
       width: v.videoWidth, height: v.videoHeight };
   }, { url, seconds: Number(seconds) });
   console.log(JSON.stringify(result));

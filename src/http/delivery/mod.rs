@@ -182,10 +182,10 @@ fn not_found() -> Response<Body> {
 /// in front then serves to every viewer, and behind an HTTPS front `http://` is mixed content.
 /// `stopping`: the node's stop; a request answered while it stops (one in flight when it
 /// began) does not end the stream's playlists, since the stream moves to another node.
-pub async fn handle(
+pub async fn handle<B>(
     registry: Arc<Registry>,
     time_url: &str,
-    req: Request<hyper::body::Incoming>,
+    req: Request<B>,
     stopping: &Stopping,
 ) -> Response<Body> {
     if req.method() == Method::OPTIONS {
@@ -212,6 +212,13 @@ pub async fn handle(
     let Some(package) = registry.package(id) else {
         return not_found();
     };
+    // A stream that has just begun here (a publish, or a stream moving from a stopping node)
+    // has no renditions until its source is known: a player's requests wait for them rather
+    // than being told 404, which ends the show for it (hls.js retries no 4xx).
+    let begun = |p: &PackageState| (!p.renditions().is_empty() || p.ended()).then_some(());
+    if package.read(begun).is_none() {
+        package.wait_for(timeout(&package), begun).await;
+    }
     let asked = (req.headers(), req.uri().query());
     let resp = answer(&package, target, asked, time_url, stopping).await;
     if head {

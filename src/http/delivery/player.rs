@@ -179,7 +179,7 @@ impl Player {
         };
         let live = self
             .cluster
-            .status(|| self.registry.status(id), id, &leases)
+            .status(|| self.registry.status(id), id, &leases.held)
             .live();
         if status {
             let mut r = json_response(StatusCode::OK, &json!({ "live": live }));
