@@ -86,6 +86,7 @@
 //!   and runs until shutdown.
 //! - `shutdown`: the stop as the listeners see it — refusing newcomers and telling publishers,
 //!   then closed.
+//! - [`service_notify`]: the service manager's readiness protocol (systemd `Type=notify`).
 //! - `tls`: the listeners' TLS configuration (RTMPS, HTTPS), configured or self-signed.
 //! - `tasks`: the set of tasks a subsystem owns, and its bounded drain at the stop.
 //!
@@ -123,6 +124,7 @@ pub(crate) mod quality;
 pub(crate) mod realtime;
 pub(crate) mod record;
 pub(crate) mod secret;
+pub mod service_notify;
 pub(crate) mod shutdown;
 pub(crate) mod storage;
 pub(crate) mod tasks;

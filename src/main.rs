@@ -2,11 +2,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use livepack::config::{self, Config, Layer};
 use livepack::daemon::{self, KeySource};
+use livepack::service_notify::Notifier;
 
 /// Self-hosted live-media ingest and packaging daemon.
 ///
@@ -113,6 +115,8 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(livepack::pull_source::run());
     }
     reexec_with_malloc_tunables();
+    // Before any thread: the service manager's variables are taken out of the environment.
+    let notifier = livepack::service_notify::Notifier::from_env();
     livepack::heap::on_release(trim_heap);
     software_gl_for_overlays();
     // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
@@ -132,10 +136,14 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run(config, page_proxy))
+    runtime.block_on(run(config, page_proxy, notifier))
 }
 
-async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyhow::Result<()> {
+async fn run(
+    config: Config,
+    page_proxy: Option<std::net::TcpListener>,
+    notifier: Option<Arc<Notifier>>,
+) -> anyhow::Result<()> {
     let shutdown_timeout = config.shutdown_timeout;
     let running = daemon::start(config, page_proxy).await?;
     // The banner is the contract with scripts/run and the tests: one `key: value` per line.
@@ -183,7 +191,15 @@ async fn run(config: Config, page_proxy: Option<std::net::TcpListener>) -> anyho
     );
 
     let mut signals = Signals::new()?;
+    if let Some(n) = &notifier {
+        n.ready(&format!("serving at {}", running.public_url));
+        // Ends with the runtime: the pings go on through the stop, which is bounded.
+        let _watchdog = livepack::service_notify::spawn_watchdog(n);
+    }
     signals.next().await;
+    if let Some(n) = &notifier {
+        n.stopping();
+    }
     tracing::info!(within = ?shutdown_timeout, "shutting down");
     // Bounded, and a second signal cuts it short: an operator's second Ctrl-C, or a service
     // manager's stop that escalates, means now.

@@ -5,13 +5,16 @@
 // sample a second; for explaining a stall, the buffered ranges in each sample and the
 // fragments buffered (type, sequence number, discontinuity counter, start, end).
 // Usage: node tests/browser/follow.mjs URL SECONDS
+// FOLLOW_DEBUG=1: hls.js's own log on stderr, each line with the page's time (explaining a stall).
 import { launch, videoPage } from './chromium.mjs';
 
 const [url, seconds = '40'] = process.argv.slice(2);
 const browser = await launch();
 try {
   const page = await videoPage(browser, 'hls.js/dist/hls.min.js');
-  const result = await page.evaluate(async ({ url, seconds }) => {
+  const debug = process.env.FOLLOW_DEBUG === '1';
+  if (debug) page.on('console', (m) => process.stderr.write(`${m.text()}\n`));
+  const result = await page.evaluate(async ({ url, seconds, debug }) => {
     const v = document.getElementById('v');
     const t0 = performance.now();
     const now = () => (performance.now() - t0) / 1000;
@@ -20,7 +23,9 @@ try {
     let recoveries = 0;
     let hls;
     const start = () => {
-      hls = new Hls({ lowLatencyMode: true });
+      const log = (...a) => console.log(`[${now().toFixed(2)}] ${a.join(' ')}`);
+      const logger = { trace: log, debug: log, log, info: log, warn: log, error: log };
+      hls = new Hls({ lowLatencyMode: true, debug: debug ? logger : false });
       hls.on(Hls.Events.ERROR, (_e, d) => {
         const status = d.response && d.response.code;
         const url = d.context && d.context.url;
@@ -77,7 +82,7 @@ try {
     return { longestStall: longest, stalls, firstPlayed: samples.find((s) => s.t > 0)?.wall ?? null,
       playedUntil: moved, errors, recoveries, watchdogs, samples, buffered: buffered.slice(-40),
       width: v.videoWidth, height: v.videoHeight };
-  }, { url, seconds: Number(seconds) });
+  }, { url, seconds: Number(seconds), debug });
   console.log(JSON.stringify(result));
 } finally {
   await browser.close();

@@ -102,6 +102,61 @@ async fn sigterm_exits_zero_and_data_persists() {
     );
 }
 
+/// Under systemd's `Type=notify` (deploy/livepack.service): `READY=1` once the listeners
+/// answer, `WATCHDOG=1` every half `WatchdogSec`, `STOPPING=1` at SIGTERM, then exit 0.
+#[tokio::test]
+async fn the_service_manager_hears_ready_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempdir();
+    let path = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&path).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let socket = path.display().to_string();
+    let mut d = Daemon::start_with(
+        dir.path(),
+        &[
+            ("LIVEPACK_API_KEYS", KEY),
+            ("NOTIFY_SOCKET", &socket),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let next = || {
+        let mut buf = [0u8; 512];
+        let n = manager.recv(&mut buf).expect("a notification within 10 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let ready = next();
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=serving at "),
+        "{ready:?}"
+    );
+    assert_eq!(d.get("/healthz").await.status, StatusCode::OK);
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(next(), "WATCHDOG=1");
+    }
+    // Every half second (the first at once): three within about a second.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    d.sigterm();
+    let stopping = loop {
+        let m = next();
+        if m != "WATCHDOG=1" {
+            break m;
+        }
+    };
+    assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
+    let status = d
+        .wait_exit(Duration::from_secs(30))
+        .expect("exit within 30 s");
+    assert!(status.success(), "{status:?}");
+}
+
 /// The daemon runs with glibc's mmap threshold fixed (see main.rs) unless the operator set one.
 #[tokio::test]
 async fn the_daemon_runs_with_a_fixed_malloc_mmap_threshold() {
