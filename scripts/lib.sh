@@ -37,6 +37,18 @@ ensure_apt() {
   fi
 }
 
+# podman as it runs on these machines (no systemd as PID 1, a sandbox around the session): the
+# runc runtime, cgroupfs, no default ulimits. Written once; an existing file is kept.
+ensure_podman_config() {
+  ensure_apt podman runc
+  local conf=/etc/containers/containers.conf
+  if ! grep -q 'livepack' "$conf" 2>/dev/null; then
+    as_root mkdir -p /etc/containers
+    printf '# written by livepack scripts/lib.sh\n[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n' |
+      as_root tee "$conf" >/dev/null
+  fi
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     if [ -x "$HOME/.cargo/bin/cargo" ]; then
