@@ -42,11 +42,33 @@ ensure_apt() {
 ensure_podman_config() {
   ensure_apt podman runc
   local conf=/etc/containers/containers.conf
-  if ! grep -q 'livepack' "$conf" 2>/dev/null; then
+  if [ ! -e "$conf" ]; then
     as_root mkdir -p /etc/containers
     printf '# written by livepack scripts/lib.sh\n[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n' |
       as_root tee "$conf" >/dev/null
   fi
+}
+
+# A Debian 12 root made from packages by mmdebstrap (TARGET: a directory, or a .tar), with the
+# Debian package DEB installed by apt, which fetches its dependencies from the mirror; INCLUDE:
+# more packages; any further arguments go to mmdebstrap (its customize hooks).
+# Usage: debian_root_with DEB TARGET INCLUDE [MMDEBSTRAP_ARGS...]
+debian_root_with() {
+  local deb="$1" target="$2" include="$3"
+  shift 3
+  ensure_apt mmdebstrap
+  as_root mmdebstrap --quiet --variant=apt --include="$include" \
+    --customize-hook="copy-in '$deb' /tmp" \
+    --customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /tmp/$(basename "$deb")" \
+    "$@" bookworm "$target" \
+    "deb http://deb.debian.org/debian bookworm main" \
+    "deb http://deb.debian.org/debian bookworm-updates main" \
+    "deb http://deb.debian.org/debian-security bookworm-security main"
+}
+
+# A free TCP port on 127.0.0.1 (the kernel's choice), for a daemon a script starts.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 ensure_rust() {

@@ -193,8 +193,7 @@ async fn run(
     let mut signals = Signals::new()?;
     if let Some(n) = &notifier {
         n.ready(&format!("serving at {}", running.public_url));
-        // Ends with the runtime: the pings go on through the stop, which is bounded.
-        let _watchdog = livepack::service_notify::spawn_watchdog(n);
+        livepack::service_notify::spawn_watchdog(n);
     }
     signals.next().await;
     if let Some(n) = &notifier {

@@ -98,20 +98,22 @@ impl Notifier {
     }
 }
 
-/// Pings the watchdog every half period for as long as the runtime runs the task: a runtime
-/// that no longer schedules (every worker blocked) stops the pings, and the manager restarts
-/// the daemon.
-pub fn spawn_watchdog(notifier: &Arc<Notifier>) -> Option<tokio::task::JoinHandle<()>> {
-    let every = notifier.watchdog_every()?;
+/// Pings the watchdog every half period for as long as the runtime runs (the task ends with
+/// it; the pings go on through the bounded stop): a runtime that no longer schedules (every
+/// worker blocked) stops the pings, and the manager restarts the daemon.
+pub fn spawn_watchdog(notifier: &Arc<Notifier>) {
+    let Some(every) = notifier.watchdog_every() else {
+        return;
+    };
     let notifier = notifier.clone();
-    Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             notifier.send("WATCHDOG=1");
         }
-    }))
+    });
 }
 
 #[cfg(test)]

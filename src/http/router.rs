@@ -152,14 +152,17 @@ const MOVE_LOOK: Duration = Duration::from_millis(100);
 /// reconnecting, perhaps here) the request is held until a node serves it, up to
 /// [`MOVE_WAIT`]: a 404 then would end the show for the viewer (hls.js retries no 4xx).
 async fn media_route(api: &Api, stopping: &Stopping, req: Request<Incoming>) -> Response<Body> {
+    let time_url = &api.endpoints.time_url;
     let id = delivery::parse_path(req.uri().path()).map(|(id, _)| id);
     let relayed = crate::http::relay::is_relayed(&req);
+    // Served here (the common case), asked by another node, or no stream's: answered at once.
+    let served_here = |id| api.relay.holds(id) && api.registry.package(id).is_some();
+    let Some(id) = id.filter(|&id| !relayed && !served_here(id)) else {
+        return delivery::handle(api.registry.clone(), time_url, req, stopping).await;
+    };
     // Media requests carry no body: their head is all a second try needs.
     let (head, _) = req.into_parts();
-    let here = |req| delivery::handle(api.registry.clone(), &api.endpoints.time_url, req, stopping);
-    let Some(id) = id.filter(|_| !relayed) else {
-        return here(media_request(&head)).await;
-    };
+    let here = |req| delivery::handle(api.registry.clone(), time_url, req, stopping);
     let until = tokio::time::Instant::now() + MOVE_WAIT;
     loop {
         let req = media_request(&head);
