@@ -92,6 +92,7 @@ ensure_node_modules() {
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || ensure_apt nodejs npm
   if [ ! -d "$REPO_ROOT/node_modules/hls.js" ] || [ ! -d "$REPO_ROOT/node_modules/dashjs" ] \
      || [ ! -d "$REPO_ROOT/node_modules/playwright-core" ] \
+     || [ ! -d "$REPO_ROOT/node_modules/swagger-ui-dist" ] \
      || [ "$REPO_ROOT/package-lock.json" -nt "$REPO_ROOT/node_modules/.package-lock.json" ]; then
     echo "==> npm ci"
     (cd "$REPO_ROOT" && npm ci --no-audit --no-fund --loglevel=error)

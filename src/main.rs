@@ -46,9 +46,28 @@ struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
+    /// Print the configuration reference (Markdown): every setting, its variable, flag, default.
+    ConfigReference,
+    /// Print a livepack.toml listing every setting commented out.
+    ConfigTemplate {
+        /// Write `KEY = VALUE` (VALUE in TOML) uncommented, e.g. --set data_dir='"/var/lib/x"'.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
     /// A PULL source's process, started by the daemon (its request on stdin).
     #[command(name = livepack::pull_source::COMMAND, hide = true)]
     PullSource,
+}
+
+/// Each setting that has a flag, with the flag: the flags are named after the file keys.
+fn flags() -> Vec<(String, String)> {
+    use clap::CommandFactory;
+    Args::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|long| (long.replace('-', "_"), format!("--{long}")))
+        .filter(|(key, _)| config::KEYS.contains(&key.as_str()))
+        .collect()
 }
 
 impl Args {
@@ -110,9 +129,31 @@ fn init_logging() {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Command::PullSource) = args.command {
-        init_logging();
-        std::process::exit(livepack::pull_source::run());
+    match args.command {
+        Some(Command::PullSource) => {
+            init_logging();
+            std::process::exit(livepack::pull_source::run());
+        }
+        Some(Command::ConfigReference) => {
+            print!("{}", config::reference::markdown(&flags()));
+            return Ok(());
+        }
+        Some(Command::ConfigTemplate { set }) => {
+            let set = set
+                .iter()
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+                        .with_context(|| format!("--set {kv}: expected KEY=VALUE"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            print!(
+                "{}",
+                config::reference::toml_template(&set).map_err(anyhow::Error::msg)?
+            );
+            return Ok(());
+        }
+        None => {}
     }
     reexec_with_malloc_tunables();
     // Before any thread: the service manager's variables are taken out of the environment.

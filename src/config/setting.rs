@@ -8,11 +8,14 @@ use std::path::PathBuf;
 
 use super::ConfigError;
 
-/// Generates, from rows of `key: Type [= default] [, check];` (the file key is the field name):
+/// Generates, from rows of `/// doc` + `key: Type [= default] [, check];` (the file key is the
+/// field name; a row without a doc comment does not compile, so no setting goes undocumented):
 /// - `Layer`: every setting as `Option<Type>`, deserialised from TOML with unknown keys refused;
 ///   `Layer::over` (merge) and `Layer::from_env` (`LIVEPACK_` + the key in capitals);
 /// - `Settings`: the value of each setting, defaulted (`Type`) or not (`Option<Type>`), checked;
-/// - `KEYS`: every file key, in table order.
+/// - `KEYS`: every file key, in table order;
+/// - `documented()`: each setting as the configuration reference shows it, its default and
+///   allowed values taken from the row itself.
 macro_rules! settings {
     (@value $ty:ty) => { Option<$ty> };
     (@value $ty:ty, $default:expr) => { $ty };
@@ -24,16 +27,33 @@ macro_rules! settings {
     (@resolve $key:expr, $v:expr, $default:expr; $check:expr) => {
         $crate::config::setting::Check::check(&$check, $key, $v.unwrap_or_else(|| $default))?
     };
-    ($( $(#[$meta:meta])* $key:ident : $ty:ty $(= $default:expr)? $(, $check:expr)? ; )*) => {
+    (@default $ty:ty) => { None };
+    (@default $ty:ty, $default:expr) => {
+        Some($crate::config::setting::Shown::shown(&{ let v: $ty = $default; v }))
+    };
+    (@allowed $ty:ty) => { None };
+    (@allowed $ty:ty, $check:expr) => { $crate::config::setting::Check::<$ty>::allowed(&$check) };
+    ($( $(#[doc = $doc:literal])+ $key:ident : $ty:ty $(= $default:expr)? $(, $check:expr)? ; )*) => {
         /// Every setting optional: one layer of configuration (file, environment or flags).
         #[derive(Debug, Default, Clone, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct Layer {
-            $( $(#[$meta])* pub $key: Option<$ty>, )*
+            $( $(#[doc = $doc])+ pub $key: Option<$ty>, )*
         }
 
         /// The file key of every setting, in table order.
         pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// Every setting as the reference documents it, in table order.
+        pub fn documented() -> Vec<$crate::config::setting::Documented> {
+            vec![$( $crate::config::setting::Documented {
+                key: stringify!($key),
+                kind: <$ty as $crate::config::setting::Shown>::KIND,
+                doc: [$($doc),+].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "),
+                default: settings!(@default $ty $(, $default)?),
+                allowed: settings!(@allowed $ty $(, $check)?),
+            }, )*]
+        }
 
         impl Layer {
             /// Later layers win, field by field.
@@ -191,6 +211,12 @@ pub(super) fn default_addr(s: &str) -> SocketAddr {
 /// What a row's check can be: a range (its bounds are the error message) or a function.
 pub trait Check<T> {
     fn check(&self, key: &'static str, v: T) -> Result<T, ConfigError>;
+
+    /// The allowed values in words, when the check can say them (a function's cannot: the
+    /// setting's doc does).
+    fn allowed(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<T: PartialOrd + std::fmt::Display> Check<T> for RangeInclusive<T> {
@@ -200,6 +226,10 @@ impl<T: PartialOrd + std::fmt::Display> Check<T> for RangeInclusive<T> {
         }
         let reason = format!("must be {}..={}", self.start(), self.end());
         Err(invalid(key, v.to_string(), reason))
+    }
+
+    fn allowed(&self) -> Option<String> {
+        Some(format!("{} to {}", self.start(), self.end()))
     }
 }
 
@@ -211,10 +241,95 @@ impl<T: PartialOrd + std::fmt::Display> Check<T> for RangeFrom<T> {
         let reason = format!("must be at least {}", self.start);
         Err(invalid(key, v.to_string(), reason))
     }
+
+    fn allowed(&self) -> Option<String> {
+        Some(format!("at least {}", self.start))
+    }
 }
 
 impl<T, F: Fn(&'static str, T) -> Result<T, ConfigError>> Check<T> for F {
     fn check(&self, key: &'static str, v: T) -> Result<T, ConfigError> {
         self(key, v)
     }
+}
+
+/// One setting as the configuration reference shows it.
+#[derive(Debug, Clone)]
+pub struct Documented {
+    pub key: &'static str,
+    /// What kind of value it takes, in words.
+    pub kind: &'static str,
+    pub doc: String,
+    /// The built-in value; `None`: absent unless set (the doc says what absence means).
+    pub default: Option<String>,
+    /// The range the row checks, in words.
+    pub allowed: Option<String>,
+}
+
+/// How a setting's type is named and its default written in the reference.
+pub trait Shown {
+    const KIND: &'static str;
+    fn shown(&self) -> String;
+}
+
+macro_rules! shown_by_display {
+    ($($ty:ty => $kind:expr),* $(,)?) => {$(
+        impl Shown for $ty {
+            const KIND: &'static str = $kind;
+            fn shown(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+
+shown_by_display! {
+    SocketAddr => "address `IP:PORT`",
+    u64 => "integer",
+    usize => "integer",
+    bool => "`true` or `false`",
+    String => "string",
+}
+
+impl Shown for PathBuf {
+    const KIND: &'static str = "path";
+    fn shown(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+impl Shown for Vec<String> {
+    const KIND: &'static str = "array of strings (environment: comma-separated)";
+    fn shown(&self) -> String {
+        list(self.iter().map(String::as_str))
+    }
+}
+
+impl Shown for Vec<SocketAddr> {
+    const KIND: &'static str = "array of addresses `IP:PORT` (environment: comma-separated)";
+    fn shown(&self) -> String {
+        list(self.iter().map(ToString::to_string))
+    }
+}
+
+impl Shown for Vec<super::CdnResource> {
+    const KIND: &'static str = "array of tables";
+    fn shown(&self) -> String {
+        list(self.iter().map(|r| r.id.to_string()))
+    }
+}
+
+impl Shown for Vec<super::IngestRegion> {
+    const KIND: &'static str = "array of tables";
+    fn shown(&self) -> String {
+        list(self.iter().map(|r| r.name.clone()))
+    }
+}
+
+/// An empty list is an empty string (the reference writes it "none").
+fn list<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
+    items
+        .map(|s| s.as_ref().to_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

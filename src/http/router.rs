@@ -289,6 +289,13 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
                 .body(listener::full(api::OPENAPI_JSON))
                 .expect("static response is valid"),
         ),
+        "/docs/api" | "/docs/api/" => public(
+            Response::builder()
+                .header(hyper::header::CONTENT_TYPE, "text/html; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-cache")
+                .body(listener::full(api::DOCS_HTML))
+                .expect("static response is valid"),
+        ),
         "/metrics" if !api.keys.allows(req.headers()) => error_response(&ApiError::unauthorized()),
         "/metrics" => public(
             Response::builder()

@@ -836,3 +836,41 @@ async fn broadcast_page_goes_from_pending_to_live_to_a_dvr_replay() {
             .display()
     );
 }
+
+/// The API reference a browser reads at `/docs/api`: every operation of `/openapi.json`
+/// rendered by Swagger UI, with nothing fetched from another origin (it works offline).
+#[tokio::test]
+async fn the_api_reference_page_renders_every_operation_offline() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let doc: Value = serde_json::from_str(include_str!("../../src/http/api/openapi.json")).unwrap();
+    let operations: usize = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|item| {
+            ["get", "put", "post", "delete", "patch"]
+                .iter()
+                .filter(|m| item.get(**m).is_some())
+                .count()
+        })
+        .sum();
+    let report = driver(
+        "tests/browser/apidocs.mjs",
+        vec![d.url("/docs/api"), operations.to_string()],
+    )
+    .await;
+    assert_eq!(report["errors"], json!([]), "{report}");
+    assert_eq!(report["operations"], json!(operations), "{report}");
+    let summaries = report["summaries"].to_string();
+    assert!(
+        summaries.contains("This API's reference in a browser"),
+        "{report}"
+    );
+    let origin = d.url("");
+    assert_eq!(
+        report["origins"],
+        json!([origin.trim_end_matches('/')]),
+        "the page fetched from another origin"
+    );
+}

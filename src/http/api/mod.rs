@@ -35,6 +35,9 @@ pub use auth::ApiKeys;
 
 /// The OpenAPI document, kept in the repository and served as is.
 pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+/// The API reference for a browser (`/docs/api`): Swagger UI over [`OPENAPI_JSON`], its library
+/// served with the player's (`player_assets_dir`), so the page needs no other origin.
+pub const DOCS_HTML: &str = include_str!("docs.html");
 
 /// How many times a PATCH re-reads and re-applies after losing a race to another writer.
 const UPDATE_RETRIES: usize = 5;

@@ -27,10 +27,22 @@ use crate::live::Registry;
 static PAGE: LazyLock<String> = LazyLock::new(|| {
     include_str!("player.html").replace("{{CONTROLS_JS}}", include_str!("player-controls.js"))
 });
-/// The only files served from the assets directory: request names never become paths.
-const ASSETS: [(&str, &str); 2] = [
-    ("hls.min.js", "hls.js/dist/hls.min.js"),
-    ("dash.all.min.js", "dashjs/dist/dash.all.min.js"),
+const JS: &str = "text/javascript; charset=utf-8";
+/// The only files served from the assets directory (name, path, type): request names never
+/// become paths. The player's libraries, and Swagger UI for the API reference at `/docs/api`.
+const ASSETS: [(&str, &str, &str); 4] = [
+    ("hls.min.js", "hls.js/dist/hls.min.js", JS),
+    ("dash.all.min.js", "dashjs/dist/dash.all.min.js", JS),
+    (
+        "swagger-ui-bundle.js",
+        "swagger-ui-dist/swagger-ui-bundle.js",
+        JS,
+    ),
+    (
+        "swagger-ui.css",
+        "swagger-ui-dist/swagger-ui.css",
+        "text/css; charset=utf-8",
+    ),
 ];
 /// Player libraries change only with a new install; the page itself is small and re-fetched.
 const ASSET_CACHE: &str = "public, max-age=3600";
@@ -440,13 +452,13 @@ fn page(config: &serde_json::Value) -> Response<Body> {
 
 impl Player {
     async fn asset(&self, name: &str) -> Response<Body> {
-        let Some((_, rel)) = ASSETS.iter().find(|(n, _)| *n == name) else {
+        let Some((_, rel, content_type)) = ASSETS.iter().find(|(n, _, _)| *n == name) else {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
         let path = self.assets.join(rel);
         match tokio::fs::read(&path).await {
             Ok(bytes) => Response::builder()
-                .header(header::CONTENT_TYPE, "text/javascript; charset=utf-8")
+                .header(header::CONTENT_TYPE, *content_type)
                 .header(header::CACHE_CONTROL, ASSET_CACHE)
                 .body(full(bytes))
                 .expect("valid response"),
