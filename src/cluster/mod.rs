@@ -367,7 +367,7 @@ impl Cluster {
         let _order = self.ops.lock().await;
         let streams: Vec<(i64, Option<Numbering>)> = lock(&self.held)
             .drain()
-            .map(|id| (id, registry.numbering(id).map(Numbering::past_drain)))
+            .map(|id| (id, registry.handover(id)))
             .collect();
         if streams.is_empty() {
             return;

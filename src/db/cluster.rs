@@ -8,7 +8,11 @@ use std::time::Duration;
 use super::codec::{from_ms, to_ms};
 use super::conn::{args, Backend, Conn, Pool, Row, Tx};
 use super::{LeaseRow, LeaseState, LeaseTake, NodeBeat, NodeRow, SqlStore, StoreError};
-use crate::package::Numbering;
+use crate::package::{Handover, Numbering};
+
+/// How long after a node gave a stream up the node taking it bridges from where the first left
+/// its viewers: past it they have long recovered (or gone), and a bridge would span a hole.
+const HANDOVER_FOR: Duration = Duration::from_secs(30);
 
 /// Insert-then-read rounds of a lease take before it is reported as contended.
 const LEASE_TAKE_ROUNDS: usize = 3;
@@ -153,20 +157,43 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
             // a holder went away meanwhile, so a few rounds end it.
             for _ in 0..LEASE_TAKE_ROUNDS {
                 if c.query_opt(&take_sql, &take_args)?.is_some() {
-                    c.execute(
-                        "UPDATE stream_numbering SET given_up_ms = NULL \
-                         WHERE stream_id = $1 AND given_up_ms IS NOT NULL",
-                        &args![stream_id],
-                    )?;
+                    // A handover is for the node that takes the stream just after it was given
+                    // up (its viewers are still there), and for that node only.
                     let left = c.query_opt(
-                        "SELECT next_msn, next_discontinuity FROM stream_numbering \
-                         WHERE stream_id = $1",
+                        &format!(
+                            "SELECT next_msn, next_discontinuity, handover_msn, handover_edge_ms \
+                             FROM stream_numbering WHERE stream_id = $1 \
+                               AND (given_up_ms > {now} - $2 OR given_up_ms IS NULL)"
+                        ),
+                        &args![stream_id, dead_ms(HANDOVER_FOR)],
+                    )?;
+                    c.execute(
+                        "UPDATE stream_numbering SET given_up_ms = NULL, handover_msn = NULL, \
+                           handover_edge_ms = NULL \
+                         WHERE stream_id = $1 AND (given_up_ms IS NOT NULL \
+                           OR handover_msn IS NOT NULL)",
                         &args![stream_id],
                     )?;
+                    let left = match left {
+                        Some(r) => Some(r),
+                        // Given up too long ago: the numbers still hold, the handover not.
+                        None => c.query_opt(
+                            "SELECT next_msn, next_discontinuity, NULL, NULL \
+                             FROM stream_numbering WHERE stream_id = $1",
+                            &args![stream_id],
+                        )?,
+                    };
                     let numbering = match left {
                         Some(r) => Numbering {
                             next_msn: u64::try_from(r.i64(0)?).unwrap_or(0),
                             next_discontinuity: u64::try_from(r.i64(1)?).unwrap_or(0),
+                            handover: match (r.opt_i64(2)?, r.opt_i64(3)?) {
+                                (Some(msn), Some(edge_ms)) => Some(Handover {
+                                    first_msn: u64::try_from(msn).unwrap_or(0),
+                                    edge_ms,
+                                }),
+                                _ => None,
+                            },
                         },
                         None => Numbering::default(),
                     };
@@ -208,12 +235,18 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                     if let Some(n) = numbering {
                         save_numbering(c, stream_id, n)?;
                     }
+                    let handover = numbering.and_then(|n| n.handover);
                     let now = c.dialect().now_ms();
                     c.execute(
                         &format!(
-                            "UPDATE stream_numbering SET given_up_ms = {now} WHERE stream_id = $1"
+                            "UPDATE stream_numbering SET given_up_ms = {now}, handover_msn = $2, \
+                               handover_edge_ms = $3 WHERE stream_id = $1"
                         ),
-                        &args![stream_id],
+                        &args![
+                            stream_id,
+                            handover.map(|h| i64::try_from(h.first_msn).unwrap_or(i64::MAX)),
+                            handover.map(|h| h.edge_ms)
+                        ],
                     )?;
                     released.push(stream_id);
                 }

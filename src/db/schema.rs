@@ -200,6 +200,12 @@ ALTER TABLE nodes ADD COLUMN headroom {int};
 ALTER TABLE stream_numbering ADD COLUMN given_up_ms {int};
 CREATE INDEX stream_numbering_given_up ON stream_numbering (given_up_ms);
 "#,
+    // 12: where the stopping node left its viewers (its first unused segment number and the
+    // wall-clock end of its newest part): the node taking the stream over bridges from there.
+    r#"
+ALTER TABLE stream_numbering ADD COLUMN handover_msn {int};
+ALTER TABLE stream_numbering ADD COLUMN handover_edge_ms {int};
+"#,
 ];
 
 /// The schema version this build knows.

@@ -1030,6 +1030,7 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     let left_by_a = Numbering {
         next_msn: 1_764_000_100,
         next_discontinuity: 3,
+        handover: None,
     };
     let state = LeaseState {
         stream_id: id,
@@ -1090,6 +1091,10 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     let left_by_b = Numbering {
         next_msn: 1_764_000_200,
         next_discontinuity: 5,
+        handover: Some(crate::package::Handover {
+            first_msn: 1_764_000_198,
+            edge_ms: 1_764_000_000_123,
+        }),
     };
     let other = store
         .create_stream(&StreamSettings::default(), "u", now)
@@ -1125,7 +1130,15 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
     store.heartbeat(&beat("b", "http://b"), &[]).unwrap();
     assert!(store.live_leases(Some(id), dead_after).unwrap().is_empty());
     assert!(store.nodes().unwrap()[0].silent >= dead_after);
-    assert!(store.take_lease(id, "b", strict).unwrap().is_ok());
+    // The handover was for the node that took the stream just after it was given up.
+    let taken_again = store.take_lease(id, "b", strict).unwrap().unwrap();
+    assert_eq!(
+        taken_again,
+        Numbering {
+            handover: None,
+            ..left_by_b
+        }
+    );
     assert_eq!(store.heartbeat(&beat("b", "http://b"), &[]).unwrap(), [id]);
 
     // A node that leaves cleanly gives its leases up and is dead at once.

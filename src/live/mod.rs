@@ -265,6 +265,12 @@ impl Registry {
         Some(handles.package.read(|p| p.numbering()))
     }
 
+    /// What a node giving the stream up leaves for the next ([`Numbering::past_drain`]).
+    pub fn handover(&self, id: i64) -> Option<Numbering> {
+        let handles = self.sessions.handles(id)?;
+        Some(handles.package.read(|p| p.numbering().past_drain(p.edge())))
+    }
+
     /// The stream's live status here (its restreams' states are the restreams' to add).
     pub fn status(&self, id: i64) -> LiveStatus {
         self.sessions

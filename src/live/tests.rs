@@ -727,6 +727,7 @@ async fn a_stream_taken_over_numbers_on_from_where_its_last_node_left() {
     let left = Numbering {
         next_msn: clock().next_msn + 1000,
         next_discontinuity: 7,
+        handover: None,
     };
     *leases.left.lock().unwrap() = left;
     let moved = h.stream(|_| {});

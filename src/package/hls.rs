@@ -225,20 +225,38 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
     // The listed window: the newest complete segments (or the DVR window) plus the open one.
     let first_listed = pkg.first_listed(r);
     let listed = r.segments().range(first_listed..);
+    let bridge = if first_listed == 0 {
+        bridge(r, pkg.config().segment)
+    } else {
+        Vec::new()
+    };
     let mut out = String::new();
-    write_media_header(&mut out, pkg, r, first_listed, skip_until);
+    write_media_header(&mut out, pkg, r, first_listed, skip_until, &bridge);
     // Delta update: skip the leading segments older than the Skip Boundary from the end.
     let total: Duration = listed.clone().map(|s| s.duration()).sum();
     let mut skipped = 0usize;
+    let mut bridge = bridge.as_slice();
     if skip {
         skipped = skippable(listed.clone(), total, skip_until);
-        let _ = writeln!(out, "#EXT-X-SKIP:SKIPPED-SEGMENTS={skipped}");
+        // The bridge goes with the first segment: both skipped, or both listed.
+        let skipped_bridge = if skipped > 0 { bridge.len() } else { 0 };
+        bridge = &bridge[skipped_bridge..];
+        let _ = writeln!(
+            out,
+            "#EXT-X-SKIP:SKIPPED-SEGMENTS={}",
+            skipped + skipped_bridge
+        );
     }
     // §4.4.4.9: parts of segments "more than three Target Durations from the end" are removed.
     let parts_from = total.saturating_sub(Duration::from_secs(td * 3));
     let mut start = Duration::ZERO;
     let mut map: Option<u32> = None;
-    for s in listed.skip(skipped) {
+    for (i, s) in listed.skip(skipped).enumerate() {
+        if i == 0 && !bridge.is_empty() {
+            write_bridge(&mut out, bridge, s.init_version);
+            // The segment after the gaps starts this node's timeline.
+            out.push_str("#EXT-X-DISCONTINUITY\n");
+        }
         let with_parts = !s.complete || start >= parts_from;
         start += s.duration();
         write_segment(&mut out, s, with_parts, &mut map);
@@ -247,14 +265,68 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
     out
 }
 
+/// Gap segments the bridge from a stopping node lists at most: the numbers it left unused.
+const MAX_BRIDGE: u64 = 8;
+
+/// One gap segment of a bridge: its number, date and duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Gap {
+    msn: u64,
+    pdt: time::OffsetDateTime,
+    duration: Duration,
+}
+
+/// The gap segments from where the node before left its viewers to this rendition's first
+/// segment ([`super::Handover`]): the numbers between, spanning the time between (at most a
+/// segment each), in the discontinuity before this node's. None when there is no handover,
+/// the numbers do not fit, or the dates go backwards (clocks apart).
+fn bridge(r: &Rendition, segment: Duration) -> Vec<Gap> {
+    let (Some(h), Some(first)) = (r.handover(), r.segments().front()) else {
+        return Vec::new();
+    };
+    let count = first.msn.saturating_sub(h.first_msn);
+    if count == 0 || count > MAX_BRIDGE || r.discontinuity_sequence() == 0 {
+        return Vec::new();
+    }
+    let count = count as u32;
+    let edge = time::OffsetDateTime::UNIX_EPOCH + Duration::from_millis(h.edge_ms.max(0) as u64);
+    let Ok(span) = Duration::try_from(first.pdt - edge) else {
+        return Vec::new();
+    };
+    let span = span.min(segment * count);
+    let each = span / count;
+    if each.is_zero() {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| Gap {
+            msn: h.first_msn + u64::from(i),
+            pdt: first.pdt - span + each * i,
+            duration: each,
+        })
+        .collect()
+}
+
+/// The bridge's lines (§4.4.4.7 EXT-X-GAP: its segments are never to be loaded), in the init
+/// segment of the first segment after it.
+fn write_bridge(out: &mut String, bridge: &[Gap], init_version: u32) {
+    let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{init_version}.mp4\"");
+    for g in bridge {
+        let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", super::utc_ms(g.pdt));
+        out.push_str("#EXT-X-GAP\n");
+        let _ = writeln!(out, "#EXTINF:{},\nseg_{}.m4s", secs(g.duration), g.msn);
+    }
+}
+
 /// The tags before the segments: version, target duration, server control, part target and
-/// the sequence numbers of the first listed segment and discontinuity.
+/// the sequence numbers of the first listed segment (or gap) and discontinuity.
 fn write_media_header(
     out: &mut String,
     pkg: &PackageState,
     r: &Rendition,
     first_listed: usize,
     skip_until: Duration,
+    bridge: &[Gap],
 ) {
     let cfg = pkg.config();
     let segments = r.segments();
@@ -262,7 +334,10 @@ fn write_media_header(
         .range(..first_listed)
         .filter(|s| s.discontinuity)
         .count() as u64;
-    let first_msn = segments.get(first_listed).map_or(r.next_msn(), |s| s.msn);
+    let first_msn = bridge.first().map_or_else(
+        || segments.get(first_listed).map_or(r.next_msn(), |s| s.msn),
+        |g| g.msn,
+    );
     let _ = writeln!(out, "#EXTM3U\n#EXT-X-VERSION:{PLAYLIST_VERSION}");
     let _ = writeln!(
         out,
@@ -281,7 +356,9 @@ fn write_media_header(
         cfg.part.as_secs_f64()
     );
     let _ = writeln!(out, "#EXT-X-MEDIA-SEQUENCE:{first_msn}");
-    let disc_seq = r.discontinuity_sequence() + hidden_discontinuities;
+    // The bridge is in the discontinuity before this node's first segment.
+    let disc_seq =
+        r.discontinuity_sequence() + hidden_discontinuities - u64::from(!bridge.is_empty());
     if disc_seq > 0 {
         let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc_seq}");
     }

@@ -21,7 +21,7 @@ pub use state::{
     PackageState, PackagingConfig, PartIn, PushOutcome, Rendition, RenditionKind, Retention,
 };
 
-pub use numbering::Numbering;
+pub use numbering::{Handover, Numbering};
 pub use observe::{CompletedSegment, Observer, PackageEvent};
 pub use sink::{Layout, RenditionSink};
 pub use storage::{DiskStorage, MemoryStorage, SegmentKey, SegmentStorage};
@@ -619,6 +619,7 @@ mod tests {
         let left = Numbering {
             next_msn: 1_764_000_000,
             next_discontinuity: 4,
+            handover: None,
         };
         let config = PackagingConfig::default();
         let pkg = Arc::new(Package::new(
@@ -659,6 +660,90 @@ mod tests {
         let next = pkg.read(|p| p.numbering());
         assert_eq!(next.next_msn, left.next_msn + 4, "3 complete, 1 open");
         assert_eq!(next.next_discontinuity, left.next_discontinuity + 2);
+    }
+
+    /// A package taking a stream over from a node that stopped cleanly bridges from where that
+    /// node left its viewers: the numbers it left unused are gap segments in its discontinuity,
+    /// dated from its edge to this package's first segment, then a discontinuity (read back
+    /// with m3u8-rs). Once the first segment leaves the window, so does the bridge.
+    #[test]
+    fn a_package_taking_over_bridges_from_the_stopping_node_s_edge() {
+        use state::tests::{part, stereo_audio, video_720p};
+        let t0 = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let edge = t0 - Duration::from_millis(1500);
+        let left = Numbering {
+            next_msn: 900_000_002,
+            next_discontinuity: 4,
+            handover: Some(Handover {
+                first_msn: 900_000_000,
+                edge_ms: (edge.unix_timestamp_nanos() / 1_000_000) as i64,
+            }),
+        };
+        let config = PackagingConfig::default();
+        let pkg = Arc::new(Package::new(
+            PackageState::new(config, vec![]).numbered_from(left),
+        ));
+        pkg.install(Layout {
+            segment: config.segment,
+            part: config.part,
+            cmaf: vec![video_720p(1_000_000), stereo_audio(128_000)],
+            ts: vec![],
+        });
+        let per_segment = (config.segment.as_millis() / 500) as u64;
+        let push = |from: u64, to: u64| {
+            for i in from..to {
+                let t = t0 + Duration::from_millis(500 * i);
+                for name in ["720p", "audio"] {
+                    pkg.push(Output::Cmaf, name, part(i % per_segment == 0, 500, t), None);
+                }
+            }
+        };
+        push(0, 3 * per_segment);
+        let playlist = |skip: bool| {
+            let text = pkg.read(|p| hls::render_media(p, &p.renditions()[0], skip, false));
+            match m3u8_rs::parse_playlist_res(text.as_bytes()) {
+                Ok(m3u8_rs::Playlist::MediaPlaylist(m)) => (m, text),
+                other => panic!("{other:?}: {text}"),
+            }
+        };
+        let (listed, text) = playlist(false);
+        assert_eq!(listed.media_sequence, 900_000_000, "{text}");
+        assert_eq!(
+            listed.discontinuity_sequence, 3,
+            "the stopping node's: {text}"
+        );
+        let gap = |s: &m3u8_rs::MediaSegment| s.unknown_tags.iter().any(|t| t.tag == "X-GAP");
+        let (gaps, ours) = listed.segments.split_at(2);
+        for (i, g) in gaps.iter().enumerate() {
+            assert!(gap(g) && !g.discontinuity, "{text}");
+            assert!((g.duration - 0.75).abs() < 1e-3, "{text}");
+            let pdt = g.program_date_time.unwrap().timestamp_millis();
+            let want = (edge + Duration::from_millis(750 * i as u64)).unix_timestamp() * 1000
+                + i64::from((edge + Duration::from_millis(750 * i as u64)).millisecond());
+            assert_eq!(pdt, want, "{text}");
+        }
+        assert!(ours[0].discontinuity && !gap(&ours[0]), "{text}");
+        assert_eq!(
+            ours[0].program_date_time.unwrap().timestamp(),
+            t0.unix_timestamp(),
+            "{text}"
+        );
+        assert!(
+            ours[1..].iter().all(|s| !s.discontinuity && !gap(s)),
+            "{text}"
+        );
+        // A delta update that skips nothing lists the bridge too.
+        assert_eq!(playlist(true).0.segments.len(), listed.segments.len());
+        // The first segment leaves the live window: the bridge with it, and the sequence
+        // counts the discontinuity that left.
+        push(3 * per_segment, 12 * per_segment);
+        let (later, text) = playlist(false);
+        assert!(later.media_sequence > 900_000_002, "{text}");
+        assert_eq!(later.discontinuity_sequence, 4, "{text}");
+        assert!(
+            later.segments.iter().all(|s| !gap(s) && !s.discontinuity),
+            "{text}"
+        );
     }
 
     fn ts_package(idle: Option<Duration>) -> (Arc<Package>, Vec<RenditionSink>) {

@@ -13,6 +13,22 @@ pub struct Numbering {
     /// The next discontinuity sequence number. Kept small: hls.js walks an array indexed by it
     /// on every playlist load, so a clock-derived value would freeze the page.
     pub next_discontinuity: u64,
+    /// Where the node that served the stream before stopped, when it stopped cleanly (a
+    /// rolling restart): the next node's playlists bridge from there ([`Handover`]).
+    pub handover: Option<Handover>,
+}
+
+/// Where a stopping node left its viewers: the first segment number it did not use and the
+/// wall-clock end of its newest part. The next node lists the numbers between that one and its
+/// own first segment as gap segments (`EXT-X-GAP`) in the old node's discontinuity, spanning
+/// from that end to its own first segment: a player that followed the old node finds the
+/// segment after its last one, by number or by date, and skips the gap, where without them
+/// it finds nothing to load after the hole in the timeline and stalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handover {
+    pub first_msn: u64,
+    /// Unix milliseconds.
+    pub edge_ms: i64,
 }
 
 impl Numbering {
@@ -34,26 +50,32 @@ impl Numbering {
         let before = before.unwrap_or_default();
         Numbering {
             next_msn: clock.max(before.next_msn),
-            next_discontinuity: before.next_discontinuity,
+            ..before
         }
     }
 
     /// What a stopping node leaves for the node taking its stream over: past the segment its
     /// playlists' preload hint announced (players hold it as the next segment, and would see
     /// another node's segment under its number as a mismatch) and past one more that the
-    /// drain of its pipelines may still begin.
-    pub fn past_drain(self) -> Numbering {
+    /// drain of its pipelines may still begin. `edge`: the end of its newest part, for the
+    /// [`Handover`].
+    pub fn past_drain(self, edge: Option<time::OffsetDateTime>) -> Numbering {
         Numbering {
             next_msn: self.next_msn.saturating_add(2),
-            ..self
+            next_discontinuity: self.next_discontinuity,
+            handover: edge.map(|edge| Handover {
+                first_msn: self.next_msn,
+                edge_ms: i64::try_from(edge.unix_timestamp_nanos() / 1_000_000).unwrap_or(0),
+            }),
         }
     }
 
-    /// The higher of each number.
+    /// The higher of each number (and the handover either has).
     pub fn max(self, other: Numbering) -> Numbering {
         Numbering {
             next_msn: self.next_msn.max(other.next_msn),
             next_discontinuity: self.next_discontinuity.max(other.next_discontinuity),
+            handover: self.handover.or(other.handover),
         }
     }
 }
@@ -72,17 +94,20 @@ mod tests {
         let behind = Numbering {
             next_msn: 7,
             next_discontinuity: 3,
+            handover: None,
         };
         assert_eq!(
             Numbering::starting(now, two, Some(behind)),
             Numbering {
                 next_msn: 500,
-                next_discontinuity: 3
+                next_discontinuity: 3,
+                handover: None,
             }
         );
         let ahead = Numbering {
             next_msn: 900,
             next_discontinuity: 4,
+            handover: None,
         };
         assert_eq!(Numbering::starting(now, two, Some(ahead)), ahead);
     }

@@ -145,6 +145,9 @@ pub struct Rendition {
     /// Discontinuities among the segments dropped from the store; the renderer adds those among
     /// segments kept but no longer listed (EXT-X-DISCONTINUITY-SEQUENCE).
     discontinuity_sequence: u64,
+    /// Where the node before left the stream's viewers, and this rendition's first segment
+    /// number: the playlists bridge from one to the other while that segment is held.
+    handover: Option<(super::Handover, u64)>,
 }
 
 impl Rendition {
@@ -161,6 +164,7 @@ impl Rendition {
             epoch_msn: 0,
             discontinuity_from: None,
             discontinuity_sequence: 0,
+            handover: None,
         }
     }
 
@@ -279,7 +283,16 @@ impl Rendition {
             self.next_msn = from.next_msn;
             self.epoch_msn = from.next_msn;
             self.discontinuity_sequence = from.next_discontinuity;
+            self.handover = from.handover.map(|h| (h, from.next_msn));
         }
+    }
+
+    /// The handover to bridge from, while this rendition's first segment is held and starts
+    /// no discontinuity of its own.
+    pub fn handover(&self) -> Option<super::Handover> {
+        let (handover, first_msn) = self.handover?;
+        let front = self.segments.front()?;
+        (front.msn == first_msn && !front.discontinuity).then_some(handover)
     }
 
     /// The discontinuity sequence number of the newest segment (its EXT-X-DISCONTINUITY-

@@ -91,11 +91,25 @@ impl PackageState {
     /// and discontinuity number used here.
     pub fn numbering(&self) -> super::Numbering {
         let all = || self.renditions.iter().chain(self.ts_renditions.iter());
-        super::Numbering {
+        let n = super::Numbering {
             next_msn: all().map(Rendition::next_msn).max().unwrap_or(0),
             next_discontinuity: all().map(|r| r.last_discontinuity() + 1).max().unwrap_or(0),
+            handover: None,
         }
-        .max(self.first)
+        .max(self.first);
+        // A handover is where a stopping node leaves its viewers, never a number to go on from.
+        super::Numbering {
+            handover: None,
+            ..n
+        }
+    }
+
+    /// The wall-clock end of the newest part of any rendition: the live edge viewers reached.
+    pub fn edge(&self) -> Option<time::OffsetDateTime> {
+        self.renditions
+            .iter()
+            .filter_map(|r| r.segments().back().map(|s| s.pdt + s.duration()))
+            .max()
     }
 
     /// `render`'s text for `r`, rendered once per package version (the HLS renderer's cache).
