@@ -48,6 +48,8 @@ struct Args {
 enum Command {
     /// Print the configuration reference (Markdown): every setting, its variable, flag, default.
     ConfigReference,
+    /// Print the manual page (roff): the flags, and where the settings are documented.
+    Man,
     /// Print a livepack.toml listing every setting commented out.
     ConfigTemplate {
         /// Write `KEY = VALUE` (VALUE in TOML) uncommented, e.g. --set data_dir='"/var/lib/x"'.
@@ -58,6 +60,39 @@ enum Command {
     #[command(name = livepack::pull_source::COMMAND, hide = true)]
     PullSource,
 }
+
+/// The manual page: clap's rendering of the flags and subcommands, then the settings, the files
+/// and where the rest is documented.
+fn print_man() -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let command = Args::command().name("livepack").after_long_help(MAN_MORE);
+    let mut out = Vec::new();
+    let man = clap_mangen::Man::new(command).section("8");
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    man.render_subcommands_section(&mut out)?;
+    man.render_extra_section(&mut out)?;
+    man.render_version_section(&mut out)?;
+    std::io::Write::write_all(&mut std::io::stdout(), &out)?;
+    Ok(())
+}
+
+const MAN_MORE: &str = "\
+Every setting is a key of the TOML file, a LIVEPACK_* environment variable (the key in capitals) \
+and, for a few, a flag; later sources win: defaults, the file, the environment, the flags. \
+`livepack config-reference` prints them all with their defaults and ranges; \
+`livepack config-template` prints a commented livepack.toml.
+
+Files (Debian package): /etc/livepack/livepack.toml (the settings), /var/lib/livepack (the data \
+dir: the SQLite database, the API key, recordings), /usr/share/doc/livepack/book/index.html \
+(the book: guides, references, troubleshooting). A running daemon serves its API reference at \
+/docs/api.
+
+Signals: SIGTERM or SIGINT stops the daemon cleanly (refuses newcomers, finishes recordings and \
+webhooks, exits 0 within shutdown_timeout_secs); a second one exits at once.";
 
 /// Each setting that has a flag, with the flag: the flags are named after the file keys.
 fn flags() -> Vec<(String, String)> {
@@ -133,6 +168,10 @@ fn main() -> anyhow::Result<()> {
         Some(Command::PullSource) => {
             init_logging();
             std::process::exit(livepack::pull_source::run());
+        }
+        Some(Command::Man) => {
+            print_man()?;
+            return Ok(());
         }
         Some(Command::ConfigReference) => {
             print!("{}", config::reference::markdown(&flags()));
