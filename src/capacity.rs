@@ -37,6 +37,9 @@ pub enum OverloadPolicy {
     Refuse,
     /// Accepted with only the quality set's lowest rung (the others are "shed").
     Shed,
+    /// Accepted with no video transcode: the source's video is packaged as it came, the only
+    /// video rendition (its audio is still made AAC, which costs little).
+    Passthrough,
 }
 
 impl OverloadPolicy {
@@ -44,6 +47,7 @@ impl OverloadPolicy {
         match v {
             "refuse" => Some(OverloadPolicy::Refuse),
             "shed" => Some(OverloadPolicy::Shed),
+            "passthrough" => Some(OverloadPolicy::Passthrough),
             _ => None,
         }
     }
@@ -52,6 +56,7 @@ impl OverloadPolicy {
         match self {
             OverloadPolicy::Refuse => "refuse",
             OverloadPolicy::Shed => "shed",
+            OverloadPolicy::Passthrough => "passthrough",
         }
     }
 }
@@ -108,12 +113,31 @@ impl Full {
     }
 }
 
+/// What the record says of a passed-through stream's encoder (`transcoding_preset`), and how
+/// the capacity check tells such a stream from a transcode.
+pub const PASSTHROUGH_PRESET: &str = "passthrough";
+
+/// What a publish taken on a full node is transcoded to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reduction {
+    /// The whole ladder (the node had room).
+    #[default]
+    None,
+    /// The lowest rung the source allows ([`OverloadPolicy::Shed`]).
+    LowestRung,
+    /// No video transcode ([`OverloadPolicy::Passthrough`]).
+    Passthrough,
+}
+
 /// What a publish that would start a transcode gets.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     Admit,
     /// Full; the policy sheds: accepted with the lowest rung.
     Shed(Full),
+    /// Full; the policy passes the source through: accepted with no video transcode, so it
+    /// takes no transcode's place.
+    Passthrough(Full),
     /// Full; the policy refuses.
     Refuse(Full),
 }
@@ -142,6 +166,7 @@ pub struct Capacity {
     assumed_cost: f64,
     refused: AtomicU64,
     shed: AtomicU64,
+    passed_through: AtomicU64,
     sampler: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -194,6 +219,7 @@ impl Capacity {
                 / std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
             refused: AtomicU64::new(0),
             shed: AtomicU64::new(0),
+            passed_through: AtomicU64::new(0),
             sampler: None,
         }
     }
@@ -306,6 +332,10 @@ impl Capacity {
                     self.shed.fetch_add(1, Ordering::Relaxed);
                     Verdict::Shed(full)
                 }
+                OverloadPolicy::Passthrough => {
+                    self.passed_through.fetch_add(1, Ordering::Relaxed);
+                    return (Verdict::Passthrough(full), None);
+                }
             },
         };
         *pending += 1;
@@ -357,11 +387,13 @@ impl Capacity {
              # HELP livepack_publishes_over_capacity_total Publishes that found the node full, by what they got (overload_policy).\n\
              # TYPE livepack_publishes_over_capacity_total counter\n\
              livepack_publishes_over_capacity_total{{outcome=\"refused\"}} {}\n\
-             livepack_publishes_over_capacity_total{{outcome=\"shed\"}} {}\n",
+             livepack_publishes_over_capacity_total{{outcome=\"shed\"}} {}\n\
+             livepack_publishes_over_capacity_total{{outcome=\"passthrough\"}} {}\n",
             running.len(),
             u8::from(full.is_some()),
             self.refused(),
             self.shed(),
+            self.passed_through.load(Ordering::Relaxed),
         );
         if let Some(cpu) = self.cpu_percent() {
             out.push_str(&format!(
@@ -458,7 +490,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_count_caps_and_policy_picks_refuse_or_shed() {
+    async fn the_count_caps_and_policy_picks_refuse_shed_or_passthrough() {
         let capacity = Arc::new(Capacity::fixed(CapacityConfig {
             max_transcodes: Some(2),
             cpu_percent: 100,
@@ -484,9 +516,22 @@ mod tests {
             ..capacity.config()
         }));
         let (verdict, place) = shedding.judge(|| running(&[None, None]));
-        assert_eq!(verdict, Verdict::Shed(full));
+        assert_eq!(verdict, Verdict::Shed(full.clone()));
         assert!(place.is_some(), "a shed publish is admitted");
         assert_eq!(shedding.shed(), 1);
+        let passing = Arc::new(Capacity::fixed(CapacityConfig {
+            policy: OverloadPolicy::Passthrough,
+            ..capacity.config()
+        }));
+        let (verdict, place) = passing.judge(|| running(&[None, None]));
+        assert_eq!(verdict, Verdict::Passthrough(full));
+        assert!(
+            place.is_none(),
+            "a passed-through stream takes no transcode's place"
+        );
+        assert!(passing
+            .metrics(&running(&[None, None]))
+            .contains("livepack_publishes_over_capacity_total{outcome=\"passthrough\"} 1\n"));
         // Headroom: what the count leaves (the CPU is not checked here), 0 when full.
         assert_eq!(capacity.headroom(&running(&[None])), Some(500));
         assert_eq!(capacity.headroom(&running(&[None, None])), Some(0));

@@ -67,15 +67,9 @@ fn print_man() -> anyhow::Result<()> {
     use clap::CommandFactory;
     let command = Args::command().name("livepack").after_long_help(MAN_MORE);
     let mut out = Vec::new();
-    let man = clap_mangen::Man::new(command).section("8");
-    man.render_title(&mut out)?;
-    man.render_name_section(&mut out)?;
-    man.render_synopsis_section(&mut out)?;
-    man.render_description_section(&mut out)?;
-    man.render_options_section(&mut out)?;
-    man.render_subcommands_section(&mut out)?;
-    man.render_extra_section(&mut out)?;
-    man.render_version_section(&mut out)?;
+    clap_mangen::Man::new(command)
+        .section("8")
+        .render(&mut out)?;
     std::io::Write::write_all(&mut std::io::stdout(), &out)?;
     Ok(())
 }

@@ -203,8 +203,10 @@ settings! {
     /// ones' average cost (and the ones admitted in those 5 s) would reach this, or a running
     /// transcode is below 0.97× real time; 100 turns the measured check off ("Capacity").
     admission_cpu_percent: u64 = crate::capacity::DEFAULT_CPU_PERCENT, 10..=100;
-    /// What a publish that would start a transcode on a full node gets: `refuse` (refused as each
-    /// protocol refuses) or `shed` (taken with its lowest rung only).
+    /// What a publish that would start a transcode on a full node gets: `refuse` (refused as
+    /// each protocol refuses), `shed` (taken with its lowest rung only) or `passthrough` (taken
+    /// with no video transcode: an H.264 source's video is packaged as it came, the only video
+    /// rendition; another codec is shed instead).
     overload_policy: String = "refuse".to_owned();
     /// Events a lossy follower of the event bus may lag behind before it resyncs from the live
     /// state; the webhook outbox never loses one whatever this is.
@@ -630,7 +632,7 @@ fn capacity(s: &Settings) -> Result<crate::capacity::CapacityConfig, ConfigError
         invalid(
             "overload_policy",
             s.overload_policy.clone(),
-            "one of refuse, shed",
+            "one of refuse, shed, passthrough",
         )
     })?;
     Ok(crate::capacity::CapacityConfig {

@@ -67,7 +67,7 @@ pub fn markdown(flags: &[(String, String)]) -> String {
 /// A default in code type; an empty list reads "none".
 fn quoted(default: &str) -> String {
     if default.is_empty() {
-        "none".to_owned()
+        or_none(default).to_owned()
     } else {
         format!("`{default}`")
     }
@@ -110,6 +110,8 @@ pub fn toml_template(set: &[(String, String)]) -> Result<String, String> {
         }
         out.push('\n');
     }
+    // A value given badly (unquoted, of the wrong type) fails here, not at the daemon's start.
+    toml::from_str::<super::Layer>(&out).map_err(|e| format!("--set: {e}"))?;
     Ok(out)
 }
 
@@ -196,5 +198,7 @@ mod tests {
         }
         let err = toml_template(&[("no_such".into(), "1".into())]).unwrap_err();
         assert!(err.contains("no_such"), "{err}");
+        let err = toml_template(&[("data_dir".into(), "/unquoted".into())]).unwrap_err();
+        assert!(err.starts_with("--set"), "{err}");
     }
 }

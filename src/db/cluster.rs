@@ -161,9 +161,10 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                     // up (its viewers are still there), and for that node only.
                     let left = c.query_opt(
                         &format!(
-                            "SELECT next_msn, next_discontinuity, handover_msn, handover_edge_ms \
-                             FROM stream_numbering WHERE stream_id = $1 \
-                               AND (given_up_ms > {now} - $2 OR given_up_ms IS NULL)"
+                            "SELECT next_msn, next_discontinuity, \
+                               CASE WHEN given_up_ms > {now} - $2 THEN handover_msn END, \
+                               CASE WHEN given_up_ms > {now} - $2 THEN handover_edge_ms END \
+                             FROM stream_numbering WHERE stream_id = $1"
                         ),
                         &args![stream_id, dead_ms(HANDOVER_FOR)],
                     )?;
@@ -174,15 +175,6 @@ impl<B: Backend> ClusterStore for SqlStore<B> {
                            OR handover_msn IS NOT NULL)",
                         &args![stream_id],
                     )?;
-                    let left = match left {
-                        Some(r) => Some(r),
-                        // Given up too long ago: the numbers still hold, the handover not.
-                        None => c.query_opt(
-                            "SELECT next_msn, next_discontinuity, NULL, NULL \
-                             FROM stream_numbering WHERE stream_id = $1",
-                            &args![stream_id],
-                        )?,
-                    };
                     let numbering = match left {
                         Some(r) => Numbering {
                             next_msn: u64::try_from(r.i64(0)?).unwrap_or(0),

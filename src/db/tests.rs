@@ -1140,6 +1140,20 @@ fn a_lease_has_one_holder_and_passes_on_when_it_dies_or_idles(store: &Backend) {
         }
     );
     assert_eq!(store.heartbeat(&beat("b", "http://b"), &[]).unwrap(), [id]);
+    // A handover given up longer ago than the bridge's window is not passed on; the numbers
+    // are.
+    assert_eq!(
+        store.give_up_leases("b", &[(id, Some(left_by_b))]).unwrap(),
+        [id]
+    );
+    store.exec("UPDATE stream_numbering SET given_up_ms = given_up_ms - 60000");
+    assert_eq!(
+        store.take_lease(id, "b", strict).unwrap().unwrap(),
+        Numbering {
+            handover: None,
+            ..left_by_b
+        }
+    );
 
     // A node that leaves cleanly gives its leases up and is dead at once.
     store.heartbeat(&beat("a", "http://a"), &[]).unwrap();

@@ -261,14 +261,24 @@ impl Registry {
     /// Where the numbering of whoever serves the stream next must start, while it has a
     /// package here.
     pub fn numbering(&self, id: i64) -> Option<Numbering> {
-        let handles = self.sessions.handles(id)?;
-        Some(handles.package.read(|p| p.numbering()))
+        self.read_package(id, |p| p.numbering())
     }
 
-    /// What a node giving the stream up leaves for the next ([`Numbering::past_drain`]).
+    /// What a node giving the stream up leaves for the next ([`Numbering::past_drain`]). Taken
+    /// at the give-up, before the pipelines drain: the next node takes the stream as soon as
+    /// its encoder reconnects there, about a second later, while this drain may still run;
+    /// the numbers the drain can use are left between (the bridge's gaps, then skipped).
     pub fn handover(&self, id: i64) -> Option<Numbering> {
+        self.read_package(id, |p| p.numbering().past_drain(p.edge()))
+    }
+
+    fn read_package<T>(
+        &self,
+        id: i64,
+        f: impl FnOnce(&crate::package::PackageState) -> T,
+    ) -> Option<T> {
         let handles = self.sessions.handles(id)?;
-        Some(handles.package.read(|p| p.numbering().past_drain(p.edge())))
+        Some(handles.package.read(f))
     }
 
     /// The stream's live status here (its restreams' states are the restreams' to add).
@@ -457,7 +467,7 @@ impl Registry {
         let start = SessionStart {
             first: (slot, protocol, rx),
             quality_set,
-            shed: place.shed.is_some(),
+            reduction: place.reduction,
             options: session_options(&row.settings),
         };
         let counters = match self
@@ -481,7 +491,7 @@ impl Registry {
     /// beside its backup) adds no transcode; any other gets the node's verdict, refused here
     /// before anything is allocated (the lease is not even taken: another node may take it).
     fn admit(&self, id: i64) -> Result<Admitted, PublishError> {
-        use crate::capacity::Verdict;
+        use crate::capacity::{Reduction, Verdict};
         let Some(capacity) = &self.config.capacity else {
             return Ok(Admitted::default());
         };
@@ -495,12 +505,22 @@ impl Registry {
             capacity.judge(|| self.sessions.transcodes())
         };
         match verdict {
-            Verdict::Admit => Ok(Admitted { place, shed: None }),
+            Verdict::Admit => Ok(Admitted {
+                place,
+                reduction: Reduction::None,
+            }),
             Verdict::Shed(full) => {
                 tracing::warn!(stream = id, reason = %full, "at capacity: the stream is transcoded to its lowest rung only");
                 Ok(Admitted {
                     place,
-                    shed: Some(full),
+                    reduction: Reduction::LowestRung,
+                })
+            }
+            Verdict::Passthrough(full) => {
+                tracing::warn!(stream = id, reason = %full, "at capacity: the stream's video is passed through, not transcoded");
+                Ok(Admitted {
+                    place,
+                    reduction: Reduction::Passthrough,
                 })
             }
             Verdict::Refuse(full) => {

@@ -57,12 +57,12 @@ pub struct PublishPermit {
     pub(super) place: Admitted,
 }
 
-/// What the capacity check gave a publish: its place (if it starts a transcode), and why its
-/// top rungs are shed (if they are).
+/// What the capacity check gave a publish: its place (if it starts a transcode), and what it
+/// is transcoded to.
 #[derive(Debug, Default)]
 pub(super) struct Admitted {
     pub place: Option<crate::capacity::Reservation>,
-    pub shed: Option<crate::capacity::Full>,
+    pub reduction: crate::capacity::Reduction,
 }
 
 /// A publish check's claim on the stream's lease, from before the lease is taken until the

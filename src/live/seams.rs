@@ -30,8 +30,8 @@ pub struct StreamHandles {
 pub struct PipelineJob {
     pub stream: StreamHandles,
     pub quality_set: QualitySet,
-    /// Transcode only the lowest rung the source allows: the node was full.
-    pub shed: bool,
+    /// What the node, full at the publish, could give: the lowest rung or no transcode.
+    pub reduction: crate::capacity::Reduction,
     pub media: hub::Reader,
     pub stop: watch::Receiver<bool>,
 }

@@ -31,8 +31,8 @@ pub(super) type Attach = (Slot, Protocol, mpsc::Receiver<MediaMessage>);
 pub(super) struct SessionStart {
     pub first: Attach,
     pub quality_set: QualitySet,
-    /// The node was full ([`crate::capacity`]): only the lowest rung is transcoded.
-    pub shed: bool,
+    /// The node was full ([`crate::capacity`]): the lowest rung only, or no transcode.
+    pub reduction: crate::capacity::Reduction,
     pub options: SessionOptions,
 }
 
@@ -381,11 +381,16 @@ impl Table {
         self.streams().get(&id).map(|e| e.handles.clone())
     }
 
-    /// The streams with a publishing session, each a running transcode, with their speeds.
+    /// The streams with a publishing session that transcode, with their speeds.
     pub fn transcodes(&self) -> Vec<crate::capacity::Transcode> {
         self.streams()
             .iter()
-            .filter(|(_, e)| e.session.is_some())
+            // A stream passed through costs no transcode's place.
+            .filter(|(_, e)| {
+                e.session.is_some()
+                    && lock(&e.handles.status).transcoding_preset()
+                        != Some(crate::capacity::PASSTHROUGH_PRESET)
+            })
             .map(|(&stream, e)| crate::capacity::Transcode {
                 stream,
                 speed: lock(&e.handles.status).transcoding_speed(),

@@ -52,7 +52,7 @@ impl Registry {
         let SessionStart {
             first,
             quality_set,
-            shed,
+            reduction,
             options,
         } = start;
         let storage = DiskStorage::new(self.config.media_root.join(id.to_string()));
@@ -77,7 +77,7 @@ impl Registry {
         let mut pipeline = tokio::spawn(self.factory.run(PipelineJob {
             stream: stream.clone(),
             quality_set,
-            shed,
+            reduction,
             media,
             stop: stop.clone(),
         }));

@@ -226,7 +226,7 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
     let first_listed = pkg.first_listed(r);
     let listed = r.segments().range(first_listed..);
     let bridge = if first_listed == 0 {
-        bridge(r, pkg.config().segment)
+        bridge_gaps(r, pkg.config().segment)
     } else {
         Vec::new()
     };
@@ -253,7 +253,7 @@ pub fn render_media(pkg: &PackageState, r: &Rendition, skip: bool, endlist: bool
     let mut map: Option<u32> = None;
     for (i, s) in listed.skip(skipped).enumerate() {
         if i == 0 && !bridge.is_empty() {
-            write_bridge(&mut out, bridge, s.init_version);
+            write_bridge(&mut out, bridge, s.init_version, &mut map);
             // The segment after the gaps starts this node's timeline.
             out.push_str("#EXT-X-DISCONTINUITY\n");
         }
@@ -280,7 +280,7 @@ struct Gap {
 /// segment ([`super::Handover`]): the numbers between, spanning the time between (at most a
 /// segment each), in the discontinuity before this node's. None when there is no handover,
 /// the numbers do not fit, or the dates go backwards (clocks apart).
-fn bridge(r: &Rendition, segment: Duration) -> Vec<Gap> {
+fn bridge_gaps(r: &Rendition, segment: Duration) -> Vec<Gap> {
     let (Some(h), Some(first)) = (r.handover(), r.segments().front()) else {
         return Vec::new();
     };
@@ -308,9 +308,11 @@ fn bridge(r: &Rendition, segment: Duration) -> Vec<Gap> {
 }
 
 /// The bridge's lines (§4.4.4.7 EXT-X-GAP: its segments are never to be loaded), in the init
-/// segment of the first segment after it.
-fn write_bridge(out: &mut String, bridge: &[Gap], init_version: u32) {
+/// segment of the first segment after it; that one starts a discontinuity, so it states its
+/// init segment again.
+fn write_bridge(out: &mut String, bridge: &[Gap], init_version: u32, map: &mut Option<u32>) {
     let _ = writeln!(out, "#EXT-X-MAP:URI=\"init_{init_version}.mp4\"");
+    *map = None;
     for g in bridge {
         let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", super::utc_ms(g.pdt));
         out.push_str("#EXT-X-GAP\n");

@@ -36,7 +36,8 @@ impl Numbering {
     /// since the Unix epoch, and never fall behind `before` (what the node that served the
     /// stream last left in the store); discontinuities go on from `before`. The clock alone
     /// covers a node that died without saying (as long as the segments were no shorter than
-    /// `segment` on average, which the encoder's forced keyframes give).
+    /// `segment` on average, which the encoder's forced keyframes give). The handover `before`
+    /// carries passes on.
     pub fn starting(
         now: std::time::SystemTime,
         segment: std::time::Duration,
@@ -70,12 +71,13 @@ impl Numbering {
         }
     }
 
-    /// The higher of each number (and the handover either has).
+    /// The higher of each number. A handover is where one node left its viewers, never a
+    /// number to go on from: none.
     pub fn max(self, other: Numbering) -> Numbering {
         Numbering {
             next_msn: self.next_msn.max(other.next_msn),
             next_discontinuity: self.next_discontinuity.max(other.next_discontinuity),
-            handover: self.handover.or(other.handover),
+            handover: None,
         }
     }
 }

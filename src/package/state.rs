@@ -91,20 +91,16 @@ impl PackageState {
     /// and discontinuity number used here.
     pub fn numbering(&self) -> super::Numbering {
         let all = || self.renditions.iter().chain(self.ts_renditions.iter());
-        let n = super::Numbering {
+        super::Numbering {
             next_msn: all().map(Rendition::next_msn).max().unwrap_or(0),
             next_discontinuity: all().map(|r| r.last_discontinuity() + 1).max().unwrap_or(0),
             handover: None,
         }
-        .max(self.first);
-        // A handover is where a stopping node leaves its viewers, never a number to go on from.
-        super::Numbering {
-            handover: None,
-            ..n
-        }
+        .max(self.first)
     }
 
-    /// The wall-clock end of the newest part of any rendition: the live edge viewers reached.
+    /// The wall-clock end of the newest part of any CMAF rendition: the live edge LL-HLS
+    /// viewers reached.
     pub fn edge(&self) -> Option<time::OffsetDateTime> {
         self.renditions
             .iter()

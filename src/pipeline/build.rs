@@ -271,6 +271,9 @@ impl Builder<'_> {
     /// `appsrc → decode → I420@fps → (overlays) → tee`, a branch per rung, the screenshot and
     /// the source remux. The source's appsrc, and the top rung's segment grid for the audio.
     fn video(&self, v: &VideoConfig) -> Result<(AppSrc, Option<VideoGrid>), PipelineError> {
+        if self.plan.passthrough {
+            return self.passthrough(v);
+        }
         let (pipeline, plan) = (&self.pipeline, self.plan);
         let src = appsrc(video_caps(v))?;
         let [parse, decode] = video_decoder(v)?;
@@ -334,6 +337,48 @@ impl Builder<'_> {
         Ok((src, grid))
     }
 
+    /// A passthrough: `appsrc → tee → h264parse → avc/au → tee`, the source's own frames as the
+    /// one video rung (no decoder, so no screenshot and no overlay), and the source remux.
+    fn passthrough(&self, v: &VideoConfig) -> Result<(AppSrc, Option<VideoGrid>), PipelineError> {
+        let (pipeline, plan) = (&self.pipeline, self.plan);
+        let rung = plan.video_rungs.first().ok_or_else(|| {
+            PipelineError::Build("a passthrough plan without its rung".to_owned())
+        })?;
+        let src = appsrc(video_caps(v))?;
+        let source_tee = make("tee")?;
+        let [parse, _] = video_decoder(v)?;
+        let head = [
+            src.clone().upcast::<gst::Element>(),
+            source_tee.clone(),
+            parse,
+            capsfilter(
+                gst::Caps::builder("video/x-h264")
+                    .field("stream-format", "avc")
+                    .field("alignment", "au")
+                    .build(),
+            )?,
+            make("tee")?,
+        ];
+        link(pipeline, &head)?;
+        let mux = cmafmux(plan)?;
+        // Keyframes are the publisher's encoder's: none can be asked for.
+        mux.set_property("send-force-keyunit", false);
+        let package_src = self.encoded(head.last().expect("tee"), 0, rung, mux)?;
+        let grid = VideoGrid::watch(&package_src);
+        if plan.source {
+            let [parser, _] = video_decoder(v)?;
+            source_branch(
+                pipeline,
+                plan,
+                &self.package,
+                &source_tee,
+                Some(parser),
+                SOURCE_VIDEO,
+            )?;
+        }
+        Ok((src, Some(grid)))
+    }
+
     /// One rung: `queue → scale → x264enc → h264parse → tee`, into the hub (read by the package)
     /// and TS. Returns the package's appsrc for the rung (the top rung's segment grid is watched
     /// there).
@@ -361,11 +406,6 @@ impl Builder<'_> {
         );
         enc.set_property("option-string", "scenecut=0");
         enc.set_property("threads", x264_threads(rung, plan.fps));
-        let sink = sink::appsink(
-            self.sinks[i].clone(),
-            plan.wall_base,
-            if i == 0 { self.meter.clone() } else { None },
-        );
         let chain = [
             queue,
             make(super::scale::FACTORY)?,
@@ -396,10 +436,27 @@ impl Builder<'_> {
         link(pipeline, &chain)?;
         tee.link(&chain[0])
             .map_err(|e| PipelineError::Build(format!("tee → {}: {e}", rung.name)))?;
-        let encoded = chain.last().expect("tee");
+        self.encoded(chain.last().expect("tee"), i, rung, cmafmux(plan)?)
+    }
+
+    /// A rung's encoded frames (length-prefixed H.264, whole pictures) from `encoded`, a tee:
+    /// into the package through the hub (`mux`), to the hub's other readers, and into TS.
+    /// Returns the package's appsrc for the rung.
+    fn encoded(
+        &self,
+        encoded: &gst::Element,
+        i: usize,
+        rung: &VideoRung,
+        mux: gst::Element,
+    ) -> Result<gst::Element, PipelineError> {
+        let (pipeline, plan) = (&self.pipeline, self.plan);
+        let sink = sink::appsink(
+            self.sinks[i].clone(),
+            plan.wall_base,
+            if i == 0 { self.meter.clone() } else { None },
+        );
         let feed = Feed::Video(rung.name.clone());
-        let package_src =
-            self.package_branch(feed.clone(), Some(plan.fps), cmafmux(plan)?, sink)?;
+        let package_src = self.package_branch(feed.clone(), Some(plan.fps), mux, sink)?;
         super::taps::tap(pipeline, encoded, self.hub, feed, self.closers())?;
         // The same encoded frames, re-framed as Annex B with SPS/PPS on every IDR, into TS.
         let parse = make("h264parse")?;

@@ -34,6 +34,9 @@ pub struct Ladder {
     /// Only the lowest rung the source allows is built: the node was full (the others are
     /// "shed", and reported).
     pub shed: bool,
+    /// No video rung is built: an H.264 source's video is packaged as it came (the node was
+    /// full, `overload_policy = "passthrough"`).
+    pub passthrough: bool,
     /// x264's preset: [`X264_PRESET`], or a faster one once the stream's
     /// transcode fell behind real time.
     pub preset: &'static str,
@@ -56,6 +59,7 @@ impl Ladder {
             rungs,
             source: false,
             shed: false,
+            passthrough: false,
             preset: X264_PRESET,
         }
     }

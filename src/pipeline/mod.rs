@@ -89,7 +89,8 @@ impl PipelineFactory for GstPipelines {
             // Always built: its gate keeps it idle until an origin recording starts, and the
             // record's `record_type` may change while the stream is live.
             source: true,
-            shed: job.shed,
+            shed: job.reduction == crate::capacity::Reduction::LowestRung,
+            passthrough: job.reduction == crate::capacity::Reduction::Passthrough,
             ..Ladder::from_set(&job.quality_set)
         };
         let overlays = self.overlays.as_ref().map(|h| h.set_for(job.stream.id));
@@ -204,7 +205,11 @@ async fn run_one(
     {
         let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
         s.set_pipeline_part(PipelinePart {
-            transcoded_qualities: plan.video_rungs.iter().map(|r| r.name.clone()).collect(),
+            transcoded_qualities: if plan.passthrough {
+                Vec::new()
+            } else {
+                plan.video_rungs.iter().map(|r| r.name.clone()).collect()
+            },
             shed_qualities: plan.shed.clone(),
             transcoding_preset: plan.x264_preset.to_owned(),
             frame_rate: probe.fps.map(|f| (f * 100.0).round() / 100.0),

@@ -21,6 +21,11 @@ pub const X264_ONE_THREAD_MAX_PIXEL_RATE: u64 = 1280 * 720 * 60;
 pub const AUDIO_RATE: i32 = 48_000;
 pub const AUDIO_CHANNELS: i32 = 2;
 pub const AUDIO_RENDITION: &str = "audio";
+/// The one video rendition of a stream passed through: the source's own video.
+pub const PASSTHROUGH_RENDITION: &str = "source";
+pub use crate::capacity::PASSTHROUGH_PRESET;
+/// The codecs string of the rungs x264 makes (High profile, level 4.0).
+const X264_CODECS: &str = "avc1.640028";
 /// Screenshots: one every 10 s, at most 1080 px wide (aspect kept).
 pub const SCREENSHOT_INTERVAL: Duration = Duration::from_secs(10);
 pub const SCREENSHOT_MAX_WIDTH: u32 = 1080;
@@ -32,6 +37,8 @@ pub struct VideoRung {
     pub width: u32,
     pub height: u32,
     pub kbps: u32,
+    /// The RFC 6381 codecs string of what this rung carries.
+    pub codecs: String,
 }
 
 /// Everything needed to build one epoch's pipeline.
@@ -49,8 +56,10 @@ pub struct Plan {
     pub video_rungs: Vec<VideoRung>,
     /// The rungs the source allowed and the load did not ([`Ladder::shed`]), highest first.
     pub shed: Vec<String>,
-    /// x264's preset ([`Ladder::preset`]).
+    /// x264's preset ([`Ladder::preset`]), or [`PASSTHROUGH_PRESET`].
     pub x264_preset: &'static str,
+    /// The source's video is packaged as it came, the one video rung ([`Ladder::passthrough`]).
+    pub passthrough: bool,
     pub audio_kbps: u32,
     /// Wall-clock time of running time 0 (EXT-X-PROGRAM-DATE-TIME base).
     pub wall_base: OffsetDateTime,
@@ -88,12 +97,27 @@ impl Plan {
                             width: width.max(2),
                             height: r.height,
                             kbps: r.video_kbps,
+                            codecs: X264_CODECS.to_owned(),
                         }
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let shed = if ladder.shed && video_rungs.len() > 1 {
+        // Only H.264 is passed through (what every player of every output decodes); another
+        // codec is shed instead.
+        let source = video
+            .filter(|_| ladder.passthrough)
+            .and_then(passthrough_rung);
+        let passthrough = source.is_some();
+        let shed = if let Some(mut source) = source {
+            // Nominal: the source's real rate is the encoder's; the top rung it reaches is
+            // what a player's first guess needs.
+            source.kbps = video_rungs.first().map_or(source.kbps, |r| r.kbps);
+            std::mem::replace(&mut video_rungs, vec![source])
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        } else if (ladder.shed || ladder.passthrough) && video_rungs.len() > 1 {
             let lowest = video_rungs.split_off(video_rungs.len() - 1);
             std::mem::replace(&mut video_rungs, lowest)
                 .into_iter()
@@ -120,7 +144,12 @@ impl Plan {
             audio: audio.cloned(),
             video_rungs,
             shed,
-            x264_preset: ladder.preset,
+            x264_preset: if passthrough {
+                PASSTHROUGH_PRESET
+            } else {
+                ladder.preset
+            },
+            passthrough,
             audio_kbps: ladder.audio_kbps(),
             wall_base,
             source: ladder.source,
@@ -172,7 +201,7 @@ impl Plan {
                         height: r.height,
                         frame_rate: f64::from(self.fps),
                     },
-                    "avc1.640028",
+                    &r.codecs,
                     u64::from(r.kbps) * 1000,
                 )
             })
@@ -190,6 +219,25 @@ impl Plan {
         }
         out
     }
+}
+
+/// The source's video as the one rung of a passthrough: H.264 with its decoder configuration
+/// (profile and level name its codecs string), at its own size.
+fn passthrough_rung(v: &VideoConfig) -> Option<VideoRung> {
+    if v.codec != crate::media::VideoCodec::H264 {
+        return None;
+    }
+    // AVCDecoderConfigurationRecord: version, profile, compatibility, level.
+    let [1, profile, compatibility, level, ..] = v.record[..] else {
+        return None;
+    };
+    Some(VideoRung {
+        name: PASSTHROUGH_RENDITION.to_owned(),
+        width: v.width,
+        height: v.height,
+        kbps: 0,
+        codecs: format!("avc1.{profile:02x}{compatibility:02x}{level:02x}"),
+    })
 }
 
 #[cfg(test)]
@@ -243,5 +291,52 @@ mod tests {
         let p = plan(&shed, 241);
         assert_eq!(names(&p), ["240p"]);
         assert!(p.shed.is_empty());
+    }
+
+    #[test]
+    fn a_passthrough_ladder_packages_an_h264_source_as_it_came() {
+        let set = QualitySets::builtin();
+        let ladder = Ladder {
+            passthrough: true,
+            ..Ladder::from_set(set.get(1).unwrap())
+        };
+        let source = |codec, record: &[u8]| VideoConfig {
+            codec,
+            record: bytes::Bytes::copy_from_slice(record),
+            width: 1280,
+            height: 720,
+        };
+        let plan_of = |v: &VideoConfig| {
+            Plan::new(
+                1,
+                &ladder,
+                Some(v),
+                None,
+                Some(25.0),
+                PackagingConfig::default(),
+                OffsetDateTime::UNIX_EPOCH,
+            )
+        };
+        let p = plan_of(&source(VideoCodec::H264, &[1, 0x64, 0, 0x1f, 0xff]));
+        assert!(p.passthrough);
+        assert_eq!(p.x264_preset, PASSTHROUGH_PRESET);
+        assert_eq!(p.video_rungs.len(), 1);
+        let r = &p.video_rungs[0];
+        assert_eq!(
+            (r.name.as_str(), r.width, r.height, r.codecs.as_str()),
+            (PASSTHROUGH_RENDITION, 1280, 720, "avc1.64001f")
+        );
+        assert_eq!(r.kbps, 3000, "the top rung in reach's nominal rate");
+        assert_eq!(
+            p.shed,
+            ["720p", "480p", "360p"],
+            "none of the ladder is made"
+        );
+        // HEVC is not passed through: shed to the lowest rung instead.
+        let p = plan_of(&source(VideoCodec::H265, &[1, 2, 3, 4]));
+        assert!(!p.passthrough);
+        assert_eq!(p.video_rungs.len(), 1);
+        assert_eq!(p.video_rungs[0].name, "360p");
+        assert_eq!(p.video_rungs[0].codecs, "avc1.640028");
     }
 }

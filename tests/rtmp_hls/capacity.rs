@@ -2,8 +2,9 @@
 //! publish is refused over RTMP, SRT and WHIP with each protocol's "overloaded", `/readyz` says
 //! the node is full and `/metrics` counts the refusals, while the first stream's parts go on;
 //! its backup (no new transcode) is still taken; once it ends the node is ready again. With
-//! `overload_policy = "shed"` the second stream is taken with its lowest rung only, and the
-//! record and the master playlist say so.
+//! `overload_policy = "shed"` the second stream is taken with its lowest rung only, with
+//! `"passthrough"` with its source's video as it came; the record and the master playlist say
+//! so.
 
 use std::time::{Duration, Instant};
 
@@ -254,4 +255,89 @@ async fn a_transcode_behind_its_input_skips_whole_gops_and_plays_on() {
     let (codec, _, height, frames) = decoded_video(&top);
     assert_eq!((codec.as_str(), height), ("h264", 720));
     assert!(frames > 0);
+}
+
+/// With `overload_policy = "passthrough"` the next stream's H.264 is packaged as it came: the
+/// record says so, the master playlist has the one source variant (its size and codecs), an
+/// outside reader decodes the source's own profile and size, and the running stream's parts go
+/// on. It takes no transcode's place.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_passthrough_the_next_stream_plays_its_source_untranscoded() {
+    let _g = heavy().await;
+    let dir = tempdir();
+    let d = daemon(dir.path(), "passthrough");
+    let first = create(&d, json!({"name": "on air"})).await;
+    let second = create(&d, json!({"name": "passed through"})).await;
+    let first_pusher = push(first["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let first_id = first["id"].as_i64().unwrap();
+    transcoding(&d, first_id).await;
+    let first_master = first["hls_cmaf_url"].as_str().unwrap().to_owned();
+    wait_segments(&first_master, 2).await;
+    let before = newest_msn(&first_master).await;
+
+    let second_pusher = push(second["push_url"].as_str().unwrap(), "av-720p.flv", 20);
+    let second_id = second["id"].as_i64().unwrap();
+    let rec = wait_record(&d, second_id, Duration::from_secs(30), |r| {
+        r["live"] == true && r["transcoding_preset"] == "passthrough"
+    })
+    .await;
+    assert_eq!(rec["transcoded_qualities"], json!([]), "{rec}");
+    assert_eq!(
+        rec["shed_qualities"],
+        json!(["720p", "480p", "360p"]),
+        "{rec}"
+    );
+    let master_url = second["hls_cmaf_url"].as_str().unwrap();
+    wait_segments(master_url, 2).await;
+    let (_, text) = text(master_url).await;
+    let master = hls::master(&text);
+    assert_eq!(master.variants.len(), 1, "{text}");
+    let variant = &master.variants[0];
+    assert_eq!(
+        variant.resolution.map(|r| (r.width, r.height)),
+        Some((1280, 720)),
+        "{text}"
+    );
+    let fixture = ffprobe(
+        &crate::common::root()
+            .join("fixtures/av-720p.flv")
+            .to_string_lossy(),
+    );
+    let video_of = |probe: &Value| {
+        probe["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["codec_type"] == "video")
+            .cloned()
+            .unwrap_or_else(|| panic!("no video stream in {probe}"))
+    };
+    let (source, out) = (video_of(&fixture), video_of(&ffprobe(master_url)));
+    for key in ["codec_name", "profile", "level", "width", "height"] {
+        assert_eq!(
+            out[key], source[key],
+            "{key}: {out} against the source {source}"
+        );
+    }
+    // The codecs the master states are the source's (profile and level from its avcC).
+    let level = source["level"].as_u64().unwrap();
+    assert!(
+        variant
+            .codecs
+            .as_deref()
+            .is_some_and(|c| c.starts_with("avc1.64") && c.contains(&format!("{level:02x}"))),
+        "{text}"
+    );
+
+    // The running stream went on, and is still the node's one transcode.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(newest_msn(&first_master).await > before);
+    let m = scrape(&d).await;
+    assert_eq!(
+        m.value("livepack_publishes_over_capacity_total{outcome=\"passthrough\"}"),
+        1.0
+    );
+    assert_eq!(m.value("livepack_transcodes"), 1.0);
+    drop(second_pusher);
+    drop(first_pusher);
 }

@@ -122,8 +122,13 @@ impl Player {
         } else {
             assets
         };
-        if !has_libs(&assets) {
-            tracing::warn!(dir = %assets.display(), "player libraries not found (run `npm ci` in the checkout, or set player_assets_dir)");
+        let missing: Vec<&str> = ASSETS
+            .iter()
+            .filter(|(_, path, _)| !assets.join(path).is_file())
+            .map(|(_, path, _)| *path)
+            .collect();
+        if !missing.is_empty() {
+            tracing::warn!(dir = %assets.display(), ?missing, "web libraries not found (run `npm ci` in the checkout, or set player_assets_dir)");
         }
         Arc::new(Player {
             registry,
