@@ -120,6 +120,24 @@ ensure_test_deps() {
   ensure_python_tool "moto[server]" moto_server
 }
 
+# promtool (Prometheus's rule checker), taken out of Debian's prometheus package without
+# installing it: the package would start a Prometheus server. Prints the binary's path.
+ensure_promtool() {
+  local dir="$REPO_ROOT/target/tools/prometheus"
+  if [ ! -x "$dir/usr/bin/promtool" ]; then
+    local tmp
+    tmp="$(mktemp -d)"
+    chmod 0755 "$tmp"
+    echo "==> promtool from Debian's prometheus package" >&2
+    (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 \
+      || { as_root apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; })
+    mkdir -p "$dir"
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$dir"
+    rm -rf "$tmp"
+  fi
+  echo "$dir/usr/bin/promtool"
+}
+
 # Python test tools live in a venv under target/, away from the system Python.
 PY_TOOLS="$REPO_ROOT/target/pytools"
 

@@ -610,17 +610,9 @@ mod tests {
         assert!(on_disk >= 1);
     }
 
-    /// A package numbered from where another node left the stream: its playlists go on past
-    /// that node's segment and discontinuity numbers (read back with m3u8-rs), and what it
-    /// leaves for the next node is past its own.
-    #[test]
-    fn a_package_numbers_on_from_where_the_last_node_left() {
-        use state::tests::{part, stereo_audio, video_720p};
-        let left = Numbering {
-            next_msn: 1_764_000_000,
-            next_discontinuity: 4,
-            handover: None,
-        };
+    /// A package numbered from `left`, with a 720p rendition and an audio one.
+    fn numbered_package(left: Numbering) -> (Arc<Package>, PackagingConfig) {
+        use state::tests::{stereo_audio, video_720p};
         let config = PackagingConfig::default();
         let pkg = Arc::new(Package::new(
             PackageState::new(config, vec![]).numbered_from(left),
@@ -631,6 +623,21 @@ mod tests {
             cmaf: vec![video_720p(1_000_000), stereo_audio(128_000)],
             ts: vec![],
         });
+        (pkg, config)
+    }
+
+    /// A package numbered from where another node left the stream: its playlists go on past
+    /// that node's segment and discontinuity numbers (read back with m3u8-rs), and what it
+    /// leaves for the next node is past its own.
+    #[test]
+    fn a_package_numbers_on_from_where_the_last_node_left() {
+        use state::tests::part;
+        let left = Numbering {
+            next_msn: 1_764_000_000,
+            next_discontinuity: 4,
+            handover: None,
+        };
+        let (pkg, config) = numbered_package(left);
         let t0 = time::OffsetDateTime::now_utc();
         let per_segment = (config.segment.as_millis() / 500) as u64;
         for i in 0..3 * per_segment {
@@ -668,7 +675,7 @@ mod tests {
     /// with m3u8-rs). Once the first segment leaves the window, so does the bridge.
     #[test]
     fn a_package_taking_over_bridges_from_the_stopping_node_s_edge() {
-        use state::tests::{part, stereo_audio, video_720p};
+        use state::tests::part;
         let t0 = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let edge = t0 - Duration::from_millis(1500);
         let left = Numbering {
@@ -679,16 +686,7 @@ mod tests {
                 edge_ms: (edge.unix_timestamp_nanos() / 1_000_000) as i64,
             }),
         };
-        let config = PackagingConfig::default();
-        let pkg = Arc::new(Package::new(
-            PackageState::new(config, vec![]).numbered_from(left),
-        ));
-        pkg.install(Layout {
-            segment: config.segment,
-            part: config.part,
-            cmaf: vec![video_720p(1_000_000), stereo_audio(128_000)],
-            ts: vec![],
-        });
+        let (pkg, config) = numbered_package(left);
         let per_segment = (config.segment.as_millis() / 500) as u64;
         let push = |from: u64, to: u64| {
             for i in from..to {

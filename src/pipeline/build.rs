@@ -323,18 +323,24 @@ impl Builder<'_> {
             }
         }
         super::screenshot::branch(pipeline, &tee, v, self.package.clone())?;
-        if plan.source {
-            let [parser, _] = video_decoder(v)?;
-            source_branch(
-                pipeline,
-                plan,
-                &self.package,
-                &source_tee,
-                Some(parser),
-                SOURCE_VIDEO,
-            )?;
-        }
+        self.video_remux(v, &source_tee)?;
         Ok((src, grid))
+    }
+
+    /// The source's video remuxed as received, for origin recordings ([`source_branch`]).
+    fn video_remux(&self, v: &VideoConfig, source_tee: &gst::Element) -> Result<(), PipelineError> {
+        if !self.plan.source {
+            return Ok(());
+        }
+        let [parser, _] = video_decoder(v)?;
+        source_branch(
+            &self.pipeline,
+            self.plan,
+            &self.package,
+            source_tee,
+            Some(parser),
+            SOURCE_VIDEO,
+        )
     }
 
     /// A passthrough: `appsrc → tee → h264parse → avc/au → tee`, the source's own frames as the
@@ -351,12 +357,7 @@ impl Builder<'_> {
             src.clone().upcast::<gst::Element>(),
             source_tee.clone(),
             parse,
-            capsfilter(
-                gst::Caps::builder("video/x-h264")
-                    .field("stream-format", "avc")
-                    .field("alignment", "au")
-                    .build(),
-            )?,
+            avc_whole_pictures()?,
             make("tee")?,
         ];
         link(pipeline, &head)?;
@@ -365,17 +366,7 @@ impl Builder<'_> {
         mux.set_property("send-force-keyunit", false);
         let package_src = self.encoded(head.last().expect("tee"), 0, rung, mux)?;
         let grid = VideoGrid::watch(&package_src);
-        if plan.source {
-            let [parser, _] = video_decoder(v)?;
-            source_branch(
-                pipeline,
-                plan,
-                &self.package,
-                &source_tee,
-                Some(parser),
-                SOURCE_VIDEO,
-            )?;
-        }
+        self.video_remux(v, &source_tee)?;
         Ok((src, Some(grid)))
     }
 
@@ -423,14 +414,7 @@ impl Builder<'_> {
                     .build(),
             )?,
             make("h264parse")?,
-            // Length-prefixed, whole pictures, with the avcC in the caps: what the hub's readers
-            // get (the TS branch re-frames its copy as Annex B).
-            capsfilter(
-                gst::Caps::builder("video/x-h264")
-                    .field("stream-format", "avc")
-                    .field("alignment", "au")
-                    .build(),
-            )?,
+            avc_whole_pictures()?,
             make("tee")?,
         ];
         link(pipeline, &chain)?;
@@ -589,6 +573,17 @@ impl Builder<'_> {
         }
         Ok(src)
     }
+}
+
+/// Length-prefixed H.264, whole pictures, with the avcC in the caps: what the hub's readers
+/// get (the TS branch re-frames its copy as Annex B).
+fn avc_whole_pictures() -> Result<gst::Element, PipelineError> {
+    capsfilter(
+        gst::Caps::builder("video/x-h264")
+            .field("stream-format", "avc")
+            .field("alignment", "au")
+            .build(),
+    )
 }
 
 /// x264's `threads` for a rung: 1, or 0 (x264 decides) above `X264_ONE_THREAD_MAX_PIXEL_RATE`.
