@@ -34,7 +34,7 @@ pub fn markdown(flags: &[(String, String)]) -> String {
     let mut out = String::from("# Configuration reference\n\n");
     out.push_str(
         "<!-- Printed by `livepack config-reference` from the settings table in \
-         src/config/mod.rs: edit it there. -->\n\n",
+         src/config/table.rs: edit it there. -->\n\n",
     );
     out.push_str(PREAMBLE);
     out.push_str("\n| setting | default |\n|---|---|\n");

@@ -63,7 +63,7 @@ macro_rules! settings {
 
             /// Reads the `LIVEPACK_*` variables through `get` (so tests need not touch the
             /// process env).
-            pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
+            pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Layer, $crate::config::ConfigError> {
                 Ok(Layer {
                     $( $key: {
                         let name = $crate::config::setting::env_name(stringify!($key));
@@ -77,12 +77,12 @@ macro_rules! settings {
 
         /// Each setting's value: its default applied, its check passed.
         #[derive(Debug)]
-        struct Settings {
-            $( $key: settings!(@value $ty $(, $default)?), )*
+        pub(super) struct Settings {
+            $( pub(super) $key: settings!(@value $ty $(, $default)?), )*
         }
 
         impl Settings {
-            fn resolve(layer: Layer) -> Result<Settings, ConfigError> {
+            pub(super) fn resolve(layer: Layer) -> Result<Settings, $crate::config::ConfigError> {
                 Ok(Settings {
                     $( $key: settings!(@resolve stringify!($key), layer.$key $(, $default)? $(; $check)?), )*
                 })
