@@ -1,4 +1,4 @@
-//! The machinery behind the settings table in [`super`]: the `settings!` macro that turns one
+//! The machinery behind the settings table ([`super::table`]): the `settings!` macro that turns one
 //! row per setting into the TOML layer, the merge, the `LIVEPACK_*` reader and the defaulted,
 //! checked values; how each type is read from the environment; and the checks a row can name.
 
