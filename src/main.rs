@@ -66,11 +66,9 @@ enum Command {
 fn print_man() -> anyhow::Result<()> {
     use clap::CommandFactory;
     let command = Args::command().name("livepack").after_long_help(MAN_MORE);
-    let mut out = Vec::new();
     clap_mangen::Man::new(command)
         .section("8")
-        .render(&mut out)?;
-    std::io::Write::write_all(&mut std::io::stdout(), &out)?;
+        .render(&mut std::io::stdout().lock())?;
     Ok(())
 }
 

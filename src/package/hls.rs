@@ -359,8 +359,8 @@ fn write_media_header(
     );
     let _ = writeln!(out, "#EXT-X-MEDIA-SEQUENCE:{first_msn}");
     // The bridge is in the discontinuity before this node's first segment.
-    let disc_seq =
-        r.discontinuity_sequence() + hidden_discontinuities - u64::from(!bridge.is_empty());
+    let disc_seq = (r.discontinuity_sequence() + hidden_discontinuities)
+        .saturating_sub(u64::from(!bridge.is_empty()));
     if disc_seq > 0 {
         let _ = writeln!(out, "#EXT-X-DISCONTINUITY-SEQUENCE:{disc_seq}");
     }
