@@ -114,6 +114,7 @@ pub mod http;
 pub(crate) mod hub;
 pub(crate) mod ingest;
 pub(crate) mod live;
+pub mod logging;
 pub(crate) mod media;
 pub(crate) mod overlay;
 pub mod package;

@@ -112,53 +112,18 @@ impl Args {
     }
 }
 
-/// Dependencies whose warnings are not ours to show: the WebRTC stack (crates `rtc*`) warns
-/// about normal start-up races (SRTP packets before the DTLS keys, ICE checks before
-/// candidates); srt-protocol warns once per packet still queued when a peer closes (thousands
-/// of lines per disconnect), which the SRT listener reports in one line. Each stays at `error`
-/// unless a directive of the filter names it.
-const QUIET: &[&str] = &[
-    "rtc",
-    "rtc_ice",
-    "rtc_dtls",
-    "rtc_srtp",
-    "webrtc",
-    "srt_protocol",
-    "srt_tokio",
-];
-
-fn log_filter(env: Option<String>) -> String {
-    let mut filter = env
-        .filter(|f| !f.trim().is_empty())
-        .unwrap_or_else(|| "info".into());
-    let named: Vec<String> = filter
-        .split(',')
-        .map(|d| d.split('=').next().unwrap_or("").trim().to_owned())
-        .collect();
-    for target in QUIET {
-        let prefix = format!("{target}::");
-        if !named.iter().any(|n| n == target || n.starts_with(&prefix)) {
-            filter = format!("{filter},{target}=error");
-        }
-    }
-    filter
-}
-
-/// Log lines to stderr, filtered by `RUST_LOG` (and [`QUIET`]).
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
-            std::env::var("RUST_LOG").ok(),
-        )))
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match args.command {
         Some(Command::PullSource) => {
-            init_logging();
+            // The daemon hands its format down (see `logging::FORMAT_ENV`).
+            let format = std::env::var(livepack::logging::FORMAT_ENV).ok();
+            livepack::logging::init(
+                format
+                    .as_deref()
+                    .and_then(livepack::logging::LogFormat::parse)
+                    .unwrap_or_default(),
+            );
             std::process::exit(livepack::pull_source::run());
         }
         Some(Command::Man) => {
@@ -194,8 +159,6 @@ fn main() -> anyhow::Result<()> {
     // WebKit's processes inherit the proxy variables, so they are set before any thread exists.
     let page_proxy =
         livepack::page_proxy::install().context("cannot bind the overlay page proxy")?;
-    init_logging();
-
     let (path, required) = match &args.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(config::DEFAULT_CONFIG_FILE), false),
@@ -203,6 +166,7 @@ fn main() -> anyhow::Result<()> {
     let file = Layer::from_file(&path, required)?;
     let env = Layer::from_env(|k| std::env::var(k).ok())?;
     let config = Config::from_layer(args.layer().over(env.over(file)))?;
+    livepack::logging::init(config.log_format);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -370,26 +334,5 @@ fn trim_heap() {
         unsafe {
             malloc_trim(0);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn noisy_dependencies_stay_quiet_unless_named() {
-        let f = log_filter(None);
-        assert!(
-            f.starts_with("info,")
-                && f.contains("webrtc=error")
-                && f.contains("srt_protocol=error")
-        );
-        let f = log_filter(Some("debug,srt_protocol=trace".into()));
-        assert!(f.contains("srt_protocol=trace") && !f.contains("srt_protocol=error"));
-        assert!(f.contains("rtc_ice=error"));
-        // Our own SRT module's target does not unquiet the srt-protocol crate.
-        let f = log_filter(Some("livepack::ingest::srt=debug".into()));
-        assert!(f.contains("srt_protocol=error"));
     }
 }

@@ -125,6 +125,7 @@ pub struct Config {
     pub grace_period: std::time::Duration,
     /// SIGTERM's bound: past it the daemon exits with what is not finished named in the log.
     pub shutdown_timeout: std::time::Duration,
+    pub log_format: crate::logging::LogFormat,
     /// How many transcodes the node takes and what a publish past that gets.
     pub capacity: crate::capacity::CapacityConfig,
     /// The least time from SIGTERM to the listeners' close (balancers' health checks see
@@ -211,6 +212,8 @@ impl Config {
             rtmps_key_file: s.rtmps_key_file,
             grace_period: Duration::from_secs(s.grace_period_secs),
             shutdown_timeout: Duration::from_secs(s.shutdown_timeout_secs),
+            log_format: crate::logging::LogFormat::parse(&s.log_format)
+                .ok_or_else(|| invalid("log_format", s.log_format.clone(), "one of text, json"))?,
             shutdown_accept_grace: Duration::from_secs(s.shutdown_accept_grace_secs),
             events_bus_capacity: s.events_bus_capacity,
             backup_switch: Duration::from_secs(s.backup_switch_secs),
@@ -499,6 +502,7 @@ mod tests {
         );
         for (key, value) in [
             ("overload_policy", "\"drop\""),
+            ("log_format", "\"xml\""),
             ("max_transcodes", "0"),
             ("admission_cpu_percent", "101"),
         ] {

@@ -138,6 +138,10 @@ settings! {
     https_cert_file: PathBuf;
     /// The HTTPS private key (PEM); with `https_cert_file`, both or neither. Absent: the RTMPS key.
     https_key_file: PathBuf;
+    /// How the log on stderr is written: `text` (lines for a terminal or journald) or `json` (one
+    /// object per line: `timestamp`, `level`, `target`, `message` and the event's fields such as
+    /// `stream`, for Loki or Elasticsearch). `RUST_LOG` filters either.
+    log_format: String = "text".to_owned();
 
     // Packaging and the live session.
     /// The length of a media segment: 2000, 3000 or 4000.

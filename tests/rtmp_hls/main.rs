@@ -5,6 +5,7 @@ mod capacity;
 #[path = "../common/mod.rs"]
 mod common;
 mod https;
+mod logs;
 #[path = "../common/media.rs"]
 mod media;
 mod shutdown;

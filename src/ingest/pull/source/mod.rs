@@ -154,6 +154,10 @@ pub async fn start(
     // This very binary, even if its file was replaced (an upgrade) since the daemon started.
     let mut child = tokio::process::Command::new("/proc/self/exe")
         .arg(COMMAND)
+        .env(
+            crate::logging::FORMAT_ENV,
+            crate::logging::format().as_str(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
