@@ -34,7 +34,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request headers passed on: ranges, revalidation, content negotiation, and for the control
 /// API its body type. Never `Authorization`: the user's key stays with the node it was given
 /// to; the signature stands for it.
-const PASSED_ON: [HeaderName; 6] = [
+const PASSED_ON: [HeaderName; 7] = [
+    // The viewer's, so that the serving node counts players behind another node apart
+    // (`package::audience`), with `X-Forwarded-For` below.
+    header::USER_AGENT,
     header::RANGE,
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
@@ -42,6 +45,8 @@ const PASSED_ON: [HeaderName; 6] = [
     header::ORIGIN,
     header::CONTENT_TYPE,
 ];
+/// Who a request came through: the relay appends the address it was asked from.
+pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// A relayed request body (control API writes) is read whole first, up to the API's own limit.
 const MAX_BODY: usize = crate::http::body::MAX_JSON_BYTES;
 /// Hop-by-hop headers (RFC 9110 §7.6.1) are the connection's, not the answer's.
@@ -183,6 +188,13 @@ impl Relay {
             if let Some(v) = req.headers().get(name) {
                 outbound = outbound.header(name.as_str(), v.as_bytes());
             }
+        }
+        if let Some(peer) = req.extensions().get::<crate::http::listener::PeerAddr>() {
+            let forwarded = match req.headers().get(&FORWARDED_FOR) {
+                Some(v) => format!("{}, {}", String::from_utf8_lossy(v.as_bytes()), peer.0.ip()),
+                None => peer.0.ip().to_string(),
+            };
+            outbound = outbound.header(FORWARDED_FOR.as_str(), forwarded);
         }
         let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
             .collect()

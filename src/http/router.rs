@@ -211,6 +211,10 @@ fn media_request(
     *req.method_mut() = head.method.clone();
     *req.uri_mut() = head.uri.clone();
     *req.headers_mut() = head.headers.clone();
+    // Who asked: the serving node counts its players (`package::audience`).
+    if let Some(peer) = head.extensions.get::<crate::http::listener::PeerAddr>() {
+        req.extensions_mut().insert(*peer);
+    }
     req
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use super::publisher::Slot;
 use super::sessions::{Attach, Control};
 use super::stats::SourceStats;
-use super::status::SharedStatus;
+use super::status::{SharedStatus, HEALTH_PERIOD};
 use super::switch::{Switch, SwitchEvent};
 use super::{PipelineFailure, Registry, StreamHandles, SWITCH_TICK};
 use crate::db::SourceSample;
@@ -29,6 +29,8 @@ pub(super) struct Inputs<'a> {
     switch: Switch,
     queues: [Option<mpsc::Receiver<MediaMessage>>; 2],
     stats: SourceStats,
+    /// The same measures over [`HEALTH_PERIOD`], for the record (not stored).
+    health: SourceStats,
     /// Deliveries lost to a full reader queue other than the pipeline's.
     dropped: u64,
 }
@@ -43,6 +45,7 @@ impl<'a> Inputs<'a> {
             switch: Switch::new(registry.config.switch_timeout),
             queues: [None, None],
             stats: SourceStats::new(OffsetDateTime::now_utc(), registry.config.stats_period),
+            health: SourceStats::new(OffsetDateTime::now_utc(), HEALTH_PERIOD),
             dropped: 0,
         };
         let (slot, _, media) = first;
@@ -100,6 +103,12 @@ impl<'a> Inputs<'a> {
                     let wall = OffsetDateTime::now_utc();
                     if self.stats.due(wall) {
                         registry.save_sample(id, self.stats.cut(wall));
+                    }
+                    if self.health.due(wall) {
+                        if let Some(h) = self.health.cut(wall) {
+                            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                            s.set_input(h.bitrate_kbps, h.keyframe_interval);
+                        }
                     }
                 }
                 Got::PipelineEnded(ended) => return Some(ended),
@@ -186,6 +195,16 @@ impl<'a> Inputs<'a> {
                 }
             };
             self.stats.observe(&msg);
+            self.health.observe(&msg);
+            let codecs = match &msg {
+                MediaMessage::VideoConfig(c) => Some((Some(c.codec.name()), None)),
+                MediaMessage::AudioConfig(c) => Some((None, Some(c.codec_name()))),
+                _ => None,
+            };
+            if let Some((video, audio)) = codecs {
+                let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                s.set_codecs(video, audio);
+            }
             self.dropped += self.hub.publish(&Feed::Source, msg).dropped as u64;
         }
     }

@@ -287,7 +287,10 @@ impl Registry {
             .handles(id)
             .map(|h| {
                 let s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let dropped = Counters::get(&h.counters.frames_dropped);
+                let players = h.package.audience.count(std::time::Instant::now());
                 s.with_storage_error(h.package.storage_error())
+                    .with_counts(dropped, players)
             })
             .unwrap_or_default()
     }

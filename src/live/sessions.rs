@@ -404,12 +404,16 @@ impl Table {
     }
 
     pub fn metrics(&self) -> Vec<StreamMetrics> {
+        let now = std::time::Instant::now();
         let mut all: Vec<StreamMetrics> = self
             .streams()
             .iter()
             .map(|(&id, e)| StreamMetrics {
                 id,
-                status: lock(&e.handles.status).clone(),
+                status: lock(&e.handles.status).clone().with_counts(
+                    Counters::get(&e.handles.counters.frames_dropped),
+                    e.handles.package.audience.count(now),
+                ),
                 counters: e.handles.counters.clone(),
                 hub_readers: e.handles.hub.readers(),
                 hub_dropped: e.handles.hub.dropped(),

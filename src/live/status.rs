@@ -27,6 +27,17 @@ pub struct LiveStatus {
     frame_rate: Option<f64>,
     video_height: Option<u32>,
     video_width: Option<u32>,
+    /// The source's codecs as received (`H.264`, `AAC`, …).
+    video_codec: Option<String>,
+    audio_codec: Option<String>,
+    /// The source's video bitrate (kbit/s) and longest keyframe interval (s) over the last
+    /// [`HEALTH_PERIOD`].
+    video_bitrate: Option<u64>,
+    keyframe_interval: Option<f64>,
+    /// Frames lost since the stream began here because the transcode fell behind; and the
+    /// HLS/DASH players counted by `package::audience`: both added to a copy handed out.
+    frames_dropped: u64,
+    players: crate::package::audience::Counted,
     /// Why segments are not being written (disk full, …), since when; `None` when they are.
     storage_error: Option<String>,
     /// What the stream's restreams running here are doing, by restream id: in the lease, so
@@ -129,6 +140,11 @@ impl LiveStatus {
             frame_rate: part.frame_rate,
             video_width: part.video_size.map(|(w, _)| w),
             video_height: part.video_size.map(|(_, h)| h),
+            // The input switch's: a new pipeline does not change what is received.
+            video_codec: self.video_codec.take(),
+            audio_codec: self.audio_codec.take(),
+            video_bitrate: self.video_bitrate,
+            keyframe_interval: self.keyframe_interval,
             ..LiveStatus::default()
         };
     }
@@ -148,6 +164,57 @@ impl LiveStatus {
         self.transcoding_speed = Some(speed);
     }
 
+    /// The source's codecs, when the input switch sees its configuration.
+    pub fn set_codecs(&mut self, video: Option<&str>, audio: Option<&str>) {
+        if let Some(v) = video {
+            self.video_codec = Some(v.to_owned());
+        }
+        if let Some(a) = audio {
+            self.audio_codec = Some(a.to_owned());
+        }
+    }
+
+    /// The input switch's last [`HEALTH_PERIOD`] of source video.
+    pub fn set_input(&mut self, bitrate_kbps: f64, keyframe_interval: f64) {
+        self.video_bitrate = Some(bitrate_kbps.round() as u64);
+        self.keyframe_interval = (keyframe_interval > 0.0).then_some(keyframe_interval);
+    }
+
+    pub fn video_codec(&self) -> Option<&str> {
+        self.video_codec.as_deref()
+    }
+
+    pub fn audio_codec(&self) -> Option<&str> {
+        self.audio_codec.as_deref()
+    }
+
+    pub fn video_bitrate(&self) -> Option<u64> {
+        self.video_bitrate
+    }
+
+    pub fn keyframe_interval(&self) -> Option<f64> {
+        self.keyframe_interval
+    }
+
+    pub fn frames_dropped(&self) -> u64 {
+        self.frames_dropped
+    }
+
+    pub fn players(&self) -> crate::package::audience::Counted {
+        self.players
+    }
+
+    /// The counts kept elsewhere (the counters', the package's audience), added to a copy
+    /// handed out.
+    pub fn with_counts(
+        mut self,
+        frames_dropped: u64,
+        players: crate::package::audience::Counted,
+    ) -> LiveStatus {
+        (self.frames_dropped, self.players) = (frames_dropped, players);
+        self
+    }
+
     /// The package's storage error, added to a copy handed out (the package owns it).
     pub fn with_storage_error(mut self, error: Option<String>) -> LiveStatus {
         self.storage_error = error;
@@ -163,6 +230,10 @@ impl LiveStatus {
         self
     }
 }
+
+/// How often the source's health (video bitrate, keyframe interval) in the record is measured
+/// anew: short enough for an operator watching a console, long enough to hold a GOP.
+pub const HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Shared, updated by the pipeline's threads, read by the API.
 pub type SharedStatus = Arc<Mutex<LiveStatus>>;

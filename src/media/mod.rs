@@ -81,6 +81,13 @@ pub enum AudioConfig {
 }
 
 impl AudioConfig {
+    pub fn codec_name(&self) -> &'static str {
+        match self {
+            AudioConfig::Aac(_) => "AAC",
+            AudioConfig::Opus(_) => "Opus",
+        }
+    }
+
     /// Whether frames of `other` can go through the decoder built for `self` (a caps change
     /// within one codec is fine; AAC ↔ Opus needs another decoder).
     pub fn same_codec(&self, other: &AudioConfig) -> bool {

@@ -1,6 +1,7 @@
 //! Packaging: the per-stream segment store fed by the pipeline, and the renderers that turn it
 //! into LL-HLS and MPEG-TS HLS playlists and the LL-DASH MPD. Never imports ingest.
 
+pub mod audience;
 mod config;
 pub mod dash;
 pub mod hls;
@@ -80,6 +81,8 @@ pub struct Package {
     source_demand: Arc<std::sync::atomic::AtomicUsize>,
     /// Whether the MPEG-TS HLS output is muxed now ([`Package::ts_demand`]).
     ts: Mutex<TsDemand>,
+    /// The HLS and DASH players watching.
+    pub audience: audience::Audience,
 }
 
 /// MPEG-TS HLS is muxed on demand: from the first request for it until nobody has asked for
@@ -157,6 +160,7 @@ impl Package {
             source: Mutex::default(),
             source_demand: Arc::default(),
             ts: Mutex::new(ts),
+            audience: audience::Audience::default(),
         }
     }
 

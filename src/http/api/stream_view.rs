@@ -42,6 +42,12 @@ pub(super) const READ_ONLY: &[&str] = &[
     "frame_rate",
     "video_height",
     "video_width",
+    "video_codec",
+    "audio_codec",
+    "video_bitrate",
+    "keyframe_interval",
+    "frames_dropped",
+    "viewers",
     "html_overlays",
     "storage_error",
     "multi_region_push_urls",
@@ -86,6 +92,16 @@ pub struct StreamView {
     frame_rate: Option<f64>,
     video_height: Option<u32>,
     video_width: Option<u32>,
+    /// The source's codecs as received.
+    video_codec: Option<String>,
+    audio_codec: Option<String>,
+    /// The source's video bitrate (kbit/s) and longest keyframe interval (s), last 2 s.
+    video_bitrate: Option<u64>,
+    keyframe_interval: Option<f64>,
+    /// Frames lost because the transcode fell behind, since the stream began on its node.
+    frames_dropped: u64,
+    /// Who watches now, by output.
+    viewers: Viewers,
     html_overlays: Vec<super::overlays::OverlayView>,
     storage_error: Option<String>,
     /// Real-time playback (WHEP, draft-ietf-wish-whep): POST an SDP offer here.
@@ -97,6 +113,18 @@ pub struct StreamView {
     /// One entry per configured ingest region; absent when none is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     multi_region_push_urls: Option<Vec<RegionPushUrls>>,
+}
+
+/// A stream's viewers by output, on the node serving it: HLS and DASH players counted by their
+/// manifest requests (`package::audience`), WHEP and SRT readers by their sessions.
+#[derive(Debug, Serialize)]
+pub struct Viewers {
+    hls: usize,
+    dash: usize,
+    hls_mpegts: usize,
+    whep: usize,
+    srt: usize,
+    total: usize,
 }
 
 /// A stream's push endpoints on one ingest region's host.
@@ -194,6 +222,28 @@ impl Api {
             frame_rate: live.frame_rate(),
             video_height: live.video_height(),
             video_width: live.video_width(),
+            video_codec: live.video_codec().map(str::to_owned),
+            audio_codec: live.audio_codec().map(str::to_owned),
+            video_bitrate: live.video_bitrate(),
+            keyframe_interval: live.keyframe_interval(),
+            frames_dropped: live.frames_dropped(),
+            viewers: {
+                let p = live.players();
+                let (whep, srt) = self.registry.hub(id).map_or((0, 0), |h| {
+                    (
+                        h.readers_named(crate::hub::WHEP_READER),
+                        h.readers_named(crate::hub::SRT_READER),
+                    )
+                });
+                Viewers {
+                    total: p.hls + p.dash + p.hls_mpegts + whep + srt,
+                    hls: p.hls,
+                    dash: p.dash,
+                    hls_mpegts: p.hls_mpegts,
+                    whep,
+                    srt,
+                }
+            },
             html_overlays: overlays.iter().map(super::overlays::view).collect(),
             storage_error: live.storage_error().map(str::to_owned),
             // Signalling is a POST: never through a CDN, always to this server's own URL.

@@ -241,6 +241,42 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     f.per_stream(
         streams,
+        "livepack_stream_video_bits_per_second",
+        "gauge",
+        "The source's video bitrate as received, over the last 2 s.",
+        |s| s.status.video_bitrate().map(|kbps| kbps * 1000),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_keyframe_interval_seconds",
+        "gauge",
+        "The source's longest keyframe interval over the last 2 s.",
+        |s| s.status.keyframe_interval(),
+    );
+    let name = "livepack_stream_viewers";
+    f.header(
+        name,
+        "gauge",
+        "Viewers by output: HLS/DASH players by their manifest requests (address and user agent, last 15 s), WHEP and SRT readers by session.",
+    );
+    for s in streams {
+        let p = s.status.players();
+        for (output, n) in [
+            ("hls", p.hls),
+            ("dash", p.dash),
+            ("hls_mpegts", p.hls_mpegts),
+            ("whep", s.whep_viewers),
+            ("srt", s.srt_readers),
+        ] {
+            f.sample(
+                name,
+                &format!("{{stream=\"{}\",output=\"{output}\"}}", s.id),
+                n,
+            );
+        }
+    }
+    f.per_stream(
+        streams,
         "livepack_stream_hub_dropped_total",
         "counter",
         "Media messages the hub's readers lost because their queue was full (a slow reader).",
@@ -305,7 +341,15 @@ mod tests {
                 let mut s = LiveStatus::default();
                 s.set_receiving(true, false);
                 s.set_transcoding_speed(1.002);
-                s
+                s.set_input(2999.6, 2.0);
+                s.with_counts(
+                    0,
+                    crate::package::audience::Counted {
+                        hls: 4,
+                        dash: 1,
+                        hls_mpegts: 0,
+                    },
+                )
             },
             counters,
             hub_readers: 3,
@@ -344,6 +388,12 @@ mod tests {
             "# TYPE livepack_stream_hub_dropped_total counter\nlivepack_stream_hub_dropped_total{stream=\"7\"} 5\n",
             "# TYPE livepack_stream_whep_viewers gauge\nlivepack_stream_whep_viewers{stream=\"7\"} 2\n",
             "# TYPE livepack_stream_srt_readers gauge\nlivepack_stream_srt_readers{stream=\"7\"} 2\n",
+            "livepack_stream_video_bits_per_second{stream=\"7\"} 3000000\n",
+            "livepack_stream_keyframe_interval_seconds{stream=\"7\"} 2\n",
+            "livepack_stream_viewers{stream=\"7\",output=\"hls\"} 4\n",
+            "livepack_stream_viewers{stream=\"7\",output=\"dash\"} 1\n",
+            "livepack_stream_viewers{stream=\"7\",output=\"hls_mpegts\"} 0\n",
+            "livepack_stream_viewers{stream=\"7\",output=\"whep\"} 2\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

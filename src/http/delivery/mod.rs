@@ -219,6 +219,7 @@ pub async fn handle<B>(
     if package.read(begun).is_none() {
         package.wait_for(timeout(&package), begun).await;
     }
+    count_viewer(&package, &target, &req);
     let asked = (req.headers(), req.uri().query());
     let resp = answer(&package, target, asked, time_url, stopping).await;
     if head {
@@ -226,6 +227,34 @@ pub async fn handle<B>(
         return Response::from_parts(parts, empty());
     }
     resp
+}
+
+/// A manifest request counts its player among the stream's viewers (`package::audience`).
+fn count_viewer<B>(package: &Package, target: &Target, req: &Request<B>) {
+    use crate::package::audience::Output as Watched;
+    let output = match target {
+        Target::Master | Target::Playlist(_) => Watched::Hls,
+        Target::Mpd => Watched::Dash,
+        Target::TsMaster | Target::TsPlaylist(_) => Watched::HlsMpegts,
+        _ => return,
+    };
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .map_or(&[][..], HeaderValue::as_bytes)
+    };
+    let peer = req
+        .extensions()
+        .get::<crate::http::listener::PeerAddr>()
+        .map(|p| p.0.ip());
+    let who = package.audience.who(
+        peer,
+        header(crate::http::relay::FORWARDED_FOR),
+        header(header::USER_AGENT),
+    );
+    package
+        .audience
+        .seen(who, output, std::time::Instant::now());
 }
 
 /// The answer for `target` of a live stream's `package`, to a request with `headers` and
