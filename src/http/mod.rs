@@ -1,7 +1,7 @@
 //! HTTP: the listener shared by every server (`listener`), the router, the one JSON error
 //! shape (`error`), CORS (`cors`), body limits (`body`), the relay to other nodes (`relay`),
-//! the control API (`api`) and media delivery ([`delivery`]: playlists, parts, segments, MPD,
-//! screenshots, player page).
+//! what the listener answered, for `/metrics` (`stats`), the control API (`api`) and media
+//! delivery ([`delivery`]: playlists, parts, segments, MPD, screenshots, player page).
 
 pub(crate) mod api;
 pub mod body;
@@ -14,3 +14,4 @@ pub(crate) mod playback_gate;
 pub(crate) mod relay;
 pub(crate) mod router;
 pub(crate) mod server;
+pub(crate) mod stats;

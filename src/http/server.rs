@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::Request;
@@ -59,7 +60,12 @@ impl Http {
     ) -> JoinHandle<()> {
         let handler = move |req: Request<Incoming>, _peer: SocketAddr| {
             let routes = routes.clone();
-            async move { super::router::route(&routes, req).await }
+            async move {
+                let (class, started) = (super::stats::Route::of(req.uri().path()), Instant::now());
+                let resp = super::router::route(&routes, req).await;
+                super::stats::record(class, &resp, started.elapsed());
+                resp
+            }
         };
         tokio::spawn(listener::serve(
             self.listener,

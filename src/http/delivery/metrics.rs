@@ -315,6 +315,7 @@ pub fn scrape(registry: &Registry) -> String {
         .map(|h| h.metrics().num_alive_tasks());
     let mut text = render(&registry.metrics(), ProcessStats::read(), tasks);
     text.push_str(&crate::cluster::lookup::metrics());
+    text.push_str(&crate::http::stats::metrics());
     if let Some(capacity) = registry.capacity() {
         text.push_str(&capacity.metrics(&registry.transcodes()));
     }
