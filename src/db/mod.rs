@@ -43,7 +43,7 @@ pub use self::postgres::{DatabaseUrl, PostgresStore};
 pub use self::restreams::{RestreamRow, RestreamSpec, RestreamStore};
 pub use self::settings::SettingStore;
 pub use self::sqlite::SqliteStore;
-pub use self::stats::StatsStore;
+pub use self::stats::{Backlog, StatsStore};
 pub use self::streams::StreamStore;
 pub use self::videos::VideoStore;
 pub use self::webhooks::{

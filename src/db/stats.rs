@@ -21,6 +21,18 @@ pub trait StatsStore {
     ) -> Result<Vec<SourceBucket>, StoreError>;
     /// Removes every stream's samples older than `before_ms`; returns how many.
     fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError>;
+    /// What waits or has failed in the store's queues, for `/metrics`.
+    fn backlog(&self) -> Result<Backlog, StoreError>;
+}
+
+/// Webhook deliveries and video uploads waiting or failed (all nodes').
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    pub webhooks_pending: u64,
+    /// Deliveries given up on, kept until pruned (a day).
+    pub webhooks_failed: u64,
+    pub uploads_pending: u64,
+    pub uploads_failed: u64,
 }
 
 impl<B: Backend> StatsStore for SqlStore<B> {
@@ -78,6 +90,29 @@ impl<B: Backend> StatsStore for SqlStore<B> {
                 })
             })
             .collect()
+    }
+
+    fn backlog(&self) -> Result<Backlog, StoreError> {
+        let rows = self.backend().with_conn(Pool::Main, |c| {
+            c.query(
+                "SELECT \
+                   (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'), \
+                   (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'failed'), \
+                   (SELECT COUNT(*) FROM videos WHERE status = 'uploading'), \
+                   (SELECT COUNT(*) FROM videos WHERE status = 'upload_failed')",
+                &args![],
+            )
+        })?;
+        let Some(r) = rows.first() else {
+            return Ok(Backlog::default());
+        };
+        let n = |i| r.i64(i).map(|v| v.max(0) as u64);
+        Ok(Backlog {
+            webhooks_pending: n(0)?,
+            webhooks_failed: n(1)?,
+            uploads_pending: n(2)?,
+            uploads_failed: n(3)?,
+        })
     }
 
     fn prune_source_samples(&self, before_ms: i64) -> Result<u64, StoreError> {

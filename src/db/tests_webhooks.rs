@@ -160,6 +160,8 @@ pub(super) fn a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the
         .list_deliveries(id, Some(DeliveryStatus::Pending), 0, 10)
         .unwrap();
     assert_eq!(pending.len(), 3, "stream 1's two and stream 2's second");
+    let backlog = store.backlog().unwrap();
+    assert_eq!((backlog.webhooks_pending, backlog.webhooks_failed), (3, 0));
     store
         .finish_delivery(next[0].id, "b", &Attempt::Delivered { status: 200 }, DAY)
         .unwrap();
@@ -179,6 +181,8 @@ pub(super) fn a_stream_s_deliveries_go_one_at_a_time_in_order_and_fail_after_the
     assert_eq!(failed_list[0].attempts, 2);
     assert_eq!(failed_list[0].last_error.as_deref(), Some("HTTP 500"));
     assert_eq!(failed_list[0].last_status, Some(500));
+    let backlog = store.backlog().unwrap();
+    assert_eq!((backlog.webhooks_pending, backlog.webhooks_failed), (1, 1));
     assert!(failed_list[0].finished_at.is_some() && failed_list[0].next_attempt_at.is_none());
     let last = store.claim_deliveries("a", LEASE, 10).unwrap();
     assert_eq!((last.len(), last[0].event.kind.as_str()), (1, "live_ended"));

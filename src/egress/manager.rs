@@ -245,6 +245,17 @@ impl Restreams {
 }
 
 impl Restreams {
+    /// The restreams running here: how many are connected and sending, and how many are not
+    /// (connecting again after a loss or a refusal).
+    pub fn totals(&self) -> (usize, usize) {
+        let running = self.running();
+        let live = running
+            .values()
+            .filter(|r| r.state.lock().unwrap_or_else(|p| p.into_inner()).live)
+            .count();
+        (live, running.len() - live)
+    }
+
     /// The states of `stream`'s restreams running here, by restream id: they join the stream's
     /// live status wherever it is shown (the API, the lease every node reads).
     pub fn states(&self, stream: i64) -> std::collections::BTreeMap<i64, RestreamStatus> {

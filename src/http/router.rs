@@ -187,6 +187,25 @@ async fn media_route(api: &Api, stopping: &Stopping, req: Request<Incoming>) -> 
     }
 }
 
+/// `/metrics`: the registry's families, then the node's queues and budgets. The store's
+/// figures are left out (logged) when it cannot be read: the rest still tells what runs.
+async fn metrics(api: &Api) -> String {
+    let backlog = match api.db(|s| s.backlog()).await {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::warn!(error = ?e, "metrics: cannot count the store's backlog");
+            None
+        }
+    };
+    let mut text = delivery::metrics::scrape(&api.registry);
+    text.push_str(&delivery::metrics::operations(
+        backlog,
+        api.recordings.disk(),
+        api.restreams.totals(),
+    ));
+    text
+}
+
 /// A stream's media whose serving node has not answered for [`MOVE_WAIT`]: 504, which a
 /// player tries again and a load balancer does not hold against this node (a 502 would make
 /// nginx's `proxy_next_upstream http_502` mark it failed, and with every node marked so,
@@ -305,7 +324,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
             Response::builder()
                 .header(hyper::header::CONTENT_TYPE, delivery::metrics::CONTENT_TYPE)
                 .header(hyper::header::CACHE_CONTROL, "no-store")
-                .body(listener::full(delivery::metrics::scrape(&api.registry)))
+                .body(listener::full(metrics(api).await))
                 .expect("static response is valid"),
         ),
         p if api::owns(p) => api.clone().handle(req).await,

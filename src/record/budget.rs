@@ -44,6 +44,12 @@ impl Budget {
         self.check(START_ROOM)
     }
 
+    /// The quota (`recordings_max_bytes`), and the free bytes of the videos' filesystem when
+    /// it can be asked.
+    pub fn limits(&self) -> (Option<u64>, Option<u64>) {
+        (self.max, free_space(&self.root))
+    }
+
     /// Bytes the videos hold.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)

@@ -267,6 +267,12 @@ impl Recordings {
     }
 
     /// Seconds recorded so far in the stream's open video (`recording_duration`).
+    /// The recordings' disk budget: bytes used, the quota, the filesystem's free bytes.
+    pub fn disk(&self) -> (u64, Option<u64>, Option<u64>) {
+        let (max, free) = self.budget.limits();
+        (self.budget.used(), max, free)
+    }
+
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
         lock(&self.since)
             .get(&id)

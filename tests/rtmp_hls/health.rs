@@ -105,7 +105,10 @@ async fn the_record_shows_the_source_as_received_and_viewers_by_output() {
     // The listener's own figures: the manifests (and the test's API calls) are counted.
     let playlists = m.value("livepack_http_requests_total{code=\"2xx\",route=\"playlist\"}");
     assert_eq!(playlists, 4.0);
-    assert_eq!(m.value("livepack_http_requests_total{code=\"2xx\",route=\"mpd\"}"), 1.0);
+    assert_eq!(
+        m.value("livepack_http_requests_total{code=\"2xx\",route=\"mpd\"}"),
+        1.0
+    );
     assert!(m.value("livepack_http_requests_total{code=\"2xx\",route=\"api\"}") >= 2.0);
     assert!(m.value("livepack_http_response_bytes_total{route=\"playlist\"}") > 0.0);
     let text = d.get("/metrics").await.body.as_str().unwrap().to_owned();
@@ -116,6 +119,15 @@ async fn the_record_shows_the_source_as_received_and_viewers_by_output() {
         })
         .and_then(|v| v.parse::<f64>().ok());
     assert!(timed.is_some_and(|n| n >= playlists), "{text}");
+    // The node's queues: nothing waits, nothing failed, nothing restreamed.
+    for family in [
+        "livepack_webhook_deliveries_pending",
+        "livepack_uploads_failed",
+        "livepack_restreams{state=\"reconnecting\"}",
+    ] {
+        assert_eq!(m.value(family), 0.0, "{family}");
+    }
+    assert!(m.value("livepack_recordings_disk_free_bytes") > 0.0);
     let bits = m.stream("livepack_stream_video_bits_per_second", id);
     assert!((0.5..2.0).contains(&(bits / 1000.0 / kbps)), "{bits}");
     let mut ffmpeg = ffmpeg;

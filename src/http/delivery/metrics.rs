@@ -308,6 +308,67 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
 }
 
+/// The node's queues and budgets: webhook deliveries and uploads waiting or failed (from the
+/// store, all nodes'; `None` when it could not be read), the recordings' disk (bytes used,
+/// quota, free) and the restreams running here (sending, reconnecting).
+pub fn operations(
+    backlog: Option<crate::db::Backlog>,
+    (used, max, free): (u64, Option<u64>, Option<u64>),
+    (sending, reconnecting): (usize, usize),
+) -> String {
+    let mut out = String::new();
+    let mut f = Family { out: &mut out };
+    if let Some(b) = backlog {
+        f.single(
+            "livepack_webhook_deliveries_pending",
+            "gauge",
+            "Webhook deliveries waiting to be made or retried (all nodes').",
+            Some(b.webhooks_pending),
+        );
+        f.single(
+            "livepack_webhook_deliveries_failed",
+            "gauge",
+            "Webhook deliveries given up on (retried for their window), kept a day.",
+            Some(b.webhooks_failed),
+        );
+        f.single(
+            "livepack_uploads_pending",
+            "gauge",
+            "Recorded videos being uploaded to object storage (all nodes').",
+            Some(b.uploads_pending),
+        );
+        f.single(
+            "livepack_uploads_failed",
+            "gauge",
+            "Recorded videos whose upload failed (status upload_failed).",
+            Some(b.uploads_failed),
+        );
+    }
+    f.single(
+        "livepack_recordings_bytes",
+        "gauge",
+        "Bytes the recorded videos hold on this node's disk.",
+        Some(used),
+    );
+    f.single(
+        "livepack_recordings_max_bytes",
+        "gauge",
+        "The recordings' quota (recordings_max_bytes); absent without one.",
+        max,
+    );
+    f.single(
+        "livepack_recordings_disk_free_bytes",
+        "gauge",
+        "Free bytes of the filesystem holding the recordings.",
+        free,
+    );
+    let name = "livepack_restreams";
+    f.header(name, "gauge", "Restreams running on this node, by state.");
+    f.sample(name, "{state=\"sending\"}", sending);
+    f.sample(name, "{state=\"reconnecting\"}", reconnecting);
+    out
+}
+
 /// The exposition of `registry` now.
 pub fn scrape(registry: &Registry) -> String {
     let tasks = tokio::runtime::Handle::try_current()
@@ -401,6 +462,34 @@ mod tests {
         // Unknown values are left out rather than reported as zero.
         assert!(!text.contains("process_cpu_seconds_total"));
         assert!(!text.contains("livepack_stream_frame_rate{"));
+    }
+
+    #[test]
+    fn the_node_s_queues_and_budgets_are_typed_and_unknowns_left_out() {
+        let backlog = crate::db::Backlog {
+            webhooks_pending: 4,
+            webhooks_failed: 1,
+            uploads_pending: 2,
+            uploads_failed: 0,
+        };
+        let text = operations(Some(backlog), (1 << 20, None, Some(5 << 30)), (2, 1));
+        for line in [
+            "# TYPE livepack_webhook_deliveries_pending gauge\nlivepack_webhook_deliveries_pending 4\n",
+            "livepack_webhook_deliveries_failed 1\n",
+            "livepack_uploads_pending 2\n",
+            "livepack_uploads_failed 0\n",
+            "livepack_recordings_bytes 1048576\n",
+            "livepack_recordings_disk_free_bytes 5368709120\n",
+            "livepack_restreams{state=\"sending\"} 2\n",
+            "livepack_restreams{state=\"reconnecting\"} 1\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("livepack_recordings_max_bytes"));
+        // A store that could not be read: its families are absent, not zero.
+        let text = operations(None, (0, Some(10), None), (0, 0));
+        assert!(!text.contains("livepack_webhook") && !text.contains("livepack_uploads"));
+        assert!(text.contains("livepack_recordings_max_bytes 10\n"));
     }
 
     #[test]
