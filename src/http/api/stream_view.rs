@@ -117,7 +117,7 @@ pub struct StreamView {
 
 /// A stream's viewers by output, on the node serving it: HLS and DASH players counted by their
 /// manifest requests (`package::audience`), WHEP and SRT readers by their sessions.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct Viewers {
     hls: usize,
     dash: usize,
@@ -176,6 +176,7 @@ impl Api {
                 })
                 .collect()
         });
+        let viewers = self.viewers(id, &live);
         StreamView {
             id,
             low_latency_enabled: true,
@@ -227,37 +228,35 @@ impl Api {
             video_bitrate: live.video_bitrate(),
             keyframe_interval: live.keyframe_interval(),
             frames_dropped: live.frames_dropped(),
-            viewers: {
-                let p = live.players();
-                let (whep, srt) = self.registry.hub(id).map_or((0, 0), |h| {
-                    (
-                        h.readers_named(crate::hub::WHEP_READER),
-                        h.readers_named(crate::hub::SRT_READER),
-                    )
-                });
-                Viewers {
-                    total: p.hls + p.dash + p.hls_mpegts + whep + srt,
-                    hls: p.hls,
-                    dash: p.dash,
-                    hls_mpegts: p.hls_mpegts,
-                    whep,
-                    srt,
-                }
-            },
+            viewers,
             html_overlays: overlays.iter().map(super::overlays::view).collect(),
             storage_error: live.storage_error().map(str::to_owned),
             // Signalling is a POST: never through a CDN, always to this server's own URL.
             whep_url: format!("{}/whep/{id}{g}", e.public_url),
-            whep_viewers: self
-                .registry
-                .hub(id)
-                .map_or(0, |h| h.readers_named(crate::hub::WHEP_READER)),
-            srt_readers: self
-                .registry
-                .hub(id)
-                .map_or(0, |h| h.readers_named(crate::hub::SRT_READER)),
+            whep_viewers: viewers.whep,
+            srt_readers: viewers.srt,
             multi_region_push_urls: regions,
             settings: row.settings,
+        }
+    }
+
+    /// Who watches stream `id` now: the players its status counted, the real-time readers
+    /// of its hub here.
+    fn viewers(&self, id: i64, live: &LiveStatus) -> Viewers {
+        let p = live.players();
+        let (whep, srt) = self.registry.hub(id).map_or((0, 0), |h| {
+            (
+                h.readers_named(crate::hub::WHEP_READER),
+                h.readers_named(crate::hub::SRT_READER),
+            )
+        });
+        Viewers {
+            total: p.hls + p.dash + p.hls_mpegts + whep + srt,
+            hls: p.hls,
+            dash: p.dash,
+            hls_mpegts: p.hls_mpegts,
+            whep,
+            srt,
         }
     }
 

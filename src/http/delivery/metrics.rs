@@ -175,6 +175,7 @@ fn process_families(
 
 /// One family per stream measure, a sample per stream.
 fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
+    source_and_viewer_families(f, streams);
     let flag = |b: bool| Some(u8::from(b));
     f.per_stream(
         streams,
@@ -239,42 +240,6 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
         "SRT readers (`play:{id}` on the SRT port) connected to the stream now.",
         |s| Some(s.srt_readers),
     );
-    f.per_stream(
-        streams,
-        "livepack_stream_video_bits_per_second",
-        "gauge",
-        "The source's video bitrate as received, over the last 2 s.",
-        |s| s.status.video_bitrate().map(|kbps| kbps * 1000),
-    );
-    f.per_stream(
-        streams,
-        "livepack_stream_keyframe_interval_seconds",
-        "gauge",
-        "The source's longest keyframe interval over the last 2 s.",
-        |s| s.status.keyframe_interval(),
-    );
-    let name = "livepack_stream_viewers";
-    f.header(
-        name,
-        "gauge",
-        "Viewers by output: HLS/DASH players by their manifest requests (address and user agent, last 15 s), WHEP and SRT readers by session.",
-    );
-    for s in streams {
-        let p = s.status.players();
-        for (output, n) in [
-            ("hls", p.hls),
-            ("dash", p.dash),
-            ("hls_mpegts", p.hls_mpegts),
-            ("whep", s.whep_viewers),
-            ("srt", s.srt_readers),
-        ] {
-            f.sample(
-                name,
-                &format!("{{stream=\"{}\",output=\"{output}\"}}", s.id),
-                n,
-            );
-        }
-    }
     f.per_stream(
         streams,
         "livepack_stream_hub_dropped_total",
@@ -367,6 +332,46 @@ pub fn operations(
     f.sample(name, "{state=\"sending\"}", sending);
     f.sample(name, "{state=\"reconnecting\"}", reconnecting);
     out
+}
+
+/// The source as received and who watches, per stream.
+fn source_and_viewer_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
+    f.per_stream(
+        streams,
+        "livepack_stream_video_bits_per_second",
+        "gauge",
+        "The source's video bitrate as received, over the last 2 s.",
+        |s| s.status.video_bitrate().map(|kbps| kbps * 1000),
+    );
+    f.per_stream(
+        streams,
+        "livepack_stream_keyframe_interval_seconds",
+        "gauge",
+        "The source's longest keyframe interval over the last 2 s.",
+        |s| s.status.keyframe_interval(),
+    );
+    let name = "livepack_stream_viewers";
+    f.header(
+        name,
+        "gauge",
+        "Viewers by output: HLS/DASH players by their manifest requests (address and user agent, last 15 s), WHEP and SRT readers by session.",
+    );
+    for s in streams {
+        let p = s.status.players();
+        for (output, n) in [
+            ("hls", p.hls),
+            ("dash", p.dash),
+            ("hls_mpegts", p.hls_mpegts),
+            ("whep", s.whep_viewers),
+            ("srt", s.srt_readers),
+        ] {
+            f.sample(
+                name,
+                &format!("{{stream=\"{}\",output=\"{output}\"}}", s.id),
+                n,
+            );
+        }
+    }
 }
 
 /// The exposition of `registry` now.
