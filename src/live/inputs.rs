@@ -105,10 +105,10 @@ impl<'a> Inputs<'a> {
                         registry.save_sample(id, self.stats.cut(wall));
                     }
                     if self.health.due(wall) {
-                        if let Some(h) = self.health.cut(wall) {
-                            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
-                            s.set_input(h.bitrate_kbps, h.keyframe_interval);
-                        }
+                        // Nothing received in the window: no figures rather than stale ones.
+                        let h = self.health.cut(wall);
+                        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                        s.set_input(h.map(|h| (h.bitrate_kbps, h.keyframe_interval)));
                     }
                 }
                 Got::PipelineEnded(ended) => return Some(ended),

@@ -174,10 +174,11 @@ impl LiveStatus {
         }
     }
 
-    /// The input switch's last [`HEALTH_PERIOD`] of source video.
-    pub fn set_input(&mut self, bitrate_kbps: f64, keyframe_interval: f64) {
-        self.video_bitrate = Some(bitrate_kbps.round() as u64);
-        self.keyframe_interval = (keyframe_interval > 0.0).then_some(keyframe_interval);
+    /// The input switch's last [`HEALTH_PERIOD`] of source video (bitrate in kbit/s,
+    /// keyframe interval in s); `None` when nothing was received in it.
+    pub fn set_input(&mut self, measured: Option<(f64, f64)>) {
+        self.video_bitrate = measured.map(|(kbps, _)| kbps.round() as u64);
+        self.keyframe_interval = measured.and_then(|(_, k)| (k > 0.0).then_some(k));
     }
 
     pub fn video_codec(&self) -> Option<&str> {

@@ -130,6 +130,12 @@ async fn the_record_shows_the_source_as_received_and_viewers_by_output() {
     assert!(m.value("livepack_recordings_disk_free_bytes") > 0.0);
     let bits = m.stream("livepack_stream_video_bits_per_second", id);
     assert!((0.5..2.0).contains(&(bits / 1000.0 / kbps)), "{bits}");
+    // Off air: no figure rather than the last one.
     let mut ffmpeg = ffmpeg;
     ffmpeg.kill();
+    let off = wait_record(&d, id, Duration::from_secs(20), |r| {
+        r["live"] == false && r["video_bitrate"].is_null()
+    })
+    .await;
+    assert_eq!(off["keyframe_interval"], Value::Null);
 }

@@ -408,7 +408,7 @@ mod tests {
                 let mut s = LiveStatus::default();
                 s.set_receiving(true, false);
                 s.set_transcoding_speed(1.002);
-                s.set_input(2999.6, 2.0);
+                s.set_input(Some((2999.6, 2.0)));
                 s.with_counts(
                     0,
                     crate::package::audience::Counted {
