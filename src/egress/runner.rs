@@ -177,7 +177,7 @@ impl Restream {
                 s.reconnects += 1;
                 s.last_error = Some(failure.clone());
             });
-            tracing::info!(restream = self.id, target = %self.target.shown(), error = %failure, ?backoff, "restream interrupted; reconnecting");
+            tracing::info!(restream = self.id, destination = %self.target.shown(), error = %failure, ?backoff, "restream interrupted; reconnecting");
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = async { drop(stop.wait_for(|s| *s).await) } => break,
@@ -213,7 +213,7 @@ impl Restream {
             s.started_at_ms =
                 Some((time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64);
         });
-        tracing::info!(restream = self.id, target = %self.target.shown(), "restream connected");
+        tracing::info!(restream = self.id, destination = %self.target.shown(), "restream connected");
         self.emit(Event::RestreamStarted {
             stream_id: self.stream_id,
             restream_id: self.id,

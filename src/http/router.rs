@@ -187,20 +187,40 @@ async fn media_route(api: &Api, stopping: &Stopping, req: Request<Incoming>) -> 
     }
 }
 
+/// How long `/metrics` waits for the store's counts and the disk's free space: well under
+/// Prometheus's 10 s scrape timeout, so a sick store costs those families, not the scrape (a
+/// failed scrape reads as the node being down).
+const METRICS_WAIT: Duration = Duration::from_secs(2);
+
 /// `/metrics`: the registry's families, then the node's queues and budgets. The store's
-/// figures are left out (logged) when it cannot be read: the rest still tells what runs.
+/// figures are left out (logged) when it cannot be read in time: the rest still tells what
+/// runs.
 async fn metrics(api: &Api) -> String {
-    let backlog = match api.db(|s| s.backlog()).await {
-        Ok(b) => Some(b),
-        Err(e) => {
+    let backlog = match tokio::time::timeout(METRICS_WAIT, api.db(|s| s.backlog())).await {
+        Ok(Ok(b)) => Some(b),
+        Ok(Err(e)) => {
             tracing::warn!(error = ?e, "metrics: cannot count the store's backlog");
             None
         }
+        Err(_) => {
+            tracing::warn!("metrics: the store's backlog not counted in time");
+            None
+        }
     };
+    // statvfs may block on a network filesystem: off the async workers, bounded too.
+    let recordings = api.recordings.clone();
+    let disk = tokio::time::timeout(
+        METRICS_WAIT,
+        tokio::task::spawn_blocking(move || recordings.disk()),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_else(|| (api.recordings.disk_used(), None, None));
     let mut text = delivery::metrics::scrape(&api.registry);
     text.push_str(&delivery::metrics::operations(
         backlog,
-        api.recordings.disk(),
+        disk,
         api.restreams.totals(),
     ));
     text

@@ -141,14 +141,16 @@ pub fn record(route: Route, resp: &hyper::Response<Body>, took: Duration) {
     if let Some(h) = route.timed() {
         let h = &DURATIONS[h];
         let secs = took.as_secs_f64();
-        for (i, le) in BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                h.buckets[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        h.count.fetch_add(1, Ordering::Relaxed);
+        // The count first, the buckets after, and the scrape reads them the other way round:
+        // a scrape never sees a bucket above `+Inf` (the count).
+        h.count.fetch_add(1, Ordering::SeqCst);
         h.sum_us
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                h.buckets[i].fetch_add(1, Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -187,14 +189,11 @@ pub fn metrics() -> String {
         (Route::Part, &DURATIONS[1]),
     ] {
         let route = route.name();
-        for (i, le) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{route=\"{route}\",le=\"{le}\"}} {}",
-                get(&h.buckets[i])
-            );
+        let buckets: Vec<u64> = h.buckets.iter().map(|b| b.load(Ordering::SeqCst)).collect();
+        let count = h.count.load(Ordering::SeqCst);
+        for (n, le) in buckets.iter().zip(BUCKETS) {
+            let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{le}\"}} {n}");
         }
-        let count = get(&h.count);
         let _ = writeln!(
             out,
             "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {count}"

@@ -413,6 +413,10 @@ impl Table {
                 status: lock(&e.handles.status).clone().with_counts(
                     Counters::get(&e.handles.counters.frames_dropped),
                     e.handles.package.audience.count(now),
+                    (
+                        e.handles.hub.readers_named(crate::hub::WHEP_READER),
+                        e.handles.hub.readers_named(crate::hub::SRT_READER),
+                    ),
                 ),
                 counters: e.handles.counters.clone(),
                 hub_readers: e.handles.hub.readers(),

@@ -38,6 +38,10 @@ pub struct LiveStatus {
     /// HLS/DASH players counted by `package::audience`: both added to a copy handed out.
     frames_dropped: u64,
     players: crate::package::audience::Counted,
+    /// WHEP viewers and SRT readers of the stream's hub: in the lease, so every node's API
+    /// shows the serving node's.
+    whep_viewers: usize,
+    srt_readers: usize,
     /// Why segments are not being written (disk full, …), since when; `None` when they are.
     storage_error: Option<String>,
     /// What the stream's restreams running here are doing, by restream id: in the lease, so
@@ -205,14 +209,21 @@ impl LiveStatus {
         self.players
     }
 
-    /// The counts kept elsewhere (the counters', the package's audience), added to a copy
-    /// handed out.
+    /// WHEP viewers and SRT readers.
+    pub fn realtime_readers(&self) -> (usize, usize) {
+        (self.whep_viewers, self.srt_readers)
+    }
+
+    /// The counts kept elsewhere (the counters', the package's audience, the hub's real-time
+    /// readers: WHEP, SRT), added to a copy handed out.
     pub fn with_counts(
         mut self,
         frames_dropped: u64,
         players: crate::package::audience::Counted,
+        (whep, srt): (usize, usize),
     ) -> LiveStatus {
         (self.frames_dropped, self.players) = (frames_dropped, players);
+        (self.whep_viewers, self.srt_readers) = (whep, srt);
         self
     }
 

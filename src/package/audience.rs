@@ -1,8 +1,10 @@
 //! Who watches a stream's HLS and DASH outputs. Those players hold no session with us, so each
 //! is counted by its manifest requests (an LL-HLS or TS-HLS playlist, the MPD): one viewer per
-//! client address (with `X-Forwarded-For` behind a proxy) and user agent, for as long as it
-//! asked within [`WINDOW`]. Manifests only: CMAF segments serve HLS and DASH alike, and every
-//! player reloads its manifest at least every 10 s (our MPD's `minimumUpdatePeriod` is 2–10 s).
+//! client address and user agent, for as long as it asked within [`WINDOW`]. The client address
+//! is the first of `X-Forwarded-For` when there is one (a proxy, or another node relaying),
+//! else the connection's peer: the same player has the same key whichever way it came.
+//! Manifests only: CMAF segments serve HLS and DASH alike, and every player reloads its
+//! manifest at least every 10 s (our MPD's `minimumUpdatePeriod` is 2–10 s).
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -34,34 +36,62 @@ pub struct Counted {
 #[derive(Debug, Default)]
 pub struct Audience {
     /// Keyed by a hash of who asked (random keys: no one can aim collisions).
-    seen: Mutex<HashMap<u64, (Output, Instant)>>,
+    seen: Mutex<Seen>,
     keys: std::collections::hash_map::RandomState,
 }
 
+#[derive(Debug, Default)]
+struct Seen {
+    players: HashMap<u64, (Output, Instant)>,
+    /// When a full map was last swept: a flood of made-up players costs one sweep a second,
+    /// not one per request.
+    swept: Option<Instant>,
+}
+
 impl Audience {
-    /// The key of the player at `addr` (the connection's peer) saying `forwarded` and `agent`.
-    pub fn who(&self, addr: Option<IpAddr>, forwarded: &[u8], agent: &[u8]) -> u64 {
-        self.keys.hash_one((addr, forwarded, agent))
+    /// The key of the player whose request came from `peer` with `forwarded`
+    /// (`X-Forwarded-For`, possibly empty) and `agent`.
+    pub fn who(&self, peer: Option<IpAddr>, forwarded: &[u8], agent: &[u8]) -> u64 {
+        let first = forwarded
+            .split(|&b| b == b',')
+            .next()
+            .map(<[u8]>::trim_ascii)
+            .filter(|f| !f.is_empty());
+        match first {
+            Some(client) => self.keys.hash_one((client, agent)),
+            None => self.keys.hash_one((
+                peer.map(|p| p.to_string()).unwrap_or_default().as_bytes(),
+                agent,
+            )),
+        }
     }
 
     /// `who` asked for a manifest of `output` at `now`.
     pub fn seen(&self, who: u64, output: Output, now: Instant) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= MOST && !seen.contains_key(&who) {
-            seen.retain(|_, (_, at)| now.saturating_duration_since(*at) < WINDOW);
-            if seen.len() >= MOST {
+        if seen.players.len() >= MOST && !seen.players.contains_key(&who) {
+            let due = seen
+                .swept
+                .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1));
+            if due {
+                seen.swept = Some(now);
+                seen.players
+                    .retain(|_, (_, at)| now.saturating_duration_since(*at) < WINDOW);
+            }
+            if seen.players.len() >= MOST {
                 return;
             }
         }
-        seen.insert(who, (output, now));
+        seen.players.insert(who, (output, now));
     }
 
     /// The players that asked within [`WINDOW`] of `now`, by output (the others are forgotten).
     pub fn count(&self, now: Instant) -> Counted {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.retain(|_, (_, at)| now.saturating_duration_since(*at) < WINDOW);
+        seen.players
+            .retain(|_, (_, at)| now.saturating_duration_since(*at) < WINDOW);
         let mut c = Counted::default();
-        for (output, _) in seen.values() {
+        for (output, _) in seen.players.values() {
             *match output {
                 Output::Hls => &mut c.hls,
                 Output::Dash => &mut c.dash,
@@ -86,6 +116,12 @@ mod tests {
         // Behind a proxy: one peer, told apart by the address it forwards.
         let behind = a.who(ip, b"198.51.100.7", b"Chrome");
         assert!(safari != chrome && chrome != behind);
+        // The same player through the proxy, or relayed by another node that appends the
+        // proxy's address: one key.
+        let node = Some(IpAddr::from([10, 0, 0, 2]));
+        assert_eq!(a.who(node, b"198.51.100.7, 192.0.2.1", b"Chrome"), behind);
+        // With no proxy header, a relayed request names the peer it came from.
+        assert_eq!(a.who(node, b"192.0.2.1", b"Safari"), safari);
         for i in 0..10 {
             a.seen(safari, Output::Hls, t + Duration::from_millis(500 * i));
         }
@@ -107,7 +143,7 @@ mod tests {
             a.seen(i, Output::Hls, t);
         }
         assert_eq!(a.count(t).hls, MOST);
-        // Once they expire, room again.
+        // Once they expire, room again (one sweep a second at most).
         a.seen(u64::MAX, Output::Dash, t + WINDOW);
         assert_eq!(a.count(t + WINDOW).dash, 1);
     }

@@ -266,13 +266,19 @@ impl Recordings {
         }
     }
 
-    /// Seconds recorded so far in the stream's open video (`recording_duration`).
-    /// The recordings' disk budget: bytes used, the quota, the filesystem's free bytes.
+    /// The recordings' disk budget: bytes used, the quota, the filesystem's free bytes (a
+    /// statvfs: may block).
     pub fn disk(&self) -> (u64, Option<u64>, Option<u64>) {
         let (max, free) = self.budget.limits();
         (self.budget.used(), max, free)
     }
 
+    /// Bytes the recordings hold (counted, never blocks).
+    pub fn disk_used(&self) -> u64 {
+        self.budget.used()
+    }
+
+    /// Seconds recorded so far in the stream's open video (`recording_duration`).
     pub fn recording_duration(&self, id: i64) -> Option<f64> {
         lock(&self.since)
             .get(&id)

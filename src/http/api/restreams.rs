@@ -220,7 +220,7 @@ pub async fn create(api: &Arc<Api>, body: Value) -> Result<Response<Body>, ApiEr
         .db(move |s| s.create_restream(&spec, max, OffsetDateTime::now_utc()))
         .await?
         .ok_or_else(|| ApiError::conflict(format!("a stream has at most {max} restreams")))?;
-    tracing::info!(restream = row.id, stream = stream_id, target = %shown(&row.spec.uri), "restream created");
+    tracing::info!(restream = row.id, stream = stream_id, destination = %shown(&row.spec.uri), "restream created");
     api.restreams.reconcile_stream(stream_id).await;
     one(api, StatusCode::CREATED, row).await
 }

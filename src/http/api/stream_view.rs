@@ -176,7 +176,7 @@ impl Api {
                 })
                 .collect()
         });
-        let viewers = self.viewers(id, &live);
+        let viewers = Api::viewers(&live);
         StreamView {
             id,
             low_latency_enabled: true,
@@ -240,16 +240,10 @@ impl Api {
         }
     }
 
-    /// Who watches stream `id` now: the players its status counted, the real-time readers
-    /// of its hub here.
-    fn viewers(&self, id: i64, live: &LiveStatus) -> Viewers {
+    /// Who watches a stream now, as the node serving it counted.
+    fn viewers(live: &LiveStatus) -> Viewers {
         let p = live.players();
-        let (whep, srt) = self.registry.hub(id).map_or((0, 0), |h| {
-            (
-                h.readers_named(crate::hub::WHEP_READER),
-                h.readers_named(crate::hub::SRT_READER),
-            )
-        });
+        let (whep, srt) = live.realtime_readers();
         Viewers {
             total: p.hls + p.dash + p.hls_mpegts + whep + srt,
             hls: p.hls,

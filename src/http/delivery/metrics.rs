@@ -416,6 +416,7 @@ mod tests {
                         dash: 1,
                         hls_mpegts: 0,
                     },
+                    (2, 2),
                 )
             },
             counters,
