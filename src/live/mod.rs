@@ -285,17 +285,7 @@ impl Registry {
     pub fn status(&self, id: i64) -> LiveStatus {
         self.sessions
             .handles(id)
-            .map(|h| {
-                let s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let dropped = Counters::get(&h.counters.frames_dropped);
-                let players = h.package.audience.count(std::time::Instant::now());
-                let realtime = (
-                    h.hub.readers_named(crate::hub::WHEP_READER),
-                    h.hub.readers_named(crate::hub::SRT_READER),
-                );
-                s.with_storage_error(h.package.storage_error())
-                    .with_counts(dropped, players, realtime)
-            })
+            .map(|h| h.status_now(std::time::Instant::now()))
             .unwrap_or_default()
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::publisher::PublishError;
-use super::status::{Counters, SharedStatus};
+use super::status::{Counters, LiveStatus, SharedStatus};
 use crate::hub::{self, Hub};
 use crate::package::{Numbering, Package};
 use crate::quality::QualitySet;
@@ -23,6 +23,29 @@ pub struct StreamHandles {
     pub hub: Arc<Hub>,
     pub status: SharedStatus,
     pub counters: Arc<Counters>,
+}
+
+impl StreamHandles {
+    /// The stream's status as shown (API, lease, `/metrics`) at `now`: what its owners wrote,
+    /// with the counts kept elsewhere — frames dropped, the players counted by the package,
+    /// the hub's WHEP and SRT readers — and the package's storage error.
+    pub fn status_now(&self, now: std::time::Instant) -> LiveStatus {
+        let s = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let realtime = (
+            self.hub.readers_named(hub::WHEP_READER),
+            self.hub.readers_named(hub::SRT_READER),
+        );
+        s.with_storage_error(self.package.storage_error())
+            .with_counts(
+                Counters::get(&self.counters.frames_dropped),
+                self.package.audience.count(now),
+                realtime,
+            )
+    }
 }
 
 /// What a session's pipeline is given: the stream, its ladder's quality set, its reader of

@@ -410,19 +410,10 @@ impl Table {
             .iter()
             .map(|(&id, e)| StreamMetrics {
                 id,
-                status: lock(&e.handles.status).clone().with_counts(
-                    Counters::get(&e.handles.counters.frames_dropped),
-                    e.handles.package.audience.count(now),
-                    (
-                        e.handles.hub.readers_named(crate::hub::WHEP_READER),
-                        e.handles.hub.readers_named(crate::hub::SRT_READER),
-                    ),
-                ),
+                status: e.handles.status_now(now),
                 counters: e.handles.counters.clone(),
                 hub_readers: e.handles.hub.readers(),
                 hub_dropped: e.handles.hub.dropped(),
-                whep_viewers: e.handles.hub.readers_named(crate::hub::WHEP_READER),
-                srt_readers: e.handles.hub.readers_named(crate::hub::SRT_READER),
             })
             .collect();
         all.sort_by_key(|m| m.id);

@@ -289,8 +289,4 @@ pub struct StreamMetrics {
     pub hub_readers: usize,
     /// Messages the hub's readers lost to full queues.
     pub hub_dropped: u64,
-    /// WHEP viewers receiving the stream now.
-    pub whep_viewers: usize,
-    /// SRT readers (`play:{id}`) connected now.
-    pub srt_readers: usize,
 }

@@ -231,14 +231,14 @@ fn stream_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
         "livepack_stream_whep_viewers",
         "gauge",
         "WHEP (WebRTC) viewers receiving the stream now.",
-        |s| Some(s.whep_viewers),
+        |s| Some(s.status.realtime_readers().0),
     );
     f.per_stream(
         streams,
         "livepack_stream_srt_readers",
         "gauge",
         "SRT readers (`play:{id}` on the SRT port) connected to the stream now.",
-        |s| Some(s.srt_readers),
+        |s| Some(s.status.realtime_readers().1),
     );
     f.per_stream(
         streams,
@@ -358,12 +358,13 @@ fn source_and_viewer_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     );
     for s in streams {
         let p = s.status.players();
+        let (whep, srt) = s.status.realtime_readers();
         for (output, n) in [
             ("hls", p.hls),
             ("dash", p.dash),
             ("hls_mpegts", p.hls_mpegts),
-            ("whep", s.whep_viewers),
-            ("srt", s.srt_readers),
+            ("whep", whep),
+            ("srt", srt),
         ] {
             f.sample(
                 name,
@@ -422,8 +423,6 @@ mod tests {
             counters,
             hub_readers: 3,
             hub_dropped: 5,
-            whep_viewers: 2,
-            srt_readers: 2,
         }];
         let text = render(
             &streams,
