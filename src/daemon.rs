@@ -493,6 +493,7 @@ pub async fn start(
     let pruning = spawn_statistics_pruning(store.clone(), config.statistics_retention);
     overlays.iter().for_each(|hub| hub.spawn(registry.events()));
     let spectators = Arc::new(crate::broadcast::Spectators::default());
+    let (shutdown, stopping) = Shutdown::with_accept_grace(config.shutdown_accept_grace);
     let api = Arc::new(Api {
         store: store.clone(),
         keys,
@@ -508,6 +509,8 @@ pub async fn start(
         overlays: overlays.clone(),
         spectators: spectators.clone(),
         restreams: restreams.clone(),
+        feeds: Default::default(),
+        stopping: stopping.clone(),
     });
     let player = Player::new(
         registry.clone(),
@@ -516,7 +519,6 @@ pub async fn start(
         config.player_assets_dir.clone(),
         spectators,
     );
-    let (shutdown, stopping) = Shutdown::with_accept_grace(config.shutdown_accept_grace);
     let srt_readers = Arc::new(crate::realtime::srt_read::SrtReads::new(
         registry.clone(),
         store.clone(),

@@ -46,6 +46,18 @@ pub enum Protocol {
     Pull,
 }
 
+impl Protocol {
+    /// Its name as events and records spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Rtmp => "rtmp",
+            Protocol::Srt => "srt",
+            Protocol::Whip => "whip",
+            Protocol::Pull => "pull",
+        }
+    }
+}
+
 /// What happened. Field names are the ones a webhook body will carry.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -206,6 +206,13 @@ CREATE INDEX stream_numbering_given_up ON stream_numbering (given_up_ms);
 ALTER TABLE stream_numbering ADD COLUMN handover_msn {int};
 ALTER TABLE stream_numbering ADD COLUMN handover_edge_ms {int};
 "#,
+    // 13: a stream's name folded for `GET /streaming/streams?search=`, as videos have it. The
+    // rows already there are folded by the database's lower() (SQLite's folds ASCII only);
+    // every later write folds it as the code does.
+    r#"
+ALTER TABLE streams ADD COLUMN name_folded {folded};
+{fold_stream_names}
+"#,
 ];
 
 /// The schema version this build knows.

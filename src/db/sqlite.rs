@@ -157,7 +157,7 @@ mod tests {
             tx.commit().unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
-        let (rows, _) = store.list_streams(0, 10).unwrap();
+        let (rows, _) = store.list_streams(None, 0, 10).unwrap();
         assert_eq!(rows[0].settings.name, "old");
         assert!(rows[0].settings.broadcast_ids.is_empty());
     }

@@ -3,8 +3,8 @@
 
 use time::OffsetDateTime;
 
-use super::codec::{doc_without, stream_from_row, to_ms, STREAM_COLUMNS};
-use super::conn::{args, sql_offset, Backend, Conn, Pool, Tx};
+use super::codec::{doc_without, fold, stream_from_row, to_ms, STREAM_COLUMNS};
+use super::conn::{args, sql_offset, Backend, Conn, Pool, Tx, Value};
 use super::links::{links_column, set_links, unlink_all, Side};
 use super::webhooks::append_in;
 use super::{SqlStore, StoreError, StreamRow, StreamSettings, Update};
@@ -21,7 +21,14 @@ pub trait StreamStore {
     ) -> Result<StreamRow, StoreError>;
     fn get_stream(&self, id: i64) -> Result<Option<StreamRow>, StoreError>;
     /// Newest first; returns the page and the total number of streams.
-    fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError>;
+    /// A page of streams, newest first; `search`: only those whose name contains it (case
+    /// folded).
+    fn list_streams(
+        &self,
+        search: Option<&str>,
+        offset: u64,
+        limit: u32,
+    ) -> Result<(Vec<StreamRow>, u64), StoreError>;
     /// Replaces the settings if the record is still at `revision`.
     fn update_stream(
         &self,
@@ -63,9 +70,14 @@ impl<B: Backend> StreamStore for SqlStore<B> {
         self.backend().transaction(Pool::Main, Tx::Serial, |c| {
             let id = c
                 .query_one(
-                    "INSERT INTO streams (revision, token, created_at_ms, settings) \
-                     VALUES (1, $1, $2, $3) RETURNING id",
-                    &args![token, to_ms(now), doc_without(settings, "broadcast_ids")],
+                    "INSERT INTO streams (revision, token, created_at_ms, settings, name_folded) \
+                     VALUES (1, $1, $2, $3, $4) RETURNING id",
+                    &args![
+                        token,
+                        to_ms(now),
+                        doc_without(settings, "broadcast_ids"),
+                        Value::ByteText(fold(&settings.name))
+                    ],
                 )?
                 .i64(0)?;
             set_links(c, Side::Stream, id, &settings.broadcast_ids, now)?;
@@ -82,11 +94,26 @@ impl<B: Backend> StreamStore for SqlStore<B> {
         self.backend().with_conn(Pool::Main, |c| get_in(c, id))
     }
 
-    fn list_streams(&self, offset: u64, limit: u32) -> Result<(Vec<StreamRow>, u64), StoreError> {
+    fn list_streams(
+        &self,
+        search: Option<&str>,
+        offset: u64,
+        limit: u32,
+    ) -> Result<(Vec<StreamRow>, u64), StoreError> {
+        let search = search.map(|s| Value::ByteText(fold(s)));
         self.backend().transaction(Pool::Main, Tx::Snapshot, |c| {
-            let total = c.query_one("SELECT COUNT(*) FROM streams", &[])?.i64(0)?;
-            let sql = format!("{} ORDER BY id DESC LIMIT $1 OFFSET $2", select(c));
-            let rows = c.query(&sql, &args![limit, sql_offset(offset)])?;
+            let filter = format!(
+                "WHERE ($1::BYTEA IS NULL OR {})",
+                c.dialect().contains("name_folded", 1)
+            );
+            let total = c
+                .query_one(
+                    &format!("SELECT COUNT(*) FROM streams {filter}"),
+                    &args![search.clone()],
+                )?
+                .i64(0)?;
+            let sql = format!("{} {filter} ORDER BY id DESC LIMIT $2 OFFSET $3", select(c));
+            let rows = c.query(&sql, &args![search, limit, sql_offset(offset)])?;
             let rows = rows.iter().map(stream_from_row).collect::<Result<_, _>>()?;
             Ok((rows, total as u64))
         })
@@ -100,9 +127,14 @@ impl<B: Backend> StreamStore for SqlStore<B> {
     ) -> Result<Update<StreamRow>, StoreError> {
         self.backend().transaction(Pool::Main, Tx::Serial, |c| {
             let changed = c.execute(
-                "UPDATE streams SET settings = $1, revision = revision + 1 \
+                "UPDATE streams SET settings = $1, name_folded = $4, revision = revision + 1 \
                  WHERE id = $2 AND revision = $3",
-                &args![doc_without(settings, "broadcast_ids"), id, revision],
+                &args![
+                    doc_without(settings, "broadcast_ids"),
+                    id,
+                    revision,
+                    Value::ByteText(fold(&settings.name))
+                ],
             )?;
             if changed == 1 {
                 // An unknown broadcast drops the transaction: nothing of the update is kept.

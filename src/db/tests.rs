@@ -504,7 +504,11 @@ fn broadcast_links_are_one_fact_seen_from_both_sides(store: &Backend) {
     assert!(store
         .create_stream(&stream("x", vec![777]), "t", now)
         .is_err());
-    assert_eq!(store.list_streams(0, 10).unwrap().1, 2, "nothing created");
+    assert_eq!(
+        store.list_streams(None, 0, 10).unwrap().1,
+        2,
+        "nothing created"
+    );
     // Deleting a stream removes it from its broadcasts; deleting a broadcast from streams.
     assert!(store.delete_stream(s2.id).unwrap());
     assert!(store
@@ -823,7 +827,7 @@ fn corrupt_documents_are_reported_as_corrupt(store: &Backend) {
         StoreError::Corrupt { kind: "stream", id, .. } if id == s.id
     ));
     assert!(matches!(
-        store.list_streams(0, 10).unwrap_err(),
+        store.list_streams(None, 0, 10).unwrap_err(),
         StoreError::Corrupt { kind: "stream", .. }
     ));
     let v = store

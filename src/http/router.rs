@@ -196,15 +196,22 @@ const METRICS_WAIT: Duration = Duration::from_secs(2);
 /// figures are left out (logged) when it cannot be read in time: the rest still tells what
 /// runs.
 async fn metrics(api: &Api) -> String {
-    let backlog = match tokio::time::timeout(METRICS_WAIT, api.db(|s| s.backlog())).await {
-        Ok(Ok(b)) => Some(b),
+    let store_counts = api.db(|s| Ok((s.backlog()?, s.nodes()?)));
+    let (backlog, nodes) = match tokio::time::timeout(METRICS_WAIT, store_counts).await {
+        Ok(Ok((b, nodes))) => {
+            let mut by_state = [0; crate::cluster::NodeState::ALL.len()];
+            for n in &nodes {
+                by_state[api.cluster.node_state(n) as usize] += 1;
+            }
+            (Some(b), Some(by_state))
+        }
         Ok(Err(e)) => {
             tracing::warn!(error = ?e, "metrics: cannot count the store's backlog");
-            None
+            (None, None)
         }
         Err(_) => {
             tracing::warn!("metrics: the store's backlog not counted in time");
-            None
+            (None, None)
         }
     };
     // statvfs may block on a network filesystem: off the async workers, bounded too.
@@ -223,6 +230,7 @@ async fn metrics(api: &Api) -> String {
         disk,
         api.restreams.totals(),
     ));
+    text.push_str(&delivery::metrics::cluster(nodes, api.feeds.open()));
     text
 }
 
@@ -339,6 +347,7 @@ pub async fn route(routes: &Routes, req: Request<Incoming>) -> Response<Body> {
                 .body(listener::full(api::DOCS_HTML))
                 .expect("static response is valid"),
         ),
+        p if crate::http::console::owns(p) => public(crate::http::console::handle(p)),
         "/metrics" if !api.keys.allows(req.headers()) => error_response(&ApiError::unauthorized()),
         "/metrics" => public(
             Response::builder()

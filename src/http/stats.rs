@@ -58,7 +58,7 @@ impl Route {
             "mpegts" => Route::Mpegts,
             "screenshots" => Route::Screenshot,
             "videos" => Route::Video,
-            "player" | "docs" => Route::Player,
+            "player" | "docs" | "console" => Route::Player,
             "whip" | "whep" => Route::Webrtc,
             "metrics" | "healthz" | "readyz" => Route::Ops,
             "streaming" | "fastedge" | "security" | "openapi.json" => Route::Api,

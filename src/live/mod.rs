@@ -253,6 +253,11 @@ impl Registry {
         self.config.packaging
     }
 
+    /// The ids of every stream the registry holds (live or in its grace period), in order.
+    pub fn stream_ids(&self) -> Vec<i64> {
+        self.sessions.ids()
+    }
+
     /// Every stream the registry holds (live or in its grace period), by id.
     pub fn metrics(&self) -> Vec<StreamMetrics> {
         self.sessions.metrics()

@@ -248,6 +248,7 @@ impl Table {
                 Slot::Main => s.set_receiving(true, backup),
                 Slot::Backup => s.set_receiving(main, true),
             }
+            s.set_protocol(slot == Slot::Backup, protocol.as_str());
         }
         Ok(opened)
     }
@@ -401,6 +402,12 @@ impl Table {
     /// Whether the stream has a publishing session (a publish joins its transcode).
     pub fn in_session(&self, id: i64) -> bool {
         self.streams().get(&id).is_some_and(|e| e.session.is_some())
+    }
+
+    pub fn ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.streams().keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub fn metrics(&self) -> Vec<StreamMetrics> {

@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex};
 pub struct LiveStatus {
     live: bool,
     backup_live: bool,
+    /// How each input's publisher arrives (`rtmp`, `srt`, `whip`, `pull`): the last one that
+    /// took the slot, shown only while the slot receives.
+    main_protocol: Option<String>,
+    backup_protocol: Option<String>,
     transcoded_qualities: Vec<String>,
     /// The quality set's rungs left out because the node was full when the session started.
     shed_qualities: Vec<String>,
@@ -128,9 +132,31 @@ impl LiveStatus {
         self.restreams.get(&id)
     }
 
+    /// Every restream's state, by restream id.
+    pub fn restreams(&self) -> &std::collections::BTreeMap<i64, RestreamStatus> {
+        &self.restreams
+    }
+
     /// The input switch's part: which inputs are receiving.
     pub fn set_receiving(&mut self, main: bool, backup: bool) {
         (self.live, self.backup_live) = (main, backup);
+    }
+
+    /// A publisher took an input (`backup`: the backup one), arriving by `protocol`.
+    pub fn set_protocol(&mut self, backup: bool, protocol: &str) {
+        let p = Some(protocol.to_owned());
+        match backup {
+            false => self.main_protocol = p,
+            true => self.backup_protocol = p,
+        }
+    }
+
+    /// How the receiving inputs arrive (main, backup); `None` for one not receiving.
+    pub fn protocols(&self) -> (Option<&str>, Option<&str>) {
+        (
+            self.main_protocol.as_deref().filter(|_| self.live),
+            self.backup_protocol.as_deref().filter(|_| self.backup_live),
+        )
     }
 
     /// The pipeline's part, anew for a new pipeline: what the previous one measured goes.
@@ -138,6 +164,8 @@ impl LiveStatus {
         *self = LiveStatus {
             live: self.live,
             backup_live: self.backup_live,
+            main_protocol: self.main_protocol.take(),
+            backup_protocol: self.backup_protocol.take(),
             transcoded_qualities: part.transcoded_qualities,
             shed_qualities: part.shed_qualities,
             transcoding_preset: Some(part.transcoding_preset),

@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod console;
 #[path = "../common/media.rs"]
 mod media;
 

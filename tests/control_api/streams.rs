@@ -40,6 +40,8 @@ fn assert_record_shape(rec: &Value) {
         "token",
         "live",
         "backup_live",
+        "input_protocol",
+        "backup_input_protocol",
         "push_url",
         "backup_push_url",
         "push_url_srt",
@@ -679,6 +681,60 @@ async fn list_pages_newest_first_with_total() {
             "{bad}"
         );
     }
+}
+
+#[tokio::test]
+async fn search_finds_names_containing_it_whatever_the_case_and_follows_renames() {
+    let dir = tempdir();
+    let d = Daemon::start(dir.path());
+    let mut ids = Vec::new();
+    for name in ["Main Stage", "backstage cam", "Lobby", "STAGE left Ünïcode"] {
+        let r = d.post("/streaming/streams", json!({ "name": name })).await;
+        ids.push(r.body["id"].as_i64().unwrap());
+    }
+    let found = |q: &'static str| {
+        let d = &d;
+        async move {
+            let r = d.get(&format!("/streaming/streams?search={q}")).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            let names: Vec<String> = r
+                .body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(r.headers["x-total-count"], names.len().to_string().as_str());
+            names
+        }
+    };
+    assert_eq!(
+        found("stage").await,
+        ["STAGE left Ünïcode", "backstage cam", "Main Stage"]
+    );
+    assert_eq!(found("%C3%BCn%C3%AF").await, ["STAGE left Ünïcode"]);
+    assert_eq!(
+        found("%25").await,
+        Vec::<String>::new(),
+        "no LIKE wildcards"
+    );
+    assert_eq!(found("").await.len(), 4, "an empty search is no filter");
+    // A rename is found by its new name, not its old one.
+    let r = d
+        .patch(
+            &format!("/streaming/streams/{}", ids[2]),
+            json!({"stream": {"name": "Green room"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(found("lobby").await, Vec::<String>::new());
+    assert_eq!(found("GREEN").await, ["Green room"]);
+    let long = "x".repeat(1025);
+    let r = d.get(&format!("/streaming/streams?search={long}")).await;
+    assert_eq!(
+        (r.status, r.code(), r.field()),
+        (StatusCode::BAD_REQUEST, "invalid_query", Some("search"))
+    );
 }
 
 #[tokio::test]

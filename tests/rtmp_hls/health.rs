@@ -56,6 +56,8 @@ async fn the_record_shows_the_source_as_received_and_viewers_by_output() {
     let (kbps, gop) = probed("av-720p.flv");
     assert_eq!(live["video_codec"], "H.264");
     assert_eq!(live["audio_codec"], "AAC");
+    assert_eq!(live["input_protocol"], "rtmp");
+    assert_eq!(live["backup_input_protocol"], Value::Null);
     let got = live["video_bitrate"].as_u64().unwrap() as f64;
     assert!(
         (0.5..2.0).contains(&(got / kbps)),
@@ -138,4 +140,5 @@ async fn the_record_shows_the_source_as_received_and_viewers_by_output() {
     })
     .await;
     assert_eq!(off["keyframe_interval"], Value::Null);
+    assert_eq!(off["input_protocol"], Value::Null);
 }

@@ -4,6 +4,7 @@
 mod capacity;
 #[path = "../common/mod.rs"]
 mod common;
+mod feed;
 mod health;
 mod https;
 mod logs;

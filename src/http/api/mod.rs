@@ -4,8 +4,10 @@
 pub mod auth;
 pub mod broadcasts;
 pub mod fastedge;
+pub mod feed;
 pub mod fields;
 pub mod format;
+mod nodes;
 mod outbound_routes;
 pub mod overlays;
 pub mod quality_sets;
@@ -163,6 +165,10 @@ pub struct Api {
     pub spectators: Arc<crate::broadcast::Spectators>,
     /// The restreams this node runs (their live state), told when a record changes.
     pub restreams: Arc<crate::egress::manager::Restreams>,
+    /// The open events feeds (`/streaming/events`) and the health sample they share.
+    pub feeds: feed::Feeds,
+    /// Turns when the node starts shutting down: the feeds end then.
+    pub stopping: crate::shutdown::Stopping,
 }
 
 impl Route {
@@ -211,6 +217,8 @@ pub(super) enum Route {
     Webhook,
     WebhookRotateSecret,
     WebhookDeliveries,
+    Events,
+    Nodes,
 }
 
 /// The route table: (path pattern, route, methods). `{id}` is a positive integer. The OpenAPI
@@ -342,6 +350,8 @@ const ROUTES: &[(&str, Route, &[Method])] = &[
         Route::WebhookDeliveries,
         &[Method::GET],
     ),
+    ("/streaming/events", Route::Events, &[Method::GET]),
+    ("/streaming/nodes", Route::Nodes, &[Method::GET]),
 ];
 
 /// (pattern, methods) of every authenticated route, for the OpenAPI consistency check.
@@ -508,6 +518,8 @@ impl Api {
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
+                (Route::Events, _) => feed::open(self, req.uri().query()).await,
+                (Route::Nodes, _) => nodes::list(self).await,
                 // The webhook routes (a route dispatched nowhere answers 404 there, which the
                 // OpenAPI test of served routes catches).
                 _ => hooks_and_restreams(self, *route, id, req).await,

@@ -18,6 +18,8 @@ pub(super) const READ_ONLY: &[&str] = &[
     "token",
     "live",
     "backup_live",
+    "input_protocol",
+    "backup_input_protocol",
     "push_url",
     "backup_push_url",
     "push_url_srt",
@@ -66,6 +68,9 @@ pub struct StreamView {
     token: String,
     live: bool,
     backup_live: bool,
+    /// How the receiving inputs arrive (`rtmp`, `srt`, `whip`, `pull`); null while off air.
+    input_protocol: Option<String>,
+    backup_input_protocol: Option<String>,
     push_url: Option<String>,
     backup_push_url: Option<String>,
     push_url_srt: Option<String>,
@@ -81,6 +86,25 @@ pub struct StreamView {
     hls_cmaf_url: String,
     pub(super) hls_mpegts_url: String,
     screenshot: String,
+    #[serde(flatten)]
+    measures: LiveView,
+    html_overlays: Vec<super::overlays::OverlayView>,
+    storage_error: Option<String>,
+    /// Real-time playback (WHEP, draft-ietf-wish-whep): POST an SDP offer here.
+    whep_url: String,
+    /// WHEP viewers receiving the stream now (on the node serving it).
+    whep_viewers: usize,
+    /// SRT readers (`srt_play_url`) receiving the stream now (on the node serving it).
+    srt_readers: usize,
+    /// One entry per configured ingest region; absent when none is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    multi_region_push_urls: Option<Vec<RegionPushUrls>>,
+}
+
+/// A stream's measured live state, in the record and in the events feed's health samples: what
+/// it transcodes, how fast, what it receives, who watches.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveView {
     transcoded_qualities: Vec<String>,
     /// The set's qualities not transcoded because the node was full (`overload_policy`).
     shed_qualities: Vec<String>,
@@ -102,17 +126,6 @@ pub struct StreamView {
     frames_dropped: u64,
     /// Who watches now, by output.
     viewers: Viewers,
-    html_overlays: Vec<super::overlays::OverlayView>,
-    storage_error: Option<String>,
-    /// Real-time playback (WHEP, draft-ietf-wish-whep): POST an SDP offer here.
-    whep_url: String,
-    /// WHEP viewers receiving the stream now (on the node serving it).
-    whep_viewers: usize,
-    /// SRT readers (`srt_play_url`) receiving the stream now (on the node serving it).
-    srt_readers: usize,
-    /// One entry per configured ingest region; absent when none is configured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    multi_region_push_urls: Option<Vec<RegionPushUrls>>,
 }
 
 /// A stream's viewers by output, on the node serving it: HLS and DASH players counted by their
@@ -177,12 +190,15 @@ impl Api {
                 .collect()
         });
         let viewers = Api::viewers(&live);
+        let (input_protocol, backup_input_protocol) = live.protocols();
         StreamView {
             id,
             low_latency_enabled: true,
             token: token.clone(),
             live: live.live(),
             backup_live: live.backup_live(),
+            input_protocol: input_protocol.map(str::to_owned),
+            backup_input_protocol: backup_input_protocol.map(str::to_owned),
             push_url: here.push_url,
             backup_push_url: here.backup_push_url,
             push_url_srt: here.push_url_srt,
@@ -211,13 +227,27 @@ impl Api {
             hls_cmaf_url: format!("{play}/cmaf/{id}{g}/master.m3u8"),
             hls_mpegts_url: format!("{play}/mpegts/{id}{g}/master_mpegts.m3u8"),
             screenshot: format!("{play}/screenshots/{id}{g}/last.jpg"),
+            measures: self.live_view(id, &live),
+            html_overlays: overlays.iter().map(super::overlays::view).collect(),
+            storage_error: live.storage_error().map(str::to_owned),
+            // Signalling is a POST: never through a CDN, always to this server's own URL.
+            whep_url: format!("{}/whep/{id}{g}", e.public_url),
+            whep_viewers: viewers.whep,
+            srt_readers: viewers.srt,
+            multi_region_push_urls: regions,
+            settings: row.settings,
+        }
+    }
+
+    /// The measured part of a stream's live state (`live`: this node's or the serving one's).
+    pub(crate) fn live_view(&self, id: i64, live: &LiveStatus) -> LiveView {
+        let recorded = self.recordings.recording_duration(id);
+        LiveView {
             transcoded_qualities: live.transcoded_qualities().to_vec(),
             shed_qualities: live.shed_qualities().to_vec(),
             transcoding_preset: live.transcoding_preset().map(str::to_owned),
-            recording: self.recordings.recording_duration(id).is_some(),
-            recording_duration: self
-                .recordings
-                .recording_duration(id)
+            recording: recorded.is_some(),
+            recording_duration: recorded
                 .map_or(live.recording_duration(), |s| (s * 1000.0).round() / 1000.0),
             transcoding_speed: live.transcoding_speed(),
             frame_rate: live.frame_rate(),
@@ -228,15 +258,7 @@ impl Api {
             video_bitrate: live.video_bitrate(),
             keyframe_interval: live.keyframe_interval(),
             frames_dropped: live.frames_dropped(),
-            viewers,
-            html_overlays: overlays.iter().map(super::overlays::view).collect(),
-            storage_error: live.storage_error().map(str::to_owned),
-            // Signalling is a POST: never through a CDN, always to this server's own URL.
-            whep_url: format!("{}/whep/{id}{g}", e.public_url),
-            whep_viewers: viewers.whep,
-            srt_readers: viewers.srt,
-            multi_region_push_urls: regions,
-            settings: row.settings,
+            viewers: Api::viewers(live),
         }
     }
 

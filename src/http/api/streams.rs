@@ -20,6 +20,8 @@ use crate::url_policy::{self, Purpose};
 
 /// Fixed page size of `GET /streaming/streams?page=N`.
 pub const STREAMS_PAGE_SIZE: u32 = 25;
+/// A name is at most 255 characters: a longer search finds nothing anyway.
+const MAX_SEARCH_BYTES: usize = 1024;
 pub const MAX_NAME_CHARS: usize = 255;
 pub const MAX_ENTITY_DATA_CHARS: usize = 4096;
 /// A PULL stream cycles through its URIs; more than a handful is a configuration mistake.
@@ -280,17 +282,25 @@ pub async fn get(api: &Arc<Api>, id: i64) -> Result<Response<Body>, ApiError> {
 }
 
 pub async fn list(api: &Arc<Api>, query: Option<&str>) -> Result<Response<Body>, ApiError> {
-    let mut page = 1u64;
+    let (mut page, mut search) = (1u64, None);
     for (k, v) in query_pairs(query)? {
-        if k == "page" {
-            page = query_int("page", &v, 1..=1_000_000_000)?;
+        match k.as_str() {
+            "page" => page = query_int("page", &v, 1..=1_000_000_000)?,
+            "search" if v.len() > MAX_SEARCH_BYTES => {
+                return Err(ApiError::invalid_query(
+                    "search",
+                    format!("at most {MAX_SEARCH_BYTES} bytes"),
+                ))
+            }
+            "search" if !v.is_empty() => search = Some(v),
+            _ => {}
         }
     }
     let offset = (page - 1) * u64::from(STREAMS_PAGE_SIZE);
     let dead_after = api.cluster.dead_after();
     let (rows, total, overlays, leases) = api
         .db(move |s| {
-            let (rows, total) = s.list_streams(offset, STREAMS_PAGE_SIZE)?;
+            let (rows, total) = s.list_streams(search.as_deref(), offset, STREAMS_PAGE_SIZE)?;
             let overlays = rows
                 .iter()
                 .map(|r| s.list_overlays(r.id))

@@ -334,6 +334,32 @@ pub fn operations(
     out
 }
 
+/// The cluster's nodes by state, as their heartbeats in the store tell (`None`: the store
+/// could not be read), and the events feeds open on this node.
+pub fn cluster(nodes: Option<[usize; 3]>, feeds: usize) -> String {
+    let mut out = String::new();
+    let mut f = Family { out: &mut out };
+    if let Some(nodes) = nodes {
+        let name = "livepack_cluster_nodes";
+        f.header(
+            name,
+            "gauge",
+            "Nodes sharing the store by state: alive, missing (silent past cluster_dead_after, for under an hour), gone.",
+        );
+        for state in crate::cluster::NodeState::ALL {
+            let labels = format!("{{state=\"{}\"}}", state.as_str());
+            f.sample(name, &labels, nodes[state as usize]);
+        }
+    }
+    f.single(
+        "livepack_event_feeds",
+        "gauge",
+        "Events feeds (/streaming/events, the console's) open on this node.",
+        Some(feeds),
+    );
+    out
+}
+
 /// The source as received and who watches, per stream.
 fn source_and_viewer_families(f: &mut Family<'_>, streams: &[StreamMetrics]) {
     f.per_stream(

@@ -152,7 +152,7 @@ impl Puller {
             let mut ids = Vec::new();
             let mut offset = 0;
             loop {
-                let (rows, total) = store.list_streams(offset, 1000)?;
+                let (rows, total) = store.list_streams(None, offset, 1000)?;
                 let n = rows.len() as u64;
                 ids.extend(rows.into_iter().filter(|r| r.settings.pull).map(|r| r.id));
                 offset += n;
