@@ -49,8 +49,10 @@ try {
     const f = r.failure() ? r.failure().errorText : '';
     if (!/ERR_ABORTED/.test(f)) errors.push(`failed: ${r.url()} ${f}`);
   });
+  // The console's own requests; the preview's (the player page, which shows a poster only once
+  // the stream has a screenshot) are the player's business.
   page.on('response', (r) => {
-    if (r.status() >= 400 && !r.url().includes('/player/')) errors.push(`${r.status()}: ${r.url()}`);
+    if (r.status() >= 400 && r.frame() === page.mainFrame()) errors.push(`${r.status()}: ${r.url()}`);
   });
 
   // A wrong key is refused; the right one signs in (keyboard only).

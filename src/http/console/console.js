@@ -17,6 +17,8 @@ function h(tag, attrs = {}, ...kids) {
     if (v == null || v === false) continue;
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'text') el.textContent = v;
+    // Through the CSSOM: the page's policy refuses style attributes.
+    else if (k === 'style') el.style.cssText = v;
     else el.setAttribute(k, v === true ? '' : v);
   }
   for (const kid of kids.flat()) if (kid != null) el.append(kid instanceof Node ? kid : String(kid));
@@ -62,6 +64,15 @@ function urlRow(label, value) {
     h('span', { class: 'muted', style: 'min-width:8em' }, label),
     h('code', {}, value),
     h('button', { type: 'button', 'aria-label': `Copy ${label}`, onclick: () => copy(value) }, 'Copy'));
+}
+
+// Newer / page n of m / older, for a table of `pages` pages; `go(p)` is page p's address.
+function pagerLinks(page, pages, go, what) {
+  return [
+    page > 1 ? h('a', { class: 'button', href: go(page - 1) }, '← Newer') : null,
+    h('span', { class: 'muted' }, `Page ${page} of ${pages} · ${what}`),
+    page < pages ? h('a', { class: 'button', href: go(page + 1) }, 'Older →') : null,
+  ].filter(Boolean);
 }
 
 // ---------- the API ----------
@@ -237,18 +248,26 @@ function viewersText(v) {
   if (!v) return '–';
   return `${v.total} (HLS ${v.hls} · DASH ${v.dash} · TS ${v.hls_mpegts} · WHEP ${v.whep} · SRT ${v.srt})`;
 }
+// The total and the outputs that have viewers: `3 · HLS 2 · WHEP 1`.
+function viewersShort(v) {
+  if (!v) return '–';
+  const names = { hls: 'HLS', dash: 'DASH', hls_mpegts: 'TS', whep: 'WHEP', srt: 'SRT' };
+  return [String(v.total), ...Object.entries(names).filter(([k]) => v[k]).map(([k, n]) => `${n} ${v[k]}`)].join(' · ');
+}
 function restreamsText(s) {
   const all = Object.entries(s.restreams || {});
   if (!all.length) return '–';
   return all.map(([id, r]) => `#${id} ${r.live ? 'sending' : r.last_error ? 'failing' : 'waiting'}`).join(', ');
 }
+// Columns a phone's screen leaves out (the stream's page shows them).
+const NARROW_HIDDEN = ['Keyframes', 'Recording', 'Restreams'];
 // The live cells of a streams-table row, from a record or a health sample.
 function fillRow(tr, s) {
   const cell = (name) => tr.querySelector(`[data-cell="${name}"]`);
   cell('onair').replaceChildren(...onAir(s));
   cell('input').textContent = inputText(s);
   cell('keyframe').textContent = s.live || s.backup_live ? fmt.secs(s.keyframe_interval) : '–';
-  cell('viewers').textContent = viewersText(s.viewers);
+  cell('viewers').textContent = viewersShort(s.viewers);
   cell('recording').replaceChildren(s.recording ? h('span', { class: 'badge bad' }, 'REC') : '–');
   cell('restreams').textContent = restreamsText(s);
 }
@@ -267,7 +286,7 @@ async function streamsPage(params) {
   const pager = h('div', { class: 'bar' });
   main.replaceChildren(h('h1', {}, 'Streams'), bar,
     h('div', { class: 'scroll' }, h('table', { id: 'streams' },
-      h('thead', {}, h('tr', {}, ['Stream', 'On air', 'Input', 'Keyframes', 'Viewers', 'Recording', 'Restreams', ''].map((t) => h('th', { scope: 'col' }, t)))),
+      h('thead', {}, h('tr', {}, ['Stream', 'On air', 'Input', 'Keyframes', 'Viewers', 'Recording', 'Restreams', ''].map((t) => h('th', { scope: 'col', class: NARROW_HIDDEN.includes(t) ? 'hide-narrow' : null }, t)))),
       tbody)), pager);
   const got = await act(null, () => call('GET', `/streaming/streams?${query}`));
   if (!got) return;
@@ -276,18 +295,15 @@ async function streamsPage(params) {
   for (const s of streams) {
     const tr = h('tr', { 'data-id': s.id },
       h('td', {}, h('a', { href: `#/streams/${s.id}` }, s.name || '(no name)'), h('div', { class: 'muted' }, `#${s.id}${s.active ? '' : ' · inactive'}${s.pull ? ' · pull' : ''}`)),
-      h('td', { 'data-cell': 'onair' }), h('td', { 'data-cell': 'input' }), h('td', { 'data-cell': 'keyframe' }),
-      h('td', { 'data-cell': 'viewers' }), h('td', { 'data-cell': 'recording' }), h('td', { 'data-cell': 'restreams' }),
+      h('td', { 'data-cell': 'onair' }), h('td', { 'data-cell': 'input' }), h('td', { 'data-cell': 'keyframe', class: 'hide-narrow' }),
+      h('td', { 'data-cell': 'viewers' }), h('td', { 'data-cell': 'recording', class: 'hide-narrow' }), h('td', { 'data-cell': 'restreams', class: 'hide-narrow' }),
       h('td', {}, streamActions(s, () => route())));
     fillRow(tr, { ...s, ...(state.health.get(s.id) || {}) });
     tbody.append(tr);
   }
   const pages = Math.max(1, Math.ceil(total / 25));
   const go = (p) => `#/streams?${new URLSearchParams(search ? { page: p, search } : { page: p })}`;
-  pager.append(
-    page > 1 ? h('a', { class: 'button', href: go(page - 1) }, '← Newer') : null,
-    h('span', { class: 'muted' }, `Page ${page} of ${pages} · ${total} streams`),
-    page < pages ? h('a', { class: 'button', href: go(page + 1) }, 'Older →') : null);
+  pager.replaceChildren(...pagerLinks(page, pages, go, `${total} streams`));
   let reload = null;
   listen((type, data) => {
     if (type === 'health') {
@@ -304,7 +320,7 @@ async function streamsPage(params) {
 }
 function streamActions(s, after) {
   const recording = (state.health.get(s.id) || s).recording;
-  return h('span', { class: 'bar', style: 'margin:0;flex-wrap:nowrap' },
+  return h('span', { class: 'actions' },
     h('button', { type: 'button', onclick: () => {
       if (!confirm(`Cut the publishers of stream #${s.id}? An encoder that reconnects is let in again.`)) return;
       act('Publishers kicked', () => call('PUT', `/streaming/streams/${s.id}/kick`));
@@ -544,7 +560,7 @@ async function videosPage(params) {
       h('td', { class: 'wrap' }, `#${v.id} ${v.name || ''}`), h('td', {}, h('a', { href: `#/streams/${v.stream_id}` }, `#${v.stream_id}`)),
       h('td', {}, videoStatus(v)), h('td', {}, fmt.secs(v.duration / 1000)), h('td', {}, fmt.bytes(v.origin_size)),
       h('td', {}, fmt.time(v.recording_started_at)),
-      h('td', {}, h('span', { class: 'bar', style: 'margin:0;flex-wrap:nowrap' },
+      h('td', {}, h('span', { class: 'actions' },
         v.status === 'ready' || v.status === 'uploading' ? h('a', { class: 'button', href: local(v.iframe_url), target: '_blank', rel: 'noopener' }, 'Play') : null,
         v.origin_url ? h('a', { class: 'button', href: local(v.origin_url), download: '' }, 'Download') : null,
         h('button', { type: 'button', class: 'danger', onclick: async () => {
@@ -554,9 +570,7 @@ async function videosPage(params) {
   }
   const pages = Math.max(1, Math.ceil(got.total / 25));
   const go = (p) => `#/videos?${new URLSearchParams(search ? { page: p, search } : { page: p })}`;
-  pager.append(page > 1 ? h('a', { class: 'button', href: go(page - 1) }, '← Newer') : null,
-    h('span', { class: 'muted' }, `Page ${page} of ${pages} · ${got.total} videos`),
-    page < pages ? h('a', { class: 'button', href: go(page + 1) }, 'Older →') : null);
+  pager.replaceChildren(...pagerLinks(page, pages, go, `${got.total} videos`));
   listen((type) => { if (type.startsWith('video_') || type.startsWith('recording_')) { clearTimeout(state.reload); state.reload = setTimeout(route, 1000); } });
 }
 
