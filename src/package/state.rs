@@ -19,6 +19,10 @@ pub use super::rendition::{
 #[derive(Debug)]
 pub struct PackageState {
     config: PackagingConfig,
+    /// The part duration as configured: `config.part` becomes the running layout's announced
+    /// target (a whole number of frames, 0.52 s at 25 fps for 0.5 s), and a new pipeline's
+    /// layout is cut from this one, not from the last one's target.
+    configured_part: Duration,
     renditions: Vec<Rendition>,
     /// MPEG-TS variants (legacy HLS): one whole-segment "part" per TS segment.
     ts_renditions: Vec<Rendition>,
@@ -60,6 +64,7 @@ impl PackageState {
     pub fn new(config: PackagingConfig, renditions: Vec<Rendition>) -> Self {
         PackageState {
             config,
+            configured_part: config.part,
             renditions,
             ts_renditions: Vec::new(),
             ended: false,
@@ -138,8 +143,17 @@ impl PackageState {
     }
 
     /// The settings the renditions are cut with.
+    /// The durations the running layout cuts at (`part`: its announced target).
     pub fn config(&self) -> PackagingConfig {
         self.config
+    }
+
+    /// The settings as configured, for a new pipeline's layout.
+    pub fn configured(&self) -> PackagingConfig {
+        PackagingConfig {
+            part: self.configured_part,
+            ..self.config
+        }
     }
 
     /// Where the MPD times the segments of an encoder behind real time.
@@ -497,6 +511,17 @@ pub(crate) mod tests {
         let removed = r.clear_complete();
         assert_eq!(removed.len(), 15);
         assert!(r.segments().iter().all(|s| !s.complete));
+    }
+
+    #[test]
+    fn a_new_layout_is_cut_from_the_configured_part_not_the_last_target() {
+        let config = PackagingConfig::new(2000, 500).unwrap();
+        let mut state = PackageState::new(config, vec![]);
+        // A 25 fps layout announces 13 frames: 0.52 s.
+        state.set_durations(Duration::from_secs(2), Duration::from_millis(520));
+        assert_eq!(state.config().part, Duration::from_millis(520));
+        assert_eq!(state.configured().part, Duration::from_millis(500));
+        assert_eq!(state.configured().segment, Duration::from_secs(2));
     }
 
     #[test]

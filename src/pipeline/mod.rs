@@ -198,7 +198,7 @@ async fn run_one(
             probe.video.as_ref(),
             probe.audio.as_ref(),
             probe.fps,
-            package.read(|p| p.config()),
+            package.read(|p| p.configured()),
             probe.wall_time_of(base),
         )
     };
