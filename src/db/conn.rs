@@ -130,6 +130,13 @@ impl Row {
         }
     }
 
+    pub(super) fn opt_f64(&self, i: usize) -> Result<Option<f64>, StoreError> {
+        match self.at(i)? {
+            Value::Null => Ok(None),
+            _ => self.f64(i).map(Some),
+        }
+    }
+
     pub(super) fn bool(&self, i: usize) -> Result<bool, StoreError> {
         match self.at(i)? {
             Value::Bool(v) => Ok(*v),

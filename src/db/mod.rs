@@ -518,6 +518,11 @@ pub struct SourceSample {
     pub fps: f64,
     /// Longest keyframe interval seen, seconds (0: not known yet).
     pub keyframe_interval: f64,
+    /// What the outputs did at the window's end: frames dropped since the stream began on its
+    /// node, the transcoding speed (`None`: not transcoding), viewers of every output.
+    pub frames_dropped: u64,
+    pub transcoding_speed: Option<f64>,
+    pub viewers: u64,
 }
 
 /// Samples of one stream aggregated over one time bucket.
@@ -532,6 +537,10 @@ pub struct SourceBucket {
     pub max_height: u32,
     pub max_fps: f64,
     pub max_keyframe_interval: f64,
+    pub max_frames_dropped: u64,
+    /// Over the samples that had one (`None`: none did).
+    pub avg_transcoding_speed: Option<f64>,
+    pub max_viewers: u64,
 }
 
 /// A recorded video as stored.

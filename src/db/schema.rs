@@ -213,6 +213,13 @@ ALTER TABLE stream_numbering ADD COLUMN handover_edge_ms {int};
 ALTER TABLE streams ADD COLUMN name_folded {folded};
 {fold_stream_names}
 "#,
+    // 14: the outputs beside the source in each sample (the console's graphs of the last hour);
+    // null in the samples stored before.
+    r#"
+ALTER TABLE source_samples ADD COLUMN frames_dropped {int};
+ALTER TABLE source_samples ADD COLUMN transcoding_speed {real};
+ALTER TABLE source_samples ADD COLUMN viewers {int};
+"#,
 ];
 
 /// The schema version this build knows.

@@ -40,8 +40,9 @@ impl<B: Backend> StatsStore for SqlStore<B> {
         self.backend().with_conn(Pool::Main, |c| {
             c.execute(
                 "INSERT INTO source_samples \
-                 (stream_id, time_ms, bitrate_kbps, frames, height, fps, keyframe_interval) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                 (stream_id, time_ms, bitrate_kbps, frames, height, fps, keyframe_interval, \
+                  frames_dropped, transcoding_speed, viewers) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 &args![
                     stream_id,
                     to_ms(sample.time),
@@ -49,7 +50,10 @@ impl<B: Backend> StatsStore for SqlStore<B> {
                     sample.frames as i64,
                     sample.height,
                     sample.fps,
-                    sample.keyframe_interval
+                    sample.keyframe_interval,
+                    sample.frames_dropped.min(i64::MAX as u64) as i64,
+                    sample.transcoding_speed,
+                    sample.viewers.min(i64::MAX as u64) as i64
                 ],
             )
         })?;
@@ -71,7 +75,8 @@ impl<B: Backend> StatsStore for SqlStore<B> {
             c.query(
                 "SELECT ((time_ms - $5::BIGINT + $4::BIGINT) / $4) * $4 + $5 - $4 AS bucket, \
                    COUNT(*), AVG(bitrate_kbps), CAST(SUM(frames) AS BIGINT), MAX(height), \
-                   MAX(fps), MAX(keyframe_interval) \
+                   MAX(fps), MAX(keyframe_interval), COALESCE(MAX(frames_dropped), 0), \
+                   AVG(transcoding_speed), COALESCE(MAX(viewers), 0) \
                  FROM source_samples WHERE stream_id = $1 AND time_ms >= $2 AND time_ms < $3 \
                  GROUP BY bucket ORDER BY bucket",
                 &args![stream_id, from_ms, to_ms, bucket_ms.max(1), offset_ms],
@@ -87,6 +92,9 @@ impl<B: Backend> StatsStore for SqlStore<B> {
                     max_height: u32::try_from(r.i64(4)?).unwrap_or(u32::MAX),
                     max_fps: r.f64(5)?,
                     max_keyframe_interval: r.f64(6)?,
+                    max_frames_dropped: r.i64(7)?.max(0) as u64,
+                    avg_transcoding_speed: r.opt_f64(8)?,
+                    max_viewers: r.i64(9)?.max(0) as u64,
                 })
             })
             .collect()

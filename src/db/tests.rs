@@ -202,6 +202,9 @@ fn source_samples_aggregate_per_bucket_prune_and_go_with_their_stream(store: &Ba
         height,
         fps: 30.0,
         keyframe_interval: 2.0,
+        frames_dropped: secs as u64,
+        transcoding_speed: (secs < 70).then_some(1.0 + secs as f64 / 100.0),
+        viewers: height as u64 / 100,
     };
     // 10 s samples at 0, 10, 20 s, then a gap, then 70 s; one of another stream.
     for (t, kbps, h) in [
@@ -223,7 +226,10 @@ fn source_samples_aggregate_per_bucket_prune_and_go_with_their_stream(store: &Ba
         (3, 900, 1080)
     );
     assert_eq!(b[0].avg_bitrate_kbps, 2000.0);
+    assert_eq!((b[0].max_frames_dropped, b[0].max_viewers), (20, 10));
+    assert!((b[0].avg_transcoding_speed.unwrap() - 1.1).abs() < 1e-9);
     assert_eq!((b[1].samples, b[1].max_height), (1, 360));
+    assert_eq!(b[1].avg_transcoding_speed, None, "no sample with a speed");
     // The window is half-open and buckets may start at an offset.
     let b = store
         .source_buckets(id, 10_000, 70_000, 30_000, 5_000)

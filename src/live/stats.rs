@@ -112,6 +112,10 @@ impl SourceStats {
             height: if self.frames > 0 { self.height } else { 0 },
             fps: round2(fps),
             keyframe_interval: interval.map_or(0.0, |ns| round2(ns as f64 / 1e9)),
+            // The outputs' part: the registry's, when it stores the sample.
+            frames_dropped: 0,
+            transcoding_speed: None,
+            viewers: 0,
         });
         let next = if now >= self.ends { self.ends } else { now };
         *self = SourceStats {

@@ -79,6 +79,11 @@ pub struct Item {
     max_fps: f64,
     /// Seconds.
     max_keyframe_interval: f64,
+    /// The outputs: frames dropped since the stream began on its node, the mean transcoding
+    /// speed (null: not transcoding), the most viewers of all outputs together.
+    max_frames_dropped: u64,
+    avg_transcoding_speed: Option<f64>,
+    max_viewers: u64,
 }
 
 /// Parses and checks the query; every error names its parameter.
@@ -194,11 +199,20 @@ fn into_months(days: Vec<SourceBucket>, interval: i64) -> Vec<SourceBucket> {
                 m.avg_bitrate_kbps = (m.avg_bitrate_kbps * m.samples as f64
                     + d.avg_bitrate_kbps * d.samples as f64)
                     / n;
+                m.avg_transcoding_speed = match (m.avg_transcoding_speed, d.avg_transcoding_speed) {
+                    (Some(a), Some(b)) => Some(
+                        (a * m.samples as f64 + b * d.samples as f64)
+                            / (m.samples + d.samples).max(1) as f64,
+                    ),
+                    (a, b) => a.or(b),
+                };
                 m.samples += d.samples;
                 m.sum_frames += d.sum_frames;
                 m.max_height = m.max_height.max(d.max_height);
                 m.max_fps = m.max_fps.max(d.max_fps);
                 m.max_keyframe_interval = m.max_keyframe_interval.max(d.max_keyframe_interval);
+                m.max_frames_dropped = m.max_frames_dropped.max(d.max_frames_dropped);
+                m.max_viewers = m.max_viewers.max(d.max_viewers);
             }
             _ => out.push(SourceBucket {
                 time_ms: start,
@@ -219,6 +233,9 @@ fn item(b: &SourceBucket) -> Item {
         max_height: b.max_height,
         max_fps: (b.max_fps * 100.0).round() / 100.0,
         max_keyframe_interval: (b.max_keyframe_interval * 100.0).round() / 100.0,
+        max_frames_dropped: b.max_frames_dropped,
+        avg_transcoding_speed: b.avg_transcoding_speed.map(|s| (s * 100.0).round() / 100.0),
+        max_viewers: b.max_viewers,
     }
 }
 
@@ -354,6 +371,10 @@ mod tests {
             max_height: 720,
             max_fps: 30.0,
             max_keyframe_interval: 2.0,
+            max_frames_dropped: frames / 10,
+            // Sped up by the bitrate's thousands: a weight that shows in the mean.
+            avg_transcoding_speed: (bitrate >= 1000.0).then_some(bitrate / 1000.0),
+            max_viewers: samples,
         }
     }
 
@@ -373,6 +394,13 @@ mod tests {
         assert_eq!(months[0].time_ms, 0);
         assert_eq!((months[0].samples, months[0].sum_frames), (4, 40));
         assert_eq!(months[0].avg_bitrate_kbps, 1750.0);
+        // Speeds weighted by samples: (1 × 1 + 2 × 3) / 4; the most dropped and viewers.
+        assert_eq!(months[0].avg_transcoding_speed, Some(1.75));
+        assert_eq!(
+            (months[0].max_frames_dropped, months[0].max_viewers),
+            (3, 3)
+        );
+        assert_eq!(months[1].avg_transcoding_speed, None, "500 kbit/s: none");
         assert_eq!(item(&months[1]).time, "1970-02-01T00:00:00Z");
         // Two-month buckets: January and February together.
         assert_eq!(

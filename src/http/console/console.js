@@ -495,6 +495,9 @@ async function streamPage(id) {
     const t = Date.parse(b.time);
     charts.bitrate.add(t, b.avg_bitrate);
     charts.fps.add(t, b.max_fps);
+    charts.dropped.add(t, b.max_frames_dropped);
+    charts.speed.add(t, b.avg_transcoding_speed);
+    charts.viewers.add(t, b.max_viewers);
   }
   Object.values(charts).forEach((c) => c.draw());
   listen((type, data) => {
