@@ -302,6 +302,11 @@ impl Daemon {
     pub async fn get(&self, path: &str) -> Reply {
         self.call(Method::GET, path, None).await
     }
+    /// `PUT /streaming/streams/{id}/kick`: cuts the stream's publishers.
+    pub async fn kick(&self, id: i64) -> Reply {
+        let path = format!("/streaming/streams/{id}/kick");
+        self.call(Method::PUT, &path, None).await
+    }
     pub async fn post(&self, path: &str, body: Value) -> Reply {
         self.call(Method::POST, path, Some(body)).await
     }

@@ -153,13 +153,7 @@ async fn the_events_feed_follows_a_stream_and_ends_when_the_node_stops() {
     assert!(!seen.iter().any(|k| k.starts_with("publish")), "{seen:?}");
 
     // Kicked: the publish stops and the samples say off air.
-    let r = d
-        .call(
-            reqwest::Method::PUT,
-            &format!("/streaming/streams/{id}/kick"),
-            None,
-        )
-        .await;
+    let r = d.kick(id).await;
     assert!(r.status.is_success(), "{}", r.body);
     all.until(Duration::from_secs(10), |k, data| {
         k == "publish_stopped" && data["stream_id"] == id

@@ -24,13 +24,7 @@ async fn a_json_log_has_one_object_per_line_with_the_stream_as_a_field() {
     let id = rec["id"].as_i64().unwrap();
     let ffmpeg = push(rec["push_url"].as_str().unwrap(), "audio.flv", 30);
     wait_record(&d, id, Duration::from_secs(20), |r| r["live"] == true).await;
-    let r = d
-        .call(
-            reqwest::Method::PUT,
-            &format!("/streaming/streams/{id}/kick"),
-            None,
-        )
-        .await;
+    let r = d.kick(id).await;
     assert_eq!(r.status, reqwest::StatusCode::NO_CONTENT, "{:?}", r.body);
     let _ = finish(ffmpeg, Duration::from_secs(20)).await;
     drop(d);

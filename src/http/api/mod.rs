@@ -12,7 +12,7 @@ mod outbound_routes;
 pub mod overlays;
 pub mod quality_sets;
 pub mod restreams;
-use outbound_routes::hooks_and_restreams;
+use outbound_routes::outbound;
 pub mod security;
 pub mod statistics;
 pub mod stream_actions;
@@ -518,11 +518,9 @@ impl Api {
                 (Route::App, _) => fastedge::delete(self, id).await,
                 (Route::ProfileTemplates, _) => security::list(self).await,
                 (Route::StatisticsFfprobe, _) => statistics::ffprobe(self, req.uri().query()).await,
-                (Route::Events, _) => feed::open(self, req.uri().query()).await,
-                (Route::Nodes, _) => nodes::list(self).await,
-                // The webhook routes (a route dispatched nowhere answers 404 there, which the
+                // The webhook, restream, feed and node routes (a route dispatched nowhere answers 404 there, which the
                 // OpenAPI test of served routes catches).
-                _ => hooks_and_restreams(self, *route, id, req).await,
+                _ => outbound(self, *route, id, req).await,
             };
         }
         Err(ApiError::not_found("resource"))

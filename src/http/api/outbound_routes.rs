@@ -1,15 +1,16 @@
-//! Dispatch of the routes about what the daemon sends out: webhooks and restreams.
+//! Dispatch of the routes about what the daemon sends out: webhooks, restreams, and the
+//! events feed and node list an operator's console follows.
 
 use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
-use super::{read_json, restreams, webhooks, Api, ApiError, Body, Route};
+use super::{feed, nodes, read_json, restreams, webhooks, Api, ApiError, Body, Route};
 
-/// The webhook and restream routes (a route dispatched nowhere answers 404 here, which the
-/// OpenAPI test of served routes catches).
-pub(super) async fn hooks_and_restreams(
+/// The webhook, restream, feed and node routes (a route dispatched nowhere answers 404 here,
+/// which the OpenAPI test of served routes catches).
+pub(super) async fn outbound(
     api: &Arc<Api>,
     route: Route,
     id: i64,
@@ -29,6 +30,8 @@ pub(super) async fn hooks_and_restreams(
         (Route::Webhook, _) => webhooks::delete(api, id).await,
         (Route::WebhookRotateSecret, _) => webhooks::rotate_secret(api, id).await,
         (Route::WebhookDeliveries, _) => webhooks::deliveries(api, id, req.uri().query()).await,
+        (Route::Events, _) => feed::open(api, req.uri().query()).await,
+        (Route::Nodes, _) => nodes::list(api).await,
         _ => Err(ApiError::not_found("resource")),
     }
 }
