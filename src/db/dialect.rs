@@ -68,10 +68,6 @@ impl Dialect {
                 "UPDATE streams SET settings = (settings::jsonb - 'broadcast_ids')::text\n    \
                  WHERE strpos(settings, '\"broadcast_ids\"') > 0;",
             ),
-            "fold_stream_names" => (
-                "UPDATE streams SET name_folded = lower(json_extract(settings, '$.name'));",
-                "UPDATE streams SET name_folded = convert_to(lower(settings::jsonb ->> 'name'), 'UTF8');",
-            ),
             other => panic!("schema template names unknown word {{{other}}}"),
         };
         match self {

@@ -116,6 +116,15 @@ fn postgres_detail(e: &::postgres::Error) -> String {
 /// Opens the configured store: PostgreSQL at `url`, else (the zero-setup default) SQLite in
 /// `data_dir`. Blocking: call it off the async workers.
 pub fn open(url: Option<&DatabaseUrl>, data_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
+    let store = open_backend(url, data_dir)?;
+    let folded = store.fold_missing_names()?;
+    if folded > 0 {
+        tracing::info!(streams = folded, "stream names folded for search");
+    }
+    Ok(store)
+}
+
+fn open_backend(url: Option<&DatabaseUrl>, data_dir: &Path) -> Result<Box<dyn Store>, StoreError> {
     match url {
         Some(url) => {
             let store = PostgresStore::connect(&url.0)?;

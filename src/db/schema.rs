@@ -206,12 +206,11 @@ CREATE INDEX stream_numbering_given_up ON stream_numbering (given_up_ms);
 ALTER TABLE stream_numbering ADD COLUMN handover_msn {int};
 ALTER TABLE stream_numbering ADD COLUMN handover_edge_ms {int};
 "#,
-    // 13: a stream's name folded for `GET /streaming/streams?search=`, as videos have it. The
-    // rows already there are folded by the database's lower() (SQLite's folds ASCII only);
-    // every later write folds it as the code does.
+    // 13: a stream's name folded for `GET /streaming/streams?search=`, as videos have it;
+    // filled for the rows already there by the code when the store opens
+    // (`StreamStore::fold_missing_names`), as every write fills it: one folding, the code's.
     r#"
 ALTER TABLE streams ADD COLUMN name_folded {folded};
-{fold_stream_names}
 "#,
     // 14: the outputs beside the source in each sample (the console's graphs of the last hour);
     // null in the samples stored before.

@@ -137,6 +137,42 @@ mod tests {
     }
 
     #[test]
+    fn names_written_before_the_search_are_folded_when_the_store_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE_NAME);
+        {
+            // Schema 12, as the previous build left it: no folded names.
+            let mut conn = Connection::open(&path).unwrap();
+            for sql in schema::migrations(Dialect::Sqlite).take(12) {
+                conn.execute_batch(&sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 12).unwrap();
+            for doc in [
+                r#"{"name":"ÄRZTE Live"}"#,
+                r#"{"name":"nul\u0000inside"}"#,
+                "not a document",
+            ] {
+                conn.execute(
+                    "INSERT INTO streams (revision, token, created_at_ms, settings) \
+                     VALUES (1, 't', 0, ?1)",
+                    [doc],
+                )
+                .unwrap();
+            }
+        }
+        // A record that does not parse does not stop the store: it is reported when read.
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.fold_missing_names().unwrap(), 2, "the two that parse");
+        let found = |q: &str| {
+            let ids: Vec<i64> = store.list_streams(Some(q), 0, 10).unwrap().0.iter().map(|r| r.id).collect();
+            ids
+        };
+        assert_eq!(found("ärzte"), [1], "folded as the code folds, beyond ASCII");
+        assert_eq!(found("l\0in"), [2]);
+        assert_eq!(store.fold_missing_names().unwrap(), 0, "once");
+    }
+
+    #[test]
     fn migration_drops_broadcast_ids_that_named_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(DB_FILE_NAME);

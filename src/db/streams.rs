@@ -37,6 +37,10 @@ pub trait StreamStore {
         settings: &StreamSettings,
     ) -> Result<Update<StreamRow>, StoreError>;
     fn delete_stream(&self, id: i64) -> Result<bool, StoreError>;
+    /// Folds the names of the streams that have none folded (written before schema 13, or by
+    /// an older node of a cluster since); a record whose document does not parse is left for
+    /// its own read to report. Returns how many were folded.
+    fn fold_missing_names(&self) -> Result<u64, StoreError>;
     /// Live-state timestamps owned by the ingest side; `None` leaves a column as it is.
     fn set_stream_times(
         &self,
@@ -117,6 +121,30 @@ impl<B: Backend> StreamStore for SqlStore<B> {
             let rows = rows.iter().map(stream_from_row).collect::<Result<_, _>>()?;
             Ok((rows, total as u64))
         })
+    }
+
+    fn fold_missing_names(&self) -> Result<u64, StoreError> {
+        let rows = self.backend().with_conn(Pool::Main, |c| {
+            c.query(
+                "SELECT id, settings FROM streams WHERE name_folded IS NULL",
+                &[],
+            )
+        })?;
+        let mut folded = 0;
+        for r in &rows {
+            let id = r.i64(0)?;
+            let name = serde_json::from_str::<serde_json::Value>(&r.string(1)?)
+                .ok()
+                .and_then(|doc| Some(doc.get("name")?.as_str()?.to_owned()));
+            let Some(name) = name else { continue };
+            folded += self.backend().with_conn(Pool::Main, |c| {
+                c.execute(
+                    "UPDATE streams SET name_folded = $1 WHERE id = $2 AND name_folded IS NULL",
+                    &args![Value::ByteText(fold(&name)), id],
+                )
+            })? as u64;
+        }
+        Ok(folded)
     }
 
     fn update_stream(

@@ -196,34 +196,40 @@ const METRICS_WAIT: Duration = Duration::from_secs(2);
 /// figures are left out (logged) when it cannot be read in time: the rest still tells what
 /// runs.
 async fn metrics(api: &Api) -> String {
-    let store_counts = api.db(|s| Ok((s.backlog()?, s.nodes()?)));
-    let (backlog, nodes) = match tokio::time::timeout(METRICS_WAIT, store_counts).await {
-        Ok(Ok((b, nodes))) => {
-            let mut by_state = [0; crate::cluster::NodeState::ALL.len()];
-            for n in &nodes {
-                by_state[api.cluster.node_state(n) as usize] += 1;
-            }
-            (Some(b), Some(by_state))
+    // Each read alone and all at once, each bounded: one the store (or the disk) cannot
+    // answer costs its own families only, and the scrape waits METRICS_WAIT at most.
+    let recordings = api.recordings.clone();
+    let (nodes, backlog, disk) = tokio::join!(
+        tokio::time::timeout(METRICS_WAIT, api.db(|s| s.nodes())),
+        tokio::time::timeout(METRICS_WAIT, api.db(|s| s.backlog())),
+        // statvfs may block on a network filesystem: off the async workers.
+        tokio::time::timeout(
+            METRICS_WAIT,
+            tokio::task::spawn_blocking(move || recordings.disk())
+        ),
+    );
+    let nodes = nodes.ok().and_then(Result::ok).map(|nodes| {
+        let mut by_state = [0; crate::cluster::NodeState::ALL.len()];
+        for n in &nodes {
+            by_state[api.cluster.node_state(n) as usize] += 1;
         }
+        by_state
+    });
+    let backlog = match backlog {
+        Ok(Ok(b)) => Some(b),
         Ok(Err(e)) => {
             tracing::warn!(error = ?e, "metrics: cannot count the store's backlog");
-            (None, None)
+            None
         }
         Err(_) => {
             tracing::warn!("metrics: the store's backlog not counted in time");
-            (None, None)
+            None
         }
     };
-    // statvfs may block on a network filesystem: off the async workers, bounded too.
-    let recordings = api.recordings.clone();
-    let disk = tokio::time::timeout(
-        METRICS_WAIT,
-        tokio::task::spawn_blocking(move || recordings.disk()),
-    )
-    .await
-    .ok()
-    .and_then(Result::ok)
-    .unwrap_or_else(|| (api.recordings.disk_used(), None, None));
+    let disk = disk
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| (api.recordings.disk_used(), None, None));
     let mut text = delivery::metrics::scrape(&api.registry);
     text.push_str(&delivery::metrics::operations(
         backlog,

@@ -142,6 +142,27 @@ async fn the_events_feed_follows_a_stream_and_ends_when_the_node_stops() {
     assert_eq!(m.value("livepack_cluster_nodes{state=\"alive\"}"), 1.0);
     assert_eq!(m.value("livepack_cluster_nodes{state=\"missing\"}"), 0.0);
 
+    // At most 64 feeds: the 65th is refused; those that leave give their place back.
+    let mut more = Vec::new();
+    for _ in 0..62 {
+        more.push(Feed::open(&d, "").await);
+    }
+    let r = reqwest::Client::new()
+        .get(d.url("/streaming/events"))
+        .header("authorization", format!("apikey {}", d.key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let err: Value = r.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "too_many_feeds");
+    drop(more);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while scrape(&d).await.value("livepack_event_feeds") != 2.0 {
+        assert!(Instant::now() < deadline, "the feeds that left still count");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The narrowed feed carries the other stream only: its health samples hold nothing of
     // this one, and none of this one's events came.
     let ((_, narrow), seen) = narrowed

@@ -32,6 +32,9 @@ const STUCK_AFTER: Duration = Duration::from_secs(30);
 const QUEUE: usize = 32;
 /// How long the browser's EventSource (or our console) waits before reconnecting.
 const RETRY_MS: u64 = 2000;
+/// How long a sample waits for the store's leases: a sick store costs the other nodes'
+/// streams in it, never the feed's turn (shutdown, a client leaving).
+const STORE_WAIT: Duration = Duration::from_secs(1);
 
 /// The feeds a node serves, and the health sample they share: however many consoles are
 /// open, the store is asked once per period.
@@ -166,6 +169,10 @@ async fn follow(
                 None => return Ok(()),
             },
             _ = health.tick() => {
+                // A client behind on its reading skips this sample: the next one says it all.
+                if tx.capacity() == 0 {
+                    continue;
+                }
                 let sample = api.feeds.sample(api).await;
                 let streams: Vec<&str> = sample
                     .iter()
@@ -198,11 +205,15 @@ impl Feeds {
             }
         }
         let dead_after = api.cluster.dead_after();
-        // A store that cannot answer costs the other nodes' streams, not the sample.
-        let leases = api
-            .db(move |s| s.live_leases(None, dead_after))
-            .await
-            .unwrap_or_default();
+        // A store that cannot answer in time costs the other nodes' streams, not the sample.
+        let leases = tokio::time::timeout(
+            STORE_WAIT,
+            api.db(move |s| s.live_leases(None, dead_after)),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
         let mut ids: Vec<i64> = api.registry.stream_ids();
         ids.extend(leases.iter().map(|l| l.stream_id));
         ids.sort_unstable();

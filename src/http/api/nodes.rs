@@ -17,7 +17,7 @@ struct NodeView {
     /// Where the other nodes reach it.
     url: String,
     started_at: String,
-    /// `alive`, `missing` (silent past `cluster_dead_after`, its streams moved) or `gone`
+    /// `alive`, `missing` (silent past `node_dead_secs`, its streams moved) or `gone`
     /// (signed off, or silent for over an hour).
     state: &'static str,
     /// Seconds since its last heartbeat reached the store, by the store's clock.

@@ -8,7 +8,15 @@
 const KEY = 'livepack.apiKey';
 const HOUR_MS = 3600e3;
 const main = document.getElementById('main');
-const state = { health: new Map(), listeners: new Set(), feed: null, feedNode: '' };
+const state = { health: new Map(), listeners: new Set(), feed: null, feedNode: '', view: 0 };
+// A view still waiting on a request when the operator moved on draws nothing: each view takes
+// a number at its start and checks it after every wait.
+const current = (view) => view === state.view;
+// What a stream off air shows in place of the numbers it had.
+const OFF_AIR = { live: false, backup_live: false, input_protocol: null, backup_input_protocol: null,
+  transcoding_speed: null, transcoding_preset: null, transcoded_qualities: [], frame_rate: null,
+  video_width: null, video_height: null, video_codec: null, audio_codec: null, video_bitrate: null,
+  keyframe_interval: null, frames_dropped: 0, viewers: null, recording: false, restreams: {} };
 
 // ---------- helpers ----------
 function h(tag, attrs = {}, ...kids) {
@@ -90,7 +98,8 @@ async function call(method, path, body) {
     throw new ApiError('unauthorized');
   }
   const text = await r.text();
-  const json = text ? JSON.parse(text) : null;
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = null; } // a proxy's page
   if (!r.ok) {
     const e = json && json.error;
     throw new ApiError(e ? `${e.message}${e.field ? ` (${e.field})` : ''}` : `HTTP ${r.status}`);
@@ -219,6 +228,7 @@ function route() {
   if (!sessionStorage.getItem(KEY)) { signIn(); return; }
   state.listeners.clear();
   clearInterval(state.poll);
+  state.view += 1;
   const hash = location.hash || '#/streams';
   for (const a of document.querySelectorAll('#nav a')) {
     if (hash.startsWith(a.getAttribute('href'))) a.setAttribute('aria-current', 'page');
@@ -288,8 +298,9 @@ async function streamsPage(params) {
     h('div', { class: 'scroll' }, h('table', { id: 'streams' },
       h('thead', {}, h('tr', {}, ['Stream', 'On air', 'Input', 'Keyframes', 'Viewers', 'Recording', 'Restreams', ''].map((t) => h('th', { scope: 'col', class: NARROW_HIDDEN.includes(t) ? 'hide-narrow' : null }, t)))),
       tbody)), pager);
+  const view = state.view;
   const got = await act(null, () => call('GET', `/streaming/streams?${query}`));
-  if (!got) return;
+  if (!got || !current(view)) return;
   const { json: streams, total } = got;
   if (!streams.length) tbody.append(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, search ? 'No stream has that in its name.' : 'No streams yet: make one with “New stream”.')));
   for (const s of streams) {
@@ -310,7 +321,7 @@ async function streamsPage(params) {
       for (const tr of tbody.querySelectorAll('tr[data-id]')) {
         const id = Number(tr.dataset.id);
         const live = data.streams.find((s) => s.id === id);
-        fillRow(tr, live || { live: false, backup_live: false, viewers: null });
+        fillRow(tr, live || OFF_AIR);
       }
     } else if (['stream_created', 'stream_deleted', 'stream_updated'].includes(type)) {
       clearTimeout(reload);
@@ -429,7 +440,9 @@ function describe(type, e) {
   return `${type.replaceAll('_', ' ')}${slot}`;
 }
 async function streamPage(id) {
+  const view = state.view;
   const got = await act(null, () => call('GET', `/streaming/streams/${id}`));
+  if (!current(view)) return;
   if (!got) { main.replaceChildren(h('p', {}, 'No such stream. ', h('a', { href: '#/streams' }, 'Streams'))); return; }
   const s = got.json;
   const reload = () => route();
@@ -448,7 +461,7 @@ async function streamPage(id) {
     ];
     numbers.replaceChildren(...rows.flatMap(([k, val]) => [h('dt', {}, k), h('dd', { 'data-field': k }, val)]));
   };
-  fill(state.health.get(id) || {});
+  fill(state.health.get(id) || OFF_AIR);
   const charts = {
     bitrate: new Chart('Input bitrate', 'kbit/s'), fps: new Chart('Frame rate', 'fps', 1),
     dropped: new Chart('Frames dropped', '', 0), speed: new Chart('Transcoding speed', '×', 2),
@@ -491,6 +504,7 @@ async function streamPage(id) {
   const now = Date.now();
   const q = new URLSearchParams({ stream_id: id, date_from: new Date(now - HOUR_MS).toISOString(), date_to: new Date(now).toISOString(), interval: 30, units: 'second' });
   const stats = await act(null, () => call('GET', `/streaming/statistics/ffprobe?${q}`));
+  if (!current(view)) return;
   for (const b of (stats && stats.json.data) || []) {
     const t = Date.parse(b.time);
     charts.bitrate.add(t, b.avg_bitrate);
@@ -503,7 +517,7 @@ async function streamPage(id) {
   listen((type, data) => {
     if (type === 'health') {
       const live = data.streams.find((x) => x.id === id);
-      fill(live || { live: false, backup_live: false, viewers: null });
+      fill(live || OFF_AIR);
       const t = Date.parse(data.time);
       if (live) {
         charts.bitrate.add(t, live.video_bitrate);
@@ -524,6 +538,7 @@ async function streamPage(id) {
     act(null, () => call('GET', `/streaming/streams/${id}/overlays`)),
     act(null, () => call('GET', `/streaming/videos?${new URLSearchParams({ stream_id: id, per_page: 10 })}`)),
   ]);
+  if (!current(view)) return;
   const table = (title, cols, rows) => h('section', { class: 'card' }, h('h2', { style: 'margin-top:0' }, title),
     rows.length ? h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', { class: 'wrap' }, c))))))) : h('p', { class: 'muted' }, 'None.'));
@@ -539,7 +554,7 @@ async function streamPage(id) {
 
 // ---------- videos ----------
 function videoStatus(v) {
-  const cls = { ready: ' on', upload_failed: ' bad', recording: ' warn', uploading: ' warn' }[v.status] || '';
+  const cls = { ready: ' on', upload_failed: ' bad', error: ' bad', pending: ' warn', uploading: ' warn' }[v.status] || '';
   return h('span', { class: `badge${cls}`, title: v.error || '' }, v.status.replaceAll('_', ' '));
 }
 async function videosPage(params) {
@@ -555,8 +570,9 @@ async function videosPage(params) {
       box, h('button', { type: 'submit' }, 'Search')),
     h('div', { class: 'scroll' }, h('table', { id: 'videos' }, h('thead', {}, h('tr', {}, ['Video', 'Stream', 'Status', 'Duration', 'Size', 'Recorded', ''].map((t) => h('th', { scope: 'col' }, t)))), tbody)),
     pager);
+  const view = state.view;
   const got = await act(null, () => call('GET', `/streaming/videos?${q}`));
-  if (!got) return;
+  if (!got || !current(view)) return;
   if (!got.json.length) tbody.append(h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'No videos.')));
   for (const v of got.json) {
     tbody.append(h('tr', {},
@@ -581,14 +597,15 @@ async function videosPage(params) {
 async function webhooksPage() {
   const list = h('div');
   main.replaceChildren(h('h1', {}, 'Webhooks'), list);
+  const view = state.view;
   const got = await act(null, () => call('GET', '/streaming/webhooks?per_page=100'));
-  if (!got) return;
+  if (!got || !current(view)) return;
   if (!got.json.length) list.append(h('p', { class: 'muted' }, 'No webhooks. Create them with POST /streaming/webhooks (see /docs/api).'));
   for (const w of got.json) {
     const deliveries = h('div');
     const show = async () => {
       const d = await act(null, () => call('GET', `/streaming/webhooks/${w.id}/deliveries?per_page=50`));
-      if (!d) return;
+      if (!d || !current(view)) return;
       deliveries.replaceChildren(d.json.length ? h('div', { class: 'scroll' }, h('table', {},
         h('thead', {}, h('tr', {}, ['Event', 'Stream', 'Status', 'Attempts', 'Last answer', 'Next try', 'Created'].map((t) => h('th', { scope: 'col' }, t)))),
         h('tbody', {}, d.json.map((x) => h('tr', {}, h('td', {}, x.event_type), h('td', {}, `#${x.stream_id}`),
@@ -597,7 +614,8 @@ async function webhooksPage() {
           h('td', {}, fmt.time(x.next_attempt_at)), h('td', {}, fmt.time(x.created_at)))))))
         : h('p', { class: 'muted' }, 'No deliveries yet.'));
     };
-    const secret = h('code', {}, w.secret ? '••••••••' : '–');
+    // The secret is shown once, when made: here only after a rotation.
+    const secret = h('span', { class: 'muted' }, 'shown once, when rotated');
     list.append(h('section', { class: 'card' },
       h('h2', { style: 'margin-top:0' }, `#${w.id} ${w.url} `, h('span', { class: `badge${w.active ? ' on' : ''}` }, w.active ? 'active' : 'inactive')),
       h('p', { class: 'muted' }, `Events: ${(w.events || ['all']).join(', ')}`),
@@ -605,7 +623,7 @@ async function webhooksPage() {
         h('button', { type: 'button', onclick: async () => {
           if (!confirm('Rotate the secret? Deliveries are signed with the new one from now on.')) return;
           const r = await act('Secret rotated', () => call('PUT', `/streaming/webhooks/${w.id}/rotate_secret`));
-          if (r) { secret.textContent = r.json.secret; copy(r.json.secret); }
+          if (r) { secret.replaceChildren(h('code', {}, r.json.secret)); copy(r.json.secret); }
         } }, 'Rotate secret'),
         h('button', { type: 'button', onclick: show }, 'Refresh deliveries')),
       deliveries));
@@ -619,9 +637,10 @@ async function nodesPage() {
   main.replaceChildren(h('h1', {}, 'Nodes'),
     h('p', { class: 'muted' }, 'The daemons sharing this store, by their heartbeats.'),
     h('div', { class: 'scroll' }, h('table', { id: 'nodes' }, h('thead', {}, h('tr', {}, ['Node', 'State', 'Last heartbeat', 'Streams', 'Headroom', 'Started', 'URL'].map((t) => h('th', { scope: 'col' }, t)))), tbody)));
+  const view = state.view;
   const load = async () => {
     const got = await act(null, () => call('GET', '/streaming/nodes'));
-    if (!got) return;
+    if (!got || !current(view)) return;
     tbody.replaceChildren(...got.json.map((n) => h('tr', {},
       h('td', {}, n.id, n.this_node ? h('span', { class: 'muted' }, ' (this one)') : null),
       h('td', {}, h('span', { class: `badge${n.state === 'alive' ? ' on' : n.state === 'missing' ? ' bad' : ''}` }, n.state)),
@@ -629,9 +648,10 @@ async function nodesPage() {
       h('td', {}, n.headroom == null ? '–' : `${Math.round(n.headroom * 100)} %`), h('td', {}, fmt.time(n.started_at)),
       h('td', { class: 'wrap' }, n.url))));
   };
-  await load();
-  // Heartbeats are not in the events feed: this small table asks again every 5 s.
+  // Heartbeats are not in the events feed: this small table asks again every 5 s (the timer
+  // is set before the first answer, so leaving the page meanwhile stops it too).
   state.poll = setInterval(load, 5000);
+  await load();
 }
 
 // ---------- start ----------

@@ -344,7 +344,7 @@ pub fn cluster(nodes: Option<[usize; 3]>, feeds: usize) -> String {
         f.header(
             name,
             "gauge",
-            "Nodes sharing the store by state: alive, missing (silent past cluster_dead_after, for under an hour), gone.",
+            "Nodes sharing the store by state: alive, missing (silent past node_dead_secs, for under an hour), gone.",
         );
         for state in crate::cluster::NodeState::ALL {
             let labels = format!("{{state=\"{}\"}}", state.as_str());
