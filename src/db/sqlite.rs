@@ -142,7 +142,7 @@ mod tests {
         let path = dir.path().join(DB_FILE_NAME);
         {
             // Schema 12, as the previous build left it: no folded names.
-            let mut conn = Connection::open(&path).unwrap();
+            let conn = Connection::open(&path).unwrap();
             for sql in schema::migrations(Dialect::Sqlite).take(12) {
                 conn.execute_batch(&sql).unwrap();
             }
@@ -164,10 +164,20 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.fold_missing_names().unwrap(), 2, "the two that parse");
         let found = |q: &str| {
-            let ids: Vec<i64> = store.list_streams(Some(q), 0, 10).unwrap().0.iter().map(|r| r.id).collect();
+            let ids: Vec<i64> = store
+                .list_streams(Some(q), 0, 10)
+                .unwrap()
+                .0
+                .iter()
+                .map(|r| r.id)
+                .collect();
             ids
         };
-        assert_eq!(found("ärzte"), [1], "folded as the code folds, beyond ASCII");
+        assert_eq!(
+            found("ärzte"),
+            [1],
+            "folded as the code folds, beyond ASCII"
+        );
         assert_eq!(found("l\0in"), [2]);
         assert_eq!(store.fold_missing_names().unwrap(), 0, "once");
     }

@@ -142,7 +142,7 @@ impl<B: Backend> StreamStore for SqlStore<B> {
                     "UPDATE streams SET name_folded = $1 WHERE id = $2 AND name_folded IS NULL",
                     &args![Value::ByteText(fold(&name)), id],
                 )
-            })? as u64;
+            })?;
         }
         Ok(folded)
     }

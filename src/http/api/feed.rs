@@ -206,14 +206,12 @@ impl Feeds {
         }
         let dead_after = api.cluster.dead_after();
         // A store that cannot answer in time costs the other nodes' streams, not the sample.
-        let leases = tokio::time::timeout(
-            STORE_WAIT,
-            api.db(move |s| s.live_leases(None, dead_after)),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+        let leases =
+            tokio::time::timeout(STORE_WAIT, api.db(move |s| s.live_leases(None, dead_after)))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
         let mut ids: Vec<i64> = api.registry.stream_ids();
         ids.extend(leases.iter().map(|l| l.stream_id));
         ids.sort_unstable();
