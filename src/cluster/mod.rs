@@ -9,6 +9,8 @@
 
 pub mod lookup;
 pub mod node_auth;
+pub mod nodes;
+pub use nodes::NodeState;
 mod placement;
 
 use std::collections::{HashMap, HashSet};
@@ -72,33 +74,6 @@ pub struct Cluster {
     placement: placement::Placement,
 }
 
-/// A node silent this long no longer counts as missing (an alert that fired an hour is
-/// enough): it was taken out of the cluster without signing off.
-pub const GONE_AFTER: Duration = Duration::from_secs(3600);
-
-/// What a node's heartbeats say of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeState {
-    /// Its heartbeat is younger than `dead_after`.
-    Alive,
-    /// Silent past `dead_after`, for less than [`GONE_AFTER`]: its streams moved, a
-    /// person should look.
-    Missing,
-    Gone,
-}
-
-impl NodeState {
-    pub const ALL: [NodeState; 3] = [NodeState::Alive, NodeState::Missing, NodeState::Gone];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeState::Alive => "alive",
-            NodeState::Missing => "missing",
-            NodeState::Gone => "gone",
-        }
-    }
-}
-
 impl Cluster {
     pub fn new(config: ClusterConfig, store: Arc<dyn Store>) -> Arc<Cluster> {
         Arc::new(Cluster {
@@ -123,18 +98,6 @@ impl Cluster {
 
     pub fn dead_after(&self) -> Duration {
         self.config.dead_after
-    }
-
-    /// Whether `node` beats, went missing, or is gone (signed off, or missing for long).
-    pub fn node_state(&self, node: &crate::db::NodeRow) -> NodeState {
-        // A node that signed off has a heartbeat of 0: silent since 1970.
-        if node.silent >= GONE_AFTER {
-            NodeState::Gone
-        } else if node.silent >= self.config.dead_after {
-            NodeState::Missing
-        } else {
-            NodeState::Alive
-        }
     }
 
     pub fn lookups(&self) -> &lookup::Lookups {
@@ -218,7 +181,7 @@ impl Cluster {
             .await
             .map_err(|_| ClusterError::Panicked)??;
         if let Some(n) = nodes.iter().find(|n| n.id == self.config.node_id) {
-            let alive = n.silent < self.config.dead_after;
+            let alive = self.node_state(n) == NodeState::Alive;
             if self.config.shared_store && alive && n.url != self.config.node_url {
                 return Err(ClusterError::NodeIdInUse {
                     id: n.id.clone(),
