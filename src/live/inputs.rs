@@ -215,11 +215,9 @@ impl Registry {
     fn save_sample(&self, id: i64, sample: Option<SourceSample>) {
         let Some(mut sample) = sample else { return };
         let live = self.status(id);
-        let (whep, srt) = live.realtime_readers();
-        let players = live.players();
         sample.frames_dropped = live.frames_dropped();
         sample.transcoding_speed = live.transcoding_speed();
-        sample.viewers = (players.hls + players.dash + players.hls_mpegts + whep + srt) as u64;
+        sample.viewers = live.viewers_total() as u64;
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = store.add_source_sample(id, &sample) {

@@ -242,6 +242,12 @@ impl LiveStatus {
         (self.whep_viewers, self.srt_readers)
     }
 
+    /// Viewers of every output together: the players counted, WHEP and SRT readers.
+    pub fn viewers_total(&self) -> usize {
+        let p = self.players;
+        p.hls + p.dash + p.hls_mpegts + self.whep_viewers + self.srt_readers
+    }
+
     /// The counts kept elsewhere (the counters', the package's audience, the hub's real-time
     /// readers: WHEP, SRT), added to a copy handed out.
     pub fn with_counts(

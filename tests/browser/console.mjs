@@ -112,27 +112,24 @@ try {
     return n >= viewersBefore + 2 ? n : null;
   }, 45000);
 
+  // The page at 1280 and 375 px, full length, each after `settle` ms (a health sample redraws).
+  const screenshots = async (name, settle) => {
+    for (const width of [1280, 375]) {
+      await page.setViewportSize({ width, height: width > 600 ? 900 : 812 });
+      await sleep(settle);
+      const shot = path.join(outDir, `console-${name}-${width}.png`);
+      await page.screenshot({ path: shot, fullPage: true });
+      shots.push(shot);
+    }
+    await page.setViewportSize({ width: 1280, height: 900 });
+  };
   // Screenshots of the stream page, then the streams table, at 1280 and 375 px.
-  for (const width of [1280, 375]) {
-    await page.setViewportSize({ width, height: width > 600 ? 900 : 812 });
-    await sleep(2200);
-    const shot = path.join(outDir, `console-stream-${width}.png`);
-    await page.screenshot({ path: shot, fullPage: true });
-    shots.push(shot);
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
+  await screenshots('stream', 2200);
   await page.goto(`${base}/console#/streams`);
   const row = page.locator(`#streams tr[data-id="${id}"]`);
   await until('the live row', async () => /rtmp/.test(await row.textContent()) && /fps/.test(await row.textContent()));
   const tableRow = await row.locator('td').allTextContents();
-  for (const width of [1280, 375]) {
-    await page.setViewportSize({ width, height: width > 600 ? 900 : 812 });
-    await sleep(500);
-    const shot = path.join(outDir, `console-streams-${width}.png`);
-    await page.screenshot({ path: shot, fullPage: true });
-    shots.push(shot);
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
+  await screenshots('streams', 500);
 
   // Kick from the stream's page: it goes off air, and the events say so.
   await page.goto(`${base}/console#/streams/${id}`);

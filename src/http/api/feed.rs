@@ -196,7 +196,8 @@ impl Feeds {
     }
 
     /// Every stream on air in the cluster (this node's in session, the others' by their
-    /// leases) with its health, as JSON; computed at most once per half period.
+    /// leases) with its health, as JSON; computed at most once per half period for
+    /// all feeds.
     async fn sample(&self, api: &Arc<Api>) -> Sample {
         let mut cached = self.sample.lock().await;
         if let Some((at, sample)) = &*cached {
@@ -204,14 +205,15 @@ impl Feeds {
                 return sample.clone();
             }
         }
-        let dead_after = api.cluster.dead_after();
-        // A store that cannot answer in time costs the other nodes' streams, not the sample.
-        let leases =
-            tokio::time::timeout(STORE_WAIT, api.db(move |s| s.live_leases(None, dead_after)))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
+        // The cluster's shared snapshot of the leases (a second old at most, the last one while
+        // the store is slow); a store that cannot answer in time costs the other nodes'
+        // streams, not the sample.
+        let leases = tokio::time::timeout(STORE_WAIT, api.cluster.lookups().live_leases())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|view| view.held.clone())
+            .unwrap_or_default();
         let mut ids: Vec<i64> = api.registry.stream_ids();
         ids.extend(leases.iter().map(|l| l.stream_id));
         ids.sort_unstable();

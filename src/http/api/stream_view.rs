@@ -267,7 +267,7 @@ impl Api {
         let p = live.players();
         let (whep, srt) = live.realtime_readers();
         Viewers {
-            total: p.hls + p.dash + p.hls_mpegts + whep + srt,
+            total: live.viewers_total(),
             hls: p.hls,
             dash: p.dash,
             hls_mpegts: p.hls_mpegts,
